@@ -1,0 +1,103 @@
+"""The one small protocol every engine adapter implements, and the registry that finds them.
+
+An engine is one module (``engines/vllm.py``, ``engines/sglang.py``) exposing ``ADAPTER``. The core
+never branches on an engine's name: it asks the adapter. Adding a third engine is one new file
+plus its module name in :data:`ENGINE_MODULES`.
+
+Members, by concern:
+- command line: :meth:`EngineAdapter.problems` and :meth:`EngineAdapter.launch_spec`;
+- log grammar: :attr:`EngineAdapter.grammar` (see ``engines/logs``);
+- metrics reading: :meth:`EngineAdapter.read_acceptance` (see ``engines/probe``);
+- argument validation on the host: :meth:`EngineAdapter.validation_argv` (see ``engines/preflight``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import shlex
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from engines.experiment import Experiment
+
+#: Modules that each define ``ADAPTER``. One line per engine.
+ENGINE_MODULES: dict[str, str] = {
+    "vllm": "engines.vllm",
+    "sglang": "engines.sglang",
+}
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """The exact argv and extra environment that start an engine. Never passed through a shell."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+    def display(self) -> str:
+        """Shell-quoted, for showing and copying only."""
+        return shlex.join(self.argv)
+
+
+@dataclass(frozen=True)
+class Inexpressible:
+    """A setting this engine cannot express, reported at check time (never silently dropped)."""
+
+    path: str
+    message: str
+
+
+@runtime_checkable
+class EngineAdapter(Protocol):
+    """What the core needs from an engine."""
+
+    #: Key used in experiment files (``engine = "vllm"``).
+    name: str
+    #: The importable package on the host (``vllm``, ``sglang``): versions, patches are rooted here.
+    package: str
+    #: Lines that, when found in a log's head, say it is this engine's (for ``analyze`` guessing).
+    log_signatures: tuple[str, ...]
+
+    def problems(self, exp: Experiment) -> list[Inexpressible]:
+        """Settings of ``exp`` this engine cannot express."""
+        ...
+
+    def launch_spec(self, exp: Experiment, python: str, model: str, draft_model: str | None) -> LaunchSpec:
+        """argv and env that start the server. ``model``/``draft_model`` are paths as seen on the host."""
+        ...
+
+    def engine_flags(self, exp: Experiment, model: str, draft_model: str | None) -> list[str]:
+        """The server's flags alone (no interpreter, no module): what the engine's parser validates."""
+        ...
+
+
+def get_adapter(name: str) -> EngineAdapter:
+    """The adapter for an engine name; ``KeyError`` with the known names when there is none."""
+    module = ENGINE_MODULES.get(name)
+    if module is None:
+        raise KeyError(f"unknown engine {name!r} (known: {', '.join(sorted(ENGINE_MODULES))})")
+    adapter: EngineAdapter = importlib.import_module(module).ADAPTER
+    return adapter
+
+
+def all_adapters() -> list[EngineAdapter]:
+    return [get_adapter(n) for n in ENGINE_MODULES]
+
+
+def render_flags(args: dict[str, Any]) -> tuple[list[str], list[Inexpressible]]:
+    """``[engine_args]`` to flags: ``true`` is a bare flag, lists repeat values after one flag."""
+    out: list[str] = []
+    bad: list[Inexpressible] = []
+    for key, value in args.items():
+        flag = f"--{key}"
+        if value is True:
+            out.append(flag)
+        elif value is False:
+            bad.append(Inexpressible(f"engine_args.{key}", "false is not a flag value: remove the key (or use the engine's --no-... flag = true)"))
+        elif isinstance(value, list):
+            out.append(flag)
+            out.extend(str(v) for v in value)
+        else:
+            out.extend([flag, str(value)])
+    return out, bad

@@ -1,0 +1,220 @@
+"""The experiments folder: every definition, hosts.toml, and the checks that span files.
+
+Loading never raises on a bad file: each file yields either an experiment or its problems, so one
+broken definition never hides the others.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engines.adapter import ENGINE_MODULES, LaunchSpec, get_adapter
+from engines.errors import Problem, ServelabError
+from engines.experiment import Experiment, SourcedExperiment
+from engines.hostsfile import LOCAL, HostConfig, HostsFile
+from engines.loader import display_path, load_model, locate, parse_toml
+
+HOSTS_FILE = "hosts.toml"
+#: Where the command line looks when ``--dir`` is not given.
+ENV_DIR = "SERVELAB_EXPERIMENTS"
+
+
+def default_dir() -> Path:
+    """``$SERVELAB_EXPERIMENTS``, else ``./experiments``."""
+    return Path(os.environ.get(ENV_DIR) or "experiments")
+
+
+@dataclass
+class FileEntry:
+    """One TOML file of the folder: its experiment, or why it has none."""
+
+    path: Path
+    shown: str
+    experiment: SourcedExperiment | None = None
+    problems: list[Problem] = field(default_factory=list)
+
+
+@dataclass
+class Catalog:
+    """Everything loaded from one experiments folder."""
+
+    folder: Path
+    hosts: HostsFile
+    entries: list[FileEntry]
+    folder_problems: list[Problem] = field(default_factory=list)
+
+    # -- look-ups -----------------------------------------------------------------------------
+    @property
+    def experiments(self) -> list[SourcedExperiment]:
+        return [e.experiment for e in self.entries if e.experiment is not None]
+
+    def problems(self) -> list[Problem]:
+        out = list(self.folder_problems)
+        for entry in self.entries:
+            out.extend(entry.problems)
+        return out
+
+    def get(self, name: str) -> SourcedExperiment:
+        """An experiment by name (or by file stem / path), else a one-line error."""
+        for exp in self.experiments:
+            if exp.name == name or exp.path.stem == name or str(exp.path) == name:
+                return exp
+        for entry in self.entries:
+            if entry.path.stem == name and entry.problems:
+                raise ServelabError(f"{name}: definition is invalid: {entry.problems[0]}")
+        known = ", ".join(sorted(e.name for e in self.experiments)) or "none"
+        raise ServelabError(f"no experiment named {name!r} in {self.folder} (known: {known})")
+
+    def host(self, name: str) -> HostConfig:
+        cfg = self.hosts.get(name)
+        if cfg is None:
+            raise ServelabError(f"no host named {name!r} in {self.folder / HOSTS_FILE} (known: {', '.join(self.hosts.names())})")
+        return cfg.model_copy(update={"name": name}).resolved(self.folder)
+
+    def host_path(self, exp: SourcedExperiment, value: str, host: HostConfig | None = None) -> str:
+        """A model/drafter path as the host sees it: relative paths are relative to the folder on a local host."""
+        host = host or self.host(exp.experiment.host)
+        p = Path(value).expanduser() if host.is_local else Path(value)
+        if host.is_local and not p.is_absolute() and ("/" in value or value.startswith(".")):
+            return str((exp.folder / p).resolve())
+        return str(p) if host.is_local else value
+
+    def launch_spec(self, exp: SourcedExperiment, host: HostConfig | None = None) -> LaunchSpec:
+        """The exact argv and env of an experiment on its host."""
+        host = host or self.host(exp.experiment.host)
+        e = exp.experiment
+        draft = self.host_path(exp, e.speculative.draft_model, host) if e.speculative.draft_model else None
+        spec = get_adapter(e.engine).launch_spec(e, host.python, self.host_path(exp, e.model, host), draft)
+        if host.gpu_ids is not None and "CUDA_VISIBLE_DEVICES" not in spec.env:
+            env = dict(spec.env)
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in host.gpu_ids)
+            return LaunchSpec(spec.argv, env)
+        return spec
+
+    def baseline_of(self, exp: SourcedExperiment) -> SourcedExperiment | None:
+        if not exp.experiment.baseline:
+            return None
+        for other in self.experiments:
+            if other.name == exp.experiment.baseline:
+                return other
+        return None
+
+
+def _load_hosts(folder: Path) -> tuple[HostsFile, list[Problem]]:
+    path = folder / HOSTS_FILE
+    if not path.exists():
+        return HostsFile(), []
+    shown = display_path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return HostsFile(), [Problem(shown, 1, "<file>", f"cannot read: {exc.strerror}")]
+    parsed, text, problems = parse_toml(data, shown)
+    if parsed is None:
+        return HostsFile(), problems
+    hosts, problems = load_model(HostsFile, parsed, text, shown)
+    return hosts or HostsFile(), problems
+
+
+def load_file(path: Path, shown: str | None = None) -> FileEntry:
+    """Load one definition file. The name defaults to the file stem."""
+    shown = shown or display_path(path)
+    entry = FileEntry(path=path, shown=shown)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        entry.problems.append(Problem(shown, 1, "<file>", f"cannot read: {exc.strerror or exc}"))
+        return entry
+    parsed, text, problems = parse_toml(data, shown)
+    if parsed is None:
+        entry.problems = problems
+        return entry
+    parsed.setdefault("name", path.stem)
+    if "engine" in parsed and isinstance(parsed["engine"], str) and parsed["engine"] not in ENGINE_MODULES:
+        entry.problems.append(
+            Problem(shown, locate(text, ("engine",)), "engine", f"unknown engine {parsed['engine']!r} (known: {', '.join(sorted(ENGINE_MODULES))})")
+        )
+        return entry
+    exp, problems = load_model(Experiment, parsed, text, shown)
+    if exp is None:
+        entry.problems = problems
+        return entry
+    sourced = SourcedExperiment(experiment=exp, path=path, text=text)
+    entry.experiment = sourced
+    for bad in get_adapter(exp.engine).problems(exp):
+        entry.problems.append(Problem(shown, locate(text, tuple(bad.path.split("."))), bad.path, f"{exp.engine}: {bad.message}"))
+    for i, (patch, digest) in enumerate(sourced.patch_hashes()):
+        if digest is None:
+            entry.problems.append(Problem(shown, locate(text, ("patches", i, "file")), f"patches[{i}].file", f"patch file not found: {sourced.patch_path(patch)}"))
+    return entry
+
+
+def load_catalog(folder: Path | str | None = None, only: list[str] | None = None) -> Catalog:
+    """Load a folder of definitions. ``only`` limits file-level checks to those names/stems/paths."""
+    folder = Path(folder) if folder is not None else default_dir()
+    if not folder.is_dir():
+        raise ServelabError(f"experiments folder not found: {folder}")
+    hosts, host_problems = _load_hosts(folder)
+    files = sorted(p for p in folder.glob("*.toml") if p.name != HOSTS_FILE)
+    entries = [load_file(p) for p in files]
+    cat = Catalog(folder=folder, hosts=hosts, entries=entries, folder_problems=host_problems)
+    _cross_check(cat)
+    return cat
+
+
+def _cross_check(cat: Catalog) -> None:
+    """Checks that need the whole folder: unique names, hosts, baselines."""
+    seen: dict[str, FileEntry] = {}
+    by_name = {e.experiment.name: e for e in cat.entries if e.experiment is not None}
+    for entry in cat.entries:
+        exp = entry.experiment
+        if exp is None:
+            continue
+        e = exp.experiment
+        if e.name in seen:
+            first = seen[e.name]
+            entry.problems.append(Problem(entry.shown, locate(exp.text, ("name",)), "name", f"duplicate name {e.name!r} (also in {first.shown})"))
+        else:
+            seen[e.name] = entry
+        if cat.hosts.get(e.host) is None:
+            entry.problems.append(
+                Problem(entry.shown, locate(exp.text, ("host",)), "host", f"unknown host {e.host!r} (hosts.toml has: {', '.join(cat.hosts.names())})")
+            )
+        if e.baseline is not None:
+            base = by_name.get(e.baseline)
+            line = locate(exp.text, ("baseline",))
+            if e.baseline == e.name:
+                entry.problems.append(Problem(entry.shown, line, "baseline", "an experiment cannot be its own baseline"))
+            elif base is None or base.experiment is None:
+                entry.problems.append(Problem(entry.shown, line, "baseline", f"baseline {e.baseline!r} is not an experiment in this folder"))
+            elif base.experiment.experiment.model != e.model:
+                entry.problems.append(
+                    Problem(entry.shown, line, "baseline", f"baseline {e.baseline!r} runs another model ({base.experiment.experiment.model})")
+                )
+
+
+def check(folder: Path | str | None = None, names: list[str] | None = None) -> tuple[Catalog, list[Problem]]:
+    """All problems of the folder, or of the named experiments (plus hosts.toml)."""
+    cat = load_catalog(folder)
+    if not names:
+        return cat, sorted(cat.problems())
+    wanted: list[Problem] = list(cat.folder_problems)
+    for name in names:
+        matches = [
+            e for e in cat.entries
+            if e.path.stem == name or e.path.name == name or str(e.path) == name
+            or (e.experiment is not None and e.experiment.name == name)
+            or Path(name).resolve() == e.path.resolve()
+        ]
+        if not matches:
+            path = Path(name)
+            if path.is_file():
+                matches = [load_file(path)]
+            else:
+                wanted.append(Problem(name, 1, "<file>", "no such experiment or file"))
+                continue
+        for m in matches:
+            wanted.extend(m.problems)
+    return cat, sorted(set(wanted))

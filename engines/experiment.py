@@ -1,0 +1,172 @@
+"""The experiment definition: one TOML file per experiment, validated strictly.
+
+Unknown keys are rejected so that a typo (``tensr = 8``) is an error at check time and never a
+silently ignored setting on a 25-minute load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+SpecMethod = Literal["none", "eagle", "eagle3", "mtp", "ngram", "draft_model"]
+ArgValue = str | int | float | bool | list[str | int | float]
+
+#: Methods that need a separate drafter checkpoint.
+NEEDS_DRAFTER: frozenset[str] = frozenset({"eagle", "eagle3", "draft_model"})
+
+
+class Strict(BaseModel):
+    """Base for every definition table: unknown keys are errors, values are not coerced."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Parallel(Strict):
+    """Parallel sizes. Each engine adapter says which combinations it can express."""
+
+    tensor: Annotated[int, Field(ge=1)] = 1
+    data: Annotated[int, Field(ge=1)] = 1
+    expert: Annotated[int, Field(ge=1)] = 1
+    pipeline: Annotated[int, Field(ge=1)] = 1
+
+    @property
+    def gpus(self) -> int:
+        """GPUs one replica set needs (tensor x pipeline x data)."""
+        return self.tensor * self.pipeline * self.data
+
+
+class Speculative(Strict):
+    """Speculative decoding, in engine-neutral words; adapters translate it.
+
+    ``num_tokens`` is the number of tokens drafted per verification step on a chain
+    (vLLM's ``num_speculative_tokens``; SGLang's ``--speculative-num-steps`` with top-k 1).
+    """
+
+    method: SpecMethod = "none"
+    draft_model: str | None = None
+    num_tokens: Annotated[int, Field(ge=1)] | None = None
+    num_steps: Annotated[int, Field(ge=1)] | None = None
+    eagle_topk: Annotated[int, Field(ge=1)] | None = None
+    num_draft_tokens: Annotated[int, Field(ge=1)] | None = None
+    prompt_lookup_min: Annotated[int, Field(ge=1)] | None = None
+    prompt_lookup_max: Annotated[int, Field(ge=1)] | None = None
+    draft_tensor_parallel: Annotated[int, Field(ge=1)] | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _method_needs(self) -> Speculative:
+        m = self.method
+        if m == "none":
+            set_keys = [k for k in self.model_fields_set if k not in ("method", "extra")]
+            if set_keys or self.extra:
+                raise ValueError(f"method 'none' takes no other settings (got {', '.join(sorted(set_keys) or ['extra'])})")
+            return self
+        if m in NEEDS_DRAFTER and not self.draft_model:
+            raise ValueError(f"method '{m}' needs draft_model (the drafter checkpoint path)")
+        if m == "ngram" and self.draft_model:
+            raise ValueError("method 'ngram' is model-free; remove draft_model")
+        if self.num_tokens is None:
+            raise ValueError(f"method '{m}' needs num_tokens (tokens drafted per step)")
+        if m != "ngram" and (self.prompt_lookup_min or self.prompt_lookup_max):
+            raise ValueError("prompt_lookup_min/max only apply to method 'ngram'")
+        lo, hi = self.prompt_lookup_min, self.prompt_lookup_max
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"prompt_lookup_min ({lo}) is greater than prompt_lookup_max ({hi})")
+        return self
+
+
+class Patch(Strict):
+    """A unified diff against the engine's installed package root."""
+
+    file: str
+    description: str = ""
+
+
+class ProbeSettings(Strict):
+    """How the acceptance probe runs right after the server is ready."""
+
+    prompts: str = "builtin:mixed"
+    max_tokens: Annotated[int, Field(ge=1, le=32768)] = 256
+    concurrency: Annotated[int, Field(ge=1, le=256)] = 1
+    repeats: Annotated[int, Field(ge=1, le=20)] = 3
+    warmup: Annotated[int, Field(ge=0, le=20)] = 2
+    auto: bool = True
+
+
+class Experiment(Strict):
+    """One experiment definition, as written in ``experiments/NAME.toml``."""
+
+    name: Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+    description: str = ""
+    engine: str
+    host: str = "local"
+    model: Annotated[str, Field(min_length=1)]
+    served_model_name: str | None = None
+    port: Annotated[int, Field(ge=1, le=65535)] = 8000
+    baseline: str | None = None
+    tags: list[str] = Field(default_factory=list)
+    parallel: Parallel = Field(default_factory=Parallel)
+    speculative: Speculative = Field(default_factory=Speculative)
+    engine_args: dict[str, ArgValue] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    patches: list[Patch] = Field(default_factory=list)
+    probe: ProbeSettings = Field(default_factory=ProbeSettings)
+
+    @field_validator("engine_args")
+    @classmethod
+    def _flag_names(cls, v: dict[str, ArgValue]) -> dict[str, ArgValue]:
+        for key in v:
+            if key.startswith("-") or not key or any(c.isspace() for c in key):
+                raise ValueError(f"flag name {key!r}: write it without dashes and spaces, e.g. max-model-len")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            if not key.replace("_", "a").isalnum() or key[0].isdigit():
+                raise ValueError(f"environment variable name {key!r} is not a valid name")
+        return v
+
+
+class SourcedExperiment(BaseModel):
+    """An experiment plus where it came from, so every message can point at the file."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    experiment: Experiment
+    path: Path
+    text: str
+
+    @property
+    def name(self) -> str:
+        return self.experiment.name
+
+    @property
+    def folder(self) -> Path:
+        return self.path.parent
+
+    def patch_path(self, patch: Patch) -> Path:
+        """Patch files are relative to the experiments folder."""
+        p = Path(patch.file).expanduser()
+        return p if p.is_absolute() else self.folder / p
+
+    def patch_hashes(self) -> list[tuple[Patch, str | None]]:
+        """sha256 of every patch file (None when missing)."""
+        out: list[tuple[Patch, str | None]] = []
+        for patch in self.experiment.patches:
+            try:
+                out.append((patch, hashlib.sha256(self.patch_path(patch).read_bytes()).hexdigest()))
+            except OSError:
+                out.append((patch, None))
+        return out
+
+    def identity_hash(self) -> str:
+        """A short hash of the definition's content, to tell two versions of a run apart."""
+        blob = json.dumps(self.experiment.model_dump(mode="json"), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:12]

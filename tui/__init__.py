@@ -1,0 +1,1 @@
+"""servelab's face: the Textual dashboard and the ``servelab`` command, thin over ``engines``."""

@@ -1,0 +1,138 @@
+"""``servelab list``, ``show`` and ``check``: the experiment definitions."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+
+from engines.catalog import check, load_catalog
+from engines.loader import display_path
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("list", help="list the experiments")
+    p.add_argument("--json", action="store_true", help="print a JSON list")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("show", help="show an experiment's resolved command line, environment, patches, probe")
+    p.add_argument("experiment")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("check", help="validate definitions: exit 1 with FILE:LINE: key: message per problem")
+    p.add_argument("experiments", nargs="*", metavar="EXP", help="names or files (default: all)")
+    p.set_defaults(func=cmd_check)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    cat = load_catalog(args.dir)
+    rows = []
+    for exp in cat.experiments:
+        e = exp.experiment
+        rows.append(
+            {
+                "name": e.name,
+                "engine": e.engine,
+                "host": e.host,
+                "model": e.model,
+                "file": display_path(exp.path),
+                "speculative": {"method": e.speculative.method, "num_tokens": e.speculative.num_tokens},
+                "patches": len(e.patches),
+                "baseline": e.baseline,
+                "tags": e.tags,
+            }
+        )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold")
+    for col in ("NAME", "ENGINE", "HOST", "SPECULATIVE", "PATCHES", "FILE"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        spec = r["speculative"]["method"]
+        if r["speculative"]["num_tokens"]:
+            spec += f" k={r['speculative']['num_tokens']}"
+        table.add_row(r["name"], r["engine"], r["host"], spec, str(r["patches"] or "-"), r["file"])
+    Console().print(table)
+    broken = [e for e in cat.entries if e.experiment is None]
+    if broken:
+        print(f"{len(broken)} invalid definition(s) not listed: run 'servelab check'", file=sys.stderr)
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    cat = load_catalog(args.dir)
+    exp = cat.get(args.experiment)
+    e = exp.experiment
+    host = cat.host(e.host)
+    spec = cat.launch_spec(exp, host)
+    patches = [
+        {"file": p.file, "path": str(exp.patch_path(p)), "sha256": digest, "description": p.description}
+        for p, digest in exp.patch_hashes()
+    ]
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "name": e.name,
+                    "file": display_path(exp.path),
+                    "host": host.model_dump(),
+                    "argv": spec.argv,
+                    "env": spec.env,
+                    "patches": patches,
+                    "probe": e.probe.model_dump(),
+                },
+                indent=2,
+            )
+        )
+        return 0
+    print(f"{e.name}  ({display_path(exp.path)})")
+    if e.description:
+        print(f"  {e.description}")
+    where = f"ssh {host.ssh}" if host.ssh else "this machine"
+    print(f"\nhost      {host.name} ({where}), runs in {host.workdir}")
+    print(f"baseline  {e.baseline or '-'}")
+    print("\ncommand")
+    print("  " + " \\\n      ".join(_chunks(spec.argv)))
+    print("\nenvironment")
+    for k, v in spec.env.items():
+        print(f"  {k}={shlex.quote(v)}")
+    print("\npatches" + ("" if patches else "  none"))
+    for p in patches:
+        print(f"  {p['file']}  sha256 {(p['sha256'] or 'MISSING')[:16]}  {p['description']}")
+    pr = e.probe
+    print(f"\nprobe     prompts={pr.prompts} max_tokens={pr.max_tokens} concurrency={pr.concurrency} repeats={pr.repeats} warmup={pr.warmup} auto={pr.auto}")
+    return 0
+
+
+def _chunks(argv: list[str]) -> list[str]:
+    """Group ``--flag value`` pairs for a readable multi-line command."""
+    out: list[str] = []
+    i = 0
+    head = [shlex.quote(a) for a in argv[:3]]
+    out.append(" ".join(head))
+    i = 3
+    while i < len(argv):
+        part = [argv[i]]
+        i += 1
+        while i < len(argv) and not argv[i].startswith("--"):
+            part.append(argv[i])
+            i += 1
+        out.append(shlex.join(part))
+    return out
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    cat, problems = check(args.dir, args.experiments)
+    for p in problems:
+        print(p)
+    if problems:
+        return 1
+    n = len(args.experiments) if args.experiments else len(cat.experiments)
+    print(f"{n} definition(s) OK", file=sys.stderr)
+    return 0
