@@ -1,0 +1,77 @@
+"""The one interface every host implements (local subprocesses, or SSH via asyncssh).
+
+Everything that touches a host goes through it: running an argv (never a shell string built from
+user values), reading and writing files, following a log from a byte offset, and reaching a port
+of the host. The run lifecycle (``engines/runs.py``), preflight and patches are written against
+this interface only, so they behave the same on this machine and on a remote GPU host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from engines.hostsfile import HostConfig
+
+
+@dataclass(frozen=True)
+class Completed:
+    """A finished command on a host."""
+
+    argv: list[str]
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def text(self) -> str:
+        return self.stdout.decode("utf-8", "replace")
+
+
+class HostUnreachable(Exception):
+    """The host cannot be reached now (refused, timed out, unknown host key...). Message is one line."""
+
+
+@runtime_checkable
+class Host(Protocol):
+    """A machine where engines run."""
+
+    config: HostConfig
+
+    @property
+    def name(self) -> str: ...
+
+    async def run(
+        self,
+        argv: list[str],
+        *,
+        input: bytes | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = 60.0,
+    ) -> Completed:
+        """Run an argv to completion on the host (each element reaches the program as one literal argument)."""
+        ...
+
+    async def read_bytes(self, path: str, offset: int = 0, limit: int | None = None) -> bytes:
+        """Bytes of a file from ``offset`` (at most ``limit``); FileNotFoundError if absent."""
+        ...
+
+    async def write_bytes(self, path: str, data: bytes) -> None:
+        """Write a file atomically (temp file + rename), creating parent folders."""
+        ...
+
+    async def exists(self, path: str) -> bool: ...
+
+    async def listdir(self, path: str) -> list[str]:
+        """Names in a folder ([] if it does not exist)."""
+        ...
+
+    async def forward_port(self, remote_port: int) -> int:
+        """A port on this machine that reaches ``remote_port`` on the host's loopback (local: the same port)."""
+        ...
+
+    async def close(self) -> None: ...
