@@ -1,0 +1,27 @@
+"""Shared test settings. Fixture modules live in tests/fixtures/ and are listed in ``pytest_plugins``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXPERIMENTS = REPO / "experiments"
+SHARED_LOGS = (REPO.parent / "shared" / "logs").resolve()
+ENGINE_PYTHON = REPO / ".venv-engine" / "bin" / "python"
+TINY_MODEL = REPO / ".models" / "tiny-llama"
+
+# One line per fixture module (tests/fixtures/<area>.py).
+pytest_plugins: list[str] = []
+
+
+@pytest.fixture
+def repo() -> Path:
+    return REPO
+
+
+def need_engine() -> None:
+    """Skip only when the engine environment is absent (make test always builds it)."""
+    if not ENGINE_PYTHON.exists() or not (TINY_MODEL / "config.json").exists():
+        pytest.skip("engine environment or tiny model missing: run `make engine tiny-model`")
