@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -69,6 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as exc:  # a bug of ours: still one line, the traceback only on request
+        if os.environ.get("SERVELAB_DEBUG"):
+            raise
+        print(f"servelab: internal error: {exc.__class__.__name__}: {exc} (SERVELAB_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 70
 
 
 if __name__ == "__main__":

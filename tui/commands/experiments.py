@@ -52,13 +52,14 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     table = Table(box=None, header_style="bold")
     for col in ("NAME", "ENGINE", "HOST", "SPECULATIVE", "PATCHES", "FILE"):
-        table.add_column(col, overflow="fold")
+        table.add_column(col, no_wrap=col in ("NAME", "FILE"))
     for r in rows:
         spec = r["speculative"]["method"]
         if r["speculative"]["num_tokens"]:
             spec += f" k={r['speculative']['num_tokens']}"
         table.add_row(r["name"], r["engine"], r["host"], spec, str(r["patches"] or "-"), r["file"])
-    Console().print(table)
+    # a pipe gets full names on one line each (for grep); a terminal gets its own width
+    Console(width=None if sys.stdout.isatty() else 240).print(table)
     broken = [e for e in cat.entries if e.experiment is None]
     if broken:
         print(f"{len(broken)} invalid definition(s) not listed: run 'servelab check'", file=sys.stderr)

@@ -1,0 +1,72 @@
+"""`servelab list`, `show` and `check` as a user runs them (a real subprocess)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import EXPERIMENTS, REPO
+
+
+def servelab(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tui", *args], capture_output=True, text=True, cwd=cwd, timeout=60)
+
+
+def test_list_json_shows_the_five_bundled_experiments() -> None:
+    out = servelab("list", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert len(rows) == 5
+    for row in rows:
+        assert {"name", "engine", "host", "file", "speculative"} <= set(row)
+        assert Path(REPO, row["file"]).exists()
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["tiny-cpu-vllm-ngram"]["speculative"]["method"] == "ngram"
+    assert by_name["kimi-k25-sglang-eagle3"]["engine"] == "sglang"
+    assert by_name["kimi-k25-vllm-baseline"]["speculative"]["method"] == "none"
+
+
+def test_list_table_names_every_experiment() -> None:
+    out = servelab("list")
+    assert out.returncode == 0
+    for name in ("tiny-cpu-vllm-ngram", "kimi-k25-vllm-eagle3"):
+        assert name in out.stdout.replace("\n", "")
+
+
+def test_check_passes_on_bundled() -> None:
+    out = servelab("check")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout == ""
+
+
+def test_check_reports_one_line_per_problem(tmp_path: Path) -> None:
+    folder = tmp_path / "ex"
+    shutil.copytree(EXPERIMENTS, folder)
+    (folder / "bad.toml").write_text('engine = "vllm"\nmodel = "/m"\nport = "eighty"\n[speculative]\nmethod = "eagle3"\nnum_tokens = 2\n')
+    out = servelab("--dir", str(folder), "check")
+    assert out.returncode == 1
+    lines = out.stdout.splitlines()
+    assert len(lines) == 2
+    assert lines[0].endswith(":3: port: Input should be a valid integer")
+    assert ":4: speculative:" in lines[1] and "draft_model" in lines[1]
+
+
+def test_show_prints_the_command_and_patch_hashes() -> None:
+    out = servelab("show", "kimi-k25-vllm-eagle3")
+    assert out.returncode == 0, out.stderr
+    assert "vllm.entrypoints.openai.api_server" in out.stdout
+    assert "--speculative-config" in out.stdout
+    assert out.stdout.count("sha256 ") == 3
+    js = json.loads(servelab("show", "tiny-cpu-vllm-ngram", "--json").stdout)
+    assert js["argv"][1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+
+
+def test_unknown_experiment_and_wrong_flag_are_one_line() -> None:
+    out = servelab("show", "nope")
+    assert out.returncode == 1 and out.stderr.count("\n") == 1 and "no experiment named 'nope'" in out.stderr
+    out = servelab("list", "--jsn")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "unrecognized arguments" in out.stderr
+    assert "Traceback" not in out.stderr
