@@ -19,7 +19,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    import httpx
+
     from engines.experiment import Experiment
+    from engines.probe.metrics import AcceptanceWindow
+    from engines.probe.prompts import PromptSet
 
 #: Modules that each define ``ADAPTER``. One line per engine.
 ENGINE_MODULES: dict[str, str] = {
@@ -69,6 +73,13 @@ class EngineAdapter(Protocol):
 
     def engine_flags(self, exp: Experiment, model: str, draft_model: str | None) -> list[str]:
         """The server's flags alone (no interpreter, no module): what the engine's parser validates."""
+        ...
+
+    def read_acceptance(self, http: httpx.AsyncClient, exp: Experiment | None, prompts: PromptSet, max_tokens: int) -> AcceptanceWindow:
+        """A window that measures speculative-decoding acceptance the way this engine counts it.
+
+        ``http`` is bound to the server's base URL; the probe brackets each repeat with it.
+        """
         ...
 
 

@@ -7,10 +7,17 @@ flat flags (``--speculative-algorithm EAGLE3``, ``--speculative-num-steps`` ...)
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from engines.adapter import Inexpressible, LaunchSpec, render_flags
 from engines.experiment import Experiment
+
+if TYPE_CHECKING:
+    import httpx
+
+    from engines.probe.metrics import Acceptance
+    from engines.probe.prompts import PromptSet
 
 MANAGED_FLAGS: dict[str, str] = {
     "model-path": "model",
@@ -137,6 +144,181 @@ class SglangAdapter:
         argv = [python, "-m", "sglang.launch_server", *self.engine_flags(exp, model, draft_model)]
         env = {"PYTHONUNBUFFERED": "1", "NO_COLOR": "1", **exp.env}
         return LaunchSpec(argv=argv, env=env)
+
+    # -- metrics reading ----------------------------------------------------------------------
+    def read_acceptance(self, http: httpx.AsyncClient, exp: Experiment | None, prompts: PromptSet, max_tokens: int) -> SglangAcceptanceWindow:
+        return SglangAcceptanceWindow(http, exp, prompts, max_tokens)
+
+
+def draft_tokens_per_step(exp: Experiment | None) -> int | None:
+    """Tokens SGLang drafts per verify step on a chain (None when not known)."""
+    if exp is None or exp.speculative.method == "none":
+        return None
+    s = exp.speculative
+    if s.num_draft_tokens is not None and s.method != "ngram":
+        return s.num_draft_tokens - 1
+    return s.num_steps if s.num_steps is not None and s.method != "ngram" else s.num_tokens
+
+
+def _spec_record(obj: Any) -> dict[str, Any] | None:
+    """Find a per-request record with ``spec_verify_ct`` in a /generate or OpenAI-route answer."""
+    if isinstance(obj, dict):
+        if "spec_verify_ct" in obj:
+            return obj
+        for key in ("meta_info", "sglext", "spec_tokens_details", "choices"):
+            if key in obj:
+                found = _spec_record(obj[key])
+                if found is not None:
+                    return found
+    elif isinstance(obj, list):
+        for item in obj:
+            found = _spec_record(item)
+            if found is not None:
+                return found
+    return None
+
+
+def acceptance_from_records(records: list[dict[str, Any]], k: int | None, source: str) -> Acceptance | None:
+    """Pool per-request (completion_tokens, spec_verify_ct): length = sum(completion) / sum(verify).
+
+    Pooled (token-weighted) like SpecForge's ``accept_length``; the bonus token is counted, so
+    accepted draft tokens = completion - verify steps.
+    """
+    from engines.probe.metrics import Acceptance
+
+    verify = sum(float(r.get("spec_verify_ct") or 0) for r in records)
+    completion = sum(float(r.get("completion_tokens") or 0) for r in records)
+    if verify <= 0 or completion <= 0:
+        return None
+    accepted = completion - verify
+    if records and all(r.get("spec_draft_token_num") is not None for r in records):
+        draft_tokens: float | None = sum(float(r["spec_draft_token_num"]) for r in records)
+    else:
+        draft_tokens = verify * k if k else None
+    return Acceptance(
+        source=source,
+        drafts=verify,
+        draft_tokens=draft_tokens,
+        accepted=accepted,
+        rate=accepted / draft_tokens if draft_tokens else None,
+        length=completion / verify,
+    )
+
+
+class SglangAcceptanceWindow:
+    """Acceptance the way SGLang counts it, from the best source the server offers.
+
+    1. native ``POST /generate`` ``meta_info`` (``completion_tokens``, ``spec_verify_ct``) per prompt;
+    2. else the OpenAI route's spec details (``return_spec_tokens_details``), per prompt;
+    3. else ``/server_info`` ``internal_states[].avg_spec_accept_length`` (cumulative, server-wide).
+
+    The per-prompt requests run after the timed ones, so they never disturb the timing.
+    """
+
+    def __init__(self, http: httpx.AsyncClient, exp: Experiment | None, prompts: PromptSet, max_tokens: int) -> None:
+        self._http = http
+        self._k = draft_tokens_per_step(exp)
+        self._prompts = prompts
+        self._max_tokens = max_tokens
+        self._model = exp.served_model_name if exp is not None else None
+        self._noted: list[dict[str, Any]] = []
+
+    async def start(self) -> None:
+        self._noted.clear()
+
+    def request_fields(self) -> dict[str, Any]:
+        return {}
+
+    def note(self, payload: Mapping[str, Any]) -> None:
+        rec = _spec_record(dict(payload))
+        if rec is not None:
+            self._noted.append(rec)
+
+    async def _native(self) -> Acceptance | None:
+        import httpx
+
+        records: list[dict[str, Any]] = []
+        for p in self._prompts.prompts:
+            body = {"text": p.text, "sampling_params": {"temperature": 0.0, "max_new_tokens": self._max_tokens}}
+            try:
+                r = await self._http.post("/generate", json=body)
+                if r.status_code != 200:
+                    return None
+                rec = _spec_record(r.json())
+            except (httpx.HTTPError, ValueError):
+                return None
+            if rec is None:
+                return None
+            records.append(rec)
+        return acceptance_from_records(records, self._k, "sglang native /generate meta_info (per request, pooled)")
+
+    async def _openai(self) -> Acceptance | None:
+        import httpx
+
+        if self._noted:
+            return acceptance_from_records(self._noted, self._k, "sglang OpenAI-route spec details (per request, pooled)")
+        records: list[dict[str, Any]] = []
+        for p in self._prompts.prompts:
+            body: dict[str, Any] = {
+                "messages": [dict(m) for m in p.messages],
+                "max_tokens": self._max_tokens,
+                "temperature": 0.0,
+                "return_spec_tokens_details": True,
+            }
+            if self._model:
+                body["model"] = self._model
+            try:
+                r = await self._http.post("/v1/chat/completions", json=body)
+                if r.status_code != 200:
+                    return None
+                data = r.json()
+            except (httpx.HTTPError, ValueError):
+                return None
+            rec = _spec_record(data)
+            if rec is None:
+                return None
+            rec = dict(rec)
+            usage = data.get("usage") or {}
+            rec.setdefault("completion_tokens", usage.get("completion_tokens"))
+            records.append(rec)
+        return acceptance_from_records(records, self._k, "sglang OpenAI-route spec details (per request, pooled)")
+
+    async def _server_info(self) -> Acceptance | None:
+        import httpx
+
+        from engines.probe.metrics import Acceptance
+
+        for path in ("/server_info", "/get_server_info"):
+            try:
+                r = await self._http.get(path)
+                if r.status_code != 200:
+                    continue
+                info = r.json()
+            except (httpx.HTTPError, ValueError):
+                continue
+            states = info.get("internal_states") or []
+            lengths = [float(s["avg_spec_accept_length"]) for s in states if isinstance(s, dict) and s.get("avg_spec_accept_length") is not None]
+            if not lengths:
+                return None
+            length = sum(lengths) / len(lengths)
+            return Acceptance(
+                source=f"sglang {path} avg_spec_accept_length (cumulative since start, server-wide, mean of {len(lengths)} rank(s))",
+                drafts=None,
+                draft_tokens=None,
+                accepted=None,
+                rate=(length - 1.0) / self._k if self._k else None,
+                length=length,
+            )
+        return None
+
+    async def finish(self) -> Acceptance | None:
+        if self._k is None:
+            return None  # the experiment does not speculate
+        for source in (self._native, self._openai, self._server_info):
+            found = await source()
+            if found is not None:
+                return found
+        return None
 
 
 ADAPTER = SglangAdapter()

@@ -8,10 +8,17 @@ Speculative decoding goes into one ``--speculative-config`` JSON object with vLL
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from engines.adapter import Inexpressible, LaunchSpec, render_flags
 from engines.experiment import Experiment
+
+if TYPE_CHECKING:
+    import httpx
+
+    from engines.probe.metrics import Acceptance
+    from engines.probe.prompts import PromptSet
 
 #: Flags servelab sets from top-level keys; writing them in [engine_args] would contradict those.
 MANAGED_FLAGS: dict[str, str] = {
@@ -127,6 +134,72 @@ class VllmAdapter:
         argv = [python, "-m", "vllm.entrypoints.openai.api_server", *self.engine_flags(exp, model, draft_model)]
         env = {"PYTHONUNBUFFERED": "1", "VLLM_LOGGING_COLOR": "0", "NO_COLOR": "1", **exp.env}
         return LaunchSpec(argv=argv, env=env)
+
+    # -- metrics reading ----------------------------------------------------------------------
+    def read_acceptance(self, http: httpx.AsyncClient, exp: Experiment | None, prompts: PromptSet, max_tokens: int) -> VllmCounterWindow:
+        return VllmCounterWindow(http)
+
+
+#: vLLM's spec-decode counters (``_total`` samples), one label set per engine / DP rank.
+SPEC_DRAFTS = "vllm:spec_decode_num_drafts"
+SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
+SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+SPEC_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+
+
+class VllmCounterWindow:
+    """Acceptance from ``/metrics`` counters read right before and after the timed requests.
+
+    The counters are server-wide, so the window also counts anything else hitting the server
+    meanwhile (the same caveat as ``vllm bench serve``, which reads them the same way).
+    """
+
+    source = "vllm /metrics spec_decode counters (delta over the timed requests)"
+
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self._http = http
+        self._before: tuple[dict[str, float], dict[str, float]] | None = None
+
+    async def _scrape(self) -> tuple[dict[str, float], dict[str, float]]:
+        from engines.probe.metrics import sum_counters
+
+        r = await self._http.get("/metrics")
+        r.raise_for_status()
+        totals = sum_counters(r.text, (SPEC_DRAFTS, SPEC_DRAFT_TOKENS, SPEC_ACCEPTED))
+        per_pos = sum_counters(r.text, (SPEC_ACCEPTED_PER_POS,), by_label="position").get(SPEC_ACCEPTED_PER_POS, {})
+        return totals, per_pos
+
+    async def start(self) -> None:
+        self._before = await self._scrape()
+
+    def request_fields(self) -> dict[str, Any]:
+        return {}
+
+    def note(self, payload: Mapping[str, Any]) -> None:
+        return None
+
+    async def finish(self) -> Acceptance | None:
+        from engines.probe.metrics import Acceptance
+
+        if self._before is None:
+            raise RuntimeError("finish() before start()")
+        (t0, p0), (t1, p1) = self._before, await self._scrape()
+        drafts = t1.get(SPEC_DRAFTS, 0.0) - t0.get(SPEC_DRAFTS, 0.0)
+        if drafts <= 0:
+            return None  # not speculating (or nothing decoded in the window)
+        draft_tokens = t1.get(SPEC_DRAFT_TOKENS, 0.0) - t0.get(SPEC_DRAFT_TOKENS, 0.0)
+        accepted = t1.get(SPEC_ACCEPTED, 0.0) - t0.get(SPEC_ACCEPTED, 0.0)
+        positions = sorted(p1, key=int)
+        per_pos = [(p1[k] - p0.get(k, 0.0)) / drafts for k in positions]
+        return Acceptance(
+            source=self.source,
+            drafts=drafts,
+            draft_tokens=draft_tokens,
+            accepted=accepted,
+            rate=accepted / draft_tokens if draft_tokens > 0 else None,
+            length=1.0 + accepted / drafts,
+            per_position=per_pos,
+        )
 
 
 ADAPTER = VllmAdapter()

@@ -1,0 +1,1 @@
+"""The acceptance probe: prompts, a streaming client, metrics, statistics, and the runner."""

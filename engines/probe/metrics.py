@@ -1,0 +1,97 @@
+"""Acceptance figures and the Prometheus text they are read from.
+
+Each engine counts acceptance its own way (engine adapters implement ``read_acceptance``); this
+module holds what they share: the :class:`Acceptance` result, the :class:`AcceptanceWindow`
+protocol the runner drives around the timed requests, and counter reading with
+``prometheus_client``'s parser (never by hand: label escaping and exposition details differ).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from prometheus_client.parser import text_string_to_metric_families
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """Speculative-decoding acceptance over one window, with where it came from.
+
+    ``rate`` = accepted / draft tokens (0..1); ``length`` = 1 + accepted / drafts (counts the bonus
+    token); ``per_position[i]`` = accepted at draft position i / drafts.
+    """
+
+    source: str
+    drafts: float | None
+    draft_tokens: float | None
+    accepted: float | None
+    rate: float | None
+    length: float
+    per_position: list[float] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class AcceptanceWindow(Protocol):
+    """Brackets the timed requests of one repeat: ``start`` before, ``note`` each, ``finish`` after."""
+
+    async def start(self) -> None:
+        """Snapshot or reset whatever the engine counts."""
+        ...
+
+    def request_fields(self) -> dict[str, Any]:
+        """Extra JSON fields for each chat request (e.g. asking for per-request spec details)."""
+        ...
+
+    def note(self, payload: Mapping[str, Any]) -> None:
+        """See one request's last non-empty stream payload (usage / engine extras)."""
+        ...
+
+    async def finish(self) -> Acceptance | None:
+        """The window's acceptance; None when the server did not speculate."""
+        ...
+
+
+def sum_counters(text: str, names: Iterable[str], by_label: str | None = None) -> dict[str, Any]:
+    """Sum the ``<name>_total`` samples of each counter over all label sets (engines, DP ranks).
+
+    With ``by_label``, a counter's value is a ``{label value: sum}`` dict instead (per position).
+    Counters not exposed are absent from the result.
+    """
+    wanted = set(names)
+    out: dict[str, Any] = {}
+    for family in text_string_to_metric_families(text):
+        base = family.name[: -len("_total")] if family.name.endswith("_total") else family.name
+        if base not in wanted:
+            continue
+        for sample in family.samples:
+            if sample.name not in (base + "_total", base):
+                continue
+            if by_label is not None and by_label in sample.labels:
+                bucket = out.setdefault(base, {})
+                if not isinstance(bucket, dict):
+                    continue
+                key = sample.labels[by_label]
+                bucket[key] = bucket.get(key, 0.0) + float(sample.value)
+            elif by_label is None:
+                out[base] = float(out.get(base, 0.0)) + float(sample.value)
+    return out
+
+
+class NoAcceptance:
+    """The window for a server that does not speculate: nothing to count."""
+
+    async def start(self) -> None:
+        return None
+
+    def request_fields(self) -> dict[str, Any]:
+        return {}
+
+    def note(self, payload: Mapping[str, Any]) -> None:
+        return None
+
+    async def finish(self) -> Acceptance | None:
+        return None

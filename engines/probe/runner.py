@@ -1,0 +1,303 @@
+"""The acceptance probe: readiness, warm-up, timed repeats, acceptance windows, aggregates.
+
+Results use ``vllm bench serve``'s key names where they overlap (``output_throughput``,
+``mean_tpot_ms``, ``spec_decode_acceptance_rate`` in percent, ``spec_decode_acceptance_length``,
+per-position rates as fractions ...), so a probe file can be read next to a bench file. Every
+top-level figure is the median over repeats; ``stats`` holds median, MAD and the unstable flag,
+``per_repeat`` the raw repeat aggregates. ``*_itl_ms`` are per streamed chunk, not per token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from engines.errors import ServelabError
+from engines.probe.client import RequestResult, stream_chat
+from engines.probe.metrics import Acceptance, AcceptanceWindow, NoAcceptance
+from engines.probe.prompts import Prompt, PromptSet
+from engines.probe.stats import mean, median, percentile, summarise
+
+if TYPE_CHECKING:
+    from engines.adapter import EngineAdapter
+    from engines.experiment import Experiment
+
+#: Bumped when the result layout changes.
+FORMAT_VERSION = 1
+#: Figures summarised across repeats (median / MAD / unstable).
+REPEAT_FIGURES: tuple[str, ...] = (
+    "duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
+    "request_throughput", "output_throughput", "total_token_throughput",
+    "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
+    "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms",
+    "mean_itl_ms", "median_itl_ms", "p99_itl_ms",
+    "mean_e2el_ms", "median_e2el_ms", "p99_e2el_ms",
+    "mean_tokens_per_chunk", "eos_fraction",
+    "spec_decode_acceptance_rate", "spec_decode_acceptance_length",
+    "spec_decode_num_drafts", "spec_decode_draft_tokens", "spec_decode_accepted_tokens",
+)
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ProbeSettingsView:
+    """What the runner needs from ``[probe]`` (decoupled from the pydantic model for tests)."""
+
+    max_tokens: int = 64
+    concurrency: int = 1
+    repeats: int = 3
+    warmup: int = 1
+
+
+@dataclass
+class ProbeResult:
+    """The summary (``probe.json``) and one row per timed request (``probe-requests.jsonl``)."""
+
+    summary: dict[str, Any]
+    requests: list[dict[str, Any]] = field(default_factory=list)
+
+    def summary_json(self) -> str:
+        return json.dumps(self.summary, indent=2, sort_keys=False, default=_json_default) + "\n"
+
+    def requests_jsonl(self) -> str:
+        return "".join(json.dumps(r, default=_json_default) + "\n" for r in self.requests)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, float):
+        return None
+    return str(value)
+
+
+def _finite(x: float | None) -> float | None:
+    return None if x is None or x != x else x
+
+
+# -- readiness ------------------------------------------------------------------------------------
+async def wait_ready(http: httpx.AsyncClient, timeout_s: float = 600.0, progress: Progress | None = None) -> str:
+    """Wait for /health, learn the served model from /v1/models, then one tiny real generation.
+
+    Returns the served model name. A server can answer /health before it can generate (compile,
+    warm caches), so only a completed generation counts as ready.
+    """
+    deadline = time.monotonic() + timeout_s
+    stage = "health"
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            if stage == "health":
+                r = await http.get("/health")
+                if r.status_code == 200:
+                    stage = "models"
+                    if progress:
+                        progress("health ok")
+                    continue
+                last = f"/health answered {r.status_code}"
+            elif stage == "models":
+                r = await http.get("/v1/models")
+                data = r.json().get("data") if r.status_code == 200 else None
+                if data:
+                    model = str(data[0]["id"])
+                    res = await stream_chat(http, model, Prompt("ready", "readiness", ({"role": "user", "content": "Hi"},)), 2)
+                    if res.ok:
+                        if progress:
+                            progress(f"ready: served model {model}")
+                        return model
+                    last = f"tiny generation failed: {res.error}"
+                else:
+                    last = f"/v1/models answered {r.status_code}"
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        await asyncio.sleep(1.0)
+    raise ServelabError(f"server at {http.base_url} not ready after {timeout_s:.0f} s ({last or 'no answer'})")
+
+
+async def served_model(http: httpx.AsyncClient) -> str:
+    r = await http.get("/v1/models")
+    r.raise_for_status()
+    return str(r.json()["data"][0]["id"])
+
+
+async def engine_version(http: httpx.AsyncClient) -> str | None:
+    """vLLM: GET /version; SGLang: /server_info or /get_server_info ``version``."""
+    for path in ("/version", "/server_info", "/get_server_info"):
+        try:
+            r = await http.get(path)
+            if r.status_code == 200:
+                v = r.json().get("version")
+                if v:
+                    return str(v)
+        except (httpx.HTTPError, ValueError, AttributeError):
+            continue
+    return None
+
+
+# -- one repeat -----------------------------------------------------------------------------------
+async def _send_all(
+    http: httpx.AsyncClient, model: str, prompts: PromptSet, max_tokens: int, concurrency: int, extra: dict[str, Any]
+) -> list[RequestResult]:
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(p: Prompt) -> RequestResult:
+        async with sem:
+            return await stream_chat(http, model, p, max_tokens, extra)
+
+    return list(await asyncio.gather(*(one(p) for p in prompts.prompts)))
+
+
+def aggregate(results: list[RequestResult], duration: float, acceptance: Acceptance | None) -> dict[str, Any]:
+    """One repeat's figures, named like ``vllm bench serve``'s result file."""
+    ok = [r for r in results if r.ok]
+    ttfts = [r.ttft_ms for r in ok if r.ttft_ms is not None]
+    tpots = [r.tpot_ms for r in ok if r.tpot_ms is not None]
+    itls = [x for r in ok for x in r.chunk_itl_ms]
+    e2els = [r.e2el_ms for r in ok if r.e2el_ms is not None]
+    tpcs = [r.tokens_per_chunk for r in ok if r.tokens_per_chunk is not None]
+    total_in = sum(int(r.prompt_tokens or 0) for r in ok)
+    total_out = sum(r.output_tokens for r in ok)
+    out: dict[str, Any] = {
+        "duration": duration,
+        "completed": len(ok),
+        "failed": len(results) - len(ok),
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+        "request_throughput": len(ok) / duration if duration > 0 else None,
+        "output_throughput": total_out / duration if duration > 0 else None,
+        "total_token_throughput": (total_in + total_out) / duration if duration > 0 else None,
+        "mean_tokens_per_chunk": _finite(mean(tpcs)),
+        "eos_fraction": (sum(1 for r in ok if r.eos) / len(ok)) if ok else None,
+    }
+    for name, values in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", e2els)):
+        out[f"mean_{name}_ms"] = _finite(mean(values))
+        out[f"median_{name}_ms"] = _finite(median(values))
+        out[f"p99_{name}_ms"] = _finite(percentile(values, 99))
+    if acceptance is not None:
+        out["acceptance_source"] = acceptance.source
+        out["spec_decode_acceptance_rate"] = acceptance.rate * 100.0 if acceptance.rate is not None else None
+        out["spec_decode_acceptance_length"] = acceptance.length
+        out["spec_decode_num_drafts"] = acceptance.drafts
+        out["spec_decode_draft_tokens"] = acceptance.draft_tokens
+        out["spec_decode_accepted_tokens"] = acceptance.accepted
+        out["spec_decode_per_position_acceptance_rates"] = acceptance.per_position
+    return out
+
+
+def combine(repeats: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over repeats at the top level, plus ``stats`` (median, MAD, n, unstable) per figure."""
+    top: dict[str, Any] = {}
+    stats: dict[str, Any] = {}
+    for key in REPEAT_FIGURES:
+        values = [r[key] for r in repeats if r.get(key) is not None]
+        if not values:
+            continue
+        fig = summarise(values)
+        top[key] = fig.median
+        stats[key] = fig.to_dict()
+    per_pos = [r.get("spec_decode_per_position_acceptance_rates") for r in repeats]
+    per_pos = [p for p in per_pos if p]
+    if per_pos:
+        width = min(len(p) for p in per_pos)
+        figs = [summarise([p[i] for p in per_pos]) for i in range(width)]
+        top["spec_decode_per_position_acceptance_rates"] = [f.median for f in figs]
+        stats["spec_decode_per_position_acceptance_rates"] = [f.to_dict() for f in figs]
+    sources = sorted({r["acceptance_source"] for r in repeats if r.get("acceptance_source")})
+    if sources:
+        top["acceptance_source"] = ", ".join(sources)
+    top["unstable"] = sorted(k for k, v in stats.items() if isinstance(v, dict) and v["unstable"])
+    top["stats"] = stats
+    return top
+
+
+# -- the whole probe ------------------------------------------------------------------------------
+async def run_probe(
+    base_url: str,
+    prompts: PromptSet,
+    settings: ProbeSettingsView,
+    *,
+    adapter: EngineAdapter | None = None,
+    experiment: Experiment | None = None,
+    identity: dict[str, Any] | None = None,
+    label: str | None = None,
+    ready_timeout_s: float = 600.0,
+    request_timeout_s: float = 300.0,
+    progress: Progress | None = None,
+) -> ProbeResult:
+    """Probe a running server. ``adapter`` reads acceptance the engine's way (None: no acceptance)."""
+    say = progress or (lambda _msg: None)
+    timeout = httpx.Timeout(request_timeout_s, connect=10.0)
+    async with httpx.AsyncClient(base_url=base_url, timeout=timeout, trust_env=False) as http:
+        model = await wait_ready(http, ready_timeout_s, say)
+        version = await engine_version(http)
+        for i in range(settings.warmup):
+            say(f"warm-up {i + 1}/{settings.warmup}")
+            warm = await stream_chat(http, model, prompts.prompts[i % len(prompts)], min(settings.max_tokens, 32))
+            if not warm.ok:
+                raise ServelabError(f"warm-up request failed: {warm.error}")
+        repeats: list[dict[str, Any]] = []
+        rows: list[dict[str, Any]] = []
+        for rep in range(settings.repeats):
+            window: AcceptanceWindow = (
+                adapter.read_acceptance(http, experiment, prompts, settings.max_tokens)
+                if adapter is not None and experiment is not None
+                else NoAcceptance()
+            )
+            await window.start()
+            extra = window.request_fields()
+            t0 = time.perf_counter()
+            results = await _send_all(http, model, prompts, settings.max_tokens, settings.concurrency, extra)
+            duration = time.perf_counter() - t0
+            for res in results:
+                if res.ok:
+                    window.note(res.last_payload)
+            acceptance = await window.finish()
+            agg = aggregate(results, duration, acceptance)
+            agg["repeat"] = rep
+            repeats.append(agg)
+            for res in results:
+                row = res.record()
+                row["repeat"] = rep
+                row["start"] = row["start"] - t0
+                rows.append(row)
+            failed = [r for r in results if not r.ok]
+            say(
+                f"repeat {rep + 1}/{settings.repeats}: {agg['output_throughput'] or 0:.1f} output tok/s"
+                + (f", acceptance length {acceptance.length:.2f}" if acceptance else "")
+                + (f", {len(failed)} failed ({failed[0].error})" if failed else "")
+            )
+            if len(failed) == len(results):
+                raise ServelabError(f"every probe request failed: {failed[0].error}")
+    ident = dict(identity or {})
+    ident.setdefault("engine_version", version)
+    ident["served_model"] = model
+    ident["prompt_set"] = prompts.name
+    ident["prompt_set_hash"] = prompts.hash
+    summary: dict[str, Any] = {
+        "format": f"servelab-probe/{FORMAT_VERSION}",
+        "date": datetime.now(UTC).strftime("%Y%m%d-%H%M%S"),
+        "endpoint_type": "openai-chat",
+        "backend": (adapter.name if adapter is not None else ident.get("engine")) or "openai-chat",
+        "label": label,
+        "model_id": model,
+        "num_prompts": len(prompts),
+        "request_rate": "inf",
+        "max_concurrency": settings.concurrency,
+        "max_tokens": settings.max_tokens,
+        "temperature": 0.0,
+        "repeats": settings.repeats,
+        "num_warmups": settings.warmup,
+        "prompt_set": prompts.name,
+        "prompt_set_hash": prompts.hash,
+        "itl_is_per_chunk": True,
+        **combine(repeats),
+        "per_repeat": repeats,
+        "identity": ident,
+    }
+    return ProbeResult(summary=summary, requests=rows)

@@ -1,0 +1,148 @@
+"""Create the tiny Llama that the CPU experiments serve: `python engines/tinymodel.py OUT_DIR`.
+
+Run with the ENGINE interpreter (it needs torch/transformers/tokenizers, which the app does not
+have). Everything is deterministic: the tokenizer is trained on the fixed sentences below and the
+weights come from a fixed seed, so two machines get byte-identical files and the same greedy output.
+The model is random, so its text is nonsense, but vLLM serves it through the real code paths
+(chat template, streaming, speculative decoding) in about a minute on two CPU cores.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+SEED = 20260
+VOCAB_SIZE = 512
+HIDDEN = 128
+INTERMEDIATE = 256
+LAYERS = 2
+HEADS = 2
+KV_HEADS = 1
+HEAD_DIM = 64
+MAX_POSITIONS = 2048
+
+BOS, EOS, UNK, PAD = "<s>", "</s>", "<unk>", "<pad>"
+ROLE_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>"]
+
+# A model-agnostic chat template: role marker, content, end of turn. vLLM's chat endpoint renders it.
+CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{{ '<|' + message['role'] + '|>\n' + message['content'] + eos_token + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}"
+)
+
+# Written for this project; enough variety (prose, code, numbers) for a useful byte-level BPE.
+SENTENCES = [
+    "The operator watches the server load its weights and waits for the first token.",
+    "Speculative decoding drafts a few tokens cheaply and the target model verifies them at once.",
+    "When the draft is right, several tokens arrive in one step; when it is wrong, one step is lost.",
+    "Please summarise the following paragraph in two sentences for a busy reader.",
+    "Translate into French: the cat sleeps on the warm windowsill every afternoon.",
+    "Le chat dort sur le rebord de la fenetre chaque apres-midi.",
+    "Extract the names, dates and amounts from this invoice and return them as JSON.",
+    "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n",
+    "for i in range(10): print(i * i)",
+    "If a train travels 120 km in 1.5 hours, its average speed is 80 km per hour.",
+    "What is 17 times 23? It is 391, because 17 * 20 = 340 and 17 * 3 = 51.",
+    "Hello! How are you today? I am fine, thank you, and ready to help.",
+    "A good benchmark repeats each measurement and reports the median and the spread.",
+    "The quick brown fox jumps over the lazy dog near the river bank.",
+    "{\"name\": \"Ada\", \"year\": 1843, \"topic\": \"analytical engine\"}",
+    "SELECT name, count(*) FROM runs WHERE engine = 'vllm' GROUP BY name;",
+    "Acceptance rate is accepted tokens divided by drafted tokens; length adds one bonus token.",
+    "Throughput is measured in output tokens per second across all requests.",
+    "Answer briefly, then explain your reasoning step by step.",
+    "Water boils at 100 degrees Celsius at sea level and freezes at 0 degrees.",
+]
+
+
+def build_tokenizer():  # type: ignore[no-untyped-def]
+    """Train a byte-level BPE on SENTENCES and wrap it as a transformers fast tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token=UNK))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=[BOS, EOS, UNK, PAD, *ROLE_TOKENS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(SENTENCES * 4, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=BOS,
+        eos_token=EOS,
+        unk_token=UNK,
+        pad_token=PAD,
+        additional_special_tokens=ROLE_TOKENS,
+        model_max_length=MAX_POSITIONS,
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def build_model(tokenizer):  # type: ignore[no-untyped-def]
+    """A 2-layer Llama with random weights drawn from SEED."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=HIDDEN,
+        intermediate_size=INTERMEDIATE,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        head_dim=HEAD_DIM,
+        max_position_embeddings=MAX_POSITIONS,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+        torch_dtype="float32",
+    )
+    torch.manual_seed(SEED)
+    model = LlamaForCausalLM(config)
+    model.eval()
+    return model
+
+
+def create(out_dir: Path) -> Path:
+    """Write the model into out_dir atomically (a half-written folder never looks complete)."""
+    out_dir = out_dir.resolve()
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".tiny-llama-", dir=out_dir.parent))
+    try:
+        tokenizer = build_tokenizer()
+        model = build_model(tokenizer)
+        tokenizer.save_pretrained(staging)
+        model.save_pretrained(staging, safe_serialization=True)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(staging, out_dir)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return out_dir
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python engines/tinymodel.py OUT_DIR", file=sys.stderr)
+        return 2
+    out = create(Path(argv[0]))
+    print(f"tiny model written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
