@@ -1,0 +1,385 @@
+"""A Toolong-like log view: renders only the visible lines of a spooled log, read from disk.
+
+:class:`LogView` is a Line-API ``ScrollView`` over a :class:`LineIndex`; :class:`LogPanel`
+wraps it with the search box and a status line (follow state, "+N new lines", matches, modes).
+Whoever owns the log appends bytes to the index (in a worker) and then calls
+:meth:`LogPanel.lines_added` on the UI thread.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar
+
+from rich.segment import Segment
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.geometry import Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.widgets import Input, Static
+
+from engines.logs.lines import LineKind
+from tui.widgets.line_index import LineIndex
+
+_KIND_CLASS: dict[LineKind, str] = {
+    LineKind.ERROR: "logview--error",
+    LineKind.TRACEBACK: "logview--error",
+    LineKind.WARNING: "logview--warning",
+    LineKind.PROGRESS: "logview--progress",
+}
+
+
+def compile_search(term: str) -> re.Pattern[str] | None:
+    """Case-insensitive regex when the term is one, else the literal text; None for empty."""
+    if not term:
+        return None
+    try:
+        return re.compile(term, re.IGNORECASE)
+    except re.error:
+        return re.compile(re.escape(term), re.IGNORECASE)
+
+
+class LogView(ScrollView, can_focus=True):
+    """The lines themselves. Follows the end while ``follow`` is on; any scroll up pauses it."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("j,down", "scroll_down", "Down", show=False, id="log.down"),
+        Binding("k,up", "scroll_up", "Up", show=False, id="log.up"),
+        Binding("g,home", "top", "Top", show=False, id="log.top"),
+        Binding("G,end", "bottom", "End", show=False, id="log.end"),
+        Binding("pagedown,space", "page_down", "Page down", show=False, id="log.page-down"),
+        Binding("pageup,b", "page_up", "Page up", show=False, id="log.page-up"),
+    ]
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "logview--error",
+        "logview--warning",
+        "logview--progress",
+        "logview--match",
+        "logview--cursor",
+    }
+
+    DEFAULT_CSS = """
+    LogView { background: $surface; }
+    LogView > .logview--error { color: $text-error; background: $error-muted; }
+    LogView > .logview--warning { color: $text-warning; }
+    LogView > .logview--progress { color: $text-accent; }
+    LogView > .logview--match { background: $warning; color: $background; text-style: bold; }
+    LogView > .logview--cursor { background: $primary-muted; }
+    """
+
+    follow: reactive[bool] = reactive(True)
+    wrap: reactive[bool] = reactive(False)
+
+    class FollowChanged(Message):
+        def __init__(self, follow: bool) -> None:
+            super().__init__()
+            self.follow = follow
+
+    def __init__(self, index: LineIndex, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.index = index
+        self.cursor_line: int | None = None
+        self._auto_scrolling = False
+        self._wrap_cache: tuple[tuple[object, ...], list[Strip]] | None = None
+
+    # -- data ------------------------------------------------------------------------------------
+    def sync(self) -> None:
+        """The index changed: resize, follow the end if following, repaint."""
+        rows = self.index.row_count
+        width = self.index.max_width if not self.wrap else self.scrollable_content_region.width
+        height = rows + (max(self.size.height - 1, 0) if self.wrap else 0)
+        self.virtual_size = Size(width, height)
+        if self.follow:
+            self._scroll_to_end()
+        self.refresh()
+
+    def _scroll_to_end(self) -> None:
+        self._auto_scrolling = True
+        target = max(self.index.row_count - self.scrollable_content_region.height, 0)
+        if self.wrap:
+            target = max(self.index.row_count - 1, 0)
+        self.scroll_to(y=target, animate=False, immediate=True, force=True)
+        self._auto_scrolling = False
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if not self._auto_scrolling and self.follow and new_value < old_value:
+            self.follow = False
+
+    def watch_follow(self, follow: bool) -> None:
+        if follow:
+            self._scroll_to_end()
+            self.refresh()
+        self.post_message(self.FollowChanged(follow))
+
+    def watch_wrap(self) -> None:
+        self._wrap_cache = None
+        self.sync()
+
+    # -- navigation -------------------------------------------------------------------------------
+    def show_line(self, line: int) -> None:
+        """Scroll so ``line`` is visible (a third from the top) and mark it; pauses following."""
+        self.follow = False
+        self.cursor_line = line
+        row = self.index.row_of_line(line)
+        self.scroll_to(y=max(row - self.scrollable_content_region.height // 3, 0), animate=False, immediate=True, force=True)
+        self.refresh()
+
+    def action_top(self) -> None:
+        self.follow = False
+        self.scroll_home(animate=False, immediate=True)
+
+    def action_bottom(self) -> None:
+        self.follow = True
+
+    def action_scroll_up(self) -> None:
+        self.follow = False
+        self.scroll_relative(y=-1, animate=False, immediate=True)
+
+    def action_scroll_down(self) -> None:
+        self.scroll_relative(y=1, animate=False, immediate=True)
+
+    def action_page_up(self) -> None:
+        self.follow = False
+        self.scroll_relative(y=-max(self.scrollable_content_region.height - 1, 1), animate=False, immediate=True)
+
+    def action_page_down(self) -> None:
+        self.scroll_relative(y=max(self.scrollable_content_region.height - 1, 1), animate=False, immediate=True)
+
+    # -- rendering --------------------------------------------------------------------------------
+    def _styled(self, line: int) -> Text:
+        index = self.index
+        text = Text(index.text(line), no_wrap=not self.wrap, end="")
+        kind_class = _KIND_CLASS.get(index.kind(line))
+        if kind_class:
+            text.stylize(self.get_component_rich_style(kind_class, partial=True))
+        if line == self.cursor_line:
+            text.stylize(self.get_component_rich_style("logview--cursor", partial=True))
+        if index.search is not None:
+            text.highlight_regex(index.search, self.get_component_rich_style("logview--match", partial=True))
+        return text
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        width = self.scrollable_content_region.width
+        base = self.rich_style
+        if self.wrap:
+            strips = self._wrapped(scroll_y, width)
+            return strips[y].extend_cell_length(width, base) if y < len(strips) else Strip.blank(width, base)
+        row = scroll_y + y
+        if row >= self.index.row_count:
+            return Strip.blank(width, base)
+        text = self._styled(self.index.line_at_row(row))
+        segments = [Segment(s.text, base + s.style if s.style else base) for s in text.render(self.app.console)]
+        return Strip(segments, text.cell_len).crop_extend(scroll_x, scroll_x + width, base)
+
+    def _wrapped(self, scroll_y: int, width: int) -> list[Strip]:
+        """Rows of the viewport with long lines wrapped; bottom-anchored while following."""
+        height = self.scrollable_content_region.height
+        key = (scroll_y, width, height, self.index.version, self.follow, self.cursor_line)
+        if self._wrap_cache is not None and self._wrap_cache[0] == key:
+            return self._wrap_cache[1]
+        console = self.app.console
+        options = console.options.update_width(max(width, 1))
+        rows = self.index.row_count
+
+        def wrapped(row: int) -> list[Strip]:
+            text = self._styled(self.index.line_at_row(row))
+            lines = console.render_lines(text, options, style=self.rich_style, pad=False)
+            return [Strip(line) for line in lines] or [Strip.blank(width)]
+
+        strips: list[Strip] = []
+        if self.follow:
+            row = rows - 1
+            while row >= 0 and len(strips) < height:
+                strips[:0] = wrapped(row)
+                row -= 1
+            strips = strips[-height:]
+        else:
+            row = scroll_y
+            while row < rows and len(strips) < height:
+                strips.extend(wrapped(row))
+                row += 1
+        self._wrap_cache = (key, strips)
+        return strips
+
+
+class LogPanel(Vertical):
+    """LogView plus search box and status line; owns the log keys (search, follow, fold, ...)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("slash", "search", "Search", id="log.search"),
+        Binding("n", "next_match", "Next", id="log.next-match"),
+        Binding("N", "previous_match", "Prev", show=False, id="log.previous-match"),
+        Binding("F", "toggle_filter", "Filter", id="log.filter"),
+        Binding("f", "toggle_follow", "Follow", id="log.follow"),
+        Binding("e", "first_error", "1st error", id="log.first-error"),
+        Binding("w", "toggle_wrap", "Wrap", id="log.wrap"),
+        Binding("z", "toggle_fold", "Noise", id="log.fold-noise"),
+    ]
+
+    DEFAULT_CSS = """
+    LogPanel { height: 1fr; }
+    LogPanel > LogView { height: 1fr; }
+    LogPanel > #log-search { display: none; dock: bottom; }
+    LogPanel.-searching > #log-search { display: block; }
+    LogPanel > #log-status { height: 1; background: $panel; color: $text-muted; }
+    LogPanel > #log-status.-paused { color: $text-warning; }
+    """
+
+    def __init__(self, index: LineIndex, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.index = index
+        self.pending = 0
+        self.match_count = 0
+
+    def compose(self) -> ComposeResult:
+        yield LogView(self.index, id="log-view")
+        yield Static("", id="log-status")
+        yield Input(placeholder="search (regex or text); Enter: find, Esc: cancel", id="log-search")
+
+    @property
+    def view(self) -> LogView:
+        return self.query_one(LogView)
+
+    def on_mount(self) -> None:
+        self.view.sync()
+        self._update_status()
+
+    def lines_added(self, rows: int) -> None:
+        """Call on the UI thread after appending to the index."""
+        view = self.view
+        if not view.follow and rows > 0:
+            self.pending += rows
+        if self.index.search is not None:
+            self.match_count = len(self.index.matches)
+        view.sync()
+        self._update_status()
+
+    def _update_status(self) -> None:
+        view = self.view
+        index = self.index
+        parts = ["following" if view.follow else "paused"]
+        if not view.follow and self.pending:
+            parts.append(f"+{self.pending} new lines (f: follow)")
+        if index.search is not None:
+            parts.append(f"/{index.search.pattern}/ {self.match_count} match{'es' if self.match_count != 1 else ''}")
+        if index.filter and index.search is not None:
+            parts.append("filter on")
+        parts.append("noise folded" if index.fold_noise else "noise shown")
+        if view.wrap:
+            parts.append("wrap")
+        parts.append(f"{index.line_count} lines")
+        status = self.query_one("#log-status", Static)
+        status.update(" · ".join(parts))
+        status.set_class(not view.follow and self.pending > 0, "-paused")
+
+    @on(LogView.FollowChanged)
+    def _follow_changed(self, event: LogView.FollowChanged) -> None:
+        if event.follow:
+            self.pending = 0
+        self._update_status()
+
+    # -- actions ----------------------------------------------------------------------------------
+    def action_search(self) -> None:
+        self.add_class("-searching")
+        box = self.query_one("#log-search", Input)
+        box.value = self.index.search.pattern if self.index.search is not None else ""
+        box.focus()
+
+    @on(Input.Submitted, "#log-search")
+    def _search_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.remove_class("-searching")
+        self.view.focus()
+        self._apply_search(compile_search(event.value.strip()))
+
+    def on_key(self, event) -> None:  # type: ignore[no-untyped-def]
+        if event.key == "escape" and self.has_class("-searching"):
+            event.stop()
+            self.remove_class("-searching")
+            self.view.focus()
+
+    @work(thread=True, exclusive=True, group="log-scan")
+    def _apply_search(self, pattern: re.Pattern[str] | None) -> None:
+        count = self.index.set_search(pattern)
+        self.app.call_from_thread(self._search_done, count)
+
+    def _search_done(self, count: int) -> None:
+        self.match_count = count
+        self.view.sync()
+        self._update_status()
+        if count:
+            self.action_next_match()
+        elif self.index.search is not None:
+            self.app.notify(f"no match for {self.index.search.pattern!r}", severity="warning", timeout=3)
+
+    def _jump(self, forward: bool) -> None:
+        view = self.view
+        if self.index.search is None:
+            self.app.notify("no search: press / first", timeout=2)
+            return
+        if view.cursor_line is not None:
+            here = view.cursor_line
+        else:
+            here = self.index.line_at_row(int(view.scroll_offset.y)) - 1
+        line = self.index.next_match(here, forward)
+        if line is None:
+            self.app.notify("no match", severity="warning", timeout=2)
+            return
+        view.show_line(line)
+        self._update_status()
+
+    def action_next_match(self) -> None:
+        self._jump(True)
+
+    def action_previous_match(self) -> None:
+        self._jump(False)
+
+    def action_toggle_follow(self) -> None:
+        self.view.follow = not self.view.follow
+
+    def action_first_error(self) -> None:
+        line = self.index.first_error()
+        if line is None:
+            self.app.notify("no error in this log", timeout=2)
+            return
+        if self.index.row_of_line(line) >= self.index.row_count or self.index.line_at_row(self.index.row_of_line(line)) != line:
+            self.app.notify("the first error is hidden by the filter", severity="warning", timeout=3)
+        self.view.show_line(line)
+        self._update_status()
+
+    def action_toggle_wrap(self) -> None:
+        self.view.wrap = not self.view.wrap
+        self._update_status()
+
+    def action_toggle_fold(self) -> None:
+        self._set_mode(fold=not self.index.fold_noise)
+
+    def action_toggle_filter(self) -> None:
+        if self.index.search is None:
+            self.app.notify("filter shows lines matching the search: press / first", timeout=3)
+            return
+        self._set_mode(filter_on=not self.index.filter)
+
+    @work(thread=True, exclusive=True, group="log-scan")
+    def _set_mode(self, fold: bool | None = None, filter_on: bool | None = None) -> None:
+        if fold is not None:
+            self.index.set_fold_noise(fold)
+        if filter_on is not None:
+            self.index.set_filter(filter_on)
+        self.app.call_from_thread(self._mode_done)
+
+    def _mode_done(self) -> None:
+        view = self.view
+        view.sync()
+        if not view.follow and view.cursor_line is not None:
+            view.show_line(view.cursor_line)
+        self._update_status()
