@@ -66,6 +66,10 @@ class Host(Protocol):
 
     async def exists(self, path: str) -> bool: ...
 
+    async def size(self, path: str) -> int:
+        """Size of a file in bytes; FileNotFoundError if absent (follow uses it to notice truncation)."""
+        ...
+
     async def listdir(self, path: str) -> list[str]:
         """Names in a folder ([] if it does not exist)."""
         ...

@@ -1,0 +1,550 @@
+"""Host-side run control for servelab: start, inspect and stop engine runs.
+
+This file is copied to each host and run with the host's own Python (standard library only, no
+servelab import), so that every decision about a process is taken on the machine where the process
+lives, in one round trip, with no shell involved:
+
+- ``start RUN_DIR``: under a host-wide lock, refuse when the port or the GPUs are held (saying by
+  whom), else start the engine detached (own session and process group, stdin from /dev/null,
+  stdout+stderr to engine.log) under a small supervisor that records the exit code. Prints JSON.
+- ``status RUNS_ROOT [RUN_ID...]``: every run's record plus liveness (pid + start time + the
+  ``SERVELAB_RUN_ID`` marker in the environment guard against pid reuse). Prints JSON.
+- ``stop RUN_DIR GRACE``: SIGTERM to the run's process group, SIGKILL after GRACE seconds; only
+  processes carrying this run's marker are ever signalled. Prints JSON.
+- ``cleanup RUNS_ROOT [--apply]``: leftover processes of finished runs and the shared-memory files
+  they left in /dev/shm. Prints JSON (what would be / was removed).
+- ``holders PORT``: who listens on a port. Prints JSON.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+MARKER = "SERVELAB_RUN_ID"
+RUN_JSON = "run.json"
+LOG = "engine.log"
+EXIT_CODE = "exit_code"
+STOP_REQUESTED = "stop_requested"
+SHM_BEFORE = "shm-before.json"
+SHM_DIR = "/dev/shm"
+
+
+# -- small file helpers ---------------------------------------------------------------------------
+def read_json(path):
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read().decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def write_atomic(path, data):
+    tmp = "%s.tmp-%d" % (path, os.getpid())
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def update_record(run_dir, **fields):
+    path = os.path.join(run_dir, RUN_JSON)
+    rec = read_json(path) or {}
+    rec.update(fields)
+    write_atomic(path, (json.dumps(rec, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+    return rec
+
+
+def read_exit_code(run_dir):
+    try:
+        with open(os.path.join(run_dir, EXIT_CODE), "rb") as f:
+            return int(f.read().strip() or b"0")
+    except (OSError, ValueError):
+        return None
+
+
+# -- /proc ------------------------------------------------------------------------------------------
+def proc_stat(pid):
+    """(state, pgid, sid, starttime) of a process, or None when it does not exist."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            raw = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    rest = raw[raw.rfind(")") + 2 :].split()
+    # rest[0] is field 3 (state); pgid is field 5, session 6, starttime 22.
+    return rest[0], int(rest[2]), int(rest[3]), int(rest[19])
+
+
+def has_marker(pid, run_id):
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            env = f.read()
+    except OSError:
+        return False
+    return ("%s=%s" % (MARKER, run_id)).encode() in env.split(b"\0")
+
+
+def cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            parts = f.read().split(b"\0")
+    except OSError:
+        return "?"
+    return " ".join(p.decode("utf-8", "replace") for p in parts if p)[:300]
+
+
+def all_pids():
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            out.append(int(name))
+    return out
+
+
+def alive(pid, start_time):
+    """True when ``pid`` is the very process recorded (same start time) and is not a zombie."""
+    if not pid:
+        return False
+    st = proc_stat(pid)
+    if st is None or st[0] in ("Z", "X"):
+        return False
+    return start_time is None or st[3] == start_time
+
+
+def members(run_id):
+    """Live processes carrying this run's marker (the engine and everything it spawned)."""
+    out = []
+    me = os.getpid()
+    for pid in all_pids():
+        if pid == me:
+            continue
+        st = proc_stat(pid)
+        if st is None or st[0] in ("Z", "X"):
+            continue
+        if has_marker(pid, run_id):
+            out.append(pid)
+    return out
+
+
+# -- who holds a port / GPUs --------------------------------------------------------------------------
+def listening_inodes(port):
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                lines = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            if len(parts) < 10 or parts[3] != "0A":
+                continue
+            if int(parts[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(parts[9])
+    return inodes
+
+
+def port_holders(port):
+    """[(pid or None, command)] of processes listening on ``port``."""
+    inodes = listening_inodes(port)
+    if not inodes:
+        return []
+    found = []
+    wanted = set("socket:[%s]" % i for i in inodes)
+    for pid in all_pids():
+        fd_dir = "/proc/%d/fd" % pid
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(os.path.join(fd_dir, fd))
+            except OSError:
+                continue
+            if target in wanted:
+                found.append((pid, cmdline(pid)))
+                break
+    return found or [(None, "a process this user cannot see")]
+
+
+def nvidia_smi(args):
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe] + args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return [line.strip() for line in out.stdout.decode("utf-8", "replace").splitlines() if line.strip()]
+
+
+def gpu_busy(wanted):
+    """(gpu count, [(gpu index, pid, command)]) of compute processes on the wanted GPUs (None: all)."""
+    gpus = nvidia_smi(["--query-gpu=index,uuid", "--format=csv,noheader"])
+    if not gpus:
+        return 0, []
+    by_uuid = {}
+    for line in gpus:
+        idx, uuid = [p.strip() for p in line.split(",", 1)]
+        by_uuid[uuid] = int(idx)
+    apps = nvidia_smi(["--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader"]) or []
+    busy = []
+    for line in apps:
+        pid_s, uuid = [p.strip() for p in line.split(",", 1)]
+        idx = by_uuid.get(uuid)
+        if idx is None or (wanted is not None and idx not in wanted):
+            continue
+        pid = int(pid_s) if pid_s.isdigit() else None
+        busy.append((idx, pid, cmdline(pid) if pid else "?"))
+    return len(by_uuid), busy
+
+
+def gpus_of(rec):
+    """GPU indices a run uses (from CUDA_VISIBLE_DEVICES), None for all."""
+    value = (rec.get("env") or {}).get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return None
+    return set(int(v) for v in value.split(",") if v.strip().isdigit())
+
+
+def overlaps(a, b):
+    return a is None or b is None or bool(a & b)
+
+
+# -- run records ----------------------------------------------------------------------------------------
+def run_state(run_dir):
+    rec = read_json(os.path.join(run_dir, RUN_JSON))
+    if rec is None:
+        return None
+    code = read_exit_code(run_dir)
+    is_alive = code is None and alive(rec.get("pid"), rec.get("start_time"))
+    if is_alive:
+        status = "running"
+    elif code is not None:
+        status = "stopped" if os.path.exists(os.path.join(run_dir, STOP_REQUESTED)) else "exited"
+    elif rec.get("pid"):
+        status = "lost"
+    else:
+        status = rec.get("status") or "launching"
+    rec["alive"] = is_alive
+    rec["exit_code"] = code
+    rec["status"] = status
+    return rec
+
+
+def run_dirs(root):
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return []
+    return [os.path.join(root, n) for n in names if os.path.isfile(os.path.join(root, n, RUN_JSON))]
+
+
+def cmd_status(root, ids):
+    out = []
+    for run_dir in run_dirs(root):
+        if ids and os.path.basename(run_dir) not in ids:
+            continue
+        state = run_state(run_dir)
+        if state is not None:
+            out.append(state)
+    return {"runs": out}
+
+
+# -- start --------------------------------------------------------------------------------------------------
+def refusals(run_dir, rec):
+    """Why this run may not start now: the port or its GPUs are held by someone else."""
+    reasons = []
+    port = rec.get("port")
+    if port:
+        for pid, cmd in port_holders(int(port)):
+            reasons.append("port %s is in use by %s: %s" % (port, "pid %d" % pid if pid else "another user", cmd))
+    wanted = gpus_of(rec)
+    count, busy = gpu_busy(wanted)
+    for idx, pid, cmd in busy:
+        reasons.append("GPU %d is busy with pid %s: %s" % (idx, pid, cmd))
+    root = os.path.dirname(run_dir)
+    for other_dir in run_dirs(root):
+        if os.path.abspath(other_dir) == os.path.abspath(run_dir):
+            continue
+        other = run_state(other_dir)
+        if other is None or not other["alive"]:
+            continue
+        if port and other.get("port") == port:
+            reasons.append("port %s belongs to servelab run %s (pid %s)" % (port, other.get("id"), other.get("pid")))
+        elif count and overlaps(wanted, gpus_of(other)):
+            reasons.append("GPUs overlap with servelab run %s (pid %s)" % (other.get("id"), other.get("pid")))
+    return reasons
+
+
+def shm_names():
+    try:
+        return sorted(os.listdir(SHM_DIR))
+    except OSError:
+        return []
+
+
+def supervise(run_dir, rec, report_fd):
+    """The detached supervisor: start the engine, report its identity, wait, record its exit code."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    log_path = os.path.join(run_dir, LOG)
+    env = dict(os.environ)
+    env.update(rec.get("env") or {})
+    env[MARKER] = rec["id"]
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the SSH channel going away must not end the supervisor
+    try:
+        log = open(log_path, "ab", buffering=0)
+        proc = subprocess.Popen(
+            rec["argv"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=rec.get("cwd") or run_dir,
+            start_new_session=True,
+            close_fds=True,
+            restore_signals=True,
+            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
+        )
+        log.close()
+    except OSError as exc:
+        with open(log_path, "ab") as f:
+            f.write(("servelab: cannot start %s: %s\n" % (rec["argv"][0] if rec.get("argv") else "?", exc.strerror or exc)).encode())
+        write_atomic(os.path.join(run_dir, EXIT_CODE), b"127\n")
+        os.write(report_fd, json.dumps({"ok": False, "error": "cannot start %s: %s" % (rec["argv"][0], exc.strerror or exc)}).encode())
+        os.close(report_fd)
+        return 127
+    st = proc_stat(proc.pid)
+    started = update_record(
+        run_dir,
+        pid=proc.pid,
+        pgid=proc.pid,
+        start_time=st[3] if st else None,
+        supervisor_pid=os.getpid(),
+        status="running",
+    )
+    os.write(report_fd, json.dumps({"ok": True, "record": started}).encode())
+    os.close(report_fd)
+    code = proc.wait()
+    write_atomic(os.path.join(run_dir, EXIT_CODE), ("%d\n" % code).encode())
+    return 0
+
+
+def cmd_start(run_dir):
+    rec = read_json(os.path.join(run_dir, RUN_JSON))
+    if rec is None:
+        return {"ok": False, "error": "no run.json in %s" % run_dir}
+    root = os.path.dirname(os.path.abspath(run_dir))
+    lock = open(os.path.join(root, ".launch.lock"), "a")
+    fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+    try:
+        reasons = refusals(run_dir, rec)
+        if reasons:
+            update_record(run_dir, status="refused")
+            return {"ok": False, "refused": reasons}
+        write_atomic(os.path.join(run_dir, SHM_BEFORE), json.dumps(shm_names()).encode())
+        r, w = os.pipe()
+        child = os.fork()
+        if child == 0:  # first child: new session, then fork the supervisor and leave
+            try:
+                os.close(r)
+                lock.close()
+                os.setsid()
+                if os.fork() == 0:
+                    code = 1
+                    try:
+                        code = supervise(run_dir, rec, w)
+                    finally:
+                        os._exit(code)
+            finally:
+                os._exit(0)
+        os.close(w)
+        os.waitpid(child, 0)
+        chunks = []
+        while True:
+            data = os.read(r, 65536)
+            if not data:
+                break
+            chunks.append(data)
+        os.close(r)
+    finally:
+        lock.close()
+    if not chunks:
+        return {"ok": False, "error": "the supervisor died before starting the engine"}
+    return json.loads(b"".join(chunks).decode())
+
+
+# -- stop -----------------------------------------------------------------------------------------------------
+def signal_run(rec, sig):
+    """Signal the run's group (when its leader is verified) and every other process with its marker."""
+    run_id = rec["id"]
+    done = []
+    pgid = rec.get("pgid")
+    if pgid and alive(rec.get("pid"), rec.get("start_time")) and has_marker(rec["pid"], run_id):
+        try:
+            os.killpg(pgid, sig)
+            done.append(pgid)
+        except OSError as exc:
+            if exc.errno != errno.ESRCH:
+                raise
+    for pid in members(run_id):
+        st = proc_stat(pid)
+        if st is not None and pgid and st[1] == pgid and done:
+            continue  # already reached through the group
+        try:
+            os.kill(pid, sig)
+            done.append(pid)
+        except OSError:
+            pass
+    return done
+
+
+def cmd_stop(run_dir, grace):
+    rec = read_json(os.path.join(run_dir, RUN_JSON))
+    if rec is None:
+        return {"ok": False, "error": "no run.json in %s" % run_dir}
+    if not rec.get("pid"):
+        return {"ok": False, "error": "run %s has no process recorded" % rec.get("id")}
+    write_atomic(os.path.join(run_dir, STOP_REQUESTED), ("%f\n" % time.time()).encode())
+    before = members(rec["id"])
+    signal_run(rec, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    left = members(rec["id"])
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = members(rec["id"])
+    killed = []
+    if left:
+        killed = left
+        signal_run(rec, signal.SIGKILL)
+        end = time.monotonic() + 5
+        while left and time.monotonic() < end:
+            time.sleep(0.05)
+            left = members(rec["id"])
+    # Give the supervisor a moment to record the exit code.
+    end = time.monotonic() + 2
+    while read_exit_code(run_dir) is None and time.monotonic() < end:
+        if not alive(rec.get("supervisor_pid"), None):
+            break
+        time.sleep(0.05)
+    return {"ok": not left, "terminated": before, "killed": killed, "remaining": left, "state": run_state(run_dir)}
+
+
+# -- cleanup ----------------------------------------------------------------------------------------------------
+def shm_in_use():
+    """Paths under /dev/shm that a live process has open or mapped."""
+    used = set()
+    for pid in all_pids():
+        fd_dir = "/proc/%d/fd" % pid
+        try:
+            for fd in os.listdir(fd_dir):
+                try:
+                    target = os.readlink(os.path.join(fd_dir, fd))
+                except OSError:
+                    continue
+                if target.startswith(SHM_DIR + "/"):
+                    used.add(target)
+        except OSError:
+            pass
+        try:
+            with open("/proc/%d/maps" % pid, "rb") as f:
+                for line in f:
+                    i = line.find(b" " + SHM_DIR.encode() + b"/")
+                    if i >= 0:
+                        used.add(line[i + 1 :].strip().decode("utf-8", "replace").replace(" (deleted)", ""))
+        except OSError:
+            pass
+    return used
+
+
+def cmd_cleanup(root, apply):
+    """Stale leftovers of servelab runs only: marked processes of finished runs, their /dev/shm files."""
+    processes = []
+    shm = []
+    ended = []
+    for run_dir in run_dirs(root):
+        state = run_state(run_dir)
+        if state is None or state["alive"] or not state.get("pid"):
+            continue
+        ended.append((run_dir, state))
+        for pid in members(state["id"]):
+            processes.append({"run": state["id"], "pid": pid, "command": cmdline(pid)})
+    used = shm_in_use()
+    claimed = set()
+    for run_dir, state in ended:
+        before = read_json(os.path.join(run_dir, SHM_BEFORE))
+        if before is None:
+            continue
+        try:
+            started = os.stat(os.path.join(run_dir, SHM_BEFORE)).st_mtime
+            end_stat = os.stat(os.path.join(run_dir, EXIT_CODE)).st_mtime if state["exit_code"] is not None else time.time()
+        except OSError:
+            continue
+        for name in set(shm_names()) - set(before):
+            path = os.path.join(SHM_DIR, name)
+            try:
+                created = os.stat(path).st_ctime
+            except OSError:
+                continue
+            if path in used or path in claimed or not (started - 1 <= created <= end_stat + 1):
+                continue
+            claimed.add(path)
+            shm.append({"run": state["id"], "path": path})
+    if apply:
+        for p in processes:
+            rec = read_json(os.path.join(root, p["run"], RUN_JSON)) or {}
+            if has_marker(p["pid"], p["run"]):
+                try:
+                    os.kill(p["pid"], signal.SIGKILL)
+                except OSError:
+                    pass
+        for s in shm:
+            try:
+                os.unlink(s["path"])
+            except OSError:
+                pass
+        for run_dir, state in ended:
+            if state["status"] == "lost":
+                update_record(run_dir, status="lost")
+    return {"processes": processes, "shm": shm, "applied": apply}
+
+
+def main(argv):
+    if len(argv) < 2:
+        sys.stderr.write("usage: runctl.py start|status|stop|cleanup|holders ...\n")
+        return 2
+    cmd = argv[1]
+    if cmd == "start":
+        out = cmd_start(argv[2])
+    elif cmd == "status":
+        out = cmd_status(argv[2], argv[3:])
+    elif cmd == "stop":
+        out = cmd_stop(argv[2], float(argv[3]))
+    elif cmd == "cleanup":
+        out = cmd_cleanup(argv[2], "--apply" in argv[3:])
+    elif cmd == "holders":
+        out = {"holders": [{"pid": p, "command": c} for p, c in port_holders(int(argv[2]))]}
+    else:
+        sys.stderr.write("unknown command %s\n" % cmd)
+        return 2
+    sys.stdout.write(json.dumps(out) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

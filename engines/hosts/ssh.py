@@ -1,0 +1,328 @@
+"""A remote host over SSH (asyncssh): one connection per host, reused for every channel.
+
+- ``~/.ssh/config`` is honoured (aliases, ProxyJump, IdentityFile, UserKnownHostsFile); the
+  ssh-agent is used when ``SSH_AUTH_SOCK`` is set. ``$SERVELAB_SSH_CONFIG`` (paths separated by
+  ``:``) replaces ~/.ssh/config, e.g. for a test server or a per-project config.
+- Host keys are verified against known_hosts; an unknown or changed key is refused, never accepted.
+- Keepalives detect a dead link; a lost connection is re-opened with backoff on the next call.
+  Reads and file operations are retried across a reconnect (they are idempotent); a command whose
+  connection drops while it runs is not re-run (it may have had effects) and raises HostUnreachable.
+- A remote command is one string by protocol: it is built only with ``shlex.join(argv)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shlex
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import asyncssh
+
+from engines.hosts.base import Completed, HostUnreachable
+from engines.hostsfile import HostConfig
+
+T = TypeVar("T")
+
+ENV_SSH_CONFIG = "SERVELAB_SSH_CONFIG"
+#: Seconds between reconnect attempts; their sum bounds how long a call waits for the link.
+BACKOFF: tuple[float, ...] = (0.0, 0.2, 0.5, 1.0, 2.0, 4.0)
+KEEPALIVE_INTERVAL = 5.0
+KEEPALIVE_COUNT_MAX = 3
+
+#: Errors that mean the link is gone (retry on a new connection when the call is idempotent).
+_LINK_ERRORS: tuple[type[BaseException], ...] = (
+    asyncssh.ConnectionLost,
+    asyncssh.ChannelOpenError,
+    asyncssh.DisconnectError,
+    ConnectionError,
+    BrokenPipeError,
+    EOFError,
+)
+#: Refusals that retrying cannot fix.
+_FINAL_ERRORS: tuple[type[BaseException], ...] = (asyncssh.HostKeyNotVerifiable, asyncssh.PermissionDenied)
+
+
+def split_target(target: str) -> tuple[str, str | None, int | None]:
+    """``user@host:port`` (or an alias) into host, user and port; None leaves them to ssh_config."""
+    user: str | None = None
+    port: int | None = None
+    host = target
+    if "@" in host:
+        user, host = host.rsplit("@", 1)
+    if host.count(":") == 1:
+        name, _, p = host.partition(":")
+        if p.isdigit():
+            host, port = name, int(p)
+    elif host.startswith("[") and "]:" in host:
+        name, _, p = host[1:].partition("]:")
+        if p.isdigit():
+            host, port = name, int(p)
+    return host, user, port
+
+
+def config_paths() -> list[str] | None:
+    """ssh_config files to read: $SERVELAB_SSH_CONFIG, else asyncssh's default (~/.ssh/config)."""
+    value = os.environ.get(ENV_SSH_CONFIG)
+    if not value:
+        return None
+    return [p for p in value.split(os.pathsep) if p]
+
+
+class _Client(asyncssh.SSHClient):
+    """Tells the host when its connection dies, so the next call reconnects."""
+
+    def __init__(self, host: SshHost) -> None:
+        self._host = host
+        self._conn: asyncssh.SSHClientConnection | None = None
+
+    def connection_made(self, conn: asyncssh.SSHClientConnection) -> None:
+        self._conn = conn
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._host._lost(self._conn)
+
+
+class SshHost:
+    """A host reached over SSH."""
+
+    def __init__(self, config: HostConfig, *, ssh_config: list[str] | None = None) -> None:
+        if config.ssh is None:
+            raise ValueError(f"host {config.name} has no ssh target")
+        self.config = config
+        self._ssh_config = ssh_config if ssh_config is not None else config_paths()
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._sftp: asyncssh.SFTPClient | None = None
+        self._lock = asyncio.Lock()
+        self._forwards: dict[int, asyncssh.SSHListener] = {}
+        #: How many connections this host has opened (the first plus reconnects): shown by tests.
+        self.connects = 0
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    # -- connection -----------------------------------------------------------------------------
+    def _lost(self, conn: asyncssh.SSHClientConnection | None = None) -> None:
+        """Forget the connection (``conn``: only if it is still the current one)."""
+        if conn is not None and conn is not self._conn:
+            return
+        old = self._conn
+        self._conn = None
+        self._sftp = None
+        self._forwards.clear()
+        if old is not None and conn is None:
+            old.close()
+
+    async def _open(self) -> asyncssh.SSHClientConnection:
+        host, user, port = split_target(self.config.ssh or "")
+        kwargs: dict[str, object] = {
+            "keepalive_interval": KEEPALIVE_INTERVAL,
+            "keepalive_count_max": KEEPALIVE_COUNT_MAX,
+            "connect_timeout": self.config.connect_timeout,
+        }
+        if user is not None:
+            kwargs["username"] = user
+        if port is not None:
+            kwargs["port"] = port
+        if self._ssh_config is not None:
+            kwargs["config"] = self._ssh_config
+        where = f"{self.name} ({self.config.ssh})"
+        try:
+            conn, _ = await asyncssh.create_connection(lambda: _Client(self), host, **kwargs)  # type: ignore[arg-type]
+        except asyncssh.HostKeyNotVerifiable as exc:
+            raise HostUnreachable(
+                f"{where}: host key refused ({_one_line(exc)}); the key is unknown or changed: check known_hosts"
+            ) from None
+        except asyncssh.PermissionDenied:
+            raise HostUnreachable(f"{where}: authentication refused (no key or agent identity accepted)") from None
+        except (asyncio.TimeoutError, TimeoutError):
+            raise HostUnreachable(f"{where}: connection timed out after {self.config.connect_timeout:g}s") from None
+        except (OSError, asyncssh.Error) as exc:
+            raise HostUnreachable(f"{where}: cannot connect: {_one_line(exc)}") from None
+        self.connects += 1
+        return conn
+
+    async def connection(self) -> asyncssh.SSHClientConnection:
+        """The live connection, opened (with backoff) when there is none."""
+        async with self._lock:
+            if self._conn is not None:
+                return self._conn
+            last: HostUnreachable | None = None
+            for delay in BACKOFF:
+                if delay:
+                    await asyncio.sleep(delay)
+                try:
+                    self._conn = await self._open()
+                    return self._conn
+                except HostUnreachable as exc:
+                    last = exc
+                    if "refused (" in str(exc) or "authentication refused" in str(exc):
+                        raise
+            assert last is not None
+            raise last
+
+    async def _sftp_client(self) -> asyncssh.SFTPClient:
+        conn = await self.connection()
+        if self._sftp is None or self._conn is not conn:
+            self._sftp = await conn.start_sftp_client()
+        return self._sftp
+
+    async def _retry(self, op: Callable[[], Awaitable[T]]) -> T:
+        """Run an idempotent operation, reconnecting with backoff when the link drops."""
+        last: BaseException | None = None
+        for delay in BACKOFF:
+            if delay:
+                await asyncio.sleep(delay)
+            try:
+                return await op()
+            except _FINAL_ERRORS:
+                raise
+            except _LINK_ERRORS as exc:
+                last = exc
+                self._lost()
+        raise HostUnreachable(f"{self.name} ({self.config.ssh}): connection keeps dropping: {_one_line(last)}")
+
+    async def reconnect(self) -> None:
+        """Drop the current connection (if any); the next call opens a new one."""
+        self._lost()
+
+    # -- commands -------------------------------------------------------------------------------
+    async def run(
+        self,
+        argv: list[str],
+        *,
+        input: bytes | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = 60.0,
+    ) -> Completed:
+        words = list(argv)
+        if env:
+            # Servers accept few variables over the protocol; `env NAME=VALUE... argv` always works.
+            words = ["env", *(f"{k}={v}" for k, v in env.items()), *words]
+        if cwd is not None:
+            # A constant script; the directory and argv arrive as positional parameters, literally.
+            words = ["sh", "-c", 'cd -- "$1" && shift && exec "$@"', "sh", cwd, *words]
+        command = shlex.join(words)
+        for attempt, delay in enumerate(BACKOFF):
+            if delay:
+                await asyncio.sleep(delay)
+            conn = await self.connection()
+            try:
+                proc = await conn.create_process(command, encoding=None, stdin=asyncssh.PIPE if input is not None else asyncssh.DEVNULL)
+            except _LINK_ERRORS:
+                self._lost()
+                continue  # the command never started: safe to try on a new connection
+            try:
+                out, err = await asyncio.wait_for(proc.communicate(input), timeout)
+            except (asyncio.TimeoutError, TimeoutError):
+                proc.close()
+                raise
+            except _LINK_ERRORS as exc:
+                self._lost()
+                raise HostUnreachable(f"{self.name}: connection lost while running {argv[0]}: {_one_line(exc)}") from None
+            status = proc.exit_status
+            if status is None or status < 0:
+                status = 128 + 9 if proc.exit_signal is None else 128 + _signal_number(proc.exit_signal[0])
+            return Completed(list(argv), status, bytes(out or b""), bytes(err or b""))
+        raise HostUnreachable(f"{self.name} ({self.config.ssh}): cannot open a channel")
+
+    # -- files (SFTP) ---------------------------------------------------------------------------
+    async def read_bytes(self, path: str, offset: int = 0, limit: int | None = None) -> bytes:
+        async def op() -> bytes:
+            sftp = await self._sftp_client()
+            try:
+                async with sftp.open(path, "rb") as f:
+                    data = await f.read(-1 if limit is None else limit, offset)
+            except asyncssh.SFTPNoSuchFile:
+                raise FileNotFoundError(path) from None
+            return bytes(data)
+
+        return await self._retry(op)
+
+    async def write_bytes(self, path: str, data: bytes) -> None:
+        async def op() -> None:
+            sftp = await self._sftp_client()
+            parent = os.path.dirname(path)
+            if parent:
+                await sftp.makedirs(parent, exist_ok=True)
+            tmp = os.path.join(parent, f".{os.path.basename(path)}.tmp-{secrets.token_hex(4)}")
+            async with sftp.open(tmp, "wb") as f:
+                await f.write(data)
+            try:
+                await sftp.posix_rename(tmp, path)
+            except asyncssh.SFTPError:
+                await sftp.remove(tmp)
+                raise
+
+        await self._retry(op)
+
+    async def exists(self, path: str) -> bool:
+        async def op() -> bool:
+            sftp = await self._sftp_client()
+            return bool(await sftp.exists(path))
+
+        return await self._retry(op)
+
+    async def size(self, path: str) -> int:
+        async def op() -> int:
+            sftp = await self._sftp_client()
+            try:
+                attrs = await sftp.stat(path)
+            except asyncssh.SFTPNoSuchFile:
+                raise FileNotFoundError(path) from None
+            return int(attrs.size or 0)
+
+        return await self._retry(op)
+
+    async def listdir(self, path: str) -> list[str]:
+        async def op() -> list[str]:
+            sftp = await self._sftp_client()
+            try:
+                names = await sftp.listdir(path)
+            except (asyncssh.SFTPNoSuchFile, asyncssh.SFTPFailure):
+                return []
+            return sorted(str(n) for n in names if n not in (".", ".."))
+
+        return await self._retry(op)
+
+    # -- ports ----------------------------------------------------------------------------------
+    async def forward_port(self, remote_port: int) -> int:
+        async def op() -> int:
+            conn = await self.connection()
+            listener = self._forwards.get(remote_port)
+            if listener is None:
+                listener = await conn.forward_local_port("127.0.0.1", 0, "127.0.0.1", remote_port)
+                self._forwards[remote_port] = listener
+            return int(listener.get_port())
+
+        return await self._retry(op)
+
+    async def close(self) -> None:
+        conn = self._conn
+        self._lost()
+        if conn is not None:
+            conn.close()
+            try:
+                await asyncio.wait_for(conn.wait_closed(), 5)
+            except (asyncio.TimeoutError, TimeoutError):
+                pass
+
+
+def _signal_number(name: str) -> int:
+    import signal
+
+    try:
+        return int(signal.Signals[f"SIG{name}"])
+    except KeyError:
+        return 9
+
+
+def _one_line(exc: BaseException | None) -> str:
+    if exc is None:
+        return "unknown error"
+    text = str(exc) or type(exc).__name__
+    return " ".join(text.split())

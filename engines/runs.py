@@ -1,0 +1,464 @@
+"""The run lifecycle: launch detached, list, follow the log, liveness, stop, cleanup, artifacts.
+
+The host is the source of truth. Each run lives in ``<workdir>/runs/<run-id>/`` on its host:
+
+- ``experiment.toml``: the definition as it was launched;
+- ``run.json``: id, experiment, engine, host, argv, env, pid, pgid, start time (``/proc`` ticks,
+  the pid-reuse guard), started_at, port, model, log_path, status, patch hashes;
+- ``engine.log``: the engine's stdout and stderr; ``exit_code``: written when the engine exits;
+- later ``probe.json`` / ``probe-requests.jsonl`` (written with :meth:`Runs.write_artifact`).
+
+Every decision about a process (refusing a held port or busy GPUs, starting detached, liveness,
+signalling only processes this run started) is taken on the host by ``engines/helpers/runctl.py``
+in one round trip, so two dashboards on two machines see and do the same thing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import hashlib
+import inspect
+import json
+import re
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from engines.catalog import Catalog
+from engines.errors import ServelabError
+from engines.experiment import SourcedExperiment
+from engines.hosts.base import Host, HostUnreachable
+from engines.hosts.registry import open_host
+from engines.hostsfile import HostConfig
+
+RUNS_DIR = "runs"
+HELPER_DIR = ".servelab"
+LOG_NAME = "engine.log"
+RUN_JSON = "run.json"
+EXIT_CODE = "exit_code"
+#: Files the lifecycle owns; artifacts may not overwrite them.
+RESERVED = frozenset({RUN_JSON, LOG_NAME, EXIT_CODE, "experiment.toml", "stop_requested", "shm-before.json"})
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*-\d{8}-\d{6}-[0-9a-f]{4}$")
+ARTIFACT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+#: How often follow() looks for new bytes when the log is idle (liveness is known within 2 s).
+POLL_SECONDS = 0.25
+CHUNK = 1 << 20
+#: How long follow() keeps trying to reach a host that dropped before giving up.
+FOLLOW_UNREACHABLE_SECONDS = 120.0
+
+
+def helper_source() -> bytes:
+    """The host-side run control script shipped with servelab."""
+    return (Path(__file__).resolve().parent / "helpers" / "runctl.py").read_bytes()
+
+
+def new_run_id(experiment: str, now: dt.datetime | None = None) -> str:
+    """``<experiment>-<YYYYmmdd-HHMMSS>-<4 hex>``."""
+    now = now or dt.datetime.now()
+    return f"{experiment}-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def runs_root(host: HostConfig) -> str:
+    return f"{host.workdir.rstrip('/')}/{RUNS_DIR}"
+
+
+@dataclass
+class RunRecord:
+    """What ``run.json`` holds about one run."""
+
+    id: str
+    experiment: str
+    engine: str
+    host: str
+    argv: list[str]
+    env: dict[str, str]
+    port: int
+    model: str
+    run_dir: str
+    log_path: str
+    started_at: str = ""
+    pid: int | None = None
+    pgid: int | None = None
+    start_time: int | None = None
+    supervisor_pid: int | None = None
+    status: str = "launching"
+    exit_code: int | None = None
+    patch_hashes: dict[str, str] = field(default_factory=dict)
+    identity: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunRecord:
+        """Build from run.json (or runctl's status), ignoring keys this version does not know."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class RunStatus:
+    """A run as it is now: its record, whether the engine lives, its exit code, the log analysis."""
+
+    record: RunRecord
+    alive: bool
+    exit_code: int | None
+    #: The log analyzer's fields (empty when ``engines.logs.analyzer`` is not available).
+    analysis: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def status(self) -> str:
+        return self.record.status
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.analysis)
+        out.update(
+            {
+                "run": self.record.id,
+                "experiment": self.record.experiment,
+                "engine": self.record.engine,
+                "host": self.record.host,
+                "status": self.record.status,
+                "pid": self.record.pid,
+                "pgid": self.record.pgid,
+                "alive": self.alive,
+                "exit_code": self.exit_code,
+                "port": self.record.port,
+                "started_at": self.record.started_at,
+                "log_path": self.record.log_path,
+                "run_dir": self.record.run_dir,
+            }
+        )
+        return out
+
+
+class Runs:
+    """Runs of one experiments folder, on every host its hosts.toml names."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        #: Hosts the last :meth:`list` could not reach, with the one-line reason.
+        self.unreachable: dict[str, str] = {}
+        self._helpers: dict[str, str] = {}
+
+    # -- hosts and the helper ---------------------------------------------------------------------
+    def host(self, name: str) -> Host:
+        return open_host(self.catalog.host(name))
+
+    async def _helper_path(self, host: Host) -> str:
+        """Where runctl.py lives on the host (uploaded once per content version)."""
+        if host.name in self._helpers:
+            return self._helpers[host.name]
+        source = helper_source()
+        digest = hashlib.sha256(source).hexdigest()[:12]
+        path = f"{host.config.workdir.rstrip('/')}/{HELPER_DIR}/runctl-{digest}.py"
+        if not await host.exists(path):
+            await host.write_bytes(path, source)
+        self._helpers[host.name] = path
+        return path
+
+    async def _ctl(self, host: Host, *args: str, timeout: float = 60.0) -> dict[str, Any]:
+        """Run a runctl.py command on the host with the host's Python; its JSON answer."""
+        helper = await self._helper_path(host)
+        done = await host.run([host.config.python, helper, *args], timeout=timeout)
+        if not done.ok:
+            err = done.stderr.decode("utf-8", "replace").strip().splitlines()
+            why = err[-1] if err else f"exit code {done.exit_code}"
+            if done.exit_code == 127:
+                why = f"cannot run the host's python {host.config.python!r} ({why})"
+            raise ServelabError(f"{host.name}: run control failed: {why}")
+        try:
+            data: dict[str, Any] = json.loads(done.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise ServelabError(f"{host.name}: run control gave no answer (stdout: {done.text()[:200]!r})") from None
+        return data
+
+    # -- launch -----------------------------------------------------------------------------------
+    async def launch(self, exp_name: str, host: str | None = None, *, skip_preflight: bool = False) -> RunRecord:
+        """Start an experiment detached on its host (or ``host``); refuse a held port or busy GPUs."""
+        exp = self.catalog.get(exp_name)
+        problems = [p for e in self.catalog.entries if e.experiment is exp for p in e.problems]
+        if problems:
+            raise ServelabError(f"{exp.name}: definition has problems: {problems[0]} (run 'servelab check {exp.name}')")
+        cfg = self.catalog.host(host or exp.experiment.host)
+        if not skip_preflight:
+            await self._preflight(exp, cfg)
+        h = open_host(cfg)
+        spec = self.catalog.launch_spec(exp, cfg)
+        run_id = new_run_id(exp.name)
+        run_dir = f"{runs_root(cfg)}/{run_id}"
+        e = exp.experiment
+        rec = RunRecord(
+            id=run_id,
+            experiment=exp.name,
+            engine=e.engine,
+            host=cfg.name,
+            argv=list(spec.argv),
+            env=dict(spec.env),
+            port=e.port,
+            model=self.catalog.host_path(exp, e.model, cfg),
+            run_dir=run_dir,
+            log_path=f"{run_dir}/{LOG_NAME}",
+            started_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            patch_hashes={p.file: d for p, d in exp.patch_hashes() if d is not None},
+            identity=exp.identity_hash(),
+        )
+        try:
+            await h.write_bytes(f"{run_dir}/experiment.toml", exp.text.encode("utf-8"))
+            await h.write_bytes(f"{run_dir}/{RUN_JSON}", _dump(rec.to_json()))
+            answer = await self._ctl(h, "start", run_dir)
+        except HostUnreachable as exc:
+            raise ServelabError(str(exc)) from None
+        if answer.get("refused"):
+            raise ServelabError(f"cannot launch {exp.name} on {cfg.name}: " + "; ".join(answer["refused"]))
+        if not answer.get("ok"):
+            raise ServelabError(f"cannot launch {exp.name} on {cfg.name}: {answer.get('error', 'unknown error')}")
+        return RunRecord.from_json(answer["record"])
+
+    async def _preflight(self, exp: SourcedExperiment, cfg: HostConfig) -> None:
+        """Run ``engines.preflight.run_preflight`` when it exists; a failed check refuses the launch."""
+        try:
+            from engines.preflight import run_preflight  # type: ignore[import-not-found,unused-ignore]
+        except ImportError:
+            return  # TODO(preflight): engines/preflight.py is not there yet
+        result = run_preflight(self.catalog, exp.name, host=cfg.name) if _takes_host(run_preflight) else run_preflight(self.catalog, exp.name)
+        if inspect.isawaitable(result):
+            result = await result
+        ok = getattr(result, "ok", result if isinstance(result, bool) else True)
+        if not ok:
+            failed = [c for c in getattr(result, "checks", []) if not getattr(c, "ok", True)]
+            why = "; ".join(f"{getattr(c, 'name', '?')}: {getattr(c, 'reason', getattr(c, 'detail', ''))}" for c in failed[:3])
+            raise ServelabError(f"preflight failed for {exp.name} on {cfg.name}: {why or 'see servelab preflight ' + exp.name}")
+
+    # -- look-ups ---------------------------------------------------------------------------------
+    def _host_names(self, host: str | None) -> list[str]:
+        return [host] if host is not None else self.catalog.hosts.names()
+
+    async def list(self, host: str | None = None) -> list[RunRecord]:
+        """Every run on the host (all configured hosts when None), oldest first.
+
+        Hosts that cannot be reached are left out and named in :attr:`unreachable`.
+        """
+        self.unreachable = {}
+        names = self._host_names(host)
+        results = await asyncio.gather(*(self._list_one(n) for n in names), return_exceptions=True)
+        out: list[RunRecord] = []
+        for name, res in zip(names, results, strict=True):
+            if isinstance(res, BaseException):
+                if not isinstance(res, (HostUnreachable, ServelabError, OSError)):
+                    raise res
+                self.unreachable[name] = str(res)
+                continue
+            out.extend(r for r, _ in res)
+        return sorted(out, key=lambda r: (r.started_at, r.id))
+
+    async def _list_one(self, name: str, ids: tuple[str, ...] = ()) -> list[tuple[RunRecord, dict[str, Any]]]:
+        h = self.host(name)
+        if not await h.exists(runs_root(h.config)):
+            return []
+        answer = await self._ctl(h, "status", runs_root(h.config), *ids)
+        return [(RunRecord.from_json(r), r) for r in answer.get("runs", [])]
+
+    async def find(self, run_id: str) -> tuple[Host, RunRecord]:
+        """The host holding a run and its record; the experiment's own host is asked first."""
+        if not RUN_ID_RE.match(run_id):
+            raise ServelabError(f"not a run id: {run_id!r} (expected <experiment>-<YYYYmmdd-HHMMSS>-<4 hex>)")
+        names = self.catalog.hosts.names()
+        first = next((e.experiment.host for e in self.catalog.experiments if run_id.startswith(e.name + "-")), None)
+        if first in names:
+            names = [first] + [n for n in names if n != first]
+        reasons: list[str] = []
+        for name in names:
+            h = self.host(name)
+            path = f"{runs_root(h.config)}/{run_id}/{RUN_JSON}"
+            try:
+                data = await h.read_bytes(path)
+            except FileNotFoundError:
+                continue
+            except HostUnreachable as exc:
+                reasons.append(str(exc))
+                continue
+            try:
+                return h, RunRecord.from_json(json.loads(data.decode("utf-8")))
+            except (ValueError, TypeError):
+                raise ServelabError(f"{name}: {path} is not a valid run record") from None
+        extra = f" (unreachable: {'; '.join(reasons)})" if reasons else ""
+        raise ServelabError(f"no run {run_id} on any host{extra}")
+
+    async def status(self, run_id: str, *, analyze: bool = True) -> RunStatus:
+        """Liveness (pid + start time + marker, checked on the host), exit code and log analysis."""
+        h, rec = await self.find(run_id)
+        try:
+            answer = await self._ctl(h, "status", runs_root(h.config), run_id)
+        except HostUnreachable as exc:
+            raise ServelabError(str(exc)) from None
+        runs = answer.get("runs") or []
+        if not runs:
+            raise ServelabError(f"{h.name}: run {run_id} vanished")
+        live = runs[0]
+        record = RunRecord.from_json(live)
+        analysis = await self._analysis(h, record) if analyze else {}
+        return RunStatus(record=record, alive=bool(live.get("alive")), exit_code=live.get("exit_code"), analysis=analysis)
+
+    async def _analysis(self, h: Host, rec: RunRecord) -> dict[str, Any]:
+        """The log analyzer's fields, when ``engines.logs.analyzer`` is there."""
+        try:
+            from engines.logs import analyzer  # type: ignore[attr-defined,unused-ignore]
+        except ImportError:
+            return {}
+        fn = getattr(analyzer, "analyze_bytes", None) or getattr(analyzer, "analyze", None)
+        if fn is None:
+            return {}
+        try:
+            data = await h.read_bytes(rec.log_path)
+        except (FileNotFoundError, HostUnreachable):
+            return {}
+        try:
+            result = fn(data, engine=rec.engine)
+        except TypeError:
+            result = fn(data)
+        except Exception as exc:  # the analyzer must never break status
+            return {"analysis_error": f"{type(exc).__name__}: {exc}"}
+        if hasattr(result, "to_json"):
+            out = result.to_json()
+        elif hasattr(result, "model_dump"):
+            out = result.model_dump(mode="json")
+        elif isinstance(result, dict):
+            out = result
+        else:
+            out = {}
+        return dict(out) if isinstance(out, dict) else {}
+
+    # -- the log ----------------------------------------------------------------------------------
+    async def follow(self, run_id: str, offset: int = 0) -> AsyncIterator[tuple[int, bytes]]:
+        """The engine log from ``offset``: yields ``(new_offset, chunk)`` until the run has ended.
+
+        Survives dropped connections (it keeps asking the host). When the log shrinks below
+        ``offset`` (truncated or replaced) it yields ``(0, b"")`` once and continues from 0.
+        """
+        h, rec = await self.find(run_id)
+        log = rec.log_path
+        exit_path = f"{rec.run_dir}/{EXIT_CODE}"
+        down_since: float | None = None
+        idle = 0
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                try:
+                    data = await h.read_bytes(log, offset, CHUNK)
+                except FileNotFoundError:
+                    data = b""
+                if data:
+                    down_since = None
+                    idle = 0
+                    offset += len(data)
+                    yield offset, data
+                    continue
+                try:
+                    size = await h.size(log)
+                except FileNotFoundError:
+                    size = 0
+                if size < offset:
+                    offset = 0
+                    yield 0, b""
+                    continue
+                ended = await h.exists(exit_path)
+                if not ended and idle % 8 == 7:  # every ~2 s: the engine may be gone with no exit code
+                    st = await self._ctl(h, "status", runs_root(h.config), run_id)
+                    runs = st.get("runs") or []
+                    ended = not runs or not runs[0].get("alive")
+                down_since = None
+            except HostUnreachable:
+                now = loop.time()
+                down_since = down_since if down_since is not None else now
+                if now - down_since > FOLLOW_UNREACHABLE_SECONDS:
+                    raise
+                await asyncio.sleep(1.0)
+                continue
+            if ended:
+                tail = await h.read_bytes(log, offset, None) if await h.exists(log) else b""
+                if tail:
+                    offset += len(tail)
+                    yield offset, tail
+                return
+            idle += 1
+            await asyncio.sleep(POLL_SECONDS)
+
+    # -- stop and cleanup -------------------------------------------------------------------------
+    async def stop(self, run_id: str, grace: float = 10.0) -> RunStatus:
+        """SIGTERM to the run's process group, SIGKILL after ``grace``; only this run's processes."""
+        h, rec = await self.find(run_id)
+        if rec.pid is None:
+            raise ServelabError(f"run {run_id} has no process (status {rec.status})")
+        try:
+            answer = await self._ctl(h, "stop", rec.run_dir, f"{grace:g}", timeout=grace + 60)
+        except HostUnreachable as exc:
+            raise ServelabError(str(exc)) from None
+        if answer.get("error"):
+            raise ServelabError(f"{h.name}: {answer['error']}")
+        if answer.get("remaining"):
+            raise ServelabError(f"run {run_id}: processes still alive after SIGKILL: {answer['remaining']}")
+        state = answer.get("state") or {}
+        return RunStatus(record=RunRecord.from_json(state), alive=bool(state.get("alive")), exit_code=state.get("exit_code"))
+
+    async def cleanup(self, host: str | None = None, dry_run: bool = True) -> list[str]:
+        """Leftovers of ended servelab runs: their stray processes and /dev/shm files.
+
+        With ``dry_run`` (the default) nothing is touched; the list says what would be removed.
+        """
+        out: list[str] = []
+        for name in self._host_names(host):
+            h = self.host(name)
+            try:
+                if not await h.exists(runs_root(h.config)):
+                    continue
+                args = ["cleanup", runs_root(h.config)] + ([] if dry_run else ["--apply"])
+                answer = await self._ctl(h, *args)
+            except HostUnreachable as exc:
+                self.unreachable[name] = str(exc)
+                continue
+            for p in answer.get("processes", []):
+                out.append(f"{name}: process {p['pid']} of run {p['run']}: {p['command']}")
+            for s in answer.get("shm", []):
+                out.append(f"{name}: {s['path']} (shared memory of run {s['run']})")
+        return out
+
+    # -- artifacts and the server's address ------------------------------------------------------
+    async def write_artifact(self, run_id: str, name: str, data: bytes) -> None:
+        """Store a file (``probe.json``...) in the run's folder on its host, atomically."""
+        _check_artifact(name)
+        h, rec = await self.find(run_id)
+        await h.write_bytes(f"{rec.run_dir}/{name}", data)
+
+    async def read_artifact(self, run_id: str, name: str) -> bytes | None:
+        _check_artifact(name, reading=True)
+        h, rec = await self.find(run_id)
+        try:
+            return await h.read_bytes(f"{rec.run_dir}/{name}")
+        except FileNotFoundError:
+            return None
+
+    async def base_url(self, run_id: str) -> str:
+        """``http://127.0.0.1:<port>`` reaching the run's server from here (forwarded over SSH)."""
+        h, rec = await self.find(run_id)
+        port = await h.forward_port(rec.port)
+        return f"http://127.0.0.1:{port}"
+
+
+def _check_artifact(name: str, *, reading: bool = False) -> None:
+    if not ARTIFACT_RE.match(name) or (not reading and name in RESERVED):
+        raise ServelabError(f"not an artifact name: {name!r}")
+
+
+def _takes_host(fn: Any) -> bool:
+    try:
+        return "host" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _dump(data: dict[str, Any]) -> bytes:
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")

@@ -1,0 +1,69 @@
+"""StubEngine: stands in for ``python -m vllm.entrypoints.openai.api_server`` in lifecycle tests.
+
+A real process (not a mock) that behaves like an engine where the lifecycle cares: it prints its
+exact argv, writes numbered lines to stdout at a steady pace, spawns worker children in its process
+group, optionally serves HTTP on ``--port``, and exits with a chosen code. Settings come from
+environment variables (an experiment's ``[env]`` table):
+
+STUB_LINES (default: forever), STUB_INTERVAL (s, 0.01), STUB_CHILDREN (0), STUB_STUBBORN (1: a child
+ignores SIGTERM), STUB_HTTP (1: serve GET / on --port), STUB_EXIT (exit code after the lines).
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+
+def _port(argv: list[str]) -> int:
+    return int(argv[argv.index("--port") + 1]) if "--port" in argv else 8000
+
+
+def _serve(port: int) -> None:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            body = json.dumps({"stub": True, "pid": os.getpid()}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    print("STUB argv " + json.dumps(argv), flush=True)
+    children = []
+    for i in range(int(os.environ.get("STUB_CHILDREN", "0"))):
+        stubborn = os.environ.get("STUB_STUBBORN") == "1" and i == 0
+        code = "import signal,time\n" + ("signal.signal(signal.SIGTERM, signal.SIG_IGN)\n" if stubborn else "") + "while True: time.sleep(0.2)\n"
+        children.append(subprocess.Popen([sys.executable, "-c", code, "stub-worker", str(i)]))
+    print("STUB children " + json.dumps([c.pid for c in children]), flush=True)
+    if os.environ.get("STUB_HTTP") == "1":
+        _serve(_port(argv))
+        print("STUB serving", flush=True)
+    lines = int(os.environ.get("STUB_LINES", "-1"))
+    interval = float(os.environ.get("STUB_INTERVAL", "0.01"))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    n = 0
+    while lines < 0 or n < lines:
+        print(f"line {n:08d}", flush=True)
+        n += 1
+        time.sleep(interval)
+    print("STUB done", flush=True)
+    return int(os.environ.get("STUB_EXIT", "0"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
