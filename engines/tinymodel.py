@@ -128,6 +128,7 @@ def create(out_dir: Path) -> Path:
         model.save_pretrained(staging, safe_serialization=True)
         if out_dir.exists():
             shutil.rmtree(out_dir)
+        staging.chmod(0o755)
         os.replace(staging, out_dir)
     finally:
         if staging.exists():
