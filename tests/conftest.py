@@ -13,7 +13,9 @@ ENGINE_PYTHON = REPO / ".venv-engine" / "bin" / "python"
 TINY_MODEL = REPO / ".models" / "tiny-llama"
 
 # One line per fixture module (tests/fixtures/<area>.py).
-pytest_plugins: list[str] = []
+pytest_plugins: list[str] = [
+    "tests.fixtures.sshd",
+]
 
 
 @pytest.fixture

@@ -88,11 +88,12 @@ class _Client(asyncssh.SSHClient):
 class SshHost:
     """A host reached over SSH."""
 
-    def __init__(self, config: HostConfig, *, ssh_config: list[str] | None = None) -> None:
+    def __init__(self, config: HostConfig, *, ssh_config: list[str] | None = None, backoff: tuple[float, ...] = BACKOFF) -> None:
         if config.ssh is None:
             raise ValueError(f"host {config.name} has no ssh target")
         self.config = config
         self._ssh_config = ssh_config if ssh_config is not None else config_paths()
+        self._backoff = backoff
         self._conn: asyncssh.SSHClientConnection | None = None
         self._sftp: asyncssh.SFTPClient | None = None
         self._lock = asyncio.Lock()
@@ -151,7 +152,7 @@ class SshHost:
             if self._conn is not None:
                 return self._conn
             last: HostUnreachable | None = None
-            for delay in BACKOFF:
+            for delay in self._backoff:
                 if delay:
                     await asyncio.sleep(delay)
                 try:
@@ -173,7 +174,7 @@ class SshHost:
     async def _retry(self, op: Callable[[], Awaitable[T]]) -> T:
         """Run an idempotent operation, reconnecting with backoff when the link drops."""
         last: BaseException | None = None
-        for delay in BACKOFF:
+        for delay in self._backoff:
             if delay:
                 await asyncio.sleep(delay)
             try:
@@ -207,7 +208,7 @@ class SshHost:
             # A constant script; the directory and argv arrive as positional parameters, literally.
             words = ["sh", "-c", 'cd -- "$1" && shift && exec "$@"', "sh", cwd, *words]
         command = shlex.join(words)
-        for attempt, delay in enumerate(BACKOFF):
+        for delay in self._backoff:
             if delay:
                 await asyncio.sleep(delay)
             conn = await self.connection()
@@ -236,7 +237,11 @@ class SshHost:
             sftp = await self._sftp_client()
             try:
                 async with sftp.open(path, "rb") as f:
-                    data = await f.read(-1 if limit is None else limit, offset)
+                    size = int((await f.stat()).size or 0)
+                    if offset >= size:
+                        return b""
+                    want = size - offset if limit is None else min(limit, size - offset)
+                    data = await f.read(want, offset)
             except asyncssh.SFTPNoSuchFile:
                 raise FileNotFoundError(path) from None
             return bytes(data)

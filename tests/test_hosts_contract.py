@@ -1,0 +1,74 @@
+"""The Host contract, checked the same way on the local host and on the real SSH server."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from engines.hosts.base import Host
+from engines.hosts.local import LocalHost
+from engines.hosts.ssh import SshHost
+from engines.hostsfile import HostConfig
+from tests.fixtures.sshd import SshServer
+
+NASTY = ["$(touch PWNED)", "`touch PWNED`", "a; touch PWNED", "it's \"quoted\"", "two\nlines", "", "*", "-n", "~", "$HOME"]
+
+
+@pytest.fixture(params=["local", "ssh"])
+async def host(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Host]:
+    if request.param == "local":
+        h: Host = LocalHost(HostConfig(name="local", python=sys.executable, workdir=str(tmp_path)))
+    else:
+        request.getfixturevalue("ssh_config")
+        server: SshServer = request.getfixturevalue("sshd")
+        h = SshHost(HostConfig(name="t", ssh=server.alias, python=sys.executable, workdir=str(tmp_path)))
+    yield h
+    await h.close()
+
+
+async def test_argv_elements_arrive_literally(host: Host, tmp_path: Path) -> None:
+    done = await host.run([sys.executable, "-c", "import json,sys; print(json.dumps(sys.argv[1:]))", *NASTY], cwd=str(tmp_path))
+    assert done.ok, done.stderr
+    import json
+
+    assert json.loads(done.text()) == NASTY
+    assert not (tmp_path / "PWNED").exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_env_cwd_input_and_exit_code(host: Host, tmp_path: Path) -> None:
+    code = "import os,sys; d=sys.stdin.read(); print(os.environ['SL_X'], os.getcwd(), d); sys.exit(3)"
+    done = await host.run([sys.executable, "-c", code], env={"SL_X": "a b;$(x)"}, cwd=str(tmp_path), input=b"fed")
+    assert done.exit_code == 3 and not done.ok
+    assert done.text().split() == ["a", "b;$(x)", str(tmp_path), "fed"]
+
+
+async def test_missing_program_is_127(host: Host) -> None:
+    done = await host.run(["/nonexistent/servelab-no-such-program"])
+    assert done.exit_code == 127
+
+
+async def test_timeout_raises(host: Host) -> None:
+    with pytest.raises(TimeoutError):
+        await host.run([sys.executable, "-c", "import time; time.sleep(5)"], timeout=0.5)
+
+
+async def test_files(host: Host, tmp_path: Path) -> None:
+    path = str(tmp_path / "a" / "b" / "f.bin")
+    assert not await host.exists(path)
+    with pytest.raises(FileNotFoundError):
+        await host.read_bytes(path)
+    await host.write_bytes(path, b"0123456789")
+    assert await host.exists(path)
+    assert await host.size(path) == 10
+    assert await host.read_bytes(path) == b"0123456789"
+    assert await host.read_bytes(path, 4) == b"456789"
+    assert await host.read_bytes(path, 4, 3) == b"456"
+    assert await host.read_bytes(path, 20) == b""
+    await host.write_bytes(path, b"new")
+    assert await host.read_bytes(path) == b"new"
+    assert await host.listdir(str(tmp_path / "a" / "b")) == ["f.bin"]  # no temp file left behind
+    assert await host.listdir(str(tmp_path / "nope")) == []

@@ -1,0 +1,155 @@
+"""The SSH host against a real OpenSSH server: host keys, ProxyJump, reuse, reconnect, forwarding."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from engines.hosts.base import HostUnreachable
+from engines.hosts.registry import close_all, open_host
+from engines.hosts.ssh import SshHost, split_target
+from engines.hostsfile import HostConfig
+from tests.fixtures.sshd import JUMP_ALIAS, SshServer
+
+pytestmark = pytest.mark.ssh
+
+
+def _host(target: str, **kw: object) -> SshHost:
+    return SshHost(HostConfig(name="t", ssh=target, python=sys.executable, workdir="/tmp", connect_timeout=5.0), **kw)  # type: ignore[arg-type]
+
+
+def test_split_target() -> None:
+    assert split_target("root@blackwell") == ("blackwell", "root", None)
+    assert split_target("alias") == ("alias", None, None)
+    assert split_target("u@10.0.0.1:2222") == ("10.0.0.1", "u", 2222)
+    assert split_target("[::1]:2200") == ("::1", None, 2200)
+
+
+async def test_unknown_host_key_is_refused(ssh_config: SshServer, tmp_path: Path) -> None:
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    cfg = ssh_config.write_config(tmp_path / "config", known_hosts=empty)
+    host = _host(ssh_config.alias, ssh_config=[str(cfg)])
+    t0 = time.monotonic()
+    with pytest.raises(HostUnreachable) as info:
+        await host.run(["true"])
+    message = str(info.value)
+    print(f"\nunknown host key refused in {time.monotonic() - t0:.2f}s: {message}")
+    assert "host key refused" in message and "known_hosts" in message
+    assert "\n" not in message
+    assert host.connects == 0  # refused: never connected, never retried into acceptance
+
+
+async def test_changed_host_key_is_refused(ssh_config: SshServer, tmp_path: Path) -> None:
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    pub = " ".join((tmp_path / "other_key.pub").read_text().split()[:2])
+    wrong = tmp_path / "known_hosts"
+    wrong.write_text(f"[127.0.0.1]:{ssh_config.port} {pub}\n")
+    host = _host(ssh_config.alias, ssh_config=[str(ssh_config.write_config(tmp_path / "config", known_hosts=wrong))])
+    with pytest.raises(HostUnreachable, match="host key refused"):
+        await host.exists("/")
+
+
+async def test_unreachable_port_is_one_line(ssh_config: SshServer) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    host = _host(f"127.0.0.1:{port}", backoff=(0.0, 0.1, 0.2))
+    with pytest.raises(HostUnreachable) as info:
+        await host.exists("/")
+    assert "cannot connect" in str(info.value) and "\n" not in str(info.value)
+
+
+async def test_one_connection_is_reused_for_every_channel(ssh_config: SshServer) -> None:
+    host = _host(ssh_config.alias)
+    try:
+        results = await asyncio.gather(*(host.run(["echo", str(i)]) for i in range(10)), host.exists("/"), host.listdir("/"))
+        assert [r.text().strip() for r in results[:10]] == [str(i) for i in range(10)]
+        assert host.connects == 1
+        assert len(ssh_config.session_pids()) >= 1
+    finally:
+        await host.close()
+
+
+async def test_proxyjump_from_ssh_config(ssh_config: SshServer) -> None:
+    host = _host(JUMP_ALIAS)
+    try:
+        done = await host.run(["echo", "via-jump"])
+        assert done.text().strip() == "via-jump"
+    finally:
+        await host.close()
+
+
+async def test_reconnects_after_the_server_side_session_dies(ssh_config: SshServer, tmp_path: Path) -> None:
+    host = _host(ssh_config.alias)
+    path = tmp_path / "f"
+    path.write_bytes(b"abc")
+    try:
+        assert await host.read_bytes(str(path)) == b"abc"
+        before = set(ssh_config.session_pids())
+        for pid in before:
+            os.kill(pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        assert await host.read_bytes(str(path)) == b"abc"  # retried on a new connection
+        print(f"\nreconnected after the session was killed in {time.monotonic() - t0:.2f}s")
+        assert host.connects == 2
+        assert (await host.run(["echo", "ok"])).text().strip() == "ok"
+    finally:
+        await host.close()
+
+
+@pytest.fixture
+def http_server() -> Iterator[int]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            body = b"hello from the host"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield int(server.server_address[1])
+    server.shutdown()
+
+
+async def test_forward_port_reaches_the_hosts_loopback(ssh_config: SshServer, http_server: int) -> None:
+    host = _host(ssh_config.alias)
+    try:
+        local = await host.forward_port(http_server)
+        assert local != http_server
+        assert await host.forward_port(http_server) == local  # one listener per remote port
+        async with httpx.AsyncClient() as client:
+            r = await client.get(f"http://127.0.0.1:{local}/")
+        assert r.text == "hello from the host"
+    finally:
+        await host.close()
+
+
+async def test_open_host_caches_one_host_per_config(ssh_config: SshServer) -> None:
+    cfg = HostConfig(name="t", ssh=ssh_config.alias, python=sys.executable, workdir="/tmp")
+    a = open_host(cfg)
+    assert open_host(cfg) is a
+    assert isinstance(a, SshHost)
+    assert open_host(HostConfig(name="local")) is not a
+    await a.run(["true"])
+    await close_all()
+    assert open_host(cfg) is not a
+    await close_all()
