@@ -1,1 +1,32 @@
-"""Screens of the dashboard."""
+"""Screens of the dashboard, one per module."""
+
+from __future__ import annotations
+
+import importlib
+
+
+#: Modules whose classes carry rebindable ``Binding``s (imported lazily: Textual is heavy).
+BINDING_MODULES: tuple[str, ...] = (
+    "tui.screens.experiments",
+    "tui.screens.run",
+    "tui.screens.runs",
+    "tui.screens.compare",
+    "tui.screens.help",
+    "tui.widgets.log_view",
+)
+
+
+def all_binding_classes() -> list[type]:
+    """Every screen and widget class with BINDINGS (for the keymap check and the help screen)."""
+    classes: list[type] = []
+    for name in BINDING_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        for value in vars(module).values():
+            if isinstance(value, type) and value.__module__ == name and "BINDINGS" in vars(value):
+                classes.append(value)
+    return classes

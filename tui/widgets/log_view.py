@@ -108,6 +108,10 @@ class LogView(ScrollView, can_focus=True):
         self.scroll_to(y=target, animate=False, immediate=True, force=True)
         self._auto_scrolling = False
 
+    def on_resize(self) -> None:
+        self._wrap_cache = None
+        self.sync()
+
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
         if not self._auto_scrolling and self.follow and new_value < old_value:

@@ -1,0 +1,174 @@
+"""The servelab dashboard: wiring, global keys, themes and the command palette.
+
+Screens live in ``tui/screens`` (one per module); this module only builds the App, loads the
+user's keymap, and offers the global actions (help, back, theme, screens).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from textual import work
+from textual.app import App, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.theme import Theme
+
+from engines.catalog import Catalog, default_dir, load_catalog
+from engines.errors import ServelabError
+from tui.keymap import load_keymap
+
+if TYPE_CHECKING:
+    from engines.runs import Runs
+
+HIGH_CONTRAST = Theme(
+    name="servelab-high-contrast",
+    primary="#FFD700",
+    secondary="#00FFFF",
+    accent="#FF66FF",
+    foreground="#FFFFFF",
+    background="#000000",
+    surface="#000000",
+    panel="#202020",
+    boost="#303030",
+    success="#00FF00",
+    warning="#FFFF00",
+    error="#FF4040",
+    dark=True,
+)
+DEFAULT_THEME = "textual-dark"
+#: ``high-contrast`` (or any Textual theme name) picks the theme at start.
+ENV_THEME = "SERVELAB_THEME"
+
+
+class ServelabApp(App[int]):
+    """The dashboard. ``readonly`` hides every action that starts or stops something."""
+
+    TITLE = "servelab"
+    CSS_PATH: ClassVar[list[str | Path]] = ["app.tcss", "high_contrast.tcss"]
+    ENABLE_COMMAND_PALETTE = True
+    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (140, "-wide")]
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("question_mark,f1", "help", "Help", id="app.help"),
+        Binding("q", "back", "Back", id="app.back"),
+        Binding("R", "open_runs", "Runs", id="app.runs"),
+        Binding("ctrl+t", "toggle_contrast", "Contrast", show=False, id="app.contrast"),
+    ]
+
+    def __init__(self, folder: str | Path | None = None, readonly: bool = False) -> None:
+        super().__init__()
+        self.folder = Path(folder) if folder is not None else default_dir()
+        self.readonly = readonly
+        self.keymap_problems: list[str] = []
+        self.catalog: Catalog | None = None
+        self._runs: Runs | None = None
+        #: Set to False by tests that must not poll hosts in the background.
+        self.watch_runs = True
+        self.register_theme(HIGH_CONTRAST)
+        wanted = os.environ.get(ENV_THEME, "")
+        self.theme = HIGH_CONTRAST.name if wanted in ("high-contrast", HIGH_CONTRAST.name) else (wanted or DEFAULT_THEME)
+        if readonly:
+            self.sub_title = "read-only"
+
+    def get_default_screen(self) -> Screen:
+        from tui.screens.experiments import ExperimentsScreen
+
+        return ExperimentsScreen()
+
+    def on_mount(self) -> None:
+        overrides, self.keymap_problems = load_keymap(known_binding_ids())
+        if overrides:
+            self.set_keymap(overrides)
+        for problem in self.keymap_problems:
+            self.notify(problem, title="keymap", severity="warning", timeout=8)
+        if self.watch_runs:
+            self._watch_runs()
+
+    def runs(self) -> Runs:
+        """The run lifecycle for the folder as last loaded (loads it on first use)."""
+        from engines.runs import Runs
+
+        if self.catalog is None:
+            self.catalog = load_catalog(self.folder)
+        if self._runs is None or self._runs.catalog is not self.catalog:
+            self._runs = Runs(self.catalog)
+        return self._runs
+
+    @work(exclusive=True, group="watch-runs", exit_on_error=False)
+    async def _watch_runs(self) -> None:
+        from tui.screens.watch import RunWatcher
+
+        watcher = RunWatcher(self.runs, self.announce)
+        try:
+            await watcher.run_forever()
+        finally:
+            watcher.cancel()
+
+    def announce(self, run_id: str, experiment: str, event: str, detail: str) -> None:
+        """A run became ready or crashed: ring the terminal bell and say so."""
+        self.bell()
+        if event == "ready":
+            self.notify(f"{experiment} is ready ({run_id})", title="run ready", timeout=10)
+        else:
+            self.notify(f"{experiment} crashed: {detail or run_id}", title="run crashed", severity="error", timeout=20)
+
+    def watch_theme(self, theme: str) -> None:
+        self.set_class(theme == HIGH_CONTRAST.name, "-high-contrast")
+
+    # -- global actions -------------------------------------------------------------------------
+    def action_help(self) -> None:
+        from tui.screens.help import HelpScreen
+
+        if isinstance(self.screen, HelpScreen):
+            self.pop_screen()
+            return
+        self.push_screen(HelpScreen(self.active_bindings, readonly=self.readonly))
+
+    def action_back(self) -> None:
+        """Leave the current screen; on the first screen, quit."""
+        if len(self.screen_stack) > 1:
+            self.pop_screen()
+        else:
+            self.exit(0)
+
+    def action_toggle_contrast(self) -> None:
+        self.theme = DEFAULT_THEME if self.theme == HIGH_CONTRAST.name else HIGH_CONTRAST.name
+
+    def action_open_runs(self) -> None:
+        from tui.screens.runs import RunsScreen
+
+        if not isinstance(self.screen, RunsScreen):
+            self.push_screen(RunsScreen())
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Help: keys", "Every key of this screen, with its binding id", self.action_help)
+        yield SystemCommand("High contrast", "Toggle the high-contrast theme (shared screens)", self.action_toggle_contrast)
+        yield SystemCommand("Runs", "Every run on every configured host", self.action_open_runs)
+        yield from getattr(screen, "palette_commands", lambda: [])()
+
+
+def known_binding_ids() -> set[str]:
+    """Every binding id users may rebind (collected from the app, screens and widgets)."""
+    from tui.screens import all_binding_classes
+
+    ids: set[str] = set()
+    for cls in (ServelabApp, *all_binding_classes()):
+        for binding in cls.BINDINGS:
+            if isinstance(binding, Binding) and binding.id:
+                ids.add(binding.id)
+    return ids
+
+
+def run_app(folder: str | None, readonly: bool) -> int:
+    """Open the dashboard; returns the exit code for ``servelab``."""
+    path = Path(folder) if folder is not None else default_dir()
+    if not path.is_dir():
+        raise ServelabError(f"experiments folder not found: {path} (use --dir or $SERVELAB_EXPERIMENTS)")
+    app = ServelabApp(path, readonly=readonly)
+    result = app.run()
+    return int(result or 0)

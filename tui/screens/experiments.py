@@ -1,0 +1,373 @@
+"""The experiments screen: every definition, its latest run, and the actions that start things.
+
+Invalid definition files stay in the list with their first problem, so one typo never hides the
+other experiments. Loading the folder and asking hosts about runs happen in workers.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from dataclasses import dataclass
+from typing import ClassVar
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.containers import Container, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
+
+from engines.catalog import Catalog, FileEntry, load_catalog
+from engines.errors import ServelabError
+from engines.loader import display_path
+from tui.screens.latest import LatestRun, latest_runs
+
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("sel", " "),
+    ("name", "experiment"),
+    ("engine", "engine"),
+    ("host", "host"),
+    ("spec", "speculative"),
+    ("patches", "patches"),
+    ("state", "latest run"),
+    ("load", "load"),
+    ("accept", "accept"),
+    ("speedup", "speedup"),
+)
+
+
+@dataclass
+class Row:
+    """One line of the table: an experiment, or a file that did not load."""
+
+    entry: FileEntry
+
+    @property
+    def key(self) -> str:
+        return str(self.entry.path)
+
+    @property
+    def name(self) -> str:
+        exp = self.entry.experiment
+        return exp.name if exp is not None else self.entry.path.stem
+
+
+class ExperimentCommands(Provider):
+    """Palette: open an experiment by name."""
+
+    async def discover(self) -> Hits:
+        screen = self.screen
+        if isinstance(screen, ExperimentsScreen):
+            for row in screen.rows:
+                yield DiscoveryHit(f"experiment: {row.name}", lambda r=row: screen.select_row(r.key), help="select it")
+
+    async def search(self, query: str) -> Hits:
+        screen = self.screen
+        if not isinstance(screen, ExperimentsScreen):
+            return
+        matcher = self.matcher(query)
+        for row in screen.rows:
+            title = f"experiment: {row.name}"
+            score = matcher.match(title)
+            if score > 0:
+                yield Hit(score, matcher.highlight(title), lambda r=row: screen.select_row(r.key), help="select it")
+
+
+class ExperimentsScreen(Screen[None]):
+    """Definitions with engine, host, speculation, patches and their latest run."""
+
+    COMMANDS = Screen.COMMANDS | {ExperimentCommands}
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter,o", "open_run", "Open run", id="experiments.open-run"),
+        Binding("l", "launch", "Launch", id="experiments.launch"),
+        Binding("p", "preflight", "Preflight", id="experiments.preflight"),
+        Binding("space", "toggle_select", "Select", id="experiments.select"),
+        Binding("c", "compare", "Compare", id="experiments.compare"),
+        Binding("E", "edit", "Edit", id="experiments.edit"),
+        Binding("r", "reload", "Reload", id="experiments.reload"),
+        Binding("j", "cursor_down", "Down", show=False, id="experiments.down"),
+        Binding("k", "cursor_up", "Up", show=False, id="experiments.up"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.catalog: Catalog | None = None
+        self.rows: list[Row] = []
+        self.selected: set[str] = set()
+        self.latest: dict[str, LatestRun] = {}
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Container(id="experiments-body"):
+            yield DataTable(id="experiments-table", cursor_type="row", zebra_stripes=True)
+            with VerticalScroll(id="experiment-detail"):
+                yield Static("loading…", id="experiment-detail-text")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        for key, label in COLUMNS:
+            table.add_column(label, key=key)
+        self.title = "servelab"
+        self.sub_title = f"experiments in {display_path(self.app.folder)}" + (" · read-only" if self.app.readonly else "")
+        self.action_reload()
+
+    # -- readonly --------------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("launch", "edit") and self.app.readonly:
+            return False
+        return True
+
+    # -- loading ---------------------------------------------------------------------------------
+    def action_reload(self) -> None:
+        self._load()
+
+    @work(thread=True, exclusive=True, group="catalog")
+    def _load(self) -> None:
+        try:
+            catalog = load_catalog(self.app.folder)
+        except ServelabError as exc:
+            self.app.call_from_thread(self._show_error, str(exc))
+            return
+        self.app.call_from_thread(self._show_catalog, catalog)
+
+    def _show_error(self, message: str) -> None:
+        self.query_one("#experiment-detail-text", Static).update(Text(message, style="bold red"))
+        self.notify(message, severity="error")
+
+    def _show_catalog(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        self.app.catalog = catalog
+        self.rows = [Row(entry) for entry in catalog.entries]
+        self.selected &= {r.key for r in self.rows}
+        self._fill_table()
+        if catalog.folder_problems:
+            self.notify(str(catalog.folder_problems[0]), severity="error", timeout=8)
+        self._load_latest(catalog)
+
+    def _fill_table(self) -> None:
+        table = self.query_one(DataTable)
+        keep = table.cursor_row
+        table.clear()
+        for row in self.rows:
+            table.add_row(*self._cells(row), key=row.key)
+        if self.rows:
+            table.move_cursor(row=min(max(keep, 0), len(self.rows) - 1))
+        self._show_detail()
+
+    def _cells(self, row: Row) -> list[Text]:
+        sel = Text("●" if row.key in self.selected else " ", style="bold")
+        exp = row.entry.experiment
+        if exp is None:
+            problem = row.entry.problems[0] if row.entry.problems else None
+            why = f"{problem.key}: {problem.message}" if problem else "invalid"
+            return [sel, Text(row.name, style="bold red"), Text("invalid", style="red"), Text(why[:60], style="red"), *[Text("")] * 6]
+        e = exp.experiment
+        spec = e.speculative.method if e.speculative.method != "none" else "-"
+        if e.speculative.num_tokens:
+            spec += f" k={e.speculative.num_tokens}"
+        name_style = "bold yellow" if row.entry.problems else "bold"
+        latest = self.latest.get(e.name)
+        cells = [sel, Text(e.name, style=name_style), Text(e.engine), Text(e.host), Text(spec), Text(str(len(e.patches)) if e.patches else "-")]
+        if latest is None:
+            cells += [Text("-", style="dim"), Text(""), Text(""), Text("")]
+        else:
+            cells += [Text(latest.state, style=_state_style(latest.state)), Text(latest.load_text), Text(latest.accept_text), Text(latest.speedup_text)]
+        return cells
+
+    @work(exclusive=True, group="latest", exit_on_error=False)
+    async def _load_latest(self, catalog: Catalog) -> None:
+        latest, unreachable = await latest_runs(catalog)
+        self.latest = latest
+        if self.catalog is catalog:
+            self._fill_table()
+        for host, why in unreachable.items():
+            self.notify(f"{host}: {why}", title="host unreachable", severity="warning", timeout=6)
+
+    # -- the detail pane ---------------------------------------------------------------------------
+    @on(DataTable.RowHighlighted)
+    def _highlighted(self) -> None:
+        self._show_detail()
+
+    def current(self) -> Row | None:
+        table = self.query_one(DataTable)
+        if not self.rows or table.cursor_row < 0 or table.cursor_row >= len(self.rows):
+            return None
+        return self.rows[table.cursor_row]
+
+    def select_row(self, key: str) -> None:
+        for i, row in enumerate(self.rows):
+            if row.key == key:
+                self.query_one(DataTable).move_cursor(row=i)
+
+    def _show_detail(self) -> None:
+        widget = self.query_one("#experiment-detail-text", Static)
+        row = self.current()
+        if row is None or self.catalog is None:
+            widget.update(Text("no experiment definitions in this folder" if self.catalog else "loading…", style="dim"))
+            return
+        widget.update(detail_renderable(self.catalog, row.entry, self.latest.get(row.name)))
+
+    # -- actions -------------------------------------------------------------------------------------
+    def action_cursor_down(self) -> None:
+        self.query_one(DataTable).action_cursor_down()
+
+    def action_cursor_up(self) -> None:
+        self.query_one(DataTable).action_cursor_up()
+
+    def action_toggle_select(self) -> None:
+        row = self.current()
+        if row is None or row.entry.experiment is None:
+            return
+        self.selected ^= {row.key}
+        self.query_one(DataTable).update_cell(row.key, "sel", self._cells(row)[0])
+
+    def _valid_current(self) -> Row | None:
+        row = self.current()
+        if row is None:
+            return None
+        if row.entry.experiment is None or row.entry.problems:
+            first = row.entry.problems[0] if row.entry.problems else "invalid definition"
+            self.notify(f"{row.name}: {first}", severity="error", timeout=6)
+            return None
+        return row
+
+    def action_open_run(self) -> None:
+        row = self.current()
+        if row is None:
+            return
+        latest = self.latest.get(row.name)
+        if latest is None:
+            self.notify(f"{row.name} has no run yet" + ("" if self.app.readonly else ": press l to launch"), timeout=4)
+            return
+        from tui.screens.run import RunScreen
+
+        self.app.push_screen(RunScreen(latest.run_id))
+
+    def action_preflight(self) -> None:
+        row = self._valid_current()
+        if row is None or self.catalog is None:
+            return
+        from tui.screens.preflight import PreflightScreen
+
+        self.app.push_screen(PreflightScreen(self.catalog, row.name, launch=False))
+
+    def action_launch(self) -> None:
+        row = self._valid_current()
+        if row is None or self.catalog is None or self.app.readonly:
+            return
+        from tui.screens.preflight import PreflightScreen
+
+        def launched(run_id: str | None) -> None:
+            if run_id:
+                from tui.screens.run import RunScreen
+
+                self.app.push_screen(RunScreen(run_id))
+                if self.catalog is not None:
+                    self._load_latest(self.catalog)
+
+        self.app.push_screen(PreflightScreen(self.catalog, row.name, launch=True), launched)
+
+    def action_compare(self) -> None:
+        if self.catalog is None:
+            return
+        names = [r.name for r in self.rows if r.key in self.selected]
+        if not names:
+            row = self._valid_current()
+            if row is None:
+                return
+            exp = row.entry.experiment
+            base = self.catalog.baseline_of(exp) if exp is not None else None
+            if base is None:
+                self.notify("select two experiments with space, or pick one that has a baseline", timeout=4)
+                return
+            names = [base.name, row.name]
+        if len(names) < 2:
+            self.notify("select at least two experiments with space", timeout=4)
+            return
+        from tui.screens.compare import CompareScreen
+
+        self.app.push_screen(CompareScreen(names, {n: self.latest[n].run_id for n in names if n in self.latest}))
+
+    def action_edit(self) -> None:
+        row = self.current()
+        if row is None or self.app.readonly:
+            return
+        editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+        try:
+            argv = [*shlex.split(editor), str(row.entry.path)]
+        except ValueError:
+            self.notify(f"cannot parse $EDITOR: {editor!r}", severity="error")
+            return
+        try:
+            with self.app.suspend():
+                subprocess.run(argv, check=False)  # an argv list: no shell
+        except OSError as exc:
+            self.notify(f"cannot start {argv[0]}: {exc.strerror or exc}", severity="error")
+        self.action_reload()
+
+
+def _state_style(state: str) -> str:
+    return {
+        "ready": "bold green",
+        "serving": "bold green",
+        "crashed": "bold red",
+        "failed": "bold red",
+        "lost": "red",
+        "exited": "yellow",
+        "stopped": "dim",
+        "loading": "cyan",
+        "running": "cyan",
+    }.get(state, "")
+
+
+def detail_renderable(catalog: Catalog, entry: FileEntry, latest: LatestRun | None) -> Group:
+    """The resolved command line, environment, patches and probe settings (or the file's problems)."""
+    parts: list[object] = []
+    exp = entry.experiment
+    if exp is None or entry.problems:
+        parts.append(Text(f"{display_path(entry.path)}", style="bold"))
+        for problem in entry.problems:
+            parts.append(Text(f"  {problem}", style="red"))
+        if exp is None:
+            return Group(*parts)
+    assert exp is not None
+    e = exp.experiment
+    parts.append(Text.assemble((e.name, "bold"), f"  {display_path(exp.path)}"))
+    if e.description:
+        parts.append(Text(e.description, style="italic"))
+    try:
+        host = catalog.host(e.host)
+        spec = catalog.launch_spec(exp, host)
+    except ServelabError as exc:
+        parts.append(Text(str(exc), style="red"))
+        return Group(*parts)
+    where = f"ssh {host.ssh}" if host.ssh else "this machine"
+    parts.append(Text(f"host {host.name} ({where}) · port {e.port} · baseline {e.baseline or '-'}"))
+    parts.append(Text("command", style="bold"))
+    parts.append(Text("  " + shlex.join(spec.argv), style="cyan"))
+    if spec.env:
+        parts.append(Text("environment", style="bold"))
+        parts.append(Text("  " + " ".join(f"{k}={shlex.quote(v)}" for k, v in spec.env.items())))
+    table = Table(box=None, show_header=False, padding=(0, 1))
+    table.add_column(style="bold")
+    table.add_column()
+    hashes = exp.patch_hashes()
+    if hashes:
+        for patch, digest in hashes:
+            table.add_row("patch", Text.assemble(patch.file, (f"  {digest[:12]}" if digest else "  MISSING", "dim" if digest else "red"), f"  {patch.description}"))
+    else:
+        table.add_row("patches", "none")
+    pr = e.probe
+    table.add_row("probe", f"{pr.prompts} · max_tokens {pr.max_tokens} · concurrency {pr.concurrency} · repeats {pr.repeats} · warmup {pr.warmup} · {'auto' if pr.auto else 'manual'}")
+    if latest is not None:
+        table.add_row("latest run", f"{latest.run_id} · {latest.state}")
+    parts.append(table)
+    return Group(*parts)

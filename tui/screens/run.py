@@ -1,0 +1,334 @@
+"""The run screen: stage bars, elapsed and liveness, the pinned root cause, the live log, the probe.
+
+Three workers, none touching the UI from another thread: ``follow`` spools the log and feeds the
+analyzer (index and analysis run in a thread), ``status`` asks the host about the process every
+2 s (a dropped connection shows as such and is retried), and ``probe`` picks up ``probe.json``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+from platformdirs import user_cache_dir
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Container
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static
+
+from engines.errors import ServelabError
+from engines.hosts.base import HostUnreachable
+from engines.runs import RunRecord, Runs
+from tui.screens.latest import read_probe
+from tui.widgets.line_index import LineIndex
+from tui.widgets.log_view import LogPanel
+from tui.widgets.probe_panel import ProbePanel
+from tui.widgets.root_cause import RootCausePanel
+from tui.widgets.run_view_model import RunView, format_duration, view_from_analysis
+from tui.widgets.stage_timeline import StageTimeline
+
+STATUS_SECONDS = 2.0
+PROBE_SECONDS = 5.0
+#: States after which nothing more happens to the run.
+FINAL_STATES = frozenset({"crashed", "failed", "exited", "stopped", "lost"})
+
+
+def spool_path(run_id: str) -> Path:
+    """Where this machine keeps its copy of a run's log."""
+    return Path(user_cache_dir("servelab")) / "spool" / f"{run_id}.log"
+
+
+def make_analyzer(engine: str) -> Any | None:
+    """The incremental log analyzer for an engine, or None when the analyzer is not available."""
+    try:
+        from engines.logs import analyzer as module  # type: ignore[attr-defined,unused-ignore]
+    except ImportError:
+        return None
+    factory = getattr(module, "analyzer_for", None)
+    if factory is not None:
+        return factory(engine)
+    from engines.adapter import get_adapter
+
+    grammar = getattr(get_adapter(engine), "grammar", None) or getattr(get_adapter(engine), "GRAMMAR", None)
+    return module.LogAnalyzer(grammar)
+
+
+class RunScreen(Screen[None]):
+    """One run, live."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("s", "stop", "Stop", id="run.stop"),
+        Binding("P", "probe", "Probe", id="run.probe"),
+    ]
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.record: RunRecord | None = None
+        self.view = RunView()
+        self.alive: bool | None = None
+        self.exit_code: int | None = None
+        self.liveness = "connecting…"
+        self.probe: dict[str, Any] | None = None
+        self.probe_progress: str | None = None
+        self.index = LineIndex(self._fresh_spool())
+        self._analyzer: Any | None = None
+        self._ingest_lock = asyncio.Lock()
+
+    def _fresh_spool(self) -> Path:
+        path = spool_path(self.run_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+        return path
+
+    # -- layout ----------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("", id="run-title", classes="title-bar")
+        with Container(id="run-top"):
+            yield StageTimeline(id="stages")
+            yield RootCausePanel(id="root-cause")
+        yield ProbePanel(id="probe")
+        yield LogPanel(self.index, id="log")
+        yield Footer()
+
+    @property
+    def runs(self) -> Runs:
+        return self.app.runs()
+
+    def on_mount(self) -> None:
+        self.title = "run"
+        self.sub_title = self.run_id
+        self._render_all()
+        self.query_one("#log-view").focus()
+        self._follow()
+        self._status()
+        self._probe_watch()
+        self.set_interval(1.0, self._render_title)
+
+    def on_unmount(self) -> None:
+        self.index.close()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("stop", "probe") and self.app.readonly:
+            return False
+        if action == "stop" and self.alive is False:
+            return None
+        return True
+
+    # -- workers ---------------------------------------------------------------------------------
+    @work(exclusive=True, group="follow", exit_on_error=False)
+    async def _follow(self) -> None:
+        offset = 0
+        while True:
+            try:
+                if self.record is None:
+                    _host, self.record = await self.runs.find(self.run_id)
+                    self._analyzer = make_analyzer(self.record.engine)
+                    self._render_title()
+                async for new_offset, chunk in self.runs.follow(self.run_id, offset):
+                    if new_offset == 0 and not chunk:
+                        self._restart_log()
+                        offset = 0
+                        continue
+                    offset = new_offset
+                    await self._ingest(chunk)
+                self._ingest_done()
+                return
+            except (HostUnreachable, ServelabError, OSError) as exc:
+                self.liveness = f"log stream lost: {exc}; retrying"
+                self._render_title()
+                await asyncio.sleep(3.0)
+
+    async def _ingest(self, chunk: bytes) -> None:
+        async with self._ingest_lock:
+            rows, snapshot = await asyncio.to_thread(self._ingest_sync, chunk)
+        self.query_one(LogPanel).lines_added(rows)
+        if snapshot is not None:
+            self._set_view(view_from_analysis(snapshot))
+
+    def _ingest_sync(self, chunk: bytes) -> tuple[int, Any]:
+        rows = self.index.append(chunk)
+        snapshot = None
+        if self._analyzer is not None:
+            self._analyzer.feed(chunk)
+            snapshot = self._analyzer.snapshot()
+        return rows, snapshot
+
+    async def _mark_exited(self, exit_code: int | None) -> None:
+        """Tell the analyzer the process is gone, so a silent death still reads as a crash."""
+        analyzer = self._analyzer
+        if analyzer is None or not hasattr(analyzer, "mark_exited"):
+            return
+        async with self._ingest_lock:
+            analyzer.mark_exited(exit_code)
+            snapshot = analyzer.snapshot()
+        self._set_view(view_from_analysis(snapshot))
+
+    def _ingest_done(self) -> None:
+        """The log ended (the process exited): let the analyzer finish the last line."""
+        finish = getattr(self._analyzer, "finish", None) or getattr(self._analyzer, "close", None)
+        if callable(finish):
+            finish()
+            self._set_view(view_from_analysis(self._analyzer.snapshot()))
+
+    def _restart_log(self) -> None:
+        self.index.close()
+        self.index = LineIndex(self._fresh_spool())
+        if self.record is not None:
+            self._analyzer = make_analyzer(self.record.engine)
+        old = self.query_one(LogPanel)
+        old.remove()
+        self.mount(LogPanel(self.index, id="log"), before=self.query_one(Footer))
+
+    @work(exclusive=True, group="status", exit_on_error=False)
+    async def _status(self) -> None:
+        while True:
+            try:
+                status = await self.runs.status(self.run_id, analyze=False)
+            except (HostUnreachable, OSError) as exc:
+                self.liveness = f"host unreachable ({exc}); retrying"
+            except ServelabError as exc:
+                self.liveness = f"{exc}; retrying"
+            else:
+                self.record = status.record
+                self.alive = status.alive
+                self.exit_code = status.exit_code
+                if status.alive:
+                    self.liveness = f"alive · pid {status.record.pid}"
+                elif status.exit_code is not None:
+                    self.liveness = f"{status.record.status} · exit code {status.exit_code}"
+                else:
+                    self.liveness = status.record.status
+                self.refresh_bindings()
+                if not status.alive and status.record.pid is not None:
+                    await self._mark_exited(status.exit_code)
+            self._render_title()
+            if self.alive is False and self.exit_code is not None:
+                return
+            await asyncio.sleep(STATUS_SECONDS)
+
+    @work(exclusive=True, group="probe", exit_on_error=False)
+    async def _probe_watch(self) -> None:
+        while self.probe is None:
+            try:
+                self.probe = await read_probe(self.runs, self.run_id)
+            except (HostUnreachable, ServelabError, OSError):
+                pass
+            if self.probe is not None:
+                self._render_probe()
+                return
+            if self.alive is False and self.exit_code is not None:
+                return
+            await asyncio.sleep(PROBE_SECONDS)
+
+    # -- rendering -------------------------------------------------------------------------------
+    def _set_view(self, view: RunView) -> None:
+        self.view = view
+        self._render_all()
+
+    def _render_all(self) -> None:
+        self._render_title()
+        stages = self.view.stages
+        if self.size.height < 40 or self.view.root_cause is not None:
+            # Compact: done and running stages, then only the next pending one.
+            shown, pending_seen = [], False
+            for stage in stages:
+                if stage.status == "pending":
+                    if pending_seen or self.view.root_cause is not None:
+                        continue
+                    pending_seen = True
+                shown.append(stage)
+            stages = shown
+        self.query_one(StageTimeline).show(stages)
+        self.query_one(RootCausePanel).show(self.view.root_cause, self.view.hint)
+
+    def _render_probe(self) -> None:
+        self.query_one(ProbePanel).show(self.probe, self.probe_progress)
+
+    def elapsed_s(self) -> float | None:
+        if self.record is None or not self.record.started_at:
+            return None
+        try:
+            started = dt.datetime.fromisoformat(self.record.started_at)
+        except ValueError:
+            return None
+        if started.tzinfo is None:
+            started = started.replace(tzinfo=dt.timezone.utc)
+        return (dt.datetime.now(dt.timezone.utc) - started).total_seconds()
+
+    def _render_title(self) -> None:
+        rec = self.record
+        state = self.view.state
+        style = {"ready": "bold green", "serving": "bold green", "crashed": "bold red", "failed": "bold red"}.get(state, "bold cyan")
+        parts: list[Any] = [(rec.experiment if rec else self.run_id, "bold"), "  "]
+        parts.append((f" {state.upper()} ", f"reverse {style}"))
+        if rec is not None:
+            parts.append(f"  {rec.engine} on {rec.host}")
+        elapsed = self.elapsed_s() if self.alive is not False else None
+        if elapsed is not None:
+            parts.append(f" · {format_duration(elapsed)}")
+        parts.append(f" · {self.liveness}")
+        self.query_one("#run-title", Static).update(Text.assemble(*parts, overflow="ellipsis", no_wrap=True))
+
+    # -- actions ---------------------------------------------------------------------------------
+    def action_stop(self) -> None:
+        if self.app.readonly:
+            return
+        from tui.screens.confirm import ConfirmScreen
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._stop()
+
+        self.app.push_screen(ConfirmScreen(f"Stop run {self.run_id}?", "SIGTERM to its process group, SIGKILL after 10 s."), answered)
+
+    @work(exclusive=True, group="stop", exit_on_error=False)
+    async def _stop(self) -> None:
+        self.notify(f"stopping {self.run_id}…", timeout=3)
+        try:
+            status = await self.runs.stop(self.run_id)
+        except (ServelabError, HostUnreachable, OSError) as exc:
+            self.notify(str(exc), title="stop failed", severity="error", timeout=8)
+            return
+        self.alive = status.alive
+        self.exit_code = status.exit_code
+        self.liveness = f"stopped · exit code {status.exit_code}"
+        self._render_title()
+        self.refresh_bindings()
+        self.notify(f"{self.run_id} stopped", timeout=4)
+
+    def action_probe(self) -> None:
+        if self.app.readonly:
+            return
+        self._run_probe()
+
+    @work(exclusive=True, group="probe-run", exit_on_error=False)
+    async def _run_probe(self) -> None:
+        try:
+            from tui.screens.probe_action import probe_run
+        except ImportError:
+            self.notify("the probe is not available in this build", severity="warning")
+            return
+
+        def progress(message: str) -> None:
+            self.probe_progress = message
+            self._render_probe()
+
+        started = time.monotonic()
+        try:
+            self.probe = await probe_run(self.runs, self.run_id, progress)
+        except (ServelabError, HostUnreachable, OSError) as exc:
+            self.probe_progress = f"failed: {exc}"
+            self._render_probe()
+            self.notify(str(exc), title="probe failed", severity="error", timeout=8)
+            return
+        self.probe_progress = None
+        self._render_probe()
+        self.notify(f"probe done in {time.monotonic() - started:.0f}s", timeout=4)

@@ -1,0 +1,94 @@
+"""Watches every running run from the app, so the operator hears (bell) when one is ready or crashes.
+
+One light follower per running run feeds a log analyzer (no spool); a process that ends with a
+non-zero exit code also counts as a crash when the log did not say so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from engines.errors import ServelabError
+from engines.hosts.base import HostUnreachable
+from engines.runs import Runs
+from tui.screens.run import make_analyzer
+from tui.widgets.run_view_model import view_from_analysis
+
+LIST_SECONDS = 5.0
+READY_STATES = frozenset({"ready", "serving"})
+CRASH_STATES = frozenset({"crashed", "failed"})
+
+#: ``(run_id, experiment, event, detail)`` with event ``ready`` or ``crashed``.
+Announce = Callable[[str, str, str, str], None]
+
+
+def _feed(analyzer: Any, chunk: bytes) -> Any:
+    analyzer.feed(chunk)
+    return analyzer.snapshot()
+
+
+class RunWatcher:
+    """Announces each run's ready and crash once."""
+
+    def __init__(self, runs: Callable[[], Runs], announce: Announce) -> None:
+        self._runs = runs
+        self._announce = announce
+        self._watching: dict[str, asyncio.Task[None]] = {}
+        self._announced: set[tuple[str, str]] = set()
+
+    async def run_forever(self) -> None:
+        """Poll the hosts' run lists; start a follower for every running run."""
+        seen_ended: set[str] = set()
+        first = True
+        while True:
+            runs = self._runs()
+            try:
+                records = await runs.list()
+            except (ServelabError, HostUnreachable, OSError):
+                records = []
+            for rec in records:
+                if rec.status in ("running", "launching") and rec.id not in self._watching:
+                    self._watching[rec.id] = asyncio.create_task(self._follow(runs, rec.id, rec.experiment, rec.engine))
+                elif rec.status not in ("running", "launching") and rec.id not in seen_ended:
+                    seen_ended.add(rec.id)
+                    # An old ended run is history; a run ended while we watched was handled by its follower.
+                    if first:
+                        self._announced.update({(rec.id, "ready"), (rec.id, "crashed")})
+            first = False
+            await asyncio.sleep(LIST_SECONDS)
+
+    async def _follow(self, runs: Runs, run_id: str, experiment: str, engine: str) -> None:
+        analyzer = make_analyzer(engine)
+        try:
+            async for _offset, chunk in runs.follow(run_id):
+                if analyzer is None or not chunk:
+                    continue
+                snapshot = await asyncio.to_thread(_feed, analyzer, chunk)
+                self._check(run_id, experiment, snapshot)
+            status = await runs.status(run_id, analyze=False)
+        except (ServelabError, HostUnreachable, OSError):
+            self._watching.pop(run_id, None)
+            return
+        if status.exit_code not in (None, 0) and status.record.status != "stopped":
+            self._once(run_id, experiment, "crashed", f"exit code {status.exit_code}")
+
+    def _check(self, run_id: str, experiment: str, snapshot: Any) -> None:
+        view = view_from_analysis(snapshot)
+        if view.state in READY_STATES:
+            self._once(run_id, experiment, "ready", "")
+        elif view.state in CRASH_STATES:
+            rc = view.root_cause
+            detail = f"{rc.exception or 'error'}: {rc.message}" if rc else (view.hint or "")
+            self._once(run_id, experiment, "crashed", detail)
+
+    def _once(self, run_id: str, experiment: str, event: str, detail: str) -> None:
+        if (run_id, event) in self._announced:
+            return
+        self._announced.add((run_id, event))
+        self._announce(run_id, experiment, event, detail)
+
+    def cancel(self) -> None:
+        for task in self._watching.values():
+            task.cancel()

@@ -1,0 +1,60 @@
+"""Probe figures of a run, with the per-position acceptance drawn as bars."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+
+def _fmt(value: Any, spec: str, suffix: str = "") -> str:
+    return f"{value:{spec}}{suffix}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
+def acceptance_bars(rates: list[float], width: int = 24) -> Table:
+    """One bar per draft position: the fraction of drafts whose token at that position was accepted."""
+    table = Table(box=None, show_header=False, padding=(0, 1))
+    table.add_column(no_wrap=True)
+    table.add_column(width=width)
+    table.add_column(no_wrap=True, justify="right")
+    for i, rate in enumerate(rates, start=1):
+        rate = max(0.0, min(float(rate), 1.0))
+        table.add_row(f"pos {i}", ProgressBar(total=1.0, completed=rate, width=width, complete_style="green"), f"{rate:.2f}")
+    return table
+
+
+def probe_renderable(probe: dict[str, Any]) -> Group:
+    head = Text.assemble(
+        ("PROBE ", "bold"),
+        f"output {_fmt(probe.get('output_throughput'), '.1f', ' tok/s')}",
+        f" · TTFT {_fmt(probe.get('median_ttft_ms'), '.0f', ' ms')}",
+        f" · TPOT {_fmt(probe.get('median_tpot_ms'), '.1f', ' ms')}",
+        f" · acceptance {_fmt(probe.get('spec_decode_acceptance_rate'), '.1f', '%')}",
+        f" · length {_fmt(probe.get('spec_decode_acceptance_length'), '.2f')}",
+    )
+    parts: list[object] = [head]
+    unstable = probe.get("unstable") or []
+    if unstable:
+        parts.append(Text(f"unstable across repeats: {', '.join(unstable)}", style="yellow"))
+    rates = probe.get("spec_decode_per_position_acceptance_rates") or []
+    if rates:
+        parts.append(acceptance_bars([r for r in rates if isinstance(r, (int, float))]))
+    return Group(*parts)
+
+
+class ProbePanel(Static):
+    """Hidden until the run has probe results."""
+
+    def show(self, probe: dict[str, Any] | None, progress: str | None = None) -> None:
+        if not probe and not progress:
+            self.remove_class("-shown")
+            return
+        self.add_class("-shown")
+        if probe:
+            self.update(probe_renderable(probe))
+        else:
+            self.update(Text(f"PROBE {progress}", style="bold cyan"))

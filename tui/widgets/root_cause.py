@@ -1,0 +1,37 @@
+"""The pinned root-cause panel: the exception that failed the run, where, and what to try."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.text import Text
+from textual.widgets import Static
+
+from tui.widgets.run_view_model import RootCauseView
+
+
+def root_cause_renderable(cause: RootCauseView, hint: str | None, *, excerpt_lines: int = 6) -> Group:
+    title = Text("ROOT CAUSE", style="bold reverse red")
+    head = Text.assemble(" ", ((cause.exception or "unfinished traceback") + ": ", "bold"), cause.message)
+    origin = [p for p in (cause.process and f"in {cause.process}", cause.where and f"at {cause.where}", cause.line is not None and f"log line {cause.line}") if p]
+    parts: list[object] = [Text.assemble(title, head)]
+    if origin:
+        parts.append(Text(" · ".join(str(p) for p in origin), style="dim"))
+    for line in cause.excerpt[-excerpt_lines:]:
+        parts.append(Text("  " + line, style="red", overflow="ellipsis", no_wrap=True))
+    if hint:
+        parts.append(Text.assemble(("HINT ", "bold reverse yellow"), " ", (hint, "bold")))
+    return Group(*parts)
+
+
+class RootCausePanel(Static):
+    """Hidden until the run has a root cause; then pinned above the log."""
+
+    def show(self, cause: RootCauseView | None, hint: str | None) -> None:
+        if cause is None and not hint:
+            self.remove_class("-shown")
+            return
+        self.add_class("-shown")
+        if cause is None:
+            self.update(Text.assemble(("HINT ", "bold reverse yellow"), " ", (hint or "", "bold")))
+        else:
+            self.update(root_cause_renderable(cause, hint))

@@ -1,0 +1,61 @@
+"""Start-up stages as one line each: mark, name, progress bar with n/N, rate, ETA or duration."""
+
+from __future__ import annotations
+
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from tui.widgets.run_view_model import StageRow, format_duration
+
+MARKS: dict[str, tuple[str, str]] = {
+    "done": ("✓", "bold green"),
+    "running": ("▶", "bold cyan"),
+    "failed": ("✗", "bold red"),
+    "skipped": ("–", "dim"),
+    "pending": ("·", "dim"),
+}
+BAR_WIDTH = 22
+
+
+def stage_table(stages: list[StageRow], *, header: Text | None = None) -> Table:
+    """A rich table of the stages (also used by the tmux test through the screen)."""
+    table = Table(box=None, show_header=False, padding=(0, 1), expand=False, title=header, title_justify="left")
+    table.add_column(width=1)
+    table.add_column(no_wrap=True, min_width=11)
+    table.add_column(width=BAR_WIDTH)
+    table.add_column(no_wrap=True)
+    for stage in stages:
+        mark, style = MARKS.get(stage.status, MARKS["pending"])
+        name = Text(stage.label, style=style if stage.status != "pending" else "dim")
+        if stage.total:
+            done = stage.done or 0.0
+            bar = ProgressBar(total=stage.total, completed=min(done, stage.total), width=BAR_WIDTH,
+                              complete_style="red" if stage.status == "failed" else "green" if stage.status == "done" else "cyan")
+            counts = f"{done:g}/{stage.total:g}"
+        elif stage.status == "running":
+            bar = ProgressBar(total=None, width=BAR_WIDTH, pulse=True)
+            counts = ""
+        elif stage.status == "done":
+            bar = ProgressBar(total=1, completed=1, width=BAR_WIDTH, complete_style="green")
+            counts = ""
+        else:
+            bar = Text("")
+            counts = ""
+        info: list[str] = [c for c in (counts, stage.rate or "") if c]
+        if stage.status == "running" and stage.eta_s is not None:
+            info.append(f"ETA {format_duration(stage.eta_s)}")
+        if stage.elapsed_s is not None and stage.status != "pending":
+            info.append(format_duration(stage.elapsed_s))
+        if stage.detail:
+            info.append(stage.detail)
+        table.add_row(Text(mark, style=style), name, bar, Text("  ".join(info), overflow="ellipsis", no_wrap=True))
+    return table
+
+
+class StageTimeline(Static):
+    """The stage bars of one run; ``show`` replaces them."""
+
+    def show(self, stages: list[StageRow], header: Text | None = None) -> None:
+        self.update(stage_table(stages, header=header))
