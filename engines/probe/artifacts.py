@@ -1,0 +1,145 @@
+"""Probe a run of :class:`engines.runs.Runs` and keep the results in its folder on the host.
+
+``probe.json`` (summary, identity, load stages) and ``probe-requests.jsonl`` live next to the
+run's log, so ``servelab compare`` works from any machine that can reach the host.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import tomllib
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from engines.adapter import get_adapter
+from engines.errors import ServelabError
+from engines.experiment import Experiment
+from engines.probe.prompts import load as load_prompts
+from engines.probe.runner import ProbeResult, ProbeSettingsView, Progress, run_probe
+
+if TYPE_CHECKING:
+    from engines.runs import RunRecord, Runs
+
+PROBE_JSON = "probe.json"
+REQUESTS_JSONL = "probe-requests.jsonl"
+
+
+async def run_experiment(runs: Runs, rec: RunRecord) -> Experiment:
+    """The definition the run was launched with (its ``experiment.toml``), else the catalog's."""
+    raw = await runs.read_artifact(rec.id, "experiment.toml")
+    if raw is not None:
+        try:
+            data = tomllib.loads(raw.decode("utf-8"))
+            data.setdefault("name", rec.experiment)
+            return Experiment.model_validate(data)
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError, ValidationError):
+            pass
+    return runs.catalog.get(rec.experiment).experiment
+
+
+async def gpu_names(runs: Runs, host_name: str) -> list[str]:
+    """GPU names from ``nvidia-smi`` on the host; empty when there is none (CPU hosts)."""
+    try:
+        done = await runs.host(host_name).run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], timeout=20)
+    except Exception:  # no nvidia-smi, unreachable: the identity just has no GPUs
+        return []
+    return [line.strip() for line in done.text().splitlines() if line.strip()] if done.ok else []
+
+
+def identity(exp: Experiment, rec: RunRecord, gpus: list[str]) -> dict[str, Any]:
+    """Who produced these figures: everything that must match for a fair comparison."""
+    s = exp.speculative
+    return {
+        "run": rec.id,
+        "experiment": rec.experiment,
+        "engine": exp.engine,
+        "model": exp.model,
+        "served_model_name": exp.served_model_name,
+        "spec_method": s.method,
+        "drafter": s.draft_model,
+        "num_speculative_tokens": s.num_tokens,
+        "tensor_parallel": exp.parallel.tensor,
+        "data_parallel": exp.parallel.data,
+        "expert_parallel": exp.parallel.expert,
+        "pipeline_parallel": exp.parallel.pipeline,
+        "patch_hashes": dict(rec.patch_hashes),
+        "definition_hash": rec.identity,
+        "host": rec.host,
+        "gpus": gpus,
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
+
+
+_TS_FORMATS = ("%m-%d %H:%M:%S", "%Y-%m-%d %H:%M:%S", "%H:%M:%S")
+
+
+def _parse_ts(value: str | None) -> dt.datetime | None:
+    if not value:
+        return None
+    text = re.sub(r"[.,]\d+$", "", value.strip())
+    for fmt in _TS_FORMATS:
+        try:
+            return dt.datetime.strptime(text, fmt)
+        except ValueError:
+            continue
+    return None
+
+
+def stage_seconds(analysis: dict[str, Any]) -> dict[str, float]:
+    """Seconds each finished startup stage took, from the analyzer's log timestamps."""
+    out: dict[str, float] = {}
+    for st in analysis.get("stages") or []:
+        a, b = _parse_ts(st.get("started_at")), _parse_ts(st.get("ended_at"))
+        if a is not None and b is not None and b >= a:
+            out[str(st.get("name"))] = (b - a).total_seconds()
+    return out
+
+
+async def probe_run(runs: Runs, run_id: str, *, progress: Progress | None = None, ready_timeout_s: float = 900.0) -> ProbeResult:
+    """Probe a live run with its experiment's ``[probe]`` settings and store the results in its folder."""
+    st = await runs.status(run_id)
+    if not st.alive:
+        raise ServelabError(f"run {run_id} is not running (status {st.status}); probe a live server")
+    rec = st.record
+    exp = await run_experiment(runs, rec)
+    settings = exp.probe
+    prompts = load_prompts(settings.prompts, base=runs.catalog.folder)
+    ident = identity(exp, rec, await gpu_names(runs, rec.host))
+    base_url = await runs.base_url(run_id)
+    result = await run_probe(
+        base_url,
+        prompts,
+        ProbeSettingsView(settings.max_tokens, settings.concurrency, settings.repeats, settings.warmup),
+        adapter=get_adapter(exp.engine),
+        experiment=exp,
+        identity=ident,
+        label=run_id,
+        ready_timeout_s=ready_timeout_s,
+        progress=progress,
+    )
+    # Stage timings are final once the server is ready, so read them after the probe.
+    after = await runs.status(run_id)
+    result.summary["load_stages_s"] = stage_seconds(after.analysis)
+    result.summary["run"] = run_id
+    result.summary["experiment"] = rec.experiment
+    result.summary["baseline_experiment"] = exp.baseline
+    await runs.write_artifact(run_id, PROBE_JSON, result.summary_json().encode("utf-8"))
+    await runs.write_artifact(run_id, REQUESTS_JSONL, result.requests_jsonl().encode("utf-8"))
+    return result
+
+
+async def load_probe(runs: Runs, run_id: str) -> dict[str, Any] | None:
+    """A run's stored ``probe.json`` (None when it was never probed)."""
+    raw = await runs.read_artifact(run_id, PROBE_JSON)
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise ServelabError(f"run {run_id}: {PROBE_JSON} is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise ServelabError(f"run {run_id}: {PROBE_JSON} is not an object")
+    return data
