@@ -1,0 +1,405 @@
+"""Runs side by side: identity rows, metric rows, speedup against the baseline, and a verdict.
+
+The verdict follows explicit rules, and each one is printed with its reason:
+
+- a speedup is output tok/s of the run / output tok/s of the baseline experiment's latest probed
+  run that asked the same prompts with the same max_tokens, model and concurrency; if none
+  matches, the speedup is refused and the reason is shown;
+- noise band = 1.4826 x the combined relative MAD of both runs x the speedup;
+- speculation HELPS when speedup - band > 1.10, HURTS when speedup + band < 1.00, else INCONCLUSIVE;
+- across engines, the configuration with the best conservative throughput (median - 1.4826 x MAD)
+  wins; switching engine is warranted only when the winner's conservative throughput beats the
+  other engine's best optimistic throughput by more than 10 %.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from engines.errors import ServelabError
+from engines.probe.stats import MAD_TO_SIGMA
+
+if TYPE_CHECKING:
+    from engines.runs import Runs
+
+HELPS_ABOVE = 1.10
+HURTS_BELOW = 1.00
+SWITCH_MARGIN = 1.10
+FORMATS = ("table", "markdown", "json", "csv")
+
+#: Settings that must be equal for a speedup to mean anything: (label, getter).
+_MATCH_KEYS: tuple[tuple[str, str], ...] = (
+    ("prompts", "prompt_set_hash"),
+    ("max_tokens", "max_tokens"),
+    ("model", "model"),
+    ("concurrency", "max_concurrency"),
+)
+
+
+def _model(summary: dict[str, Any]) -> Any:
+    return (summary.get("identity") or {}).get("model") or summary.get("model_id")
+
+
+def _setting(summary: dict[str, Any], key: str) -> Any:
+    return _model(summary) if key == "model" else summary.get(key)
+
+
+def mismatches(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Why two probes cannot be compared (empty when they can)."""
+    out = []
+    for label, key in _MATCH_KEYS:
+        va, vb = _setting(a, key), _setting(b, key)
+        if va != vb:
+            out.append(f"different {label} ({va} vs {vb})")
+    return out
+
+
+def _figure(summary: dict[str, Any], key: str) -> tuple[float | None, float]:
+    """(median, MAD) of a figure; MAD 0 when the file has no stats for it."""
+    value = summary.get(key)
+    stat = (summary.get("stats") or {}).get(key) or {}
+    if not isinstance(value, (int, float)):
+        return None, 0.0
+    mad = stat.get("mad") if isinstance(stat, dict) else None
+    return float(value), float(mad) if isinstance(mad, (int, float)) and not math.isnan(mad) else 0.0
+
+
+def conservative(summary: dict[str, Any], key: str = "output_throughput") -> float | None:
+    m, d = _figure(summary, key)
+    return None if m is None else m - MAD_TO_SIGMA * d
+
+
+def optimistic(summary: dict[str, Any], key: str = "output_throughput") -> float | None:
+    m, d = _figure(summary, key)
+    return None if m is None else m + MAD_TO_SIGMA * d
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """Speedup of one run against its baseline, or why there is none."""
+
+    value: float | None
+    band: float | None = None
+    baseline_run: str | None = None
+    reason: str = ""
+
+    @property
+    def verdict(self) -> str | None:
+        if self.value is None or self.band is None:
+            return None
+        if self.value - self.band > HELPS_ABOVE:
+            return "helps"
+        if self.value + self.band < HURTS_BELOW:
+            return "hurts"
+        return "inconclusive"
+
+
+def speedup(run: dict[str, Any], base: dict[str, Any], base_run: str) -> Speedup:
+    """Output tok/s ratio with its noise band, or a refusal naming what differs."""
+    why = mismatches(run, base)
+    if why:
+        return Speedup(None, baseline_run=base_run, reason=f"refused against {base_run}: " + ", ".join(why))
+    (r, rd), (b, bd) = _figure(run, "output_throughput"), _figure(base, "output_throughput")
+    if not r or not b:
+        return Speedup(None, baseline_run=base_run, reason="no output throughput to compare")
+    value = r / b
+    rel = math.sqrt((rd / r) ** 2 + (bd / b) ** 2)
+    return Speedup(value, MAD_TO_SIGMA * rel * value, base_run, "")
+
+
+@dataclass
+class Row:
+    label: str
+    values: list[str]
+    kind: str  # identity | metric
+
+    @property
+    def differs(self) -> bool:
+        return len(set(self.values)) > 1
+
+
+@dataclass
+class Comparison:
+    runs: list[str]
+    rows: list[Row]
+    speedups: dict[str, Speedup]
+    verdict: list[str] = field(default_factory=list)
+
+
+# -- building the rows ----------------------------------------------------------------------------
+def _fmt(value: Any, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_fmt(v, digits) for v in value) if value else "-"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={str(v)[:12]}" for k, v in sorted(value.items())) if value else "-"
+    return str(value)
+
+
+def _metric(summary: dict[str, Any], key: str, digits: int = 2, scale: float = 1.0) -> str:
+    m, d = _figure(summary, key)
+    if m is None:
+        return "-"
+    stat = (summary.get("stats") or {}).get(key) or {}
+    text = f"{m * scale:.{digits}f}"
+    if d:
+        text += f" ±{d * scale:.{digits}f}"
+    if isinstance(stat, dict) and stat.get("unstable"):
+        text += " (unstable)"
+    return text
+
+
+IDENTITY_ROWS: tuple[tuple[str, str], ...] = (
+    ("experiment", "experiment"),
+    ("engine", "engine"),
+    ("engine version", "engine_version"),
+    ("model", "model"),
+    ("served model", "served_model"),
+    ("spec method", "spec_method"),
+    ("drafter", "drafter"),
+    ("k (draft tokens)", "num_speculative_tokens"),
+    ("tensor parallel", "tensor_parallel"),
+    ("data parallel", "data_parallel"),
+    ("expert parallel", "expert_parallel"),
+    ("pipeline parallel", "pipeline_parallel"),
+    ("patches", "patch_hashes"),
+    ("prompt set", "prompt_set"),
+    ("prompt-set hash", "prompt_set_hash"),
+    ("host", "host"),
+    ("GPUs", "gpus"),
+    ("probed at", "date"),
+)
+
+METRIC_ROWS: tuple[tuple[str, str, int, float], ...] = (
+    ("acceptance rate (%)", "spec_decode_acceptance_rate", 1, 1.0),
+    ("acceptance length", "spec_decode_acceptance_length", 2, 1.0),
+    ("output tok/s", "output_throughput", 1, 1.0),
+    ("requests/s", "request_throughput", 2, 1.0),
+    ("TPOT p50 (ms)", "median_tpot_ms", 2, 1.0),
+    ("TPOT p99 (ms)", "p99_tpot_ms", 2, 1.0),
+    ("TTFT p50 (ms)", "median_ttft_ms", 1, 1.0),
+    ("TTFT p99 (ms)", "p99_ttft_ms", 1, 1.0),
+    ("ITL per chunk p50 (ms)", "median_itl_ms", 2, 1.0),
+    ("tokens per chunk", "mean_tokens_per_chunk", 2, 1.0),
+    ("requests ended by EOS", "eos_fraction", 2, 1.0),
+)
+
+
+def build(columns: Sequence[tuple[str, dict[str, Any]]], speedups: dict[str, Speedup]) -> Comparison:
+    """Rows and verdict for probed runs given as (run id, probe.json) pairs."""
+    runs = [r for r, _ in columns]
+    sums = [s for _, s in columns]
+    rows: list[Row] = []
+    for label, key in IDENTITY_ROWS:
+        vals = [_fmt((s.get("identity") or {}).get(key)) for s in sums]
+        rows.append(Row(label, vals, "identity"))
+    rows.append(Row("max_tokens", [_fmt(s.get("max_tokens")) for s in sums], "identity"))
+    rows.append(Row("concurrency", [_fmt(s.get("max_concurrency")) for s in sums], "identity"))
+    rows.append(Row("repeats", [_fmt(s.get("repeats")) for s in sums], "identity"))
+    stages: list[str] = []
+    for s in sums:
+        for name in s.get("load_stages_s") or {}:
+            if name not in stages:
+                stages.append(name)
+    for name in stages:
+        rows.append(Row(f"load: {name} (s)", [_fmt((s.get("load_stages_s") or {}).get(name), 1) for s in sums], "metric"))
+    for label, key, digits, scale in METRIC_ROWS:
+        rows.append(Row(label, [_metric(s, key, digits, scale) for s in sums], "metric"))
+    rows.append(Row("per-position acceptance", [_fmt(s.get("spec_decode_per_position_acceptance_rates")) for s in sums], "metric"))
+    rows.append(Row("acceptance source", [_fmt(s.get("acceptance_source")) for s in sums], "metric"))
+    sp_vals = []
+    for run in runs:
+        sp = speedups.get(run)
+        if sp is None:
+            sp_vals.append("- (no baseline)")
+        elif sp.value is None:
+            sp_vals.append(sp.reason)
+        else:
+            sp_vals.append(f"{sp.value:.2f}x ±{sp.band:.2f}")
+    rows.append(Row("speedup vs baseline", sp_vals, "metric"))
+    comp = Comparison(runs=runs, rows=rows, speedups=speedups)
+    comp.verdict = verdict(columns, speedups)
+    return comp
+
+
+# -- the verdict ----------------------------------------------------------------------------------
+def verdict(columns: Sequence[tuple[str, dict[str, Any]]], speedups: dict[str, Speedup]) -> list[str]:
+    """Each conclusion with the rule and the numbers behind it."""
+    lines: list[str] = []
+    for run, s in columns:
+        sp = speedups.get(run)
+        if sp is None:
+            continue
+        if sp.value is None:
+            lines.append(f"{run}: no verdict on speculation: {sp.reason}")
+            continue
+        v = sp.verdict
+        low, high = sp.value - (sp.band or 0), sp.value + (sp.band or 0)
+        acc = s.get("spec_decode_acceptance_length")
+        acc_txt = f"; acceptance length {acc:.2f}" if isinstance(acc, (int, float)) else ""
+        if v == "helps":
+            rule = f"speedup {sp.value:.2f}x, noise band {low:.2f}-{high:.2f}x, is above {HELPS_ABOVE:.2f}x beyond the band"
+        elif v == "hurts":
+            rule = f"speedup {sp.value:.2f}x, noise band {low:.2f}-{high:.2f}x, is below {HURTS_BELOW:.2f}x beyond the band"
+        else:
+            rule = (
+                f"speedup {sp.value:.2f}x, noise band {low:.2f}-{high:.2f}x, is neither above {HELPS_ABOVE:.2f}x "
+                f"nor below {HURTS_BELOW:.2f}x beyond the band"
+            )
+        lines.append(f"{run}: speculation {str(v).upper()} vs {sp.baseline_run}: {rule}{acc_txt}")
+        unstable = [r for r, summ in ((run, s),) if "output_throughput" in (summ.get("unstable") or [])]
+        if unstable:
+            lines.append(f"{run}: output tok/s is unstable (MAD > 10 % of median): repeat the probe before deciding")
+    lines.extend(engine_verdict(columns))
+    return lines
+
+
+def engine_verdict(columns: Sequence[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Across engines: the best configuration and whether switching engine is warranted."""
+    by_engine: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for run, s in columns:
+        engine = (s.get("identity") or {}).get("engine") or s.get("backend") or "?"
+        by_engine.setdefault(str(engine), []).append((run, s))
+    if len(by_engine) < 2:
+        return []
+    first = columns[0][1]
+    for run, s in columns[1:]:
+        why = mismatches(first, s)
+        if why:
+            return [f"engines: no verdict across engines: {run} vs {columns[0][0]}: " + ", ".join(why)]
+    best: dict[str, tuple[str, dict[str, Any], float]] = {}
+    for engine, items in by_engine.items():
+        scored = [(run, s, conservative(s)) for run, s in items if conservative(s) is not None]
+        if scored:
+            best[engine] = max(scored, key=lambda t: t[2])  # type: ignore[arg-type,return-value]
+    if len(best) < 2:
+        return ["engines: no verdict across engines: missing output throughput"]
+    winner_engine, (w_run, w_sum, w_cons) = max(best.items(), key=lambda kv: kv[1][2])
+    lines = [
+        f"engines: best configuration is {w_run} ({winner_engine}) with {w_sum['output_throughput']:.1f} output tok/s "
+        f"(conservative {w_cons:.1f} = median - 1.4826 x MAD)"
+    ]
+    for engine, (run, s, _cons) in best.items():
+        if engine == winner_engine:
+            continue
+        opt = optimistic(s) or 0.0
+        ratio = w_cons / opt if opt > 0 else math.inf
+        if ratio > SWITCH_MARGIN:
+            lines.append(
+                f"engines: switching from {engine} to {winner_engine} is WARRANTED: {w_run}'s conservative throughput is "
+                f"{ratio:.2f}x {run}'s optimistic throughput (> {SWITCH_MARGIN:.2f}x)"
+            )
+        else:
+            lines.append(
+                f"engines: switching from {engine} to {winner_engine} is NOT warranted: {w_run}'s conservative throughput is "
+                f"{ratio:.2f}x {run}'s optimistic throughput (needs > {SWITCH_MARGIN:.2f}x)"
+            )
+    return lines
+
+
+# -- output formats -------------------------------------------------------------------------------
+def render(comp: Comparison, fmt: str = "table", diff_only: bool = False) -> str:
+    """The comparison as table (rich), markdown, json or csv."""
+    if fmt not in FORMATS:
+        raise ServelabError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
+    rows = [r for r in comp.rows if not (diff_only and r.kind == "identity" and not r.differs)]
+    if fmt == "json":
+        data = {
+            "runs": comp.runs,
+            "rows": [{"label": r.label, "kind": r.kind, "values": dict(zip(comp.runs, r.values, strict=True))} for r in rows],
+            "speedups": {
+                run: {"value": sp.value, "band": sp.band, "baseline_run": sp.baseline_run, "verdict": sp.verdict, "reason": sp.reason}
+                for run, sp in comp.speedups.items()
+            },
+            "verdict": comp.verdict,
+        }
+        return json.dumps(data, indent=2) + "\n"
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(["row", *comp.runs])
+        for r in rows:
+            w.writerow([r.label, *r.values])
+        for line in comp.verdict:
+            w.writerow(["verdict", line])
+        return buf.getvalue()
+    if fmt == "markdown":
+        out = ["| | " + " | ".join(comp.runs) + " |", "|---|" + "---|" * len(comp.runs)]
+        for r in rows:
+            cells = [v.replace("|", "\\|") for v in r.values]
+            out.append(f"| {r.label} | " + " | ".join(cells) + " |")
+        out += ["", "**Verdict**", ""] + [f"- {line}" for line in comp.verdict]
+        return "\n".join(out) + "\n"
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold", show_lines=False)
+    table.add_column("")
+    for run in comp.runs:
+        table.add_column(run, overflow="fold")
+    last_kind = None
+    for r in rows:
+        if last_kind is not None and r.kind != last_kind:
+            table.add_section()
+        last_kind = r.kind
+        table.add_row(r.label, *r.values)
+    console = Console(file=io.StringIO(), width=max(120, 40 + 34 * len(comp.runs)), force_terminal=False, color_system=None)
+    console.print(table)
+    console.print("Verdict:")
+    for line in comp.verdict:
+        console.print(f"  - {line}", soft_wrap=True)
+    return console.file.getvalue()  # type: ignore[attr-defined,no-any-return]
+
+
+# -- from the runs' folders -----------------------------------------------------------------------
+async def baseline_speedup(runs: Runs, run_id: str, summary: dict[str, Any]) -> Speedup | None:
+    """Speedup against the baseline experiment's latest probed run with the same prompts and settings."""
+    from engines.probe.artifacts import load_probe
+
+    base_exp = summary.get("baseline_experiment") or (summary.get("identity") or {}).get("baseline")
+    if not base_exp:
+        return None
+    candidates = sorted((r for r in await runs.list() if r.experiment == base_exp), key=lambda r: (r.started_at, r.id), reverse=True)
+    first_reason = ""
+    for rec in candidates:
+        probe = await load_probe(runs, rec.id)
+        if probe is None:
+            continue
+        sp = speedup(summary, probe, rec.id)
+        if sp.value is not None:
+            return sp
+        first_reason = first_reason or sp.reason
+    if first_reason:
+        return Speedup(None, reason=first_reason + f" (no probed run of {base_exp} with the same prompts and settings)")
+    return Speedup(None, reason=f"refused: no probed run of baseline experiment {base_exp}")
+
+
+async def compare_runs(runs: Runs, run_ids: Sequence[str]) -> Comparison:
+    """Load every run's probe.json and build the comparison."""
+    from engines.probe.artifacts import load_probe
+
+    if not run_ids:
+        raise ServelabError("compare needs at least one run id")
+    columns: list[tuple[str, dict[str, Any]]] = []
+    for run_id in run_ids:
+        probe = await load_probe(runs, run_id)
+        if probe is None:
+            raise ServelabError(f"run {run_id} has no probe results (run 'servelab probe {run_id}' while it serves)")
+        columns.append((run_id, probe))
+    speedups: dict[str, Speedup] = {}
+    for run_id, summary in columns:
+        sp = await baseline_speedup(runs, run_id, summary)
+        if sp is not None:
+            speedups[run_id] = sp
+    return build(columns, speedups)

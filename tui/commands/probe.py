@@ -1,0 +1,97 @@
+"""``servelab probe RUN`` and ``servelab compare RUN...``: the acceptance probe and the verdict."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from engines.catalog import load_catalog
+from engines.compare import FORMATS, compare_runs, render
+from engines.errors import ServelabError
+from engines.hosts.base import HostUnreachable
+from engines.hosts.registry import close_all
+from engines.probe.artifacts import PROBE_JSON, REQUESTS_JSONL, probe_run
+from engines.runs import Runs
+
+#: Figures the human summary of ``probe`` prints: (label, key, digits).
+SUMMARY: tuple[tuple[str, str, int], ...] = (
+    ("output tok/s", "output_throughput", 1),
+    ("requests/s", "request_throughput", 2),
+    ("TTFT p50 / p99 (ms)", "median_ttft_ms", 1),
+    ("TPOT p50 / p99 (ms)", "median_tpot_ms", 2),
+    ("acceptance rate (%)", "spec_decode_acceptance_rate", 1),
+    ("acceptance length", "spec_decode_acceptance_length", 2),
+)
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("probe", help="measure acceptance and speed of a running server; results go to the run's folder")
+    p.add_argument("run")
+    p.add_argument("--json", action="store_true", help="print probe.json instead of a summary")
+    p.set_defaults(func=cmd_probe)
+
+    p = sub.add_parser("compare", help="probed runs side by side, speedup vs baseline, and a verdict")
+    p.add_argument("runs", nargs="+", metavar="RUN")
+    p.add_argument("--format", choices=FORMATS, default="table")
+    p.add_argument("--diff-only", action="store_true", help="identity rows only where the runs differ")
+    p.set_defaults(func=cmd_compare)
+
+
+def _run(args: argparse.Namespace, body: Any) -> Any:
+    async def main() -> Any:
+        runs = Runs(load_catalog(args.dir))
+        try:
+            return await body(runs)
+        except HostUnreachable as exc:
+            raise ServelabError(str(exc)) from None
+        finally:
+            await close_all()
+
+    return asyncio.run(main())
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    def say(msg: str) -> None:
+        print(f"probe: {msg}", file=sys.stderr, flush=True)
+
+    async def body(runs: Runs) -> int:
+        result = await probe_run(runs, args.run, progress=say)
+        s = result.summary
+        if args.json:
+            sys.stdout.write(result.summary_json())
+            return 0
+        print(f"{args.run}: {s['num_prompts']} prompts ({s['prompt_set']}, hash {s['prompt_set_hash']}), max_tokens {s['max_tokens']}, {s['repeats']} repeats")
+        stats = s.get("stats") or {}
+        for label, key, digits in SUMMARY:
+            if s.get(key) is None:
+                continue
+            text = f"{s[key]:.{digits}f}"
+            if key in ("median_ttft_ms", "median_tpot_ms"):
+                p99 = s.get(key.replace("median_", "p99_"))
+                text += f" / {p99:.{digits}f}" if p99 is not None else ""
+            mad = (stats.get(key) or {}).get("mad")
+            if mad:
+                text += f"  (MAD {mad:.{digits}f}{', unstable' if key in s.get('unstable', []) else ''})"
+            print(f"  {label:<22} {text}")
+        if s.get("spec_decode_per_position_acceptance_rates"):
+            print("  per-position           " + " ".join(f"{v:.2f}" for v in s["spec_decode_per_position_acceptance_rates"]))
+        if s.get("acceptance_source"):
+            print(f"  acceptance from        {s['acceptance_source']}")
+        print(f"saved {PROBE_JSON} and {REQUESTS_JSONL} in the run's folder")
+        return 0
+
+    return int(_run(args, body))
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    async def body(runs: Runs) -> str:
+        comp = await compare_runs(runs, args.runs)
+        return render(comp, args.format, diff_only=args.diff_only)
+
+    out = _run(args, body)
+    sys.stdout.write(out)
+    return 0
+
+
