@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from engines.adapter import get_adapter
 from engines.catalog import Catalog
 from engines.errors import ServelabError
 from engines.experiment import SourcedExperiment
@@ -300,36 +301,36 @@ class Runs:
             raise ServelabError(f"{h.name}: run {run_id} vanished")
         live = runs[0]
         record = RunRecord.from_json(live)
-        analysis = await self._analysis(h, record) if analyze else {}
-        return RunStatus(record=record, alive=bool(live.get("alive")), exit_code=live.get("exit_code"), analysis=analysis)
+        alive, code = bool(live.get("alive")), live.get("exit_code")
+        analysis = await self._analysis(h, record, alive, code) if analyze else {}
+        return RunStatus(record=record, alive=alive, exit_code=code, analysis=analysis)
 
-    async def _analysis(self, h: Host, rec: RunRecord) -> dict[str, Any]:
-        """The log analyzer's fields, when ``engines.logs.analyzer`` is there."""
+    async def _analysis(self, h: Host, rec: RunRecord, alive: bool, exit_code: int | None) -> dict[str, Any]:
+        """The log analyzer's fields (``engines.logs.analyzer``), fed the log in 1 MiB chunks."""
         try:
-            from engines.logs import analyzer  # type: ignore[attr-defined,unused-ignore]
+            from engines.logs.analyzer import LogAnalyzer
         except ImportError:
             return {}
-        fn = getattr(analyzer, "analyze_bytes", None) or getattr(analyzer, "analyze", None)
-        if fn is None:
-            return {}
         try:
-            data = await h.read_bytes(rec.log_path)
-        except (FileNotFoundError, HostUnreachable):
+            analyzer = LogAnalyzer(get_adapter(rec.engine).grammar)  # type: ignore[attr-defined,unused-ignore]
+            offset = 0
+            while True:
+                try:
+                    chunk = await h.read_bytes(rec.log_path, offset, CHUNK)
+                except FileNotFoundError:
+                    chunk = b""
+                if not chunk:
+                    break
+                offset += len(chunk)
+                analyzer.feed(chunk)
+            analyzer.finish()
+            if not alive:
+                analyzer.mark_exited(exit_code)
+            out = analyzer.snapshot().to_json()
+        except HostUnreachable:
             return {}
-        try:
-            result = fn(data, engine=rec.engine)
-        except TypeError:
-            result = fn(data)
         except Exception as exc:  # the analyzer must never break status
-            return {"analysis_error": f"{type(exc).__name__}: {exc}"}
-        if hasattr(result, "to_json"):
-            out = result.to_json()
-        elif hasattr(result, "model_dump"):
-            out = result.model_dump(mode="json")
-        elif isinstance(result, dict):
-            out = result
-        else:
-            out = {}
+            return {"analysis_error": " ".join(f"{type(exc).__name__}: {exc}".split())}
         return dict(out) if isinstance(out, dict) else {}
 
     # -- the log ----------------------------------------------------------------------------------
@@ -421,7 +422,7 @@ class Runs:
                 self.unreachable[name] = str(exc)
                 continue
             for p in answer.get("processes", []):
-                out.append(f"{name}: process {p['pid']} of run {p['run']}: {p['command']}")
+                out.append(f"{name}: process {p['pid']} of run {p['run']}: {' '.join(str(p['command']).split())}")
             for s in answer.get("shm", []):
                 out.append(f"{name}: {s['path']} (shared memory of run {s['run']})")
         return out

@@ -15,6 +15,7 @@ TINY_MODEL = REPO / ".models" / "tiny-llama"
 # One line per fixture module (tests/fixtures/<area>.py).
 pytest_plugins: list[str] = [
     "tests.fixtures.sshd",
+    "tests.fixtures.runlab",
     "tests.fixtures.tui",
 ]
 

@@ -419,7 +419,8 @@ def cmd_stop(run_dir, grace):
         return {"ok": False, "error": "no run.json in %s" % run_dir}
     if not rec.get("pid"):
         return {"ok": False, "error": "run %s has no process recorded" % rec.get("id")}
-    write_atomic(os.path.join(run_dir, STOP_REQUESTED), ("%f\n" % time.time()).encode())
+    if read_exit_code(run_dir) is None:  # an engine that already exited was not stopped by us
+        write_atomic(os.path.join(run_dir, STOP_REQUESTED), ("%f\n" % time.time()).encode())
     before = members(rec["id"])
     signal_run(rec, signal.SIGTERM)
     deadline = time.monotonic() + grace

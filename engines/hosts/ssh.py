@@ -28,7 +28,7 @@ T = TypeVar("T")
 
 ENV_SSH_CONFIG = "SERVELAB_SSH_CONFIG"
 #: Seconds between reconnect attempts; their sum bounds how long a call waits for the link.
-BACKOFF: tuple[float, ...] = (0.0, 0.2, 0.5, 1.0, 2.0, 4.0)
+BACKOFF: tuple[float, ...] = (0.0, 0.25, 0.5, 1.0, 2.0)
 KEEPALIVE_INTERVAL = 5.0
 KEEPALIVE_COUNT_MAX = 3
 

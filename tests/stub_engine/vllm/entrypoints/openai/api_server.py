@@ -6,7 +6,7 @@ group, optionally serves HTTP on ``--port``, and exits with a chosen code. Setti
 environment variables (an experiment's ``[env]`` table):
 
 STUB_LINES (default: forever), STUB_INTERVAL (s, 0.01), STUB_CHILDREN (0), STUB_STUBBORN (1: a child
-ignores SIGTERM), STUB_HTTP (1: serve GET / on --port), STUB_EXIT (exit code after the lines).
+ignores SIGTERM), STUB_HTTP (1: serve GET / on --port), STUB_EXIT (exit code after the lines), STUB_SHM (1: leave a /dev/shm file behind, as engines do).
 """
 
 from __future__ import annotations
@@ -50,6 +50,11 @@ def main() -> int:
         code = "import signal,time\n" + ("signal.signal(signal.SIGTERM, signal.SIG_IGN)\n" if stubborn else "") + "while True: time.sleep(0.2)\n"
         children.append(subprocess.Popen([sys.executable, "-c", code, "stub-worker", str(i)]))
     print("STUB children " + json.dumps([c.pid for c in children]), flush=True)
+    if os.environ.get("STUB_SHM") == "1":
+        shm = f"/dev/shm/servelab-stub-{os.getpid()}"
+        with open(shm, "wb") as f:
+            f.write(b"\0" * 4096)
+        print("STUB shm " + shm, flush=True)
     if os.environ.get("STUB_HTTP") == "1":
         _serve(_port(argv))
         print("STUB serving", flush=True)

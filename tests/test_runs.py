@@ -1,0 +1,293 @@
+"""The run lifecycle on the local host, with real detached processes (the StubEngine)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from engines.errors import ServelabError
+from engines.runs import RUN_ID_RE, RunRecord, Runs, new_run_id
+from tests.fixtures.runlab import STUB_PATH, Lab, group_members, is_running, proc_stat, wait_for
+
+
+async def _collect(runs: Runs, run_id: str, offset: int = 0) -> bytes:
+    out = b""
+    async for new_offset, chunk in runs.follow(run_id, offset):
+        out += chunk
+        assert new_offset == offset + len(out)
+    return out
+
+
+def _stub_argv(data: bytes) -> list[str]:
+    first = data.split(b"\n", 1)[0].decode()
+    assert first.startswith("STUB argv "), first
+    parsed: list[str] = json.loads(first[len("STUB argv ") :])
+    return parsed
+
+
+def test_run_id_format() -> None:
+    rid = new_run_id("tiny-cpu-vllm-ngram")
+    assert RUN_ID_RE.match(rid)
+    assert re.fullmatch(r"tiny-cpu-vllm-ngram-\d{8}-\d{6}-[0-9a-f]{4}", rid)
+
+
+async def test_launch_follow_and_exit_code(lab: Lab) -> None:
+    lab.experiment("short", env={"STUB_LINES": "300", "STUB_INTERVAL": "0.002", "STUB_EXIT": "3"})
+    runs = lab.runs()
+    rec = await runs.launch("short")
+    assert rec.pid and rec.pgid == rec.pid and rec.start_time
+    run_dir = Path(rec.run_dir)
+    assert run_dir.parent == lab.workdir / "runs"
+    assert (run_dir / "experiment.toml").read_text() == (lab.folder / "short.toml").read_text()
+    saved = json.loads((run_dir / "run.json").read_text())
+    assert saved["argv"] == rec.argv and saved["env"]["STUB_EXIT"] == "3" and saved["pid"] == rec.pid
+
+    data = await _collect(runs, rec.id)
+    lines = data.decode().splitlines()
+    numbered = [line for line in lines if line.startswith("line ")]
+    assert numbered == [f"line {i:08d}" for i in range(300)]
+    assert lines[-1] == "STUB done"
+    st = await runs.status(rec.id)
+    assert (st.alive, st.exit_code, st.status) == (False, 3, "exited")
+    assert (run_dir / "exit_code").read_text().strip() == "3"
+
+
+async def test_engine_is_detached_and_liveness_is_noticed_quickly(lab: Lab) -> None:
+    lab.experiment("forever")
+    runs = lab.runs()
+    rec = await runs.launch("forever")
+    assert rec.pid is not None
+    st = proc_stat(rec.pid)
+    assert st is not None
+    _, pgid, sid, start = st
+    assert (pgid, sid, start) == (rec.pid, rec.pid, rec.start_time)  # own session and group
+    assert sid != os.getsid(0)
+    assert os.readlink(f"/proc/{rec.pid}/fd/0") == "/dev/null"
+    assert os.readlink(f"/proc/{rec.pid}/fd/1") == rec.log_path
+    assert os.readlink(f"/proc/{rec.pid}/fd/2") == rec.log_path
+    assert (await runs.status(rec.id)).alive
+
+    os.kill(rec.pid, signal.SIGKILL)  # the engine dies on its own (OOM killer, crash...)
+    t0 = time.monotonic()
+    while (await runs.status(rec.id, analyze=False)).alive:
+        assert time.monotonic() - t0 < 2.0
+    noticed = time.monotonic() - t0
+    wait_for(lambda: (Path(rec.run_dir) / "exit_code").exists(), 2.0)
+    st2 = await runs.status(rec.id)
+    print(f"\nexit noticed {noticed * 1000:.0f} ms after SIGKILL; exit_code={st2.exit_code}")
+    assert st2.exit_code == -signal.SIGKILL and not st2.alive
+
+
+async def test_stop_takes_the_whole_group_and_spares_a_lookalike(lab: Lab) -> None:
+    lab.experiment("workers", env={"STUB_CHILDREN": "3", "STUB_STUBBORN": "1"})
+    runs = lab.runs()
+    rec = await runs.launch("workers")
+    assert rec.pid is not None
+    wait_for(lambda: len(group_members(rec.pid or 0)) == 4)  # the engine and its 3 workers
+    members = group_members(rec.pid)
+    wait_for(lambda: any(_ignores_sigterm(p) for p in members))  # the stubborn worker is ready
+    # A decoy with the same command line, started outside servelab.
+    decoy = subprocess.Popen(rec.argv, env={**os.environ, "PYTHONPATH": STUB_PATH}, stdout=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for(lambda: Path(f"/proc/{decoy.pid}/cmdline").read_bytes().split(b"\0")[:3] == [a.encode() for a in rec.argv[:3]])
+        t0 = time.monotonic()
+        st = await runs.stop(rec.id, grace=1.0)
+        took = time.monotonic() - t0
+        gone = [pid for pid in members if not is_running(pid)]
+        print(f"\nstop: {len(gone)}/{len(members)} group processes gone in {took:.2f}s (one ignored SIGTERM), decoy alive: {is_running(decoy.pid)}")
+        assert gone == members
+        assert group_members(rec.pid) == []
+        assert is_running(decoy.pid)
+        assert (st.status, st.alive, st.exit_code) == ("stopped", False, 143)
+        assert took >= 1.0  # the stubborn worker needed SIGKILL after the grace period
+    finally:
+        decoy.kill()
+        decoy.wait()
+
+
+def _ignores_sigterm(pid: int) -> bool:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    return False
+
+
+async def test_never_signals_a_process_it_did_not_start(lab: Lab) -> None:
+    """A run record pointing at someone else's process (pid reuse, or a forged record) signals nothing."""
+    lab.experiment("guard", env={"STUB_LINES": "1"})
+    runs = lab.runs()
+    rec = await runs.launch("guard")
+    await _collect(runs, rec.id)
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        st = proc_stat(stranger.pid)
+        assert st is not None
+        path = Path(rec.run_dir) / "run.json"
+        saved = json.loads(path.read_text())
+        (Path(rec.run_dir) / "exit_code").unlink()
+        for start in (st[3] + 1, st[3]):  # a reused pid (other start time), then even a matching start time
+            saved.update(pid=stranger.pid, pgid=stranger.pid, start_time=start)
+            path.write_text(json.dumps(saved))
+            status = await runs.status(rec.id)
+            assert status.alive is (start == st[3])
+            await runs.stop(rec.id, grace=0.2)
+            assert is_running(stranger.pid)
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+async def test_port_in_use_is_refused_with_its_holder(lab: Lab) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import socket,sys,time; s=socket.socket(); s.bind(('127.0.0.1',0)); s.listen(); print(s.getsockname()[1], flush=True); time.sleep(60)", "port-holder"],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout is not None
+        port = int(holder.stdout.readline())
+        lab.experiment("clash", port=port)
+        with pytest.raises(ServelabError) as info:
+            await lab.runs().launch("clash")
+        message = str(info.value)
+        print(f"\nrefused: {message}")
+        assert f"port {port} is in use by pid {holder.pid}" in message and "port-holder" in message
+        assert "\n" not in message
+        assert list((lab.workdir / "runs").iterdir())[0].joinpath("exit_code").exists() is False
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+async def test_second_launch_onto_a_running_runs_port_is_refused(lab: Lab) -> None:
+    port = lab.experiment("first")
+    lab.experiment("second", port=port)
+    runs = lab.runs()
+    rec = await runs.launch("first")
+    try:
+        with pytest.raises(ServelabError, match=f"port {port} belongs to servelab run {rec.id}"):
+            await lab.runs().launch("second")  # another dashboard, same host
+    finally:
+        await runs.stop(rec.id, grace=2)
+
+
+NASTY = {
+    "subst": "$(touch {d}/PWNED-subst)",
+    "ticks": "`touch {d}/PWNED-ticks`",
+    "semi": "x; touch {d}/PWNED-semi",
+    "quotes": "it's \"{d}\" '$HOME'",
+    "newline": "a\ntouch {d}/PWNED-newline\n",
+}
+
+
+async def test_injection_values_arrive_literally_and_create_nothing(lab: Lab, tmp_path: Path) -> None:
+    trap = tmp_path / "trap"
+    trap.mkdir()
+    values = {k: v.format(d=trap) for k, v in NASTY.items()}
+    lab.experiment("inject", env={"STUB_LINES": "1", "SL_NASTY": values["subst"] + values["newline"]}, engine_args=values, served_model_name=values["semi"])
+    runs = lab.runs()
+    rec = await runs.launch("inject")
+    argv = _stub_argv(await _collect(runs, rec.id))
+    assert argv[argv.index("--served-model-name") + 1] == values["semi"]
+    for key, value in values.items():
+        assert argv[argv.index(f"--{key}") + 1] == value
+    assert list(trap.iterdir()) == []
+    assert not list(Path(rec.run_dir).glob("PWNED*")) and not list(Path.cwd().glob("PWNED*"))
+
+
+async def test_artifacts(lab: Lab) -> None:
+    lab.experiment("art", env={"STUB_LINES": "1"})
+    runs = lab.runs()
+    rec = await runs.launch("art")
+    await runs.write_artifact(rec.id, "probe.json", b'{"ok": true}')
+    assert await runs.read_artifact(rec.id, "probe.json") == b'{"ok": true}'
+    assert await runs.read_artifact(rec.id, "probe-requests.jsonl") is None
+    for bad in ("run.json", "../x", "a/b", ".hidden", "exit_code"):
+        with pytest.raises(ServelabError):
+            await runs.write_artifact(rec.id, bad, b"x")
+    assert (await runs.base_url(rec.id)) == f"http://127.0.0.1:{rec.port}"
+
+
+async def test_list_find_and_unknown_runs(lab: Lab) -> None:
+    lab.experiment("one", env={"STUB_LINES": "1"})
+    runs = lab.runs()
+    a = await runs.launch("one")
+    await _collect(runs, a.id)  # the same port: the second waits for the first to end
+    b = await runs.launch("one")
+    listed = await runs.list()
+    assert [r.id for r in listed] == sorted([a.id, b.id], key=lambda i: [r.id for r in listed].index(i))
+    assert {r.id for r in listed} == {a.id, b.id}
+    assert all(isinstance(r, RunRecord) for r in listed)
+    host, found = await runs.find(a.id)
+    assert host.name == "local" and found.id == a.id
+    with pytest.raises(ServelabError, match="no run one-20000101-000000-abcd"):
+        await runs.find("one-20000101-000000-abcd")
+    with pytest.raises(ServelabError, match="not a run id"):
+        await runs.find("../../etc")
+
+
+async def test_list_reports_an_unreachable_host(lab: Lab) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    with (lab.folder / "hosts.toml").open("a") as f:
+        f.write(f'\n[hosts.gone]\nssh = "127.0.0.1:{closed}"\nconnect_timeout = 2.0\n')
+    lab.experiment("here", env={"STUB_LINES": "1"})
+    runs = lab.runs()
+    rec = await runs.launch("here")
+    listed = await runs.list()
+    assert [r.id for r in listed] == [rec.id]
+    assert set(runs.unreachable) == {"gone"} and "cannot connect" in runs.unreachable["gone"]
+
+
+async def test_cleanup_removes_only_leftovers_of_ended_runs(lab: Lab) -> None:
+    lab.experiment("leaky", env={"STUB_LINES": "3", "STUB_CHILDREN": "2", "STUB_SHM": "1"})
+    lab.experiment("alive", env={"STUB_CHILDREN": "1", "STUB_SHM": "1"})
+    unrelated = Path(f"/dev/shm/servelab-test-unrelated-{os.getpid()}")
+    unrelated.write_bytes(b"x")
+    runs = lab.runs()
+    live = await runs.launch("alive")
+    try:
+        leaky = await runs.launch("leaky")
+        log = await _collect(runs, leaky.id)
+        orphans = json.loads(re.search(rb"STUB children (\[.*\])", log).group(1))  # type: ignore[union-attr]
+        shm = re.search(rb"STUB shm (\S+)", log).group(1).decode()  # type: ignore[union-attr]
+        assert all(is_running(p) for p in orphans) and Path(shm).exists()
+
+        planned = await runs.cleanup(dry_run=True)
+        print("\ncleanup plan:\n  " + "\n  ".join(planned))
+        assert len(planned) == 3
+        assert all(leaky.id in item for item in planned)
+        assert all(is_running(p) for p in orphans) and Path(shm).exists()  # a dry run touches nothing
+
+        await runs.cleanup(dry_run=False)
+        wait_for(lambda: not any(is_running(p) for p in orphans), 3)
+        assert not Path(shm).exists()
+        assert unrelated.exists()
+        assert (await runs.status(live.id, analyze=False)).alive
+        assert await runs.cleanup(dry_run=True) == []
+    finally:
+        unrelated.unlink()
+        await runs.stop(live.id, grace=1)
+        for p in Path("/dev/shm").glob("servelab-stub-*"):
+            if not is_running(int(p.name.rsplit("-", 1)[1])):
+                p.unlink()
+
+
+async def test_launch_refuses_a_broken_definition_and_a_missing_python(lab: Lab) -> None:
+    (lab.folder / "broken.toml").write_text('engine = "vllm"\nmodel = "m"\ntensr = 8\n')
+    with pytest.raises(ServelabError, match="broken"):
+        await lab.runs().launch("broken")
+    lab.experiment("nopy", host="elsewhere")
+    with (lab.folder / "hosts.toml").open("a") as f:
+        f.write(f'\n[hosts.elsewhere]\npython = "/nonexistent/python3"\nworkdir = {json.dumps(str(lab.workdir))}\n')
+    with pytest.raises(ServelabError, match="cannot run the host's python"):
+        await lab.runs().launch("nopy", skip_preflight=True)

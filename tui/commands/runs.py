@@ -1,0 +1,227 @@
+"""``servelab launch``, ``runs``, ``status``, ``logs``, ``stop`` and ``cleanup``: the run lifecycle.
+
+Each command is one ``asyncio.run`` over :class:`engines.runs.Runs`; the hosts it opened are closed
+before it returns. Every expected failure is a ``ServelabError`` (one line, exit 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from engines.catalog import load_catalog
+from engines.errors import ServelabError
+from engines.hosts.base import HostUnreachable
+from engines.hosts.registry import close_all
+from engines.runs import RunRecord, Runs
+
+T = TypeVar("T")
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("launch", help="start an experiment detached on its host (preflight first)")
+    p.add_argument("experiment")
+    p.add_argument("--host", help="run on this host instead of the experiment's")
+    p.add_argument("--follow", action="store_true", help="then print the engine log until it ends")
+    p.add_argument("--json", action="store_true", help='print {"run": ID, ...}')
+    p.add_argument("--skip-preflight", action="store_true", help="launch without the preflight checks")
+    p.set_defaults(func=cmd_launch)
+
+    p = sub.add_parser("runs", help="list runs on every host (or one)")
+    p.add_argument("--host")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("status", help="a run's state: pid, alive, exit code and the log analysis")
+    p.add_argument("run")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("logs", help="print a run's engine log")
+    p.add_argument("run")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing until the run ends")
+    p.add_argument("--errors", action="store_true", help="only error and traceback lines")
+    p.set_defaults(func=cmd_logs)
+
+    p = sub.add_parser("stop", help="SIGTERM the run's process group, SIGKILL after a grace period")
+    p.add_argument("run")
+    p.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL (default 10)")
+    p.set_defaults(func=cmd_stop)
+
+    p = sub.add_parser("cleanup", help="remove leftovers of ended servelab runs (processes, /dev/shm files)")
+    p.add_argument("--host")
+    p.add_argument("--yes", "-y", action="store_true", help="remove without asking")
+    p.set_defaults(func=cmd_cleanup)
+
+
+def _with_runs(args: argparse.Namespace, body: Callable[[Runs], Awaitable[T]]) -> T:
+    """Run ``body`` in a fresh event loop and close every host it opened."""
+
+    async def main() -> T:
+        runs = Runs(load_catalog(args.dir))
+        try:
+            return await body(runs)
+        except HostUnreachable as exc:
+            raise ServelabError(str(exc)) from None
+        finally:
+            await close_all()
+
+    return asyncio.run(main())
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    async def body(runs: Runs) -> int:
+        rec = await runs.launch(args.experiment, args.host, skip_preflight=args.skip_preflight)
+        if args.json:
+            print(json.dumps({"run": rec.id, "host": rec.host, "pid": rec.pid, "port": rec.port, "log_path": rec.log_path, "run_dir": rec.run_dir}), flush=True)
+        else:
+            print(rec.id, flush=True)
+        if args.follow:
+            await _print_log(runs, rec.id, follow=True, errors=False)
+        return 0
+
+    return _with_runs(args, body)
+
+
+def _row(rec: RunRecord) -> dict[str, Any]:
+    return {
+        "run": rec.id,
+        "experiment": rec.experiment,
+        "host": rec.host,
+        "status": rec.status,
+        "pid": rec.pid,
+        "exit_code": rec.exit_code,
+        "port": rec.port,
+        "started_at": rec.started_at,
+    }
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    async def body(runs: Runs) -> int:
+        records = await runs.list(args.host)
+        rows = [_row(r) for r in records]
+        if args.json:
+            print(json.dumps({"runs": rows, "unreachable": runs.unreachable}, indent=2))
+        else:
+            from rich.console import Console
+            from rich.table import Table
+
+            table = Table(box=None, header_style="bold")
+            for col in ("RUN", "HOST", "STATUS", "PID", "EXIT", "PORT", "STARTED"):
+                table.add_column(col, overflow="fold")
+            for r in rows:
+                exit_code = "-" if r["exit_code"] is None else str(r["exit_code"])
+                table.add_row(r["run"], r["host"], r["status"], str(r["pid"] or "-"), exit_code, str(r["port"]), r["started_at"])
+            Console().print(table)
+            if not rows:
+                print("no runs", file=sys.stderr)
+        for name, why in runs.unreachable.items():
+            print(f"servelab: host {name} unreachable: {why}", file=sys.stderr)
+        return 0
+
+    return _with_runs(args, body)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    async def body(runs: Runs) -> int:
+        st = await runs.status(args.run)
+        data = st.to_json()
+        if args.json:
+            print(json.dumps(data, indent=2, default=str))
+            return 0
+        code = "-" if st.exit_code is None else str(st.exit_code)
+        print(f"{st.record.id}  {st.record.status}  (host {st.record.host}, pid {st.record.pid or '-'}, alive {'yes' if st.alive else 'no'}, exit code {code})")
+        print(f"log       {st.record.log_path}")
+        for key in ("state", "stage", "root_cause", "hint"):
+            value = data.get(key)
+            if value:
+                print(f"{key:<9} {value if isinstance(value, str) else json.dumps(value, default=str)}")
+        return 0
+
+    return _with_runs(args, body)
+
+
+async def _print_log(runs: Runs, run_id: str, *, follow: bool, errors: bool) -> None:
+    out = sys.stdout.buffer
+    if not follow:
+        data = await runs.read_artifact(run_id, "engine.log") or b""
+        _emit(out, data, errors)
+        return
+    pending = b""
+    async for offset, chunk in runs.follow(run_id):
+        if offset == 0 and not chunk:
+            print("servelab: the log was truncated; reading it again from the start", file=sys.stderr)
+            pending = b""
+            continue
+        if not errors:
+            out.write(chunk)
+            out.flush()
+            continue
+        pending += chunk
+        lines = pending.split(b"\n")
+        pending = lines.pop()
+        _emit(out, b"\n".join(lines) + b"\n" if lines else b"", errors)
+    if pending:
+        _emit(out, pending, errors)
+
+
+def _emit(out: Any, data: bytes, errors: bool) -> None:
+    if not errors:
+        out.write(data)
+        out.flush()
+        return
+    from engines.logs.lines import LineKind, classify, strip_ansi
+
+    wanted = {LineKind.ERROR, LineKind.TRACEBACK}
+    for raw in data.splitlines():
+        text = strip_ansi(raw).decode("utf-8", "replace")
+        if classify(text) in wanted:
+            out.write(raw + b"\n")
+    out.flush()
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    return _with_runs(args, lambda runs: _print_log(runs, args.run, follow=args.follow, errors=args.errors)) or 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    async def body(runs: Runs) -> int:
+        st = await runs.stop(args.run, grace=args.grace)
+        code = "-" if st.exit_code is None else str(st.exit_code)
+        print(f"{st.record.id}: stopped (exit code {code})")
+        return 0
+
+    return _with_runs(args, body)
+
+
+def cmd_cleanup(args: argparse.Namespace) -> int:
+    async def plan(runs: Runs) -> tuple[list[str], dict[str, str]]:
+        return await runs.cleanup(args.host, dry_run=True), runs.unreachable
+
+    items, unreachable = _with_runs(args, plan)
+    for name, why in unreachable.items():
+        print(f"servelab: host {name} unreachable: {why}", file=sys.stderr)
+    if not items:
+        print("nothing to clean up")
+        return 0
+    print("will remove:")
+    for item in items:
+        print("  " + " ".join(item.split()))
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise ServelabError("not removing anything without confirmation: run again with --yes")
+        answer = input("remove these? [y/N] ").strip().lower()
+        if answer not in ("y", "yes"):
+            print("nothing removed")
+            return 0
+
+    async def apply(runs: Runs) -> list[str]:
+        return await runs.cleanup(args.host, dry_run=False)
+
+    done = _with_runs(args, apply)
+    print(f"removed {len(done)} item(s)")
+    return 0
