@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import httpx
 
     from engines.experiment import Experiment
+    from engines.logs.grammar import LogGrammar
     from engines.probe.metrics import AcceptanceWindow
     from engines.probe.prompts import PromptSet
 
@@ -62,6 +63,8 @@ class EngineAdapter(Protocol):
     package: str
     #: Lines that, when found in a log's head, say it is this engine's (for ``analyze`` guessing).
     log_signatures: tuple[str, ...]
+    #: How this engine's log reads: stages, ready/crash lines, wrappers, figures (see engines/logs).
+    grammar: LogGrammar
 
     def problems(self, exp: Experiment) -> list[Inexpressible]:
         """Settings of ``exp`` this engine cannot express."""

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from engines.adapter import Inexpressible, LaunchSpec, render_flags
 from engines.experiment import Experiment
+from engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
 
 if TYPE_CHECKING:
     import httpx
@@ -49,6 +50,68 @@ ALGORITHMS: dict[str, str] = {
 }
 
 
+# -- log grammar (data only; the machinery is engines/logs) ---------------------------------------
+# Needles are message starts (after "[YYYY-MM-DD HH:MM:SS TPn] "), checked against the real logs
+# in ../shared/logs; see ../shared/notes/engine-grammar.md sections 1.2, 2.2 and 5.2.
+_W = ("weights", "drafter")
+_TQDM_BAR = r":\s+\d+%\|[^|]*\| (?P<n>\d+)/(?P<total>\d+) \[[\d:]+<[\d:?]+(?:,\s+(?P<rate>[\d.?]+)(?P<unit>s/it|it/s))?"
+
+GRAMMAR = LogGrammar(
+    engine="sglang",
+    parse=parse_header,
+    stage_rules=(
+        StageRule("server_args=ServerArgs(", ("process",), "start"),
+        StageRule("Using default HuggingFace chat template", ("config",), "start"),
+        StageRule("Init torch distributed begin", ("config",), "start", None, "distributed init"),
+        StageRule("Init torch distributed ends", ("config",), "detail", None, "distributed init done"),
+        StageRule("Load weight begin", _W, "start", r"avail mem=(?P<m>[\d.]+) GB", "{m} GB free"),
+        StageRule("Load weight end", _W, "end", r"type=(?P<t>[^,]+),.*?mem usage=(?P<u>-?[\d.]+) GB", "{t}, {u} GB"),
+        StageRule("Using KV cache dtype", ("kv_cache",), "start"),
+        StageRule("KV Cache is allocated", ("kv_cache",), "start", r"#tokens: (?P<t>\d+)", "KV cache {t} tokens"),
+        StageRule("max_total_tokens=", ("kv_cache",), "start", r"profiled value (?P<v>-?\d+)", "profiled KV tokens {v}"),
+        StageRule("Memory pool end", ("kv_cache",), "end"),
+        StageRule("Capture cuda graph begin", ("cuda_graphs",), "start"),
+        StageRule("Capture cuda graph end", ("cuda_graphs",), "end", r"elapsed: (?P<s>[\d.]+) s", "captured in {s} s"),
+        StageRule("Capture draft cuda graph begin", ("cuda_graphs",), "start", None, "draft graphs"),
+        StageRule("Capture draft cuda graph end", ("cuda_graphs",), "end", r"elapsed: (?P<s>[\d.]+) s", "draft captured in {s} s"),
+        StageRule("Capture draft extend cuda graph", ("cuda_graphs",), "start", None, "draft extend graphs"),
+        StageRule("Capture target ", ("cuda_graphs",), "start"),
+        StageRule("Capture draft ", ("cuda_graphs",), "start"),
+        StageRule("max_total_num_tokens=", ("cuda_graphs",), "end"),
+        StageRule("INFO:     Started server process", ("warmup",), "start"),
+        StageRule("INFO:     Uvicorn running on", ("warmup",), "start", r"running on (?P<u>\S+)", "{u}"),
+    ),
+    bars=(
+        BarRule("Loading safetensors", _W, r"Loading [^:]*?checkpoint shards[^:]*:\s+\d+% Completed \| (?P<n>\d+)/(?P<total>\d+) \[[\d:]+<[\d:?]+,\s+(?P<rate>[\d.?]+)(?P<unit>s/it|it/s)\]"),
+        BarRule("Capturing batches", ("cuda_graphs",), r"Capturing batches \([^)]*\)" + _TQDM_BAR),
+        BarRule("Compiling num tokens", ("compile",), r"Compiling num tokens \([^)]*\)" + _TQDM_BAR),
+    ),
+    ready=("The server is fired up and ready to roll",),
+    shutdown=("INFO:     Shutting down", "INFO:     Application shutdown complete"),
+    wrappers=(
+        Wrapper("Capture cuda graph failed", r"Capture cuda graph failed: (?P<inner>.*)"),
+        Wrapper("Initialization failed. warmup error", r"warmup error: (?P<inner>.*)"),
+        Wrapper("Received sigquit from a child proc"),
+    ),
+    fatal=(
+        FatalRule("Received sigquit from a child proc", wrapper=True),
+        FatalRule("Scheduler hit an exception"),
+        FatalRule("Initialization failed. warmup error", r"warmup error: (?P<message>.+)", "Exception"),
+    ),
+    metrics=(
+        MetricRule(
+            "Decode batch",
+            "spec",
+            r"accept len: (?P<mal>[\d.]+),(?: accept rate: (?P<rate>[\d.]+),)?",
+        ),
+        MetricRule("Decode batch", "throughput", r"gen throughput \(token/s\): (?P<gen>[\d.]+)"),
+    ),
+    warnings=("max_total_tokens=",),
+    process_tiers=(("TP", "DP", "PP", "EP"),),
+    spec_settings={"num_steps": ("server_args=ServerArgs(", r"speculative_num_steps=(?P<v>\d+)")},
+)
+
+
 class SglangAdapter:
     """SGLang (0.4.x-0.5.x, 2025-2026)."""
 
@@ -61,7 +124,22 @@ class SglangAdapter:
         "Scheduler hit an exception",
         "[TP0]",
         "The server is fired up and ready to roll",
+        " TP0] ",
+        " TP1] ",
+        "sgl-project/sglang",
+        "Load weight begin",
+        "Load weight end",
+        "Capture cuda graph",
+        "Capturing batches (",
+        "Decode batch",
+        "Prefill batch",
+        "Init torch distributed",
+        "KV Cache is allocated",
+        "max_total_num_tokens=",
+        "sglang:",
     )
+    #: How this engine's log reads (engines/logs applies it).
+    grammar = GRAMMAR
 
     def problems(self, exp: Experiment) -> list[Inexpressible]:
         out: list[Inexpressible] = []

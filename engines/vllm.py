@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from engines.adapter import Inexpressible, LaunchSpec, render_flags
 from engines.experiment import Experiment
+from engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
 
 if TYPE_CHECKING:
     import httpx
@@ -42,6 +43,108 @@ METHODS: dict[str, str] = {
 }
 
 
+# -- log grammar (data only; the machinery is engines/logs) ---------------------------------------
+# Needles are message starts (after "(Proc pid=N) LEVEL MM-DD HH:MM:SS [file.py:N] "), checked
+# against real logs in ../shared/logs and tests/data/logs; see ../shared/notes/engine-grammar.md.
+_W, _D = ("weights", "drafter"), ("drafter",)
+_SHARD_BAR = (
+    r"Loading [^:]*?(?:checkpoint shards|loader)[^:]*:\s+\d+% Completed \| (?P<n>\d+)/(?P<total>\d+) "
+    r"\[[\d:]+<[\d:?]+,\s+(?P<rate>[\d.?]+)(?P<unit>s/it|it/s)\]"
+)
+_TQDM_BAR = r":\s+\d+%\|[^|]*\| (?P<n>\d+)/(?P<total>\d+) \[[\d:]+<[\d:?]+(?:,\s+(?P<rate>[\d.?]+)(?P<unit>s/it|it/s))?"
+
+GRAMMAR = LogGrammar(
+    engine="vllm",
+    parse=parse_header,
+    stage_rules=(
+        StageRule("Automatically detected platform", ("process",), "start", r"platform (?P<p>\w+)", "platform {p}"),
+        StageRule("vLLM API server version", ("process",), "start", r"version (?P<v>\S+)", "vLLM {v}"),
+        StageRule("non-default args:", ("process",), "start"),
+        StageRule("args: Namespace(", ("process",), "start"),
+        StageRule("Resolved architecture:", ("config",), "start", r"architecture: (?P<a>\S+)", "{a}"),
+        StageRule("Using max model len", ("config",), "detail", r"len (?P<n>\d+)", "max model len {n}"),
+        StageRule("Initializing a V1 LLM engine", ("config",), "start"),
+        StageRule("Waiting for init message from front-end", ("config",), "start"),
+        StageRule("Starting to load model", _W, "start", r"model (?P<m>.+?)\.\.\.", "{m}"),
+        StageRule("Loading model from scratch", _W, "start"),
+        StageRule("Using model weights format", _W, "start"),
+        StageRule("Loading weights took", _W, "end", r"took (?P<s>[\d.]+) s", "loaded in {s} s"),
+        StageRule("Model loading took", _W, "end", r"took (?P<g>[\d.]+) GiB(?: memory)? and (?P<s>[\d.]+) s", "{g} GiB in {s} s"),
+        StageRule("Loading drafter model", _D, "start"),
+        StageRule("Assuming the EAGLE head shares", _D, "detail", None, "EAGLE head shares the target's vocab embedding"),
+        StageRule("Using cache directory:", ("compile",), "start"),
+        StageRule("Dynamo bytecode transform time", ("compile",), "start", r"time: (?P<s>[\d.]+) s", "dynamo {s} s"),
+        StageRule("Directly load the compiled graph", ("compile",), "start", None, "compiled graph from cache"),
+        StageRule("Compiling a graph for dynamic shape", ("compile",), "start"),
+        StageRule("Warming up model for the compilation", ("compile",), "start"),
+        StageRule("saved AOT compiled function", ("compile",), "start"),
+        StageRule("[backbone] saved AOT compiled", ("compile",), "start"),
+        StageRule("torch.compile takes", ("compile",), "end", r"takes (?P<s>[\d.]+) s", "compiled in {s} s"),
+        StageRule("torch.compile took", ("compile",), "end", r"took (?P<s>[\d.]+) s", "compiled in {s} s"),
+        StageRule("Warming up done", ("compile",), "end"),
+        StageRule("Initial profiling/warmup run took", ("kv_cache",), "start"),
+        StageRule("[backbone] Initial profiling", ("kv_cache",), "start"),
+        StageRule("Memory profiling takes", ("kv_cache",), "start"),
+        StageRule("Profiling CUDA graph memory", ("kv_cache",), "start"),
+        StageRule("Estimated CUDA graph memory", ("kv_cache",), "start"),
+        StageRule("Available KV cache memory", ("kv_cache",), "start", r"memory: (?P<g>[\d.]+) GiB", "{g} GiB for KV cache"),
+        StageRule("Auto set", ("kv_cache",), "start"),
+        StageRule("GPU KV cache size:", ("kv_cache",), "start", r"size: (?P<t>[\d,]+) tokens", "KV cache {t} tokens"),
+        StageRule("CPU KV cache size:", ("kv_cache",), "start", r"size: (?P<t>[\d,]+) tokens", "KV cache {t} tokens"),
+        StageRule("# cuda blocks:", ("kv_cache",), "start"),
+        StageRule("Capturing cudagraphs for decoding", ("cuda_graphs",), "start"),
+        StageRule("Graph capturing finished in", ("cuda_graphs",), "end", r"in (?P<s>\d+) secs?, took (?P<g>[\d.]+) GiB", "captured in {s} s, {g} GiB"),
+        StageRule("init engine (profile, create kv cache, warmup model) took", ("warmup",), "start", r"took (?P<s>[\d.]+) s", "engine init {s} s"),
+        StageRule("Starting vLLM API server", ("warmup",), "end"),
+        StageRule("Starting vLLM server on", ("warmup",), "end"),
+        StageRule("Starting vLLM API server", ("ready",), "start", r"on (?P<u>\S+)", "{u}"),
+        StageRule("Starting vLLM server on", ("ready",), "start", r"on (?P<u>\S+)", "{u}"),
+        StageRule("Available routes are", ("ready",), "start"),
+        StageRule("INFO:     Started server process", ("ready",), "start"),
+    ),
+    bars=(
+        BarRule("Loading safetensors", _W, _SHARD_BAR),
+        BarRule("Loading pt checkpoint", _W, _SHARD_BAR),
+        BarRule("Capturing CUDA graph", ("cuda_graphs",), r"Capturing CUDA graph(?:s| shapes)[^:]*" + _TQDM_BAR),
+    ),
+    ready=("INFO:     Application startup complete",),
+    shutdown=(
+        "[shutdown] API server: shutdown triggered",
+        "INFO:     Shutting down",
+        "INFO:     Application shutdown complete",
+    ),
+    wrappers=(
+        Wrapper("Engine core initialization failed. See root cause above"),
+        Wrapper("Frontend process failed during engine core initialization"),
+        Wrapper("WorkerProc initialization failed due to an exception in a background process"),
+        Wrapper("Worker failed with error", r"Worker failed with error '(?P<inner>.*)', please check"),
+        Wrapper("EngineCore failed to start"),
+        Wrapper("vLLM server process exited before becoming ready"),
+    ),
+    fatal=(
+        FatalRule("WorkerProc failed to start"),
+        FatalRule("Dumping scheduler output"),
+        FatalRule("EngineCore failed to start", wrapper=True),
+        FatalRule("EngineCore encountered a fatal error", wrapper=True),
+        FatalRule("Exception in worker", r"Exception in worker \S+ while processing method \w+: (?P<message>.*?)(?:, Traceback|$)", "Exception"),
+        FatalRule(": error: ", r"^(?P<prog>[\w. -]+): error: (?P<message>.+)$", "ArgumentError", anywhere=True),
+        FatalRule("Value error, ", r"Value error, (?P<message>.*?) \[type=value_error", "ValueError", anywhere=True),
+    ),
+    metrics=(
+        MetricRule(
+            "SpecDecoding metrics:",
+            "spec",
+            r"Mean acceptance length: (?P<mal>[\d.]+),.*?Per-position acceptance rate: (?P<pos>[\d., ]+?), "
+            r"Avg Draft acceptance rate: (?P<rate_pct>[\d.]+|nan)%",
+        ),
+        MetricRule("Engine ", "throughput", r"Engine \d+: Avg prompt throughput: (?P<prompt>[\d.]+) tokens/s, Avg generation throughput: (?P<gen>[\d.]+) tokens/s"),
+        MetricRule("Avg prompt throughput", "throughput", r"Avg prompt throughput: (?P<prompt>[\d.]+) tokens/s, Avg generation throughput: (?P<gen>[\d.]+) tokens/s"),
+    ),
+    process_tiers=(("Worker", "VllmWorker", "RayWorkerWrapper"), ("EngineCore", "Engine"), ("APIServer", "API")),
+    benign_tracebacks=("Exception in ASGI application",),
+)
+
+
 class VllmAdapter:
     """vLLM (V1 engine, 2025-2026)."""
 
@@ -54,7 +157,14 @@ class VllmAdapter:
         "(APIServer pid=",
         "vllm/",
         "[vllm]",
+        "(Worker",
+        "SpecDecoding metrics:",
+        "Engine 000:",
+        "vllm:",
+        "vllm-project/vllm",
     )
+    #: How this engine's log reads (engines/logs applies it).
+    grammar = GRAMMAR
 
     # -- command line -------------------------------------------------------------------------
     def problems(self, exp: Experiment) -> list[Inexpressible]:

@@ -1,0 +1,538 @@
+"""The incremental log analyzer: where the engine is, and what went wrong, at every moment.
+
+``LogAnalyzer(grammar)`` is fed raw bytes as they arrive (any chunking) and answers
+``snapshot() -> Analysis`` at any time: run state, stage timeline with progress, the root cause and
+its hint, and speculative-decoding / throughput figures. The grammar comes from the engine's
+adapter (``ADAPTER.grammar``); nothing here branches on an engine's name.
+
+Speed: each line is parsed without regexes; the grammar's needles are tested once per distinct
+message prefix (a bounded memo), so a line pays for regexes only when it carries figures.
+Memory: bounded deques and caps everywhere; nothing keeps the log itself.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engines.adapter import all_adapters, get_adapter
+from engines.logs.grammar import STAGES, LogGrammar, is_primary_process
+from engines.logs.hints import find_hint
+from engines.logs.lines import Line, LineSplitter
+from engines.logs.rootcause import TB_START, RootCause, TracebackTracker
+
+__all__ = [
+    "Analysis",
+    "LogAnalyzer",
+    "Progress",
+    "RootCause",
+    "SpecFigures",
+    "SpecPoint",
+    "Stage",
+    "ThroughputPoint",
+    "analyze_bytes",
+    "analyze_file",
+    "guess_engine",
+]
+
+#: Points kept in each time series (the newest win).
+SERIES_POINTS = 4096
+#: Needles are indexed by this many leading characters (every needle is at least this long).
+_KEY = 6
+#: Notable warning lines kept for hints when no exception explains a problem.
+NOTABLE_LINES = 32
+
+
+@dataclass
+class Progress:
+    """A bar's state: ``rate`` in items per second, ``eta_s`` seconds left (None when unknown)."""
+
+    done: int
+    total: int
+    rate: float | None = None
+    eta_s: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"done": self.done, "total": self.total, "rate": self.rate, "eta_s": self.eta_s}
+
+
+@dataclass
+class Stage:
+    """One startup stage. Times are the log's own timestamps (strings), None when not printed."""
+
+    name: str
+    status: str = "pending"  # pending | running | done | failed
+    started_at: str | None = None
+    ended_at: str | None = None
+    progress: Progress | None = None
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "progress": self.progress.to_json() if self.progress else None,
+            "detail": self.detail,
+        }
+
+
+@dataclass
+class SpecFigures:
+    """Speculative-decoding figures as printed: acceptance rate is a fraction 0..1."""
+
+    acceptance_rate: float | None
+    mean_acceptance_length: float | None
+    per_position: list[float] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "acceptance_rate": self.acceptance_rate,
+            "mean_acceptance_length": self.mean_acceptance_length,
+            "per_position": list(self.per_position),
+        }
+
+
+@dataclass(frozen=True)
+class SpecPoint:
+    ts: str | None
+    line: int
+    acceptance_rate: float | None
+    mean_acceptance_length: float | None
+
+
+@dataclass(frozen=True)
+class ThroughputPoint:
+    ts: str | None
+    line: int
+    generation_tps: float | None
+    prompt_tps: float | None
+
+
+@dataclass
+class Analysis:
+    """What the log says right now. ``to_json()`` is the ``servelab analyze --json`` object."""
+
+    engine: str
+    state: str  # starting | loading | ready | crashed | exited
+    was_ready: bool
+    stages: list[Stage]
+    root_cause: RootCause | None
+    hint: str | None
+    spec_decode: SpecFigures | None
+    spec_series: list[SpecPoint]
+    throughput_series: list[ThroughputPoint]
+    lines: int
+    exit_code: int | None = None
+
+    def stage(self, name: str) -> Stage:
+        for s in self.stages:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    def to_json(self) -> dict[str, Any]:
+        last_tp = self.throughput_series[-1] if self.throughput_series else None
+        return {
+            "engine": self.engine,
+            "state": self.state,
+            "was_ready": self.was_ready,
+            "stages": [s.to_json() for s in self.stages],
+            "root_cause": self.root_cause.to_json() if self.root_cause else None,
+            "hint": self.hint,
+            "spec_decode": self.spec_decode.to_json() if self.spec_decode else None,
+            "generation_throughput": last_tp.generation_tps if last_tp else None,
+            "lines": self.lines,
+            "exit_code": self.exit_code,
+        }
+
+
+# -- compiled grammar -------------------------------------------------------------------------------
+
+_STAGE, _BAR, _READY, _SHUTDOWN, _FATAL, _METRIC, _SETTING, _WARN = range(8)
+
+
+@dataclass
+class _Rule:
+    needle: str
+    kind: int
+    stages: tuple[int, ...] = ()
+    event: str = ""
+    regex: re.Pattern[str] | None = None
+    detail: str | None = None
+    extra: Any = None
+    anywhere: bool = False
+
+
+def _compile(g: LogGrammar) -> list[_Rule]:
+    idx = {n: i for i, n in enumerate(STAGES)}
+    rules: list[_Rule] = []
+    for r in g.stage_rules:
+        rules.append(_Rule(r.needle, _STAGE, tuple(idx[s] for s in r.stages), r.event, re.compile(r.regex) if r.regex else None, r.detail))
+    for b in g.bars:
+        rules.append(_Rule(b.needle, _BAR, tuple(idx[s] for s in b.stages), regex=re.compile(b.regex)))
+    for n in g.ready:
+        rules.append(_Rule(n, _READY))
+    for n in g.shutdown:
+        rules.append(_Rule(n, _SHUTDOWN))
+    for f in g.fatal:
+        rules.append(_Rule(f.needle, _FATAL, regex=re.compile(f.regex) if f.regex else None, extra=f, anywhere=f.anywhere))
+    for n in g.warnings:
+        rules.append(_Rule(n, _WARN))
+    for m in g.metrics:
+        rules.append(_Rule(m.needle, _METRIC, regex=re.compile(m.regex), extra=m.kind))
+    for name, rx in g.spec_settings.items():
+        rules.append(_Rule(rx[0], _SETTING, regex=re.compile(rx[1]), extra=name))
+    return rules
+
+
+def _num(s: str | None) -> float | None:
+    if s is None:
+        return None
+    try:
+        v = float(s.replace(",", ""))
+    except ValueError:
+        return None
+    return None if math.isnan(v) else v
+
+
+class LogAnalyzer:
+    """Incremental analyzer for one engine's log. Feed bytes; ask ``snapshot()`` any time."""
+
+    def __init__(self, grammar: LogGrammar) -> None:
+        self.grammar = grammar
+        self._parse = grammar.parse
+        rules = _compile(grammar)
+        # Needles are message prefixes: one dict lookup on the first _KEY characters finds the
+        # few rules worth a startswith(); "anywhere" rules (few) are tested with `in`.
+        self._index: dict[str, list[_Rule]] = {}
+        self._anywhere: list[_Rule] = []
+        for r in rules:
+            if r.anywhere:
+                self._anywhere.append(r)
+            else:
+                self._index.setdefault(r.needle[:_KEY], []).append(r)
+        self._splitter = LineSplitter()
+        self._tb = TracebackTracker(grammar)
+        self._stages = [Stage(n) for n in STAGES]
+        self._furthest = -1
+        self._last_ts: str | None = None
+        self._lines = 0
+        self._ready_line: int | None = None
+        self._shutdown = False
+        self._exit_code: int | None = None
+        self._exited = False
+        self._spec: SpecFigures | None = None
+        self._spec_series: deque[SpecPoint] = deque(maxlen=SERIES_POINTS)
+        self._tp_series: deque[ThroughputPoint] = deque(maxlen=SERIES_POINTS)
+        self._settings: dict[str, float] = {}
+        self._notable: deque[str] = deque(maxlen=NOTABLE_LINES)
+        self._finished = False
+
+    # -- feeding --------------------------------------------------------------------------------
+    def feed(self, data: bytes) -> None:
+        """Raw bytes as they arrive: any chunking, partial lines, CR updates, ANSI, CRLF."""
+        for line in self._splitter.feed(data):
+            self._line(line)
+
+    def feed_lines(self, lines: Iterable[Line]) -> None:
+        """Lines already split (a viewer that owns the splitter)."""
+        for line in lines:
+            self._line(line)
+
+    def finish(self) -> None:
+        """End of the stream: the last unterminated line counts, open tracebacks close."""
+        if self._finished:
+            return
+        self._finished = True
+        for line in self._splitter.flush():
+            self._line(line)
+        self._tb.finish()
+
+    def mark_exited(self, exit_code: int | None) -> None:
+        """The run's process ended (``None``: killed or unknown)."""
+        self._exited = True
+        self._exit_code = exit_code
+
+    # -- per line -------------------------------------------------------------------------------
+    def _line(self, line: Line) -> None:
+        self._lines = line.number
+        text = line.text
+        if text[:1] == "`":
+            text = text.strip("`")  # a line pasted inside markdown backticks
+        h = self._parse(text)
+        if h.ts:
+            self._last_ts = h.ts
+        msg = h.msg
+        taken = self._tb.feed(line.number, h.process, h.level, h.ts, msg)
+        if taken and TB_START not in msg:
+            return
+        if msg[:2] == "^M":
+            msg = msg[2:]  # a carriage return pasted as caret notation
+        rules = self._index.get(msg[:_KEY])
+        if rules is not None:
+            for r in rules:
+                if msg.startswith(r.needle):
+                    self._apply(r, line.number, h.process, msg)
+        for r in self._anywhere:
+            if r.needle in msg:
+                self._apply(r, line.number, h.process, msg)
+        if h.level in ("WARNING", "ERROR", "CRITICAL"):
+            self._notable.append(msg)
+
+    def _apply(self, r: _Rule, number: int, process: str, msg: str) -> None:
+        kind = r.kind
+        ts = self._last_ts
+        if kind == _STAGE or kind == _BAR:
+            if not is_primary_process(process):
+                return
+            m = r.regex.search(msg) if r.regex else None
+            if r.regex is not None and m is None:
+                return
+            if kind == _BAR:
+                assert m is not None
+                self._bar(r.stages, m, ts)
+                return
+            detail = None
+            if r.detail:
+                try:
+                    detail = r.detail.format(**(m.groupdict() if m else {}))
+                except (KeyError, IndexError, ValueError):
+                    detail = None
+            if r.event == "start":
+                self._start(self._pick_start(r.stages), ts, detail)
+            elif r.event == "end":
+                i = self._pick_running(r.stages)
+                if i is None:
+                    i = self._pick_start(r.stages)
+                self._end(i, ts, detail)
+            else:
+                i = self._pick_running(r.stages)
+                if i is None:
+                    i = self._pick_start(r.stages)
+                    self._start(i, ts, detail)
+                elif detail:
+                    self._stages[i].detail = detail
+        elif kind == _READY:
+            if self._ready_line is None:
+                self._ready_line = number
+            ready = len(STAGES) - 1
+            self._start(ready, ts, None)
+            self._stages[ready].status = "done"
+            self._stages[ready].ended_at = ts
+        elif kind == _SHUTDOWN:
+            self._shutdown = True
+        elif kind == _FATAL:
+            f = r.extra
+            if r.regex is not None:
+                m = r.regex.search(msg)
+                if m is None:
+                    return
+                gd = m.groupdict()
+                self._tb.add_error(number, process, gd.get("exception") or f.exception or "Error", (gd.get("message") or msg).strip(), [msg])
+            else:
+                self._tb.add_marker(number, process, msg.strip(), f.wrapper)
+        elif kind == _METRIC:
+            m = r.regex.search(msg) if r.regex else None
+            if m is None:
+                return
+            self._serving(number)
+            if r.extra == "spec":
+                self._spec_line(m, number, ts)
+            else:
+                gd = m.groupdict()
+                self._tp_series.append(ThroughputPoint(ts, number, _num(gd.get("gen")), _num(gd.get("prompt"))))
+        elif kind == _WARN:
+            self._notable.append(msg)
+        elif kind == _SETTING:
+            m = r.regex.search(msg) if r.regex else None
+            if m is not None:
+                v = _num(m["v"])
+                if v is not None:
+                    self._settings[r.extra] = v
+
+    # -- stages ---------------------------------------------------------------------------------
+    def _pick_start(self, cands: tuple[int, ...]) -> int:
+        for i in cands:
+            if self._stages[i].status != "done":
+                return i
+        return cands[-1]
+
+    def _pick_running(self, cands: tuple[int, ...]) -> int | None:
+        for i in reversed(cands):
+            if self._stages[i].status == "running":
+                return i
+        return None
+
+    def _start(self, i: int, ts: str | None, detail: str | None) -> None:
+        st = self._stages[i]
+        if st.status == "pending" and i >= self._furthest:
+            st.status = "running"
+            st.started_at = ts
+        elif st.status == "pending":
+            st.status = "done"  # reported late (another process, out of order): it has happened
+            st.started_at = st.ended_at = ts
+        elif st.status == "done" and i >= self._furthest:
+            st.status = "running"  # a second bar of the same stage (FULL after PIECEWISE, draft graphs)
+            st.ended_at = None
+        if detail:
+            st.detail = detail
+        if i > self._furthest:
+            for j in range(i):
+                sj = self._stages[j]
+                if sj.status == "running":
+                    sj.status = "done"
+                    sj.ended_at = ts
+            self._furthest = i
+
+    def _end(self, i: int, ts: str | None, detail: str | None) -> None:
+        st = self._stages[i]
+        if st.status == "running":
+            st.status = "done"
+            st.ended_at = ts
+        elif st.status == "pending" and i >= self._furthest:
+            self._start(i, None, None)  # its start was not in the log
+            st.status = "done"
+            st.ended_at = ts
+        if detail:
+            st.detail = detail
+
+    def _bar(self, cands: tuple[int, ...], m: re.Match[str], ts: str | None) -> None:
+        i = self._pick_running(cands)
+        if i is None:
+            i = self._pick_start(cands)
+        st = self._stages[i]
+        if st.status != "running" or i < self._furthest:
+            if st.status == "done" and i < self._furthest:
+                return  # a late bar of an earlier stage (another rank): ignore
+            self._start(i, ts, None)
+        gd = m.groupdict()
+        done, total = int(gd["n"]), int(gd["total"])
+        rate = _num(gd.get("rate"))
+        if rate is not None and gd.get("unit") == "s/it":
+            rate = 1.0 / rate if rate else None
+        eta = (total - done) / rate if rate else None
+        st.progress = Progress(done, total, rate, eta)
+
+    # -- figures --------------------------------------------------------------------------------
+    def _serving(self, number: int) -> None:
+        """Periodic serving figures mean the server was up even if the ready line is not in the log."""
+        if self._ready_line is None:
+            self._ready_line = number
+
+    def _spec_line(self, m: re.Match[str], number: int, ts: str | None) -> None:
+        gd = m.groupdict()
+        mal = _num(gd.get("mal"))
+        rate: float | None = None
+        if gd.get("rate_pct") is not None:
+            pct = _num(gd["rate_pct"])
+            rate = pct / 100.0 if pct is not None else None
+        else:
+            steps = self._settings.get("num_steps")
+            if mal is not None and steps:
+                rate = max(0.0, min(1.0, (mal - 1.0) / steps))
+            elif gd.get("rate") is not None:
+                rate = _num(gd["rate"])
+        pos = [float(x) for x in gd["pos"].replace(" ", "").split(",") if x] if gd.get("pos") else []
+        self._spec = SpecFigures(rate, mal, pos)
+        self._spec_series.append(SpecPoint(ts, number, rate, mal))
+
+    # -- answers --------------------------------------------------------------------------------
+    def snapshot(self) -> Analysis:
+        """The analysis so far (copies: safe to keep while feeding continues)."""
+        tb = self._tb
+        cause = tb.pick()
+        ready = self._ready_line is not None
+        crashed = tb.fatal and (not ready or tb.last_fatal_line > (self._ready_line or 0))
+        if self._exited and not crashed and not ready and self._exit_code not in (0,) and not self._shutdown:
+            crashed = True
+        stages = [Stage(s.name, s.status, s.started_at, s.ended_at, s.progress, s.detail) for s in self._stages]
+        if crashed:
+            state = "crashed"
+            running = [s for s in stages if s.status == "running"]
+            if running:
+                running[-1].status = "failed"
+                running[-1].ended_at = running[-1].ended_at or self._last_ts
+        elif self._shutdown or self._exited:
+            state = "exited"
+        elif ready:
+            state = "ready"
+        elif self._furthest >= STAGES.index("weights"):
+            state = "loading"
+        else:
+            state = "starting"
+        hint: str | None = None
+        if cause is not None:
+            texts = [cause.exception or "", cause.message, *cause.excerpt]
+            hint = find_hint(texts, self.grammar.hints)
+        elif crashed:
+            wrapper = tb.wrapper_only()
+            if wrapper is not None:
+                hint = (
+                    f"only a wrapper was logged ({wrapper.exception}: {wrapper.message.splitlines()[0][:80]}): "
+                    "the real error was printed earlier or by another process; look further up the full log"
+                )
+        if hint is None and self._notable:
+            hint = find_hint(list(self._notable), self.grammar.hints)
+        return Analysis(
+            engine=self.grammar.engine,
+            state=state,
+            was_ready=ready,
+            stages=stages,
+            root_cause=cause,
+            hint=hint,
+            spec_decode=SpecFigures(self._spec.acceptance_rate, self._spec.mean_acceptance_length, list(self._spec.per_position)) if self._spec else None,
+            spec_series=list(self._spec_series),
+            throughput_series=list(self._tp_series),
+            lines=self._lines,
+            exit_code=self._exit_code,
+        )
+
+
+# -- conveniences ------------------------------------------------------------------------------------
+
+
+def guess_engine(head: bytes) -> str:
+    """The engine whose adapter's ``log_signatures`` occur most often in ``head``."""
+    text = head.decode("utf-8", "replace")
+    best, best_score = "", -1
+    for adapter in all_adapters():
+        score = sum(text.count(sig) for sig in adapter.log_signatures)
+        if score > best_score:
+            best, best_score = adapter.name, score
+    return best
+
+
+def _grammar(engine: str) -> LogGrammar:
+    grammar: LogGrammar = get_adapter(engine).grammar
+    return grammar
+
+
+def analyze_bytes(data: bytes, engine: str | None = None) -> Analysis:
+    """Post-mortem of a whole log held in memory."""
+    an = LogAnalyzer(_grammar(engine or guess_engine(data[:65536])))
+    an.feed(data)
+    an.finish()
+    return an.snapshot()
+
+
+CHUNK = 1 << 20
+
+
+def analyze_file(path: str | Path, engine: str | None = None) -> Analysis:
+    """Post-mortem of a saved log, read in 1 MiB chunks (memory does not grow with the file)."""
+    p = Path(path)
+    with p.open("rb") as f:
+        head = f.read(65536)
+        an = LogAnalyzer(_grammar(engine or guess_engine(head)))
+        an.feed(head)
+        while chunk := f.read(CHUNK):
+            an.feed(chunk)
+    an.finish()
+    return an.snapshot()

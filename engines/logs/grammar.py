@@ -1,0 +1,247 @@
+"""The shape of an engine's log grammar, and the line-header parsers grammars are built from.
+
+The data (which message means which stage, which lines are wrappers, how a process is named) lives
+in each engine's adapter file (``engines/vllm.py``, ``engines/sglang.py``) as a :class:`LogGrammar`;
+the machinery that applies it lives in ``engines/logs``. Every rule carries a plain ``needle``: the
+start of the message (after the process prefix and the logger header), at least 6 characters long.
+The analyzer finds candidate rules with one dict lookup per line and pays for a regex only when a
+needle matched. A few rules (``FatalRule.anywhere``) may match anywhere in a line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+__all__ = [
+    "STAGES",
+    "Header",
+    "StageRule",
+    "BarRule",
+    "Wrapper",
+    "FatalRule",
+    "MetricRule",
+    "LogGrammar",
+    "parse_header",
+    "is_primary_process",
+]
+
+#: Stable stage ids, in startup order (the TUI shows one bar per id).
+STAGES: tuple[str, ...] = (
+    "process",
+    "config",
+    "weights",
+    "drafter",
+    "compile",
+    "kv_cache",
+    "cuda_graphs",
+    "warmup",
+    "ready",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """One line split into its parts. ``msg`` keeps the message's own indentation."""
+
+    process: str  # "" when the line carries no process prefix / rank tag
+    level: str  # "" when not printed (SGLang, raw prints, tracebacks)
+    ts: str  # "" when absent
+    msg: str
+
+
+@dataclass(frozen=True)
+class StageRule:
+    """A message that moves a stage: ``event`` is ``start``, ``end`` or ``detail``.
+
+    ``stages`` lists candidate stages: a start goes to the first one not yet done, an end or a
+    detail to the last one running (vLLM prints "Loading weights took" for target and drafter).
+    ``detail`` is a ``str.format`` template over the regex's named groups.
+    """
+
+    needle: str
+    stages: tuple[str, ...]
+    event: str = "start"
+    regex: str | None = None
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class BarRule:
+    """A tqdm bar: ``regex`` must have named groups ``n`` and ``total``; ``rate``/``unit`` optional."""
+
+    needle: str
+    stages: tuple[str, ...]
+    regex: str
+
+
+@dataclass(frozen=True)
+class Wrapper:
+    """An error line that only wraps the real one. ``harvest`` pulls the inner text (group ``inner``)."""
+
+    needle: str
+    harvest: str | None = None
+
+
+@dataclass(frozen=True)
+class FatalRule:
+    """A line that means the run failed, even with no traceback after it.
+
+    ``regex`` with a ``message`` group (and optionally ``exception``) turns the line itself into a
+    root-cause candidate (pydantic's ``Value error, ...``); without it the line only marks which
+    process failed and where.
+    """
+
+    needle: str
+    regex: str | None = None
+    exception: str = ""
+    #: The line only wraps the real failure (launcher's "Received sigquit"): never the root cause.
+    wrapper: bool = False
+    #: Match ``needle`` anywhere in the line, not only at the message start (keep these few).
+    anywhere: bool = False
+
+
+@dataclass(frozen=True)
+class MetricRule:
+    """A periodic figures line: ``kind`` is ``spec`` or ``throughput``; groups are read by name."""
+
+    needle: str
+    kind: str
+    regex: str
+
+
+@dataclass(frozen=True)
+class LogGrammar:
+    """Everything the analyzer knows about one engine's log."""
+
+    engine: str
+    #: Splits a line into process, level, timestamp and message.
+    parse: Callable[[str], Header]
+    stage_rules: tuple[StageRule, ...]
+    bars: tuple[BarRule, ...]
+    #: Lines that mean the server is ready (API up, warm-up done).
+    ready: tuple[str, ...]
+    #: Lines that mean an orderly shutdown.
+    shutdown: tuple[str, ...]
+    wrappers: tuple[Wrapper, ...]
+    fatal: tuple[FatalRule, ...]
+    metrics: tuple[MetricRule, ...]
+    #: Process tier for root-cause choice: the first needle list that matches the process name
+    #: gives its tier (0 = worker, 1 = engine core, 2 = front end); unmatched = last tier.
+    process_tiers: tuple[tuple[str, ...], ...] = ()
+    #: Lines that are not fatal but worth a hint when nothing failed (a negative KV budget).
+    warnings: tuple[str, ...] = ()
+    #: Tracebacks containing one of these are not fatal (a failed request, a logged warning).
+    benign_tracebacks: tuple[str, ...] = ()
+    #: Speculative-decoding settings read from the args dump: name -> (needle, regex with group ``v``).
+    #: ``num_steps`` (drafts per verify step) lets the analyzer recompute an acceptance rate.
+    spec_settings: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: Engine-specific hints, tried before the generic table in ``engines.logs.hints``.
+    hints: tuple[tuple[str, str], ...] = ()
+
+
+# -- header parsing -------------------------------------------------------------------------------
+
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_BARE_PROCS = ("EngineCore", "Worker", "RayWorkerWrapper", "VllmWorker", "APIServer")
+_CONTAINER_TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z ")
+_RAY_REPEAT = re.compile(r" \[repeated \d+x across cluster\]$")
+
+
+def _strip_noise_wrappers(text: str) -> str:
+    """Remove container-runtime timestamps and Ray's de-duplication suffix."""
+    if text[:2] == "20" and len(text) > 31 and text[10:11] == "T":
+        m = _CONTAINER_TS.match(text)
+        if m:
+            text = text[m.end() :]
+    if text.endswith("cluster]"):
+        text = _RAY_REPEAT.sub("", text)
+    return text
+
+
+def _split_level(rest: str) -> tuple[str, str, str]:
+    """``LEVEL MM-DD HH:MM:SS [file.py:N] msg`` (vLLM's logger header) -> (level, ts, msg)."""
+    sp = rest.find(" ")
+    if sp < 4 or rest[:sp] not in _LEVELS:
+        return "", "", rest
+    level = rest[:sp]
+    after = rest[sp + 1 :]
+    # timestamp "MM-DD HH:MM:SS" (14 chars), then " [file:N] " (V0 builds print "file:N] ")
+    if len(after) >= 15 and after[2] == "-" and after[5] == " " and after[8] == ":":
+        ts = after[:14]
+        close = after.find("] ", 15)
+        if close != -1:
+            return level, ts, after[close + 2 :]
+        return level, ts, after[15:]
+    return level, "", after
+
+
+def parse_header(text: str) -> Header:
+    """Parse either engine's header forms; returns the message with its own indentation.
+
+    Accepted: vLLM ``(Proc pid=N) LEVEL MM-DD HH:MM:SS [f.py:N] msg`` (prefix and header each
+    optional), SGLang ``[YYYY-MM-DD HH:MM:SS TP0] msg`` (optionally followed by ``LEVEL f.py:N:``),
+    and the bare ``[TP0] msg`` form. Shared by both grammars; kept cheap (no regex on the hot path).
+    """
+    text = _strip_noise_wrappers(text)
+    process = ""
+    rest = text
+    c = text[:1]
+    if c == "(":
+        close = text.find(") ")
+        if close == -1 and text.endswith(")") and " pid=" in text:
+            close = len(text) - 1
+        if close != -1 and "pid=" in text[:close]:
+            inner = text[1:close]
+            pid = inner.find(" pid=")
+            process = inner[:pid] if pid != -1 else inner
+            rest = text[close + 2 :]
+    elif c == "[":
+        close = text.find("] ")
+        if close == -1 and text.endswith("]"):
+            close = len(text) - 1
+        if close > 0:
+            inner = text[1:close]
+            if len(inner) >= 19 and inner[4] == "-" and inner[13] == ":":
+                msg = text[close + 2 :]
+                level = ""
+                sp = msg.find(" ")
+                if sp > 3 and msg[:sp] in _LEVELS and msg[sp + 1 : sp + 2] != " ":
+                    # "[ts] INFO utils.py:151: msg" (some 2026 builds)
+                    level = msg[:sp]
+                    colon = msg.find(": ", sp + 1)
+                    msg = msg[colon + 2 :] if colon != -1 else msg[sp + 1 :]
+                return Header(inner[20:], level, inner[:19], msg)
+            if inner[:2] in ("TP", "DP", "PP", "EP") and inner[2:3].isdigit():
+                return Header(inner, "", "", text[close + 2 :])
+    elif text.startswith(_BARE_PROCS):
+        # a paste that lost the leading "(" (seen in real issue logs)
+        close = text.find(") ")
+        if close != -1 and " pid=" in text[:close]:
+            inner = text[:close]
+            process = inner[: inner.find(" pid=")]
+            rest = text[close + 2 :]
+    level, ts, msg = _split_level(rest)
+    return Header(process, level, ts, msg)
+
+
+def is_primary_process(process: str) -> bool:
+    """True unless the name carries a non-zero rank (``TP3``, ``DP1``, ``rank=2``).
+
+    Stage progress is read from rank 0 only (every rank prints the same stages; only rank 0 draws
+    bars); errors are read from every rank.
+    """
+    if not process:
+        return True
+    for tag in ("TP", "DP", "PP", "EP", "rank="):
+        i = process.find(tag)
+        while i != -1:
+            j = i + len(tag)
+            k = j
+            while k < len(process) and process[k].isdigit():
+                k += 1
+            if k > j and process[j:k].strip("0") != "":
+                return False
+            i = process.find(tag, k)
+    return True

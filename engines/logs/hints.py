@@ -1,0 +1,78 @@
+"""One-line next steps for known failures: a table, first match wins.
+
+Each entry is ``(needles, hint)``: the hint applies when every needle (a plain, case-sensitive
+substring) is in the failure text (root cause type, message and traceback excerpt). To add a known
+failure, add one line. Engine-specific entries live in the engine's grammar (``LogGrammar.hints``)
+and are tried first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+__all__ = ["HINTS", "find_hint"]
+
+HINTS: list[tuple[tuple[str, ...], str]] = [
+    # speculative decoding
+    (("Eagle3 is only supported for",), "the target's model_type is not on vLLM's EAGLE-3 whitelist: add it in vllm/config/speculative.py (a patch) or use a listed target"),
+    (("EAGLE3", "only supported"), "the target model is not on the engine's EAGLE-3 whitelist: patch the whitelist or use a listed target"),
+    (("speculative", "Extra inputs are not permitted"), "an unknown key in the speculative config: check the key names against the engine's SpeculativeConfig"),
+    (("SpeculativeConfig", "extra_forbidden"), "an unknown key in the speculative config: check the key names against the engine's SpeculativeConfig"),
+    (("SpeculativeConfig", "Unexpected keyword"), "an unknown key in the speculative config: check the key names against the engine's SpeculativeConfig"),
+    (("Config' object has no attribute",), "the model's config class lacks an attribute the engine reads: patch the reader for this model (Kimi-K2.5 uses media_placeholder_token_id, not image_token_index)"),
+    (("object has no attribute 'image_token_index'",), "the engine reads image_token_index from a config that lacks it: patch the reader for this model (Kimi-K2.5: media_placeholder_token_id)"),
+    (("draft_worker", "attention"), "the drafter inherited the target's attention backend: set the drafter's own backend (SGLang: --speculative-draft-attention-backend)"),
+    # patched engine files
+    (("SyntaxError",), "a Python file does not parse (often a patched engine file): run python -m py_compile on it, fix it, and clear its __pycache__"),
+    (("IndentationError",), "a Python file does not parse (often a patched engine file): run python -m py_compile on it, fix it, and clear its __pycache__"),
+    (("ImportError", "cannot import name"), "an import inside the engine failed (a patch renamed or removed a name?): check the patched module and its imports"),
+    # memory
+    (("max_num_batched_tokens", "smaller than max_model_len"), "max_num_batched_tokens must be >= max_model_len: raise --max-num-batched-tokens or lower --max-model-len"),
+    (("larger than the maximum number of tokens that can be stored in KV cache",), "the KV cache is too small for max-model-len: lower --max-model-len or raise --gpu-memory-utilization"),
+    (("KV cache is needed, which is larger than the available KV cache memory",), "the KV cache is too small for max-model-len: lower --max-model-len or raise --gpu-memory-utilization (or the CPU KV cache space)"),
+    (("No available memory for the cache blocks",), "no memory is left for the KV cache: raise --gpu-memory-utilization, lower --max-model-len, or use more GPUs"),
+    (("profiled value -",), "the profiled KV budget is negative (weights already exceed the static memory fraction): raise --mem-fraction-static or use more GPUs"),
+    (("alloc_req_slots runs out of memory",), "request slots ran out: lower --max-running-requests"),
+    (("CUDA out of memory",), "GPU out of memory: lower --gpu-memory-utilization or --max-model-len / --max-num-seqs, or skip CUDA graphs with --enforce-eager (SGLang: lower --mem-fraction-static / --cuda-graph-max-bs)"),
+    (("OutOfMemoryError",), "GPU out of memory: lower --gpu-memory-utilization or --max-model-len / --max-num-seqs, or skip CUDA graphs with --enforce-eager"),
+    (("CUDA error: out of memory",), "GPU out of memory: lower --gpu-memory-utilization or --max-model-len / --max-num-seqs, or skip CUDA graphs with --enforce-eager"),
+    (("Not enough memory",), "not enough memory for the KV pool: lower --mem-fraction-static's reserved part, --max-running-requests, or context length"),
+    (("MemoryError",), "host (CPU) memory ran out: lower the KV cache space (VLLM_CPU_KVCACHE_SPACE / --gpu-memory-utilization on CPU) or --max-model-len"),
+    (("memory", "exceeds", "total"), "the memory setting asks for more than the machine has: lower --gpu-memory-utilization (or the CPU KV cache space)"),
+    (("gpu_memory_utilization",), "the memory fraction is not acceptable: use a --gpu-memory-utilization between 0 and 1 that fits the free memory"),
+    # CUDA graphs
+    (("operation not permitted when stream is capturing",), "a kernel is not CUDA-graph safe: retry with --disable-cuda-graph (SGLang) / --enforce-eager (vLLM), or without torch.compile"),
+    # communication
+    (("NCCL error",), "NCCL failed to set up: check NCCL_* environment (NCCL_P2P_DISABLE=1 on PCIe-only hosts), /dev/shm size and that every GPU is visible; rerun with NCCL_DEBUG=INFO"),
+    (("ncclCommInitRank",), "NCCL failed to set up: check NCCL_* environment, /dev/shm size and GPU visibility; rerun with NCCL_DEBUG=INFO"),
+    (("DistBackendError",), "the distributed backend failed: check NCCL_* environment and GPU visibility; rerun with NCCL_DEBUG=INFO"),
+    (("gloo",), "gloo (CPU collectives) failed: check the host's network interface (GLOO_SOCKET_IFNAME) and that no stale process holds the rendezvous"),
+    (("custom_all_reduce",), "custom all-reduce failed: retry with --disable-custom-all-reduce"),
+    # ports, paths
+    (("Address already in use",), "the port is taken: stop whatever listens there (servelab only stops its own runs) or change the experiment's port"),
+    (("[Errno 98]",), "the port is taken: stop whatever listens there or change the experiment's port"),
+    (("does not appear to have a file named config.json",), "the model or drafter path has no config.json: check model / speculative.draft_model on the host"),
+    (("Repo id must",), "the model or drafter path does not exist on the host (it was taken for a hub id): check model / speculative.draft_model"),
+    (("is not a local folder and is not a valid model identifier",), "the model or drafter path does not exist on the host: check model / speculative.draft_model"),
+    (("Invalid repository ID",), "the model or drafter path does not exist on the host: check model / speculative.draft_model"),
+    (("Repository Not Found",), "the model or drafter path does not exist on the host: check model / speculative.draft_model"),
+    (("No such file or directory",), "a file the engine needs is missing: check the model / drafter paths and the engine's working directory"),
+    # command line
+    (("unrecognized arguments",), "the engine does not know a flag: check [engine_args] against this engine version's --help"),
+    (("invalid choice",), "a flag got a value the engine does not accept: check [engine_args] against this engine version's --help"),
+    (("invalid", "value"), "a flag got a value the engine does not accept: check [engine_args] against this engine version's --help"),
+]
+
+
+def find_hint(texts: Iterable[str], extra: Iterable[tuple[str, str]] = ()) -> str | None:
+    """The first hint whose needles all occur in the joined ``texts``; engine ``extra`` entries first."""
+    blob = "\n".join(texts)
+    if not blob:
+        return None
+    for needle, hint in extra:
+        if needle in blob:
+            return hint
+    for needles, hint in HINTS:
+        if all(n in blob for n in needles):
+            return hint
+    return None

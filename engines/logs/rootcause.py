@@ -1,0 +1,376 @@
+"""Finding the exception that actually failed a run in interleaved multi-process output.
+
+Engines report one failure several times: the worker's real exception first, then engine-core and
+front-end wrappers ("See root cause above"), and multiprocessing re-prints. Tracebacks are
+segmented per process, chained tracebacks keep their first (innermost-cause) exception, wrappers
+are demoted, and the pick prefers worker processes, then engine core, then the front end, earliest
+first. Memory is bounded: each open traceback keeps a few frames, and at most
+``MAX_CANDIDATES`` finished ones are kept.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass, field
+
+from engines.logs.grammar import LogGrammar
+
+__all__ = ["RootCause", "TracebackTracker", "EXCEPTION_LINE"]
+
+#: ``Type: message`` at the start of a line (dotted module paths allowed).
+EXCEPTION_LINE = re.compile(
+    r"(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Failure)|Exception|KeyboardInterrupt|AssertionError))"
+    r"(?::\s?(?P<text>.*))?$"
+)
+_FRAME = re.compile(r'\s*File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?')
+TB_START = "Traceback (most recent call last)"
+CHAIN_MARKERS = (
+    "During handling of the above exception, another exception occurred",
+    "The above exception was the direct cause of the following exception",
+)
+MAX_CANDIDATES = 64
+MAX_FRAMES = 12
+MAX_MESSAGE_LINES = 40
+EXCERPT_LINES = 16
+
+_FRAMES, _EXC, _AFTER, _CHAIN = range(4)
+
+
+@dataclass
+class RootCause:
+    """The failure to show the operator. ``exception`` is None when the log cut the traceback off."""
+
+    exception: str | None
+    message: str
+    process: str
+    line: int
+    excerpt: list[str] = field(default_factory=list)
+    #: Innermost frame, ``file.py:N in func`` (where it broke), when known.
+    where: str | None = None
+    #: True when the message was pulled out of a wrapper ("Capture cuda graph failed: <inner>").
+    harvested: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "exception": self.exception,
+            "message": self.message,
+            "process": self.process,
+            "line": self.line,
+            "where": self.where,
+            "excerpt": list(self.excerpt),
+        }
+
+
+@dataclass
+class _Exc:
+    type: str
+    lines: list[str]
+    line: int
+    where: str | None = None
+
+
+@dataclass
+class _Block:
+    process: str
+    start_line: int
+    level: str  # logger level of a logger-emitted traceback ("" for raw output)
+    raw: bool  # continuation lines come without a prefix (SGLang's rank tracebacks)
+    frames: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_FRAMES))
+    where: str | None = None  # innermost frame so far
+    engine_where: str | None = None  # innermost frame inside the engine's own package
+    exceptions: list[_Exc] = field(default_factory=list)
+    state: int = _FRAMES
+    expect_code: bool = False
+    chained: bool = False
+
+
+@dataclass
+class _Candidate:
+    cause: RootCause
+    tier: int
+    kind: int  # 0 complete, 1 harvested from a wrapper, 2 incomplete / marker only, 3 wrapper only
+    marker: bool = False  # a one-line fatal marker, superseded by a traceback of the same process
+
+
+def _is_caret(s: str) -> bool:
+    t = s.strip()
+    return bool(t) and not t.strip("^~ ")
+
+
+def _where(frame: str) -> str | None:
+    m = _FRAME.match(frame)
+    if not m:
+        return None
+    path = m["path"].replace("\\", "/")
+    parts = path.split("/")
+    short = "/".join(parts[-2:]) if len(parts) > 1 else path
+    func = f" in {m['func'].strip()}" if m["func"] else ""
+    return f"{short}:{m['line']}{func}"
+
+
+class TracebackTracker:
+    """Fed every line (process, level, timestamp, message); collects root-cause candidates."""
+
+    def __init__(self, grammar: LogGrammar) -> None:
+        self._g = grammar
+        self._pkg = f"/{grammar.engine}/"
+        self._wrappers = grammar.wrappers
+        self._open: dict[str, _Block] = {}
+        self._raw_owner: str | None = None
+        self._cands: list[_Candidate] = []
+        self._wrapped_procs: set[str] = set()
+        self._tier_cache: dict[str, int] = {}
+        #: A fatal traceback or marker was seen.
+        self.fatal = False
+        self.fatal_line = 0
+        self.last_fatal_line = 0
+
+    # -- public ---------------------------------------------------------------------------------
+    def feed(self, number: int, process: str, level: str, ts: str, msg: str) -> bool:
+        """Returns True when the line belonged to a traceback (callers may skip other checks)."""
+        proc = process
+        if not proc and self._raw_owner is not None and not ts:
+            proc = self._raw_owner
+        block = self._open.get(proc)
+        if block is not None:
+            if self._continue(block, number, level, ts, msg):
+                return True
+            self._close(proc)
+        if TB_START in msg:
+            self._start(proc, number, level, msg, process == "" and proc != "")
+            return True
+        stripped = msg.lstrip()
+        if stripped.startswith('File "') and ", line " in stripped:
+            # a traceback whose first lines are missing (excerpt, or lost to another stream)
+            b = self._start(proc, number, level, "", False)
+            self._continue(b, number, level, ts, msg)
+            return True
+        if not ts and not level and msg[:1].isupper() and ": " in msg[:120] or msg in ("AssertionError", "KeyboardInterrupt"):
+            m = EXCEPTION_LINE.match(msg)
+            if m and not m["type"].endswith("Warning"):
+                self._add(proc, number, m["type"], [m["text"] or ""], [msg], None)
+                return True
+        return False
+
+    def add_marker(self, number: int, process: str, message: str, is_wrapper: bool) -> None:
+        """A fatal line without its own exception ("WorkerProc failed to start.")."""
+        self._mark_fatal(number)
+        cause = RootCause(None, message, process, number, [message])
+        self._push(_Candidate(cause, self._tier(process), 3 if is_wrapper else 2, marker=True))
+
+    def add_error(self, number: int, process: str, exception: str, message: str, excerpt: list[str]) -> None:
+        """A fatal error line that states its own cause (pydantic's ``Value error, ...``)."""
+        self._mark_fatal(number)
+        self._push(_Candidate(RootCause(exception, message, process, number, excerpt), self._tier(process), 0))
+
+    def finish(self) -> None:
+        for proc in list(self._open):
+            self._close(proc)
+
+    def pick(self) -> RootCause | None:
+        """The best candidate so far (open tracebacks included, without closing them)."""
+        cands = list(self._cands)
+        for b in self._open.values():
+            c = self._candidate(b)
+            if c is not None:
+                cands.append(c)
+        traced = {c.cause.process for c in cands if not c.marker and c.kind <= 2}
+        best: _Candidate | None = None
+        for c in cands:
+            if c.kind == 3 or (c.marker and c.cause.process in traced):
+                continue
+            if c.kind == 2 and c.cause.process in self._wrapped_procs and c.cause.exception is None:
+                continue  # multiprocessing's re-print of a wrapper it already reported
+            if best is None or (c.kind, c.tier, c.cause.line) < (best.kind, best.tier, best.cause.line):
+                best = c
+        return best.cause if best else None
+
+    def wrapper_only(self) -> RootCause | None:
+        """When nothing but wrappers was seen: the first wrapper (for a hint, never as the cause)."""
+        ws = [c for c in self._cands if c.kind == 3]
+        return min(ws, key=lambda c: c.cause.line).cause if ws else None
+
+    # -- blocks ---------------------------------------------------------------------------------
+    def _start(self, proc: str, number: int, level: str, msg: str, raw: bool) -> _Block:
+        if proc in self._open:
+            self._close(proc)
+        b = _Block(proc, number, level, raw or (bool(proc) and not level and TB_START in msg and not msg.startswith(TB_START)))
+        if msg:
+            b.frames.append(msg.strip())
+        self._open[proc] = b
+        if proc:
+            self._raw_owner = proc if b.raw else self._raw_owner
+        return b
+
+    def _continue(self, b: _Block, number: int, level: str, ts: str, msg: str) -> bool:
+        """Apply one line to an open block; False when the line is not part of it (block ends)."""
+        if b.level and level and level != b.level:
+            return False
+        if ts and not b.level:
+            return False  # a timestamped log record ends a raw traceback
+        stripped = msg.strip()
+        st = b.state
+        if st == _FRAMES:
+            if stripped.startswith('File "'):
+                b.frames.append(stripped)
+                w = _where(stripped)
+                if w:
+                    b.where = w
+                    if self._pkg in stripped:
+                        b.engine_where = w
+                b.expect_code = True
+                return True
+            m = EXCEPTION_LINE.match(stripped) if stripped and not msg[:1].isspace() else None
+            if m:
+                b.exceptions.append(_Exc(m["type"], [m["text"] or ""], number, b.engine_where or b.where))
+                b.state = _EXC
+                b.expect_code = False
+                return True
+            if b.expect_code or msg[:1].isspace() or _is_caret(msg):
+                if stripped:
+                    b.frames.append(stripped)
+                b.expect_code = False
+                return True
+            if TB_START in msg:
+                return False
+            return False
+        if st == _EXC:
+            if not stripped:
+                b.state = _AFTER
+                return True
+            if any(c in stripped for c in CHAIN_MARKERS):
+                b.state, b.chained = _CHAIN, True
+                return True
+            if TB_START in msg or stripped.startswith('File "'):
+                return False
+            if msg[:1].isspace() or (not level and not ts) or (b.level and level == b.level):
+                exc = b.exceptions[-1]
+                if len(exc.lines) < MAX_MESSAGE_LINES:
+                    exc.lines.append(stripped)
+                return True
+            return False
+        if st == _AFTER:
+            if not stripped:
+                return True
+            if any(c in stripped for c in CHAIN_MARKERS):
+                b.state, b.chained = _CHAIN, True
+                return True
+            return False
+        # _CHAIN
+        if not stripped:
+            return True
+        if TB_START in msg:
+            b.state = _FRAMES
+            b.frames.append(stripped)
+            return True
+        b.state = _FRAMES
+        return self._continue(b, number, level, ts, msg)
+
+    def _close(self, proc: str) -> None:
+        b = self._open.pop(proc, None)
+        if b is None:
+            return
+        if self._raw_owner == proc:
+            self._raw_owner = None
+        c = self._candidate(b)
+        if c is not None:
+            self._push(c)
+
+    def _candidate(self, b: _Block) -> _Candidate | None:
+        tier = self._tier(b.process)
+        excerpt = list(b.frames)[-EXCERPT_LINES:]
+        if not b.exceptions:
+            if self._benign(excerpt):
+                return None
+            self._mark_fatal(b.start_line)
+            where = b.engine_where or b.where
+            last = f" (last frame: {where})" if where else ""
+            cause = RootCause(None, f"the traceback is cut off before its exception line{last}", b.process, b.start_line, excerpt, where)
+            return _Candidate(cause, tier, 2)
+        chosen: _Exc | None = None
+        harvested: str | None = None
+        for e in b.exceptions:
+            text = "\n".join(e.lines)
+            inner = self._wrapper(f"{e.type}: {text}")
+            if inner is None:
+                chosen = e
+                break
+            if inner and harvested is None:
+                harvested = inner
+        first = b.exceptions[0]
+        all_text = [f"{x.type}: {chr(10).join(x.lines)}" for x in b.exceptions]
+        if self._benign(excerpt + all_text):
+            return None
+        self._mark_fatal(first.line)
+        if chosen is not None:
+            message = "\n".join(chosen.lines)
+            excerpt = excerpt + [f"{chosen.type}: {message}"]
+            return _Candidate(RootCause(chosen.type, message, b.process, chosen.line, excerpt[-EXCERPT_LINES:], chosen.where), tier, 0)
+        self._wrapped_procs.add(b.process)
+        last = b.exceptions[-1]
+        if harvested:
+            cause = RootCause(last.type, harvested, b.process, last.line, (excerpt + all_text)[-EXCERPT_LINES:], b.where, harvested=True)
+            return _Candidate(cause, tier, 1)
+        cause = RootCause(last.type, "\n".join(last.lines), b.process, last.line, (excerpt + all_text)[-EXCERPT_LINES:], b.where)
+        return _Candidate(cause, tier, 3)
+
+    def _add(self, proc: str, number: int, etype: str, lines: list[str], excerpt: list[str], where: str | None) -> None:
+        text = "\n".join(lines)
+        inner = self._wrapper(f"{etype}: {text}")
+        self._mark_fatal(number)
+        if inner is None:
+            self._push(_Candidate(RootCause(etype, text, proc, number, excerpt, where), self._tier(proc), 0))
+        elif inner:
+            self._push(_Candidate(RootCause(etype, inner, proc, number, excerpt, where, harvested=True), self._tier(proc), 1))
+        else:
+            self._wrapped_procs.add(proc)
+            self._push(_Candidate(RootCause(etype, text, proc, number, excerpt, where), self._tier(proc), 3))
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _wrapper(self, text: str) -> str | None:
+        """None when ``text`` is not a wrapper; "" for a wrapper; its inner text when harvestable."""
+        for w in self._wrappers:
+            if w.needle in text:
+                if w.harvest:
+                    m = re.search(w.harvest, text, re.S)
+                    if m and m["inner"].strip():
+                        return m["inner"].strip()
+                return ""
+        return None
+
+    def _benign(self, lines: list[str]) -> bool:
+        for needle in self._g.benign_tracebacks:
+            for ln in lines:
+                if needle in ln:
+                    return True
+        return False
+
+    def _tier(self, process: str) -> int:
+        t = self._tier_cache.get(process)
+        if t is None:
+            tiers = self._g.process_tiers
+            t = len(tiers)
+            for i, needles in enumerate(tiers):
+                if any(process.startswith(n) for n in needles):
+                    t = i
+                    break
+            if len(self._tier_cache) < 1024:
+                self._tier_cache[process] = t
+        return t
+
+    def _mark_fatal(self, number: int) -> None:
+        if not self.fatal:
+            self.fatal = True
+            self.fatal_line = number
+        self.last_fatal_line = max(self.last_fatal_line, number)
+
+    def _push(self, c: _Candidate) -> None:
+        if len(self._cands) < MAX_CANDIDATES:
+            self._cands.append(c)
+            return
+        # keep the earliest ones, but let a better kind replace the worst kept
+        worst = max(range(len(self._cands)), key=lambda i: (self._cands[i].kind, self._cands[i].cause.line))
+        w = self._cands[worst]
+        if (c.kind, c.cause.line) < (w.kind, w.cause.line):
+            self._cands[worst] = c
