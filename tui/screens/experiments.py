@@ -167,7 +167,7 @@ class ExperimentsScreen(Screen[None]):
         exp = row.entry.experiment
         if exp is None:
             problem = row.entry.problems[0] if row.entry.problems else None
-            why = f"{problem.key}: {problem.message}" if problem else "invalid"
+            why = f"line {problem.line}: {problem.path}: {problem.message}" if problem else "invalid"
             return [sel, Text(row.name, style="bold red"), Text("invalid", style="red"), Text(why[:60], style="red"), *[Text("")] * 6]
         e = exp.experiment
         spec = e.speculative.method if e.speculative.method != "none" else "-"

@@ -30,7 +30,7 @@ class HelpScreen(ModalScreen[None]):
 
     def __init__(self, bindings: dict[str, ActiveBinding], readonly: bool = False) -> None:
         super().__init__()
-        self._bindings = bindings
+        self._shown_bindings = bindings
         self._readonly = readonly
 
     def compose(self) -> ComposeResult:
@@ -39,7 +39,7 @@ class HelpScreen(ModalScreen[None]):
         table.add_column("does")
         table.add_column("binding id", style="dim", no_wrap=True)
         seen: set[tuple[str, str]] = set()
-        ordered = sorted(self._bindings.items(), key=lambda kv: (kv[1].binding.id is None, kv[1].binding.id or "", kv[0]))
+        ordered = sorted(self._shown_bindings.items(), key=lambda kv: (kv[1].binding.id is None, kv[1].binding.id or "", kv[0]))
         for key, active in ordered:
             binding = active.binding
             if binding.action in ("command_palette",) and binding.id is None:

@@ -1,0 +1,154 @@
+"""The app shell and the experiments screen, driven with Textual's pilot on a private folder."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from rich.console import Console
+
+import pytest
+
+from tests.fixtures.tui import TuiFolder
+from tui.app import HIGH_CONTRAST, ServelabApp, known_binding_ids, run_app
+from tui.screens.experiments import ExperimentsScreen
+from tui.screens.help import HelpScreen
+from engines.errors import ServelabError
+
+
+def screen_text(app: ServelabApp) -> str:
+    """What the terminal shows now, as plain text."""
+    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+
+
+def static_text(widget) -> str:  # type: ignore[no-untyped-def]
+    """Plain text of a Static's rich content, rendered wide so nothing wraps."""
+    console = Console(width=400, record=True, file=io.StringIO())
+    console.print(widget.content)
+    return console.export_text()
+
+
+async def settle(app: ServelabApp, pilot) -> None:  # type: ignore[no-untyped-def]
+    """Wait for the folder and latest-run workers."""
+    await pilot.pause()
+    for _ in range(100):
+        if not [w for w in app.workers if w.group in ("catalog", "latest") and w.is_running]:
+            break
+        await pilot.pause(0.05)
+    await pilot.pause()
+
+
+async def test_lists_every_experiment_and_shows_the_resolved_command(tui_folder: TuiFolder) -> None:
+    app = ServelabApp(tui_folder.folder)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        text = screen_text(app)
+        for name in ("tiny-cpu-vllm-ngram", "tiny-cpu-vllm-baseline", "kimi-k25-vllm-eagle3", "kimi-k25-sglang-eagle3"):
+            assert name in text
+        assert "ngram k=4" in text
+        screen = app.screen
+        assert isinstance(screen, ExperimentsScreen)
+        screen.select_row(str(tui_folder.folder / "tiny-cpu-vllm-ngram.toml"))
+        await pilot.pause()
+        detail = static_text(screen.query_one("#experiment-detail-text"))
+        assert "vllm.entrypoints.openai.api_server" in detail
+        assert "prompt_lookup_max" in detail
+        assert "tiny-cpu-vllm-baseline" in detail  # its baseline
+
+
+async def test_invalid_file_shows_its_error_in_place_and_reload_picks_up_changes(tui_folder: TuiFolder) -> None:
+    app = ServelabApp(tui_folder.folder)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(app, pilot)
+        (tui_folder.folder / "broken.toml").write_text('engine = "vllm"\nmodel = "m"\ntensr = 8\n')
+        await pilot.press("r")
+        await settle(app, pilot)
+        text = screen_text(app)
+        assert "broken" in text and "invalid" in text
+        assert "tiny-cpu-vllm-ngram" in text  # the others stay listed
+        screen = app.screen
+        assert isinstance(screen, ExperimentsScreen)
+        screen.select_row(str(tui_folder.folder / "broken.toml"))
+        await pilot.pause()
+        assert "tensr" in static_text(screen.query_one("#experiment-detail-text"))
+        await pilot.press("l")  # launching an invalid definition says why, in one line
+        await pilot.pause()
+        assert any("tensr" in n.message for n in app._notifications)
+
+
+async def test_readonly_hides_launch_and_edit(tui_folder: TuiFolder) -> None:
+    app = ServelabApp(tui_folder.folder, readonly=True)
+    async with app.run_test(size=(120, 24)) as pilot:
+        await settle(app, pilot)
+        footer = screen_text(app).splitlines()[-1]
+        assert "Launch" not in footer and "Edit" not in footer
+        assert "Preflight" in footer
+        screen = app.screen
+        assert screen.check_action("launch", ()) is False
+    app = ServelabApp(tui_folder.folder, readonly=False)
+    async with app.run_test(size=(120, 24)) as pilot:
+        await settle(app, pilot)
+        assert "Launch" in screen_text(app).splitlines()[-1]
+
+
+async def test_help_lists_keys_with_binding_ids_and_q_goes_back_then_quits(tui_folder: TuiFolder) -> None:
+    app = ServelabApp(tui_folder.folder)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        text = screen_text(app)
+        assert "experiments.launch" in text and "Keys" in text
+        await pilot.press("escape")
+        await pilot.pause()
+        assert isinstance(app.screen, ExperimentsScreen)
+        await pilot.press("q")
+        await pilot.pause()
+    assert app.return_value == 0
+
+
+async def test_user_keymap_rebinds_and_bad_entries_are_reported(tui_folder: TuiFolder, tmp_path: Path) -> None:
+    keymap = tmp_path / "config" / "keymap.toml"
+    keymap.parent.mkdir(parents=True, exist_ok=True)
+    keymap.write_text('[keys]\n"app.help" = "h"\n"no.such.binding" = "x"\n')
+    app = ServelabApp(tui_folder.folder)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        assert any("no.such.binding" in p for p in app.keymap_problems)
+        await pilot.press("h")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+
+
+async def test_high_contrast_theme_toggles(tui_folder: TuiFolder, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SERVELAB_THEME", "high-contrast")
+    app = ServelabApp(tui_folder.folder)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        assert app.theme == HIGH_CONTRAST.name and app.has_class("-high-contrast")
+        await pilot.press("ctrl+t")
+        await pilot.pause()
+        assert app.theme != HIGH_CONTRAST.name and not app.has_class("-high-contrast")
+
+
+async def test_palette_offers_the_experiments(tui_folder: TuiFolder) -> None:
+    app = ServelabApp(tui_folder.folder)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        await pilot.press(*"ngram")
+        await pilot.pause(0.5)
+        assert "experiment: tiny-cpu-vllm-ngram" in screen_text(app)
+
+
+def test_binding_ids_are_unique_per_class_and_cover_the_log_keys() -> None:
+    ids = known_binding_ids()
+    for wanted in ("log.search", "log.next-match", "log.follow", "log.first-error", "log.wrap", "log.filter", "app.help", "app.back"):
+        assert wanted in ids
+
+
+def test_missing_folder_is_one_clean_error(tmp_path: Path) -> None:
+    with pytest.raises(ServelabError, match="experiments folder not found"):
+        run_app(str(tmp_path / "nope"), readonly=False)
