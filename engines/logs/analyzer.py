@@ -264,11 +264,15 @@ class LogAnalyzer:
     def _line(self, line: Line) -> None:
         self._lines = line.number
         text = line.text
+        if self._furthest < 0 and text.strip():
+            self._start(0, None, None)  # output means the process is up: the "process" stage runs
         if text[:1] == "`":
             text = text.strip("`")  # a line pasted inside markdown backticks
         h = self._parse(text)
         if h.ts:
             self._last_ts = h.ts
+            if self._stages[0].started_at is None:
+                self._stages[0].started_at = h.ts
         msg = h.msg
         taken = self._tb.feed(line.number, h.process, h.level, h.ts, msg)
         if taken and TB_START not in msg:

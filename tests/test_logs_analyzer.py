@@ -1,0 +1,159 @@
+"""LogAnalyzer behaviour: chunking never changes the answer, live state changes, exit handling, bounded memory."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+
+import pytest
+
+from engines.adapter import get_adapter
+from engines.logs import rootcause
+from engines.logs.analyzer import SERIES_POINTS, Analysis, LogAnalyzer, analyze_bytes, guess_engine
+from engines.logs.hints import HINTS, find_hint
+
+DATA = Path(__file__).resolve().parent / "data" / "logs"
+ALL_LOGS = sorted(DATA.glob("*.log")) + sorted((DATA / "shared").glob("*.log"))
+GOOD = DATA / "shared" / "vllm-cpu-ngram-startup-and-serve.log"
+
+
+def _engine(path: Path) -> str:
+    return path.name.split("-")[0]
+
+
+def _run(data: bytes, engine: str, cuts: list[int]) -> dict[str, object]:
+    an = LogAnalyzer(get_adapter(engine).grammar)
+    prev = 0
+    for c in sorted(cuts) + [len(data)]:
+        an.feed(data[prev:c])
+        prev = c
+    an.finish()
+    return dataclasses.asdict(an.snapshot())
+
+
+@pytest.mark.parametrize("path", ALL_LOGS, ids=lambda p: p.name)
+def test_chunking_never_changes_the_analysis(path: Path) -> None:
+    data = path.read_bytes()
+    eng = _engine(path)
+    whole = _run(data, eng, [])
+    rnd = random.Random(path.name)
+    for _ in range(3):
+        cuts = [rnd.randint(0, len(data)) for _ in range(rnd.randint(1, 60))]
+        assert _run(data, eng, cuts) == whole
+    if len(data) <= 30_000:
+        assert _run(data, eng, list(range(1, len(data)))) == whole
+
+
+def test_crlf_and_ansi_do_not_change_the_analysis() -> None:
+    data = GOOD.read_bytes()
+    coloured = data.replace(b"(APIServer pid=", b"\x1b[1;36m(APIServer pid=").replace(b") INFO", b")\x1b[0;0m INFO")
+    crlf = data.replace(b"\n", b"\r\n")
+    base = dataclasses.asdict(analyze_bytes(data, "vllm"))
+    assert dataclasses.asdict(analyze_bytes(coloured, "vllm")) == base
+    assert dataclasses.asdict(analyze_bytes(crlf, "vllm")) == base
+
+
+def _cut_at(data: bytes, marker: bytes) -> int:
+    i = data.index(marker)
+    return data.index(b"\n", i) + 1
+
+
+def test_live_states_follow_the_log() -> None:
+    data = GOOD.read_bytes()
+    an = LogAnalyzer(get_adapter("vllm").grammar)
+    an.feed(data[: _cut_at(data, b"non-default args")])
+    assert an.snapshot().state == "starting"
+    an.feed(data[_cut_at(data, b"non-default args") : _cut_at(data, b"Loading safetensors checkpoint shards:   0%")])
+    s = an.snapshot()
+    assert s.state == "loading" and s.stage("weights").status == "running"
+    assert s.stage("weights").progress is not None and s.stage("weights").progress.done == 0
+    upto_ready = _cut_at(data, b"Application startup complete")
+    an.feed(data[_cut_at(data, b"Loading safetensors checkpoint shards:   0%") : upto_ready])
+    s = an.snapshot()
+    assert s.state == "ready" and s.was_ready and s.root_cause is None
+    an.feed(data[upto_ready:])
+    an.finish()
+    assert an.snapshot().state == "exited"
+
+
+def test_a_fatal_error_after_ready_means_crashed() -> None:
+    data = GOOD.read_bytes()
+    head = data[: _cut_at(data, b"Application startup complete")]
+    worker = (DATA / "shared" / "vllm-workerproc-failed-tp-ep-prefix-56007.log").read_bytes().split(b"\n", 2)[2]
+    an = LogAnalyzer(get_adapter("vllm").grammar)
+    an.feed(head)
+    assert an.snapshot().state == "ready"
+    an.feed(b"(EngineCore pid=9095) ERROR 11-29 10:30:00 [core.py:1112] EngineCore encountered a fatal error.\n" + worker)
+    s = an.snapshot()
+    assert s.state == "crashed" and s.was_ready
+    assert s.root_cause is not None and s.root_cause.process == "Worker_TP0_EP0"
+
+
+@pytest.mark.parametrize(
+    ("upto", "code", "state"),
+    [
+        (b"Application startup complete", 0, "exited"),
+        (b"Application startup complete", 1, "exited"),  # it was serving: a non-zero exit after ready is a stop
+        (b"Loading drafter model", 1, "crashed"),  # died while loading, nothing printed: crashed
+        (b"Loading drafter model", None, "crashed"),  # killed while loading
+        (b"Loading drafter model", 0, "exited"),
+    ],
+)
+def test_mark_exited(upto: bytes, code: int | None, state: str) -> None:
+    data = GOOD.read_bytes()
+    an = LogAnalyzer(get_adapter("vllm").grammar)
+    an.feed(data[: _cut_at(data, upto)])
+    an.mark_exited(code)
+    s = an.snapshot()
+    assert s.state == state and s.exit_code == code
+
+
+def test_traceback_crash_stays_crashed_after_exit_zero() -> None:
+    data = (DATA / "vllm-cpu-missing-model.log").read_bytes()
+    an = LogAnalyzer(get_adapter("vllm").grammar)
+    an.feed(data)
+    an.mark_exited(0)
+    assert an.snapshot().state == "crashed"
+
+
+def test_memory_is_bounded_on_a_long_noisy_log() -> None:
+    """Many tracebacks, bars and figures: every retained structure stays capped."""
+    unit = b"".join(p.read_bytes() for p in (DATA / "shared").glob("*.log"))
+    an = LogAnalyzer(get_adapter("vllm").grammar)
+    figures = (DATA / "shared" / "vllm-throughput-mtp-43295.log").read_bytes()
+    for _ in range(40):
+        an.feed(unit)
+    for _ in range(1000):
+        an.feed(figures)
+    s = an.snapshot()
+    assert len(an._splitter._buf) < 10_000
+    assert len(an._tb._cands) <= rootcause.MAX_CANDIDATES
+    assert len(s.spec_series) <= SERIES_POINTS and len(s.throughput_series) == SERIES_POINTS
+    assert all(len(b.frames) <= rootcause.MAX_FRAMES for b in an._tb._open.values())
+    assert s.lines > 40_000
+
+
+@pytest.mark.parametrize("path", ALL_LOGS, ids=lambda p: p.name)
+def test_guess_engine(path: Path) -> None:
+    assert guess_engine(path.read_bytes()[:65536]) == _engine(path)
+
+
+def test_json_shape() -> None:
+    a: Analysis = analyze_bytes(GOOD.read_bytes())
+    js = a.to_json()
+    assert {"engine", "state", "was_ready", "stages", "root_cause", "hint", "spec_decode"} <= set(js)
+    assert set(js["stages"][0]) >= {"name", "status", "started_at", "ended_at", "progress"}
+    assert js["stages"][2]["progress"] == {"done": 1, "total": 1, "rate": pytest.approx(254.48), "eta_s": 0.0}
+    assert set(js["spec_decode"]) == {"acceptance_rate", "mean_acceptance_length", "per_position"}
+    assert 0.0 <= js["spec_decode"]["acceptance_rate"] <= 1.0
+
+
+def test_hint_table_entries_are_one_line_and_reachable() -> None:
+    for needles, hint in HINTS:
+        assert "\n" not in hint and needles
+        # each entry is found by its own needles unless an earlier entry claims them first
+        found = find_hint([" ".join(needles)])
+        assert found is not None
+    assert find_hint(["nothing known here"]) is None
+    assert find_hint(["SyntaxError: x"], [("SyntaxError", "engine first")]) == "engine first"
