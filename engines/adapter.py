@@ -8,7 +8,7 @@ Members, by concern:
 - command line: :meth:`EngineAdapter.problems` and :meth:`EngineAdapter.launch_spec`;
 - log grammar: :attr:`EngineAdapter.grammar` (see ``engines/logs``);
 - metrics reading: :meth:`EngineAdapter.read_acceptance` (see ``engines/probe``);
-- argument validation on the host: :meth:`EngineAdapter.validation_argv` (see ``engines/preflight``).
+- argument validation on the host: :meth:`EngineAdapter.validation` (see ``engines/preflight``).
 """
 
 from __future__ import annotations
@@ -53,6 +53,19 @@ class Inexpressible:
     message: str
 
 
+@dataclass(frozen=True)
+class ArgValidation:
+    """How the engine's own parser checks the server flags on the host, without loading a model.
+
+    ``parser`` picks the engine-specific part of ``engines/helpers/validate_args.py``; the helper is
+    run with the host's interpreter as ``python -c <helper> PARSER FLAG...``.
+    """
+
+    parser: str
+    flags: list[str]
+    helper: str = "validate_args.py"
+
+
 @runtime_checkable
 class EngineAdapter(Protocol):
     """What the core needs from an engine."""
@@ -76,6 +89,10 @@ class EngineAdapter(Protocol):
 
     def engine_flags(self, exp: Experiment, model: str, draft_model: str | None) -> list[str]:
         """The server's flags alone (no interpreter, no module): what the engine's parser validates."""
+        ...
+
+    def validation(self, exp: Experiment, model: str, draft_model: str | None) -> ArgValidation:
+        """What the host-side argument check runs: the same flags the server gets, judged by the engine."""
         ...
 
     def read_acceptance(self, http: httpx.AsyncClient, exp: Experiment | None, prompts: PromptSet, max_tokens: int) -> AcceptanceWindow:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from engines.adapter import Inexpressible, LaunchSpec, render_flags
+from engines.adapter import ArgValidation, Inexpressible, LaunchSpec, render_flags
 from engines.experiment import Experiment
 from engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
 
@@ -217,6 +217,10 @@ class SglangAdapter:
             flags += ["--pp-size", str(p.pipeline)]
         rendered, _ = render_flags({k: v for k, v in exp.engine_args.items() if k not in MANAGED_FLAGS})
         return flags + rendered + self.speculative_flags(exp, draft_model)
+
+    def validation(self, exp: Experiment, model: str, draft_model: str | None) -> ArgValidation:
+        """The server's own flags, judged by SGLang's parser on the host (no weights loaded)."""
+        return ArgValidation(parser="sglang", flags=self.engine_flags(exp, model, draft_model))
 
     def launch_spec(self, exp: Experiment, python: str, model: str, draft_model: str | None) -> LaunchSpec:
         argv = [python, "-m", "sglang.launch_server", *self.engine_flags(exp, model, draft_model)]

@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from engines.adapter import Inexpressible, LaunchSpec, render_flags
+from engines.adapter import ArgValidation, Inexpressible, LaunchSpec, render_flags
 from engines.experiment import Experiment
 from engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
 
@@ -239,6 +239,10 @@ class VllmAdapter:
         if spec is not None:
             flags += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
         return flags
+
+    def validation(self, exp: Experiment, model: str, draft_model: str | None) -> ArgValidation:
+        """The server's own flags, judged by vLLM's parser on the host (no weights loaded)."""
+        return ArgValidation(parser="vllm", flags=self.engine_flags(exp, model, draft_model))
 
     def launch_spec(self, exp: Experiment, python: str, model: str, draft_model: str | None) -> LaunchSpec:
         argv = [python, "-m", "vllm.entrypoints.openai.api_server", *self.engine_flags(exp, model, draft_model)]

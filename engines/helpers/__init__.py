@@ -1,0 +1,77 @@
+"""Small scripts servelab runs on a host with the host's own Python, and the one way to run them.
+
+Each helper (``hostinfo.py``, ``validate_args.py``, ``patchtool.py``) uses the standard library only
+and never imports servelab, because the host has only the engine's environment. It is sent as the
+text of ``python -c`` (nothing is installed on the host), takes a JSON request on stdin and prints
+one JSON answer as the last line of stdout; whatever the engine prints while imported goes to stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from engines.hosts.base import Completed, Host
+
+FOLDER = Path(__file__).resolve().parent
+
+
+class HelperError(Exception):
+    """A helper that could not run or gave no answer. The message is one line."""
+
+
+@cache
+def helper_source(name: str) -> str:
+    """The text of ``engines/helpers/<name>``."""
+    return (FOLDER / name).read_text(encoding="utf-8")
+
+
+def helper_argv(python: str, name: str, *args: str) -> list[str]:
+    """``python -c <helper text> ARGS...``: one literal argument each, no shell."""
+    return [python, "-c", helper_source(name), *args]
+
+
+def last_json(done: Completed) -> dict[str, Any] | None:
+    """The helper's answer: the last stdout line that is a JSON object."""
+    for line in reversed(done.stdout.decode("utf-8", "replace").splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                value = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                return value
+    return None
+
+
+def last_line(data: bytes) -> str:
+    """The last non-empty line of some output, for a one-line message."""
+    lines = [ln.strip() for ln in data.decode("utf-8", "replace").splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+async def run_helper(
+    host: Host,
+    python: str,
+    name: str,
+    *args: str,
+    request: dict[str, Any] | None = None,
+    timeout: float = 120.0,
+) -> dict[str, Any]:
+    """Run a helper on ``host`` and return its JSON answer; HelperError when there is none."""
+    data = json.dumps(request).encode() if request is not None else None
+    try:
+        done = await host.run(helper_argv(python, name, *args), input=data, timeout=timeout)
+    except (TimeoutError, asyncio.TimeoutError):
+        raise HelperError(f"{name} did not answer on {host.name} within {timeout:g} s") from None
+    answer = last_json(done)
+    if answer is None:
+        why = last_line(done.stderr) or last_line(done.stdout) or f"exit code {done.exit_code}"
+        if done.exit_code == 127:
+            why = f"cannot run {python}: {why}"
+        raise HelperError(f"{name} gave no answer on {host.name}: {why}")
+    return answer
