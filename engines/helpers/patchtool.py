@@ -52,10 +52,23 @@ class Hunk:
         self.new_len = new_len
         self.old: list[bytes] = []
         self.new: list[bytes] = []
+        self.tags = b""  # b" ", b"-", b"+" per body line, to count leading and trailing context
+
+    @property
+    def anchor(self) -> str:
+        """Like GNU patch: less context after than before means the hunk ends at end of file; the reverse, at the start."""
+        lead = len(self.tags) - len(self.tags.lstrip(b" "))
+        trail = len(self.tags) - len(self.tags.rstrip(b" "))
+        if lead > trail:
+            return "end"
+        if trail > lead:
+            return "start"
+        return ""
 
     def reversed(self) -> "Hunk":
         h = Hunk(self.new_start, self.new_len, self.old_start, self.old_len)
         h.old, h.new = self.new, self.old
+        h.tags = self.tags.replace(b"-", b"\0").replace(b"+", b"-").replace(b"\0", b"+")
         return h
 
 
@@ -151,6 +164,7 @@ def _parse_hunk(lines: list[bytes], i: int, fp: FilePatch) -> int:
                 raise PatchError(f"line {i + 1}: hunk for {fp.path} has more lines than its header says")
             hunk.old.append(body)
             hunk.new.append(body)
+            hunk.tags += b" "
             old_left -= 1
             new_left -= 1
             last = [hunk.old, hunk.new]
@@ -158,12 +172,14 @@ def _parse_hunk(lines: list[bytes], i: int, fp: FilePatch) -> int:
             if old_left <= 0:
                 raise PatchError(f"line {i + 1}: hunk for {fp.path} removes more lines than its header says")
             hunk.old.append(body)
+            hunk.tags += b"-"
             old_left -= 1
             last = [hunk.old]
         elif tag == b"+":
             if new_left <= 0:
                 raise PatchError(f"line {i + 1}: hunk for {fp.path} adds more lines than its header says")
             hunk.new.append(body)
+            hunk.tags += b"+"
             new_left -= 1
             last = [hunk.new]
         elif tag == b"\\":
@@ -194,7 +210,7 @@ def apply_hunks(content: bytes, fp: FilePatch) -> bytes:
     delta = 0  # how far the hunks found so far sat from their headers
     for n, hunk in enumerate(fp.hunks, 1):
         want = (hunk.old_start if hunk.old_len == 0 else hunk.old_start - 1) + delta
-        at = _find(lines, hunk.old, want, pos)
+        at = _find(lines, hunk.old, want, pos, hunk.anchor)
         if at is None:
             first = hunk.old[0].decode("utf-8", "replace").strip() if hunk.old else ""
             raise PatchError(
@@ -208,11 +224,15 @@ def apply_hunks(content: bytes, fp: FilePatch) -> bytes:
     return b"".join(out)
 
 
-def _find(lines: list[bytes], block: list[bytes], want: int, lo: int) -> int | None:
+def _find(lines: list[bytes], block: list[bytes], want: int, lo: int, anchor: str = "") -> int | None:
     """The start index nearest ``want`` (not before ``lo``) where ``block`` sits exactly in ``lines``."""
-    if not block:
+    if not block:  # a pure insertion without context goes where its header says
         return min(max(want, lo), len(lines))
     hi = len(lines) - len(block)
+    if anchor == "end":
+        lo = max(lo, hi)
+    elif anchor == "start":
+        hi = min(hi, 0)
     if hi < lo:
         return None
     want = min(max(want, lo), hi)

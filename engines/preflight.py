@@ -1,0 +1,293 @@
+"""Preflight: everything that can fail before a 25-minute model load, checked in seconds on the host.
+
+Each check is one pass/fail line with its reason and duration: the host answers; the engine's
+Python runs; engine, torch and CUDA versions and the GPU count (one helper call with the host's
+interpreter); model and drafter folders exist with a config.json; the engine's own argument parser
+accepts the exact server flags (no weights loaded); the patch set applies (or is applied), every
+touched file compiles and every patched module imports. The slow checks run concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from engines.adapter import get_adapter
+from engines.catalog import Catalog
+from engines.errors import ServelabError
+from engines.experiment import SourcedExperiment
+from engines.helpers import HelperError, helper_argv, last_json, last_line, run_helper
+from engines.hosts.base import Host, HostUnreachable
+from engines.hostsfile import HostConfig
+from engines.patches import PatchReport, check_patches, load_patch_set
+
+#: The checks, in the order a report lists them.
+CHECK_NAMES: tuple[str, ...] = (
+    "host reachable",
+    "engine python",
+    "engine versions",
+    "model path",
+    "drafter path",
+    "engine arguments",
+    "patch set",
+)
+#: vLLM's parser plus its engine config take ~7 s idle and ~40 s on a loaded 2-core machine.
+VALIDATE_TIMEOUT = 240.0
+
+
+@dataclass(frozen=True)
+class Check:
+    """One preflight line."""
+
+    name: str
+    ok: bool
+    detail: str
+    seconds: float
+    skipped: bool = False
+
+    @property
+    def reason(self) -> str:
+        return self.detail
+
+    def line(self) -> str:
+        mark = "SKIP" if self.skipped else ("PASS" if self.ok else "FAIL")
+        return f"{mark}  {self.name:<17} {self.detail}  ({self.seconds:.1f} s)"
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    """What the hostinfo helper read on the host with the engine's interpreter."""
+
+    python: str
+    executable: str
+    package: str
+    version: str | None
+    root: str | None
+    torch: str | None
+    cuda: str | None
+    cuda_available: bool
+    gpus: int
+    gpu_names: tuple[str, ...] = ()
+    error: str | None = None
+    torch_error: str | None = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> HostInfo:
+        return cls(
+            python=str(d.get("python", "?")),
+            executable=str(d.get("executable", "?")),
+            package=str(d.get("package", "?")),
+            version=d.get("version"),
+            root=d.get("root"),
+            torch=d.get("torch"),
+            cuda=d.get("cuda"),
+            cuda_available=bool(d.get("cuda_available")),
+            gpus=int(d.get("gpus") or 0),
+            gpu_names=tuple(d.get("gpu_names") or ()),
+            error=d.get("error"),
+            torch_error=d.get("torch_error"),
+        )
+
+
+@dataclass
+class PreflightReport:
+    """Every check of one preflight; behaves as the list of its checks."""
+
+    experiment: str
+    host: str
+    checks: list[Check] = field(default_factory=list)
+    seconds: float = 0.0
+    hostinfo: HostInfo | None = None
+    patches: PatchReport | None = None
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.checks) and all(c.ok for c in self.checks)
+
+    def failed(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
+
+    def get(self, name: str) -> Check | None:
+        return next((c for c in self.checks if c.name == name), None)
+
+    def __iter__(self) -> Iterator[Check]:
+        return iter(self.checks)
+
+    def __len__(self) -> int:
+        return len(self.checks)
+
+    def __getitem__(self, i: int) -> Check:
+        return self.checks[i]
+
+    def summary(self) -> str:
+        if self.ok:
+            return f"preflight of {self.experiment} on {self.host}: all {len(self.checks)} checks passed in {self.seconds:.1f} s"
+        bad = self.failed()
+        return f"preflight of {self.experiment} on {self.host}: {len(bad)} of {len(self.checks)} checks failed in {self.seconds:.1f} s (first: {bad[0].name}: {bad[0].detail})"
+
+
+async def read_hostinfo(host: Host, python: str, package: str, timeout: float = 120.0) -> HostInfo:
+    """Engine/torch/CUDA versions, GPU count and the engine's package root, read on the host."""
+    return HostInfo.from_json(await run_helper(host, python, "hostinfo.py", package, timeout=timeout))
+
+
+def _resolve(catalog: Catalog, exp: SourcedExperiment | str, host: Host | HostConfig | str | None) -> tuple[SourcedExperiment, Host]:
+    sourced = catalog.get(exp) if isinstance(exp, str) else exp
+    if isinstance(host, Host):
+        return sourced, host
+    from engines.hosts.registry import open_host
+
+    cfg = host if isinstance(host, HostConfig) else catalog.host(host or sourced.experiment.host)
+    return sourced, open_host(cfg)
+
+
+async def run_preflight(
+    catalog: Catalog,
+    exp: SourcedExperiment | str,
+    host: Host | HostConfig | str | None = None,
+    *,
+    progress: Callable[[Check], None] | None = None,
+    package_root: str | None = None,
+    imports: bool = True,
+) -> PreflightReport:
+    """Run every check of ``exp`` on ``host`` (default: its own host); ``progress`` sees each check as it ends.
+
+    ``package_root`` overrides where the patch set is checked (default: the folder holding the
+    engine's package, as the host's interpreter finds it).
+    """
+    sourced, h = _resolve(catalog, exp, host)
+    e = sourced.experiment
+    cfg = h.config
+    adapter = get_adapter(e.engine)
+    python = cfg.python
+    report = PreflightReport(experiment=sourced.name, host=h.name)
+    started = time.monotonic()
+
+    def done(check: Check) -> Check:
+        report.checks.append(check)
+        if progress is not None:
+            progress(check)
+        return check
+
+    async def timed(name: str, work: Callable[[], Awaitable[tuple[bool, str]]]) -> Check:
+        t0 = time.monotonic()
+        try:
+            ok, detail = await work()
+        except HostUnreachable as exc:
+            ok, detail = False, str(exc)
+        except (HelperError, ServelabError) as exc:
+            ok, detail = False, str(exc)
+        except (TimeoutError, asyncio.TimeoutError):
+            ok, detail = False, "timed out"
+        return done(Check(name, ok, detail, time.monotonic() - t0))
+
+    def skip(names: list[str], why: str) -> None:
+        for name in names:
+            done(Check(name, False, f"skipped: {why}", 0.0, skipped=True))
+
+    # 1. The host answers.
+    async def reachable() -> tuple[bool, str]:
+        r = await h.run(["uname", "-n"], timeout=cfg.connect_timeout + 20)
+        return (r.ok, f"{r.text().strip() or h.name}" if r.ok else f"uname failed: {last_line(r.stderr)}")
+
+    first = await timed("host reachable", reachable)
+    if not first.ok:
+        skip(list(CHECK_NAMES[1:]), "host unreachable")
+        return _finish(report, started)
+
+    # 2. The engine's interpreter runs.
+    async def python_runs() -> tuple[bool, str]:
+        r = await h.run([python, "-c", "import platform, sys; print(platform.python_version(), sys.executable)"], timeout=60)
+        if not r.ok:
+            return False, f"cannot run {python}: {last_line(r.stderr) or f'exit code {r.exit_code}'}"
+        return True, f"Python {r.text().strip()}"
+
+    second = await timed("engine python", python_runs)
+    if not second.ok:
+        skip(list(CHECK_NAMES[2:]), "the engine's python does not run")
+        return _finish(report, started)
+
+    # 3-4. Paths are cheap: check them first; versions, arguments and patches run concurrently.
+    model = catalog.host_path(sourced, e.model, cfg)
+    draft = catalog.host_path(sourced, e.speculative.draft_model, cfg) if e.speculative.draft_model else None
+
+    async def folder(path: str) -> tuple[bool, str]:
+        if not await h.exists(path):
+            return False, f"{path} does not exist on {h.name}"
+        if not await h.exists(f"{path.rstrip('/')}/config.json"):
+            return False, f"{path} has no config.json (not a model folder)"
+        return True, path
+
+    model_check = await timed("model path", lambda: folder(model))
+    if draft is not None:
+        await timed("drafter path", lambda: folder(draft))
+    else:
+        why = "no speculation" if e.speculative.method == "none" else f"{e.speculative.method} needs no drafter"
+        done(Check("drafter path", True, why, 0.0))
+
+    info_task = asyncio.create_task(read_hostinfo(h, python, adapter.package))
+
+    async def versions() -> tuple[bool, str]:
+        info = await info_task
+        report.hostinfo = info
+        if info.version is None and info.root is None:
+            return False, info.error or f"{adapter.package} is not installed for {python}"
+        cuda = f"CUDA {info.cuda}" if info.cuda else "CPU build (no CUDA)"
+        gpus = f"{info.gpus} GPU(s)" + (f" ({info.gpu_names[0]})" if info.gpu_names else "")
+        detail = f"{adapter.package} {info.version or '?'}, torch {info.torch or 'missing'}, {cuda}, {gpus}"
+        if info.torch is None:
+            return False, f"{detail}: torch does not import: {info.torch_error}"
+        need = e.parallel.gpus
+        usable = len(cfg.gpu_ids) if cfg.gpu_ids is not None else info.gpus
+        if info.cuda and min(usable, info.gpus) < need:
+            return False, f"{detail}: the experiment needs {need} GPU(s), {min(usable, info.gpus)} usable"
+        return True, detail
+
+    async def arguments() -> tuple[bool, str]:
+        if not model_check.ok:
+            return False, "skipped: the model folder is missing (the parser reads its config.json)"
+        v = adapter.validation(e, model, draft)
+        env = catalog.launch_spec(sourced, cfg).env  # the server's own environment can change its parsing
+        r = await h.run(helper_argv(python, v.helper, v.parser, *v.flags), env=env, timeout=VALIDATE_TIMEOUT)
+        answer = last_json(r)
+        if answer is None:
+            return False, f"argument check crashed: {last_line(r.stderr) or f'exit code {r.exit_code}'}"
+        if answer.get("ok"):
+            return True, f"{len(v.flags)} flags accepted by {v.parser}'s parser ({answer.get('seconds', 0):.1f} s)"
+        return False, f"{answer.get('message')}" + (f" ({answer['stage']})" if answer.get("stage") in ("import", "select") else "")
+
+    async def patch_set() -> tuple[bool, str]:
+        patches = load_patch_set(sourced)
+        if not patches:
+            return True, "no patches"
+        root = package_root
+        if root is None:
+            info = await info_task
+            root = info.root
+            if root is None:
+                return False, f"cannot find {adapter.package}'s package root on {h.name}"
+        rep = await check_patches(h, patches, root, python=python, imports=imports)
+        report.patches = rep
+        if rep.compile_errors:
+            c = rep.compile_errors[0]
+            return False, f"{root.rstrip('/')}/{c.path}:{c.line}: SyntaxError: {c.message}: {c.text}"
+        if not rep.ok:
+            return False, rep.error or "patch check failed"
+        return True, f"{rep.summary()} under {root}"
+
+    await asyncio.gather(
+        timed("engine versions", versions),
+        timed("engine arguments", arguments),
+        timed("patch set", patch_set),
+    )
+    return _finish(report, started)
+
+
+def _finish(report: PreflightReport, started: float) -> PreflightReport:
+    order = {name: i for i, name in enumerate(CHECK_NAMES)}
+    report.checks.sort(key=lambda c: order.get(c.name, len(order)))
+    report.seconds = time.monotonic() - started
+    return report
