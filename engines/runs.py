@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import hashlib
-import inspect
 import json
 import re
 import secrets
@@ -87,7 +86,10 @@ class RunRecord:
     supervisor_pid: int | None = None
     status: str = "launching"
     exit_code: int | None = None
+    #: sha256 of each patch file of the definition, by file name.
     patch_hashes: dict[str, str] = field(default_factory=dict)
+    #: What preflight found in the engine's package: patches and patched files with their sha256.
+    patches: dict[str, Any] = field(default_factory=dict)
     identity: str = ""
 
     def to_json(self) -> dict[str, Any]:
@@ -185,8 +187,7 @@ class Runs:
         if problems:
             raise ServelabError(f"{exp.name}: definition has problems: {problems[0]} (run 'servelab check {exp.name}')")
         cfg = self.catalog.host(host or exp.experiment.host)
-        if not skip_preflight:
-            await self._preflight(exp, cfg)
+        patch_record = {} if skip_preflight else await self._preflight(exp, cfg)
         h = open_host(cfg)
         spec = self.catalog.launch_spec(exp, cfg)
         run_id = new_run_id(exp.name)
@@ -206,6 +207,7 @@ class Runs:
             started_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             patch_hashes={p.file: d for p, d in exp.patch_hashes() if d is not None},
             identity=exp.identity_hash(),
+            patches=patch_record,
         )
         try:
             await h.write_bytes(f"{run_dir}/experiment.toml", exp.text.encode("utf-8"))
@@ -219,20 +221,19 @@ class Runs:
             raise ServelabError(f"cannot launch {exp.name} on {cfg.name}: {answer.get('error', 'unknown error')}")
         return RunRecord.from_json(answer["record"])
 
-    async def _preflight(self, exp: SourcedExperiment, cfg: HostConfig) -> None:
-        """Run ``engines.preflight.run_preflight`` when it exists; a failed check refuses the launch."""
+    async def _preflight(self, exp: SourcedExperiment, cfg: HostConfig) -> dict[str, Any]:
+        """``engines.preflight.run_preflight``: a failed check refuses the launch. Returns the patch record."""
         try:
-            from engines.preflight import run_preflight  # type: ignore[import-not-found,unused-ignore]
-        except ImportError:
-            return  # TODO(preflight): engines/preflight.py is not there yet
-        result = run_preflight(self.catalog, exp.name, host=cfg.name) if _takes_host(run_preflight) else run_preflight(self.catalog, exp.name)
-        if inspect.isawaitable(result):
-            result = await result
-        ok = getattr(result, "ok", result if isinstance(result, bool) else True)
-        if not ok:
-            failed = [c for c in getattr(result, "checks", []) if not getattr(c, "ok", True)]
-            why = "; ".join(f"{getattr(c, 'name', '?')}: {getattr(c, 'reason', getattr(c, 'detail', ''))}" for c in failed[:3])
-            raise ServelabError(f"preflight failed for {exp.name} on {cfg.name}: {why or 'see servelab preflight ' + exp.name}")
+            from engines.preflight import run_preflight
+        except ModuleNotFoundError as exc:
+            if exc.name == "engines.preflight":
+                return {}  # a checkout without preflight yet
+            raise
+        report = await run_preflight(self.catalog, exp, cfg)
+        if not report.ok:
+            raise ServelabError(report.summary())
+        patches = getattr(report, "patches", None)
+        return dict(patches.record()) if patches is not None else {}
 
     # -- look-ups ---------------------------------------------------------------------------------
     def _host_names(self, host: str | None) -> list[str]:
@@ -290,20 +291,42 @@ class Runs:
         raise ServelabError(f"no run {run_id} on any host{extra}")
 
     async def status(self, run_id: str, *, analyze: bool = True) -> RunStatus:
-        """Liveness (pid + start time + marker, checked on the host), exit code and log analysis."""
+        """Liveness (pid + start time, read from the host's /proc), exit code and log analysis.
+
+        Only file reads: no command runs on the host, so polling it every second is cheap over SSH.
+        """
         h, rec = await self.find(run_id)
         try:
-            answer = await self._ctl(h, "status", runs_root(h.config), run_id)
+            alive, code = await self._liveness(h, rec)
         except HostUnreachable as exc:
             raise ServelabError(str(exc)) from None
-        runs = answer.get("runs") or []
-        if not runs:
-            raise ServelabError(f"{h.name}: run {run_id} vanished")
-        live = runs[0]
-        record = RunRecord.from_json(live)
-        alive, code = bool(live.get("alive")), live.get("exit_code")
-        analysis = await self._analysis(h, record, alive, code) if analyze else {}
-        return RunStatus(record=record, alive=alive, exit_code=code, analysis=analysis)
+        analysis = await self._analysis(h, rec, alive, code) if analyze else {}
+        return RunStatus(record=rec, alive=alive, exit_code=code, analysis=analysis)
+
+    async def _liveness(self, h: Host, rec: RunRecord) -> tuple[bool, int | None]:
+        """(alive, exit code) of a run; updates ``rec.status`` and ``rec.exit_code`` as runctl would."""
+        code: int | None = None
+        try:
+            code = int((await h.read_bytes(f"{rec.run_dir}/{EXIT_CODE}")).strip() or b"0")
+        except (FileNotFoundError, ValueError):
+            code = None
+        alive = False
+        if code is None and rec.pid:
+            try:
+                stat = (await h.read_bytes(f"/proc/{rec.pid}/stat")).decode("utf-8", "replace")
+            except (FileNotFoundError, OSError):
+                stat = ""
+            if stat:
+                rest = stat[stat.rfind(")") + 2 :].split()
+                alive = rest[0] not in ("Z", "X") and (rec.start_time is None or int(rest[19]) == rec.start_time)
+        if alive:
+            rec.status = "running"
+        elif code is not None:
+            rec.status = "stopped" if await h.exists(f"{rec.run_dir}/stop_requested") else "exited"
+        elif rec.pid:
+            rec.status = "lost"
+        rec.exit_code = code
+        return alive, code
 
     async def _analysis(self, h: Host, rec: RunRecord, alive: bool, exit_code: int | None) -> dict[str, Any]:
         """The log analyzer's fields (``engines.logs.analyzer``), fed the log in 1 MiB chunks."""
@@ -367,10 +390,9 @@ class Runs:
                     yield 0, b""
                     continue
                 ended = await h.exists(exit_path)
-                if not ended and idle % 8 == 7:  # every ~2 s: the engine may be gone with no exit code
-                    st = await self._ctl(h, "status", runs_root(h.config), run_id)
-                    runs = st.get("runs") or []
-                    ended = not runs or not runs[0].get("alive")
+                if not ended and idle % 4 == 3:  # every ~1 s: the engine may be gone with no exit code
+                    alive, _ = await self._liveness(h, rec)
+                    ended = not alive and rec.pid is not None
                 down_since = None
             except HostUnreachable:
                 now = loop.time()
@@ -452,13 +474,6 @@ class Runs:
 def _check_artifact(name: str, *, reading: bool = False) -> None:
     if not ARTIFACT_RE.match(name) or (not reading and name in RESERVED):
         raise ServelabError(f"not an artifact name: {name!r}")
-
-
-def _takes_host(fn: Any) -> bool:
-    try:
-        return "host" in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 def _dump(data: dict[str, Any]) -> bytes:

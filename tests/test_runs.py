@@ -43,7 +43,7 @@ def test_run_id_format() -> None:
 async def test_launch_follow_and_exit_code(lab: Lab) -> None:
     lab.experiment("short", env={"STUB_LINES": "300", "STUB_INTERVAL": "0.002", "STUB_EXIT": "3"})
     runs = lab.runs()
-    rec = await runs.launch("short")
+    rec = await runs.launch("short", skip_preflight=True)
     assert rec.pid and rec.pgid == rec.pid and rec.start_time
     run_dir = Path(rec.run_dir)
     assert run_dir.parent == lab.workdir / "runs"
@@ -64,7 +64,7 @@ async def test_launch_follow_and_exit_code(lab: Lab) -> None:
 async def test_engine_is_detached_and_liveness_is_noticed_quickly(lab: Lab) -> None:
     lab.experiment("forever")
     runs = lab.runs()
-    rec = await runs.launch("forever")
+    rec = await runs.launch("forever", skip_preflight=True)
     assert rec.pid is not None
     st = proc_stat(rec.pid)
     assert st is not None
@@ -90,7 +90,7 @@ async def test_engine_is_detached_and_liveness_is_noticed_quickly(lab: Lab) -> N
 async def test_stop_takes_the_whole_group_and_spares_a_lookalike(lab: Lab) -> None:
     lab.experiment("workers", env={"STUB_CHILDREN": "3", "STUB_STUBBORN": "1"})
     runs = lab.runs()
-    rec = await runs.launch("workers")
+    rec = await runs.launch("workers", skip_preflight=True)
     assert rec.pid is not None
     wait_for(lambda: len(group_members(rec.pid or 0)) == 4)  # the engine and its 3 workers
     members = group_members(rec.pid)
@@ -125,7 +125,7 @@ async def test_never_signals_a_process_it_did_not_start(lab: Lab) -> None:
     """A run record pointing at someone else's process (pid reuse, or a forged record) signals nothing."""
     lab.experiment("guard", env={"STUB_LINES": "1"})
     runs = lab.runs()
-    rec = await runs.launch("guard")
+    rec = await runs.launch("guard", skip_preflight=True)
     await _collect(runs, rec.id)
     stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     try:
@@ -156,7 +156,7 @@ async def test_port_in_use_is_refused_with_its_holder(lab: Lab) -> None:
         port = int(holder.stdout.readline())
         lab.experiment("clash", port=port)
         with pytest.raises(ServelabError) as info:
-            await lab.runs().launch("clash")
+            await lab.runs().launch("clash", skip_preflight=True)
         message = str(info.value)
         print(f"\nrefused: {message}")
         assert f"port {port} is in use by pid {holder.pid}" in message and "port-holder" in message
@@ -171,10 +171,10 @@ async def test_second_launch_onto_a_running_runs_port_is_refused(lab: Lab) -> No
     port = lab.experiment("first")
     lab.experiment("second", port=port)
     runs = lab.runs()
-    rec = await runs.launch("first")
+    rec = await runs.launch("first", skip_preflight=True)
     try:
         with pytest.raises(ServelabError, match=f"port {port} belongs to servelab run {rec.id}"):
-            await lab.runs().launch("second")  # another dashboard, same host
+            await lab.runs().launch("second", skip_preflight=True)  # another dashboard, same host
     finally:
         await runs.stop(rec.id, grace=2)
 
@@ -194,7 +194,7 @@ async def test_injection_values_arrive_literally_and_create_nothing(lab: Lab, tm
     values = {k: v.format(d=trap) for k, v in NASTY.items()}
     lab.experiment("inject", env={"STUB_LINES": "1", "SL_NASTY": values["subst"] + values["newline"]}, engine_args=values, served_model_name=values["semi"])
     runs = lab.runs()
-    rec = await runs.launch("inject")
+    rec = await runs.launch("inject", skip_preflight=True)
     argv = _stub_argv(await _collect(runs, rec.id))
     assert argv[argv.index("--served-model-name") + 1] == values["semi"]
     for key, value in values.items():
@@ -206,7 +206,7 @@ async def test_injection_values_arrive_literally_and_create_nothing(lab: Lab, tm
 async def test_artifacts(lab: Lab) -> None:
     lab.experiment("art", env={"STUB_LINES": "1"})
     runs = lab.runs()
-    rec = await runs.launch("art")
+    rec = await runs.launch("art", skip_preflight=True)
     await runs.write_artifact(rec.id, "probe.json", b'{"ok": true}')
     assert await runs.read_artifact(rec.id, "probe.json") == b'{"ok": true}'
     assert await runs.read_artifact(rec.id, "probe-requests.jsonl") is None
@@ -219,9 +219,9 @@ async def test_artifacts(lab: Lab) -> None:
 async def test_list_find_and_unknown_runs(lab: Lab) -> None:
     lab.experiment("one", env={"STUB_LINES": "1"})
     runs = lab.runs()
-    a = await runs.launch("one")
+    a = await runs.launch("one", skip_preflight=True)
     await _collect(runs, a.id)  # the same port: the second waits for the first to end
-    b = await runs.launch("one")
+    b = await runs.launch("one", skip_preflight=True)
     listed = await runs.list()
     assert [r.id for r in listed] == sorted([a.id, b.id], key=lambda i: [r.id for r in listed].index(i))
     assert {r.id for r in listed} == {a.id, b.id}
@@ -242,7 +242,7 @@ async def test_list_reports_an_unreachable_host(lab: Lab) -> None:
         f.write(f'\n[hosts.gone]\nssh = "127.0.0.1:{closed}"\nconnect_timeout = 2.0\n')
     lab.experiment("here", env={"STUB_LINES": "1"})
     runs = lab.runs()
-    rec = await runs.launch("here")
+    rec = await runs.launch("here", skip_preflight=True)
     listed = await runs.list()
     assert [r.id for r in listed] == [rec.id]
     assert set(runs.unreachable) == {"gone"} and "cannot connect" in runs.unreachable["gone"]
@@ -254,10 +254,12 @@ async def test_cleanup_removes_only_leftovers_of_ended_runs(lab: Lab) -> None:
     unrelated = Path(f"/dev/shm/servelab-test-unrelated-{os.getpid()}")
     unrelated.write_bytes(b"x")
     runs = lab.runs()
-    live = await runs.launch("alive")
+    leaky = await runs.launch("leaky", skip_preflight=True)
+    log = await _collect(runs, leaky.id)
+    time.sleep(1.1)  # /dev/shm times are compared with a second of slack
+    live = await runs.launch("alive", skip_preflight=True)
+    wait_for(lambda: b"STUB shm" in Path(live.log_path).read_bytes())
     try:
-        leaky = await runs.launch("leaky")
-        log = await _collect(runs, leaky.id)
         orphans = json.loads(re.search(rb"STUB children (\[.*\])", log).group(1))  # type: ignore[union-attr]
         shm = re.search(rb"STUB shm (\S+)", log).group(1).decode()  # type: ignore[union-attr]
         assert all(is_running(p) for p in orphans) and Path(shm).exists()
@@ -291,3 +293,15 @@ async def test_launch_refuses_a_broken_definition_and_a_missing_python(lab: Lab)
         f.write(f'\n[hosts.elsewhere]\npython = "/nonexistent/python3"\nworkdir = {json.dumps(str(lab.workdir))}\n')
     with pytest.raises(ServelabError, match="cannot run the host's python"):
         await lab.runs().launch("nopy", skip_preflight=True)
+
+
+async def test_launch_runs_preflight_first_and_starts_nothing_when_it_fails(lab: Lab) -> None:
+    pytest.importorskip("engines.preflight")
+    lab.experiment("unchecked")  # no model folder, and this interpreter has no vllm
+    t0 = time.monotonic()
+    with pytest.raises(ServelabError) as info:
+        await lab.runs().launch("unchecked")
+    took = time.monotonic() - t0
+    print(f"\npreflight refused the launch in {took:.1f}s: {info.value}")
+    assert "preflight of unchecked on local" in str(info.value) and "\n" not in str(info.value)
+    assert not (lab.workdir / "runs").exists()  # no run folder, no process

@@ -39,7 +39,7 @@ async def test_follow_survives_cut_connections_with_no_line_lost_or_repeated(ssh
     total = 2500
     lab.experiment("steady", host="box", env={"STUB_LINES": str(total), "STUB_INTERVAL": "0.002"})
     runs = lab.runs()
-    rec = await runs.launch("steady")
+    rec = await runs.launch("steady", skip_preflight=True)
     assert rec.pid is not None and Path(rec.run_dir).parent == lab.remote_workdir / "runs"
     host = runs.host("box")
     assert isinstance(host, SshHost)
@@ -72,7 +72,7 @@ async def test_follow_survives_cut_connections_with_no_line_lost_or_repeated(ssh
 async def test_a_killed_follower_is_replaced_with_no_line_lost_or_repeated(ssh_config: SshServer, lab: Lab, tmp_path: Path) -> None:
     total = 2000
     lab.experiment("reattach", host="box", env={"STUB_LINES": str(total), "STUB_INTERVAL": "0.002"})
-    rec = await lab.runs().launch("reattach")
+    rec = await lab.runs().launch("reattach", skip_preflight=True)
     out = tmp_path / "followed.log"
     env = {**os.environ, "SERVELAB_SSH_CONFIG": str(ssh_config.ssh_config), "PYTHONPATH": str(REPO)}
     argv = [sys.executable, "-m", "tests.fixtures.follower", str(lab.folder), rec.id, str(out)]
@@ -105,7 +105,7 @@ async def test_injection_over_ssh_reaches_the_engine_literally(ssh_config: SshSe
     }
     lab.experiment("inject", host="box", env={"STUB_LINES": "1", "SL_X": values["subst"]}, engine_args=values)
     runs = lab.runs()
-    rec = await runs.launch("inject")
+    rec = await runs.launch("inject", skip_preflight=True)
     data = b""
     async for _, chunk in runs.follow(rec.id):
         data += chunk
@@ -120,7 +120,7 @@ async def test_injection_over_ssh_reaches_the_engine_literally(ssh_config: SshSe
 async def test_stop_base_url_and_a_second_dashboard_over_ssh(ssh_config: SshServer, lab: Lab) -> None:
     lab.experiment("served", host="box", env={"STUB_HTTP": "1", "STUB_CHILDREN": "2"})
     runs = lab.runs()
-    rec = await runs.launch("served")
+    rec = await runs.launch("served", skip_preflight=True)
     assert rec.pid is not None
     wait_for(lambda: b"STUB serving" in Path(rec.log_path).read_bytes())
     url = await runs.base_url(rec.id)

@@ -486,6 +486,15 @@ def cmd_cleanup(root, apply):
             processes.append({"run": state["id"], "pid": pid, "command": cmdline(pid)})
     used = shm_in_use()
     claimed = set()
+    # A file made after a live run started may be that run's: never claim it for an ended run.
+    live_since = []
+    for run_dir in run_dirs(root):
+        state = run_state(run_dir)
+        if state is not None and state["alive"]:
+            try:
+                live_since.append(os.stat(os.path.join(run_dir, SHM_BEFORE)).st_mtime)
+            except OSError:
+                live_since.append(0.0)
     for run_dir, state in ended:
         before = read_json(os.path.join(run_dir, SHM_BEFORE))
         if before is None:
@@ -502,6 +511,8 @@ def cmd_cleanup(root, apply):
             except OSError:
                 continue
             if path in used or path in claimed or not (started - 1 <= created <= end_stat + 1):
+                continue
+            if any(created >= since - 1 for since in live_since):
                 continue
             claimed.add(path)
             shm.append({"run": state["id"], "path": path})

@@ -30,6 +30,7 @@ ENV_SSH_CONFIG = "SERVELAB_SSH_CONFIG"
 #: Seconds between reconnect attempts; their sum bounds how long a call waits for the link.
 BACKOFF: tuple[float, ...] = (0.0, 0.25, 0.5, 1.0, 2.0)
 KEEPALIVE_INTERVAL = 5.0
+READ_BLOCK = 1 << 20
 KEEPALIVE_COUNT_MAX = 3
 
 #: Errors that mean the link is gone (retry on a new connection when the call is idempotent).
@@ -237,11 +238,15 @@ class SshHost:
             sftp = await self._sftp_client()
             try:
                 async with sftp.open(path, "rb") as f:
-                    size = int((await f.stat()).size or 0)
-                    if offset >= size:
-                        return b""
-                    want = size - offset if limit is None else min(limit, size - offset)
-                    data = await f.read(want, offset)
+                    if limit is not None:
+                        data = await f.read(limit, offset) if limit > 0 else b""
+                    else:  # to the end; /proc files report size 0, so read until the server says EOF
+                        parts: list[bytes] = []
+                        pos = offset
+                        while part := await f.read(READ_BLOCK, pos):
+                            parts.append(bytes(part))
+                            pos += len(part)
+                        data = b"".join(parts)
             except asyncssh.SFTPNoSuchFile:
                 raise FileNotFoundError(path) from None
             return bytes(data)
