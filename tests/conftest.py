@@ -17,6 +17,8 @@ pytest_plugins: list[str] = [
     "tests.fixtures.sshd",
     "tests.fixtures.runlab",
     "tests.fixtures.tui",
+    "tests.fixtures.engine",
+    "tests.fixtures.fake_sglang",
 ]
 
 
