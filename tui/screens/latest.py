@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from engines.catalog import Catalog
+from engines.compare import baseline_speedup
 from engines.errors import ServelabError
 from engines.runs import RunRecord, Runs
+from tui.widgets.run_view_model import log_span_s
 
 
 @dataclass
@@ -56,12 +58,13 @@ def run_state(record_status: str, analysis: dict[str, Any]) -> str:
 
 
 def load_seconds(analysis: dict[str, Any]) -> float | None:
-    """Seconds from start to ready, from the analyzer's fields when present."""
-    for key in ("load_s", "load_seconds", "ready_after_s", "time_to_ready_s"):
-        value = analysis.get(key)
-        if isinstance(value, (int, float)):
-            return float(value)
-    return None
+    """Seconds from the first stage's start to ready, by the log's own timestamps."""
+    stages = [s for s in analysis.get("stages") or [] if isinstance(s, dict)]
+    starts = [s.get("started_at") for s in stages if s.get("started_at")]
+    ready = next((s for s in stages if s.get("name") == "ready"), None)
+    if not starts or ready is None or ready.get("status") != "done":
+        return None
+    return log_span_s(starts[0], ready.get("ended_at") or ready.get("started_at"))
 
 
 async def latest_runs(catalog: Catalog) -> tuple[dict[str, LatestRun], dict[str, str]]:
@@ -75,15 +78,12 @@ async def latest_runs(catalog: Catalog) -> tuple[dict[str, LatestRun], dict[str,
     for rec in records:  # oldest first: the last one wins
         newest[rec.experiment] = rec
     results = await asyncio.gather(*(_one(runs, rec) for rec in newest.values()), return_exceptions=True)
+    for res in results:
+        if isinstance(res, BaseException) and not isinstance(res, Exception):
+            raise res
     out: dict[str, LatestRun] = {}
     for rec, res in zip(newest.values(), results, strict=True):
         out[rec.experiment] = res if isinstance(res, LatestRun) else LatestRun(rec.id, rec.status)
-    for exp in catalog.experiments:
-        mine = out.get(exp.name)
-        base = catalog.baseline_of(exp)
-        theirs = out.get(base.name) if base is not None else None
-        if mine and theirs and mine.output_throughput and theirs.output_throughput:
-            mine.speedup = mine.output_throughput / theirs.output_throughput
     return out, dict(runs.unreachable)
 
 
@@ -95,6 +95,8 @@ async def _one(runs: Runs, rec: RunRecord) -> LatestRun:
         latest.acceptance_rate = _num(probe.get("spec_decode_acceptance_rate"))
         latest.acceptance_length = _num(probe.get("spec_decode_acceptance_length"))
         latest.output_throughput = _num(probe.get("output_throughput"))
+        sp = await baseline_speedup(runs, rec.id, probe)
+        latest.speedup = sp.value if sp is not None else None
     return latest
 
 

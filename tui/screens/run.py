@@ -80,6 +80,7 @@ class RunScreen(Screen[None]):
         self.index = LineIndex(self._fresh_spool())
         self._analyzer: Any | None = None
         self._ingest_lock = asyncio.Lock()
+        self._auto_probed = False
 
     def _fresh_spool(self) -> Path:
         path = spool_path(self.run_id)
@@ -224,14 +225,35 @@ class RunScreen(Screen[None]):
             if self.probe is not None:
                 self._render_probe()
                 return
+            if self.probe_progress is not None:
+                return  # this screen is probing; the result arrives through _run_probe
             if self.alive is False and self.exit_code is not None:
                 return
             await asyncio.sleep(PROBE_SECONDS)
 
     # -- rendering -------------------------------------------------------------------------------
     def _set_view(self, view: RunView) -> None:
+        became_ready = view.state == "ready" and self.view.state != "ready"
         self.view = view
         self._render_all()
+        if became_ready:
+            self._maybe_auto_probe()
+
+    def _maybe_auto_probe(self) -> None:
+        """Probe once the server is ready when the experiment asks for it (never in read-only mode)."""
+        if self.app.readonly or self.probe is not None or self._auto_probed or self.record is None:
+            return
+        catalog = self.app.catalog
+        try:
+            exp = catalog.get(self.record.experiment) if catalog is not None else None
+        except ServelabError:
+            exp = None
+        if exp is None or not exp.experiment.probe.auto:
+            return
+        self._auto_probed = True
+        self.probe_progress = "starting (auto: the experiment's [probe] auto = true)"
+        self._render_probe()
+        self._run_probe()
 
     def _render_all(self) -> None:
         self._render_title()
@@ -311,11 +333,7 @@ class RunScreen(Screen[None]):
 
     @work(exclusive=True, group="probe-run", exit_on_error=False)
     async def _run_probe(self) -> None:
-        try:
-            from tui.screens.probe_action import probe_run
-        except ImportError:
-            self.notify("the probe is not available in this build", severity="warning")
-            return
+        from engines.probe.artifacts import probe_run
 
         def progress(message: str) -> None:
             self.probe_progress = message
@@ -323,12 +341,13 @@ class RunScreen(Screen[None]):
 
         started = time.monotonic()
         try:
-            self.probe = await probe_run(self.runs, self.run_id, progress)
+            result = await probe_run(self.runs, self.run_id, progress=progress)
         except (ServelabError, HostUnreachable, OSError) as exc:
             self.probe_progress = f"failed: {exc}"
             self._render_probe()
             self.notify(str(exc), title="probe failed", severity="error", timeout=8)
             return
+        self.probe = result.summary
         self.probe_progress = None
         self._render_probe()
         self.notify(f"probe done in {time.monotonic() - started:.0f}s", timeout=4)

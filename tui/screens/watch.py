@@ -76,9 +76,9 @@ class RunWatcher:
 
     def _check(self, run_id: str, experiment: str, snapshot: Any) -> None:
         view = view_from_analysis(snapshot)
-        if view.state in READY_STATES:
+        if view.state in READY_STATES or getattr(snapshot, "was_ready", False):
             self._once(run_id, experiment, "ready", "")
-        elif view.state in CRASH_STATES:
+        if view.state in CRASH_STATES:
             rc = view.root_cause
             detail = f"{rc.exception or 'error'}: {rc.message}" if rc else (view.hint or "")
             self._once(run_id, experiment, "crashed", detail)

@@ -1,0 +1,94 @@
+"""The run screen and the run watcher, on real runs replaying the shared engine logs."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import SHARED_LOGS
+from tests.fixtures.tui import TuiFolder
+from tests.test_tui_app import screen_text
+from tui.app import ServelabApp
+from tui.screens import watch
+from tui.screens.run import RunScreen
+from tui.widgets.log_view import LogPanel
+
+WHITELIST_CRASH = SHARED_LOGS / "vllm-eagle3-whitelist-gemma3-32765.log"
+NGRAM_SERVE = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
+
+
+async def wait_for(pilot, predicate, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+    """Pause until ``predicate()`` holds (the run is a real process: no fixed sleeps)."""
+    steps = int(timeout / 0.1)
+    for _ in range(steps):
+        if predicate():
+            return
+        await pilot.pause(0.1)
+    raise AssertionError("condition not reached in time")
+
+
+@pytest.fixture
+def fast_watch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(watch, "LIST_SECONDS", 0.3)
+
+
+async def test_crash_pins_root_cause_and_hint_and_rings(tui_folder: TuiFolder, fast_watch: None) -> None:
+    run_id = tui_folder.replay("kimi-k25-vllm-eagle3", WHITELIST_CRASH, rate=50, exit_code=1, hold_s=1.0)
+    app = ServelabApp(tui_folder.folder)
+    bells: list[int] = []
+    app.bell = lambda: bells.append(1)  # type: ignore[method-assign]
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        await app.push_screen(RunScreen(run_id))
+        screen = app.screen
+        assert isinstance(screen, RunScreen)
+        await wait_for(pilot, lambda: screen.view.state == "crashed" and "exit code 1" in screen.liveness)
+        await pilot.pause()
+        text = screen_text(app)
+        assert "CRASHED" in text
+        assert "ROOT CAUSE" in text and "ValueError" in text
+        assert "HINT" in text and "whitelist" in text.lower()
+        assert "exit code 1" in text
+        # The log shows the traceback lines too, and `e` jumps to the first error.
+        await pilot.press("e")
+        await pilot.pause()
+        view = screen.query_one(LogPanel).view
+        assert view.cursor_line == screen.index.first_error()
+        await wait_for(pilot, lambda: bool(bells))
+        assert any("crashed" in n.title for n in app._notifications)
+
+
+async def test_ready_run_shows_stage_bars_and_announces_ready(tui_folder: TuiFolder, fast_watch: None) -> None:
+    run_id = tui_folder.replay("tiny-cpu-vllm-ngram", NGRAM_SERVE, rate=400, exit_code=0, hold_s=6.0)
+    app = ServelabApp(tui_folder.folder)
+    bells: list[int] = []
+    app.bell = lambda: bells.append(1)  # type: ignore[method-assign]
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await app.push_screen(RunScreen(run_id))
+        screen = app.screen
+        assert isinstance(screen, RunScreen)
+        await wait_for(pilot, lambda: screen.index.line_count >= NGRAM_SERVE.read_bytes().count(b"\n"))
+        await wait_for(pilot, lambda: "alive" in screen.liveness or "exit code" in screen.liveness)
+        await pilot.pause()
+        text = screen_text(app)
+        for label in ("weights", "KV cache", "ready"):
+            assert label in text
+        assert "✓" in text  # done stages are marked
+        assert "alive" in text or "exit code" in text
+        await wait_for(pilot, lambda: bool(bells))
+        assert any(n.title == "run ready" for n in app._notifications)
+
+
+async def test_readonly_run_screen_hides_stop_and_probe(tui_folder: TuiFolder) -> None:
+    run_id = tui_folder.replay("tiny-cpu-vllm-baseline", NGRAM_SERVE, rate=0, exit_code=0, hold_s=5.0)
+    app = ServelabApp(tui_folder.folder, readonly=True)
+    app.watch_runs = False
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        await app.push_screen(RunScreen(run_id))
+        await wait_for(pilot, lambda: "alive" in app.screen.liveness or "exit" in app.screen.liveness)
+        await pilot.pause(0.2)
+        await pilot.pause()
+        footer = screen_text(app).splitlines()[-1]
+        assert "Stop" not in footer and "Probe" not in footer
+        assert "Search" in footer
