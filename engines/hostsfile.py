@@ -7,6 +7,7 @@ the folder holding hosts.toml, so a checkout can point at its own engine environ
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -53,7 +54,9 @@ class HostConfig(BaseModel):
             value: str = getattr(self, key)
             p = Path(value).expanduser()
             if "/" in value and not p.is_absolute():
-                updates[key] = str((base / p).resolve())
+                # Absolute but not symlink-resolved: a venv's bin/python is a symlink to the base
+                # interpreter, and resolving it would lose the venv (and the engine with it).
+                updates[key] = os.path.normpath(os.path.abspath(base / p))
             elif value.startswith("~"):
                 updates[key] = str(p)
         return self.model_copy(update=updates) if updates else self

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -136,7 +137,8 @@ def test_local_relative_paths_resolve_against_the_folder() -> None:
     cat = load_catalog(EXPERIMENTS)
     exp = cat.get("tiny-cpu-vllm-ngram")
     spec = cat.launch_spec(exp)
-    assert spec.argv[0] == str((EXPERIMENTS.parent / ".venv-engine/bin/python").resolve())
+    # the venv's own python (a symlink), not the base interpreter it points to
+    assert spec.argv[0] == os.path.normpath(EXPERIMENTS.parent.absolute() / ".venv-engine/bin/python")
     assert spec.argv[spec.argv.index("--model") + 1] == str((EXPERIMENTS.parent / ".models/tiny-llama").resolve())
 
 
