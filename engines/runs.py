@@ -246,6 +246,8 @@ class Runs:
         """
         self.unreachable = {}
         names = self._host_names(host)
+        for name in names:
+            self.catalog.host(name)  # an unknown name is the user's error, not an unreachable host
         results = await asyncio.gather(*(self._list_one(n) for n in names), return_exceptions=True)
         out: list[RunRecord] = []
         for name, res in zip(names, results, strict=True):

@@ -11,7 +11,6 @@ import asyncio
 
 from engines.hosts.base import Host
 from engines.hosts.local import LocalHost
-from engines.hosts.ssh import SshHost
 from engines.hostsfile import HostConfig
 
 #: (id(loop), host name) -> (loop, config, host). Holding the loop keeps its id from being reused.
@@ -32,7 +31,12 @@ def open_host(cfg: HostConfig) -> Host:
     hit = _cache.get(key)
     if hit is not None and hit[1] == cfg:
         return hit[2]
-    host: Host = LocalHost(cfg) if cfg.is_local else SshHost(cfg)
+    if cfg.is_local:
+        host: Host = LocalHost(cfg)
+    else:
+        from engines.hosts.ssh import SshHost  # asyncssh (and cryptography) load only when needed
+
+        host = SshHost(cfg)
     _cache[key] = (loop, cfg, host)
     return host
 
