@@ -370,7 +370,9 @@ async def baseline_speedup(runs: Runs, run_id: str, summary: dict[str, Any]) -> 
     base_exp = summary.get("baseline_experiment") or (summary.get("identity") or {}).get("baseline")
     if not base_exp:
         return None
-    candidates = sorted((r for r in await runs.list() if r.experiment == base_exp), key=lambda r: (r.started_at, r.id), reverse=True)
+    host = (summary.get("identity") or {}).get("host")
+    listed = await runs.list(host if host in runs.catalog.hosts.names() else None)
+    candidates = sorted((r for r in listed if r.experiment == base_exp), key=lambda r: (r.started_at, r.id), reverse=True)
     first_reason = ""
     for rec in candidates:
         probe = await load_probe(runs, rec.id)

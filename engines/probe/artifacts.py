@@ -143,3 +143,33 @@ async def load_probe(runs: Runs, run_id: str) -> dict[str, Any] | None:
     if not isinstance(data, dict):
         raise ServelabError(f"run {run_id}: {PROBE_JSON} is not an object")
     return data
+
+
+async def wait_for_ready(runs: Runs, run_id: str, timeout_s: float = 3600.0, poll_s: float = 2.0) -> None:
+    """Poll the run's log analysis until the server is ready; a crash or exit is a one-line error."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        st = await runs.status(run_id)
+        state = st.analysis.get("state")
+        if state == "ready" and st.alive:
+            return
+        if not st.alive or state in ("crashed", "exited"):
+            rc = st.analysis.get("root_cause")
+            cause = " ".join(f"{rc.get('exception') or ''}: {rc.get('message') or ''}".split()) if isinstance(rc, dict) else None
+            raise ServelabError(f"run {run_id} ended before it was ready ({state or st.status}{': ' + cause if cause else ''})")
+        if loop.time() > deadline:
+            raise ServelabError(f"run {run_id} not ready after {timeout_s:.0f} s (state {state})")
+        await asyncio.sleep(poll_s)
+
+
+async def probe_when_ready(runs: Runs, run_id: str, *, progress: Progress | None = None) -> ProbeResult | None:
+    """What runs right after launch: wait for ready, then probe if the experiment's ``[probe] auto`` asks."""
+    _host, rec = await runs.find(run_id)
+    exp = await run_experiment(runs, rec)
+    if not exp.probe.auto:
+        return None
+    await wait_for_ready(runs, run_id)
+    return await probe_run(runs, run_id, progress=progress)

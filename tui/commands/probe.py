@@ -12,7 +12,7 @@ from engines.compare import FORMATS, compare_runs, render
 from engines.errors import ServelabError
 from engines.hosts.base import HostUnreachable
 from engines.hosts.registry import close_all
-from engines.probe.artifacts import PROBE_JSON, REQUESTS_JSONL, probe_run
+from engines.probe.artifacts import PROBE_JSON, REQUESTS_JSONL, probe_run, wait_for_ready
 from engines.runs import Runs
 
 #: Figures the human summary of ``probe`` prints: (label, key, digits).
@@ -30,6 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("probe", help="measure acceptance and speed of a running server; results go to the run's folder")
     p.add_argument("run")
     p.add_argument("--json", action="store_true", help="print probe.json instead of a summary")
+    p.add_argument("--wait", action="store_true", help="first wait until the log analysis says the server is ready")
     p.set_defaults(func=cmd_probe)
 
     p = sub.add_parser("compare", help="probed runs side by side, speedup vs baseline, and a verdict")
@@ -57,6 +58,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
         print(f"probe: {msg}", file=sys.stderr, flush=True)
 
     async def body(runs: Runs) -> int:
+        if args.wait:
+            say("waiting for the server to be ready")
+            await wait_for_ready(runs, args.run)
         result = await probe_run(runs, args.run, progress=say)
         s = result.summary
         if args.json:
