@@ -153,3 +153,27 @@ async def test_open_host_caches_one_host_per_config(ssh_config: SshServer) -> No
     await close_all()
     assert open_host(cfg) is not a
     await close_all()
+
+
+async def test_keys_from_the_ssh_agent(ssh_config: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
+    try:
+        wait = time.monotonic() + 5
+        while not sock.exists() and time.monotonic() < wait:
+            await asyncio.sleep(0.02)
+        subprocess.run(["ssh-add", "-q", str(ssh_config.client_key)], env={**os.environ, "SSH_AUTH_SOCK": str(sock)}, check=True, capture_output=True)
+        cfg = tmp_path / "config"  # no IdentityFile: the only way in is the agent
+        cfg.write_text(f"Host agent-box\n  HostName 127.0.0.1\n  Port {ssh_config.port}\n  User {ssh_config.user}\n  UserKnownHostsFile {ssh_config.known_hosts}\n")
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        host = _host("agent-box", ssh_config=[str(cfg)])
+        try:
+            assert (await host.run(["echo", "agent"])).text().strip() == "agent"
+        finally:
+            await host.close()
+        monkeypatch.delenv("SSH_AUTH_SOCK")
+        with pytest.raises(HostUnreachable, match="authentication refused"):
+            await _host("agent-box", ssh_config=[str(cfg)]).run(["true"])
+    finally:
+        agent.terminate()
+        agent.wait()

@@ -305,3 +305,56 @@ async def test_launch_runs_preflight_first_and_starts_nothing_when_it_fails(lab:
     print(f"\npreflight refused the launch in {took:.1f}s: {info.value}")
     assert "preflight of unchecked on local" in str(info.value) and "\n" not in str(info.value)
     assert not (lab.workdir / "runs").exists()  # no run folder, no process
+
+
+FAKE_SMI = Path(__file__).resolve().parent / "fake_nvidia_smi"
+
+
+async def test_busy_gpus_are_refused_with_their_holder(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "gpu-holder"])
+    try:
+        monkeypatch.setenv("PATH", f"{FAKE_SMI}{os.pathsep}{os.environ['PATH']}")
+        monkeypatch.setenv("FAKE_GPUS", "2")
+        monkeypatch.setenv("FAKE_GPU_APPS", f"{holder.pid}:1")
+        lab.experiment("on1", env={"CUDA_VISIBLE_DEVICES": "1"})
+        lab.experiment("on0", env={"CUDA_VISIBLE_DEVICES": "0"})
+        lab.experiment("also0", env={"CUDA_VISIBLE_DEVICES": "0"})
+        runs = lab.runs()
+        with pytest.raises(ServelabError) as info:
+            await runs.launch("on1", skip_preflight=True)
+        print(f"\nrefused: {info.value}")
+        assert f"GPU 1 is busy with pid {holder.pid}" in str(info.value) and "gpu-holder" in str(info.value)
+        rec = await runs.launch("on0", skip_preflight=True)
+        try:
+            with pytest.raises(ServelabError, match=f"GPUs overlap with servelab run {rec.id}"):
+                await lab.runs().launch("also0", skip_preflight=True)  # a second dashboard, same GPU
+        finally:
+            await runs.stop(rec.id, grace=1)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+async def test_follow_notices_truncation(lab: Lab) -> None:
+    lab.experiment("rotated", env={"STUB_LINES": "400", "STUB_INTERVAL": "0.005"})
+    runs = lab.runs()
+    rec = await runs.launch("rotated", skip_preflight=True)
+    before = b""
+    after = b""
+    truncated_at = None
+    async for offset, chunk in runs.follow(rec.id):
+        if truncated_at is None and len(before) > 2000:
+            truncated_at = len(before)
+            os.truncate(rec.log_path, 0)  # someone rotates the log under us
+            continue
+        if truncated_at is not None and offset == 0 and chunk == b"":
+            after = b"<truncated>"
+            continue
+        if after:
+            after += chunk
+        else:
+            before += chunk
+    assert truncated_at is not None and after.startswith(b"<truncated>")
+    tail = after[len(b"<truncated>") :]
+    assert tail.endswith(b"STUB done\n") and len(tail) < 400 * 14
+    assert tail == Path(rec.log_path).read_bytes()  # after the notice, exactly what the file now holds
