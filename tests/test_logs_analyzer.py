@@ -12,6 +12,7 @@ from engines.adapter import get_adapter
 from engines.logs import rootcause
 from engines.logs.analyzer import SERIES_POINTS, Analysis, LogAnalyzer, analyze_bytes, guess_engine
 from engines.logs.hints import HINTS, find_hint
+from engines.logs.lines import LineSplitter
 
 DATA = Path(__file__).resolve().parent / "data" / "logs"
 ALL_LOGS = sorted(DATA.glob("*.log")) + sorted((DATA / "shared").glob("*.log"))
@@ -43,6 +44,24 @@ def test_chunking_never_changes_the_analysis(path: Path) -> None:
         assert _run(data, eng, cuts) == whole
     if len(data) <= 30_000:
         assert _run(data, eng, list(range(1, len(data)))) == whole
+
+
+@pytest.mark.parametrize("path", ALL_LOGS, ids=lambda p: p.name)
+def test_feeding_split_lines_equals_feeding_bytes(path: Path) -> None:
+    """A viewer that owns a LineSplitter and passes its Lines gets the same analysis."""
+    data = path.read_bytes()
+    eng = _engine(path)
+    sp = LineSplitter()
+    an = LogAnalyzer(get_adapter(eng).grammar)
+    rnd = random.Random(len(data))
+    i = 0
+    while i < len(data):
+        j = i + rnd.randint(1, 4096)
+        an.feed_lines(sp.feed(data[i:j]))
+        i = j
+    an.feed_lines(sp.flush())
+    an.finish()
+    assert dataclasses.asdict(an.snapshot()) == _run(data, eng, [])
 
 
 def test_crlf_and_ansi_do_not_change_the_analysis() -> None:
@@ -127,7 +146,7 @@ def test_memory_is_bounded_on_a_long_noisy_log() -> None:
     for _ in range(1000):
         an.feed(figures)
     s = an.snapshot()
-    assert len(an._splitter._buf) < 10_000
+    assert len(an._tail) < 10_000
     assert len(an._tb._cands) <= rootcause.MAX_CANDIDATES
     assert len(s.spec_series) <= SERIES_POINTS and len(s.throughput_series) == SERIES_POINTS
     assert all(len(b.frames) <= rootcause.MAX_FRAMES for b in an._tb._open.values())

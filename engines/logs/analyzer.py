@@ -23,7 +23,8 @@ from typing import Any
 from engines.adapter import all_adapters, get_adapter
 from engines.logs.grammar import STAGES, LogGrammar, is_primary_process
 from engines.logs.hints import find_hint
-from engines.logs.lines import Line, LineSplitter
+from engines.logs.lines import Line
+from engines.logs.prefilter import Prefilter
 from engines.logs.rootcause import TB_START, RootCause, TracebackTracker
 
 __all__ = [
@@ -44,6 +45,13 @@ __all__ = [
 SERIES_POINTS = 4096
 #: Needles are indexed by this many leading characters (every needle is at least this long).
 _KEY = 6
+#: Lines read one by one at the start of a log, until the first timestamp (then only lines that matter).
+EAGER_LINES = 2000
+_ANSI_TEXT = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+
+
+def _decode(b: bytes) -> str:
+    return b.decode("utf-8", "replace")
 #: Notable warning lines kept for hints when no exception explains a problem.
 NOTABLE_LINES = 32
 
@@ -218,12 +226,20 @@ class LogAnalyzer:
                 self._anywhere.append(r)
             else:
                 self._index.setdefault(r.needle[:_KEY], []).append(r)
-        self._splitter = LineSplitter()
+        self._pre = Prefilter(
+            [r.needle for r in rules if not r.anywhere] + [r.needle[2:] for r in rules if r.needle.startswith("^M")],
+            [r.needle for r in rules if r.anywhere] + [TB_START, 'File "'],
+        )
+        self._tail = b""  # the unfinished physical line
+        self._tail_seen = 0  # bytes of it already read as \r-segments
+        self._number = 1  # current physical line
+        self._partial = False  # a segment of the current physical line was seen
+        self._pending = False  # feed_lines: the current physical line has not ended yet
+        self._eager = True  # read every line until the first timestamp (the process stage's start)
         self._tb = TracebackTracker(grammar)
         self._stages = [Stage(n) for n in STAGES]
         self._furthest = -1
         self._last_ts: str | None = None
-        self._lines = 0
         self._ready_line: int | None = None
         self._shutdown = False
         self._exit_code: int | None = None
@@ -237,22 +253,50 @@ class LogAnalyzer:
 
     # -- feeding --------------------------------------------------------------------------------
     def feed(self, data: bytes) -> None:
-        """Raw bytes as they arrive: any chunking, partial lines, CR updates, ANSI, CRLF."""
-        for line in self._splitter.feed(data):
-            self._line(line)
+        """Raw bytes as they arrive: any chunking, partial lines, CR updates, ANSI, CRLF.
+
+        Complete lines are decoded and scanned a chunk at a time; ``\\r`` updates of the unfinished
+        last line are read at once (a CUDA-graph bar ends its line only when it closes).
+        """
+        if not data or self._finished:
+            return
+        buf = self._tail + data if self._tail else data
+        cut = buf.rfind(b"\n")
+        if cut >= 0:
+            self._text(_decode(buf[self._tail_seen : cut + 1]))
+            buf = buf[cut + 1 :]
+            self._tail_seen = 0
+        self._tail = buf
+        if b"\r" in buf:
+            last = buf.rfind(b"\r")
+            if last == len(buf) - 1:
+                last = buf.rfind(b"\r", 0, last)  # a trailing \r may start a CRLF: wait
+            if last >= self._tail_seen:
+                for seg in _decode(buf[self._tail_seen : last]).split("\r"):
+                    self._segment(seg)
+                self._tail_seen = last + 1
 
     def feed_lines(self, lines: Iterable[Line]) -> None:
-        """Lines already split (a viewer that owns the splitter)."""
+        """Lines already split by a :class:`LineSplitter` (a viewer that owns the splitter)."""
         for line in lines:
-            self._line(line)
+            if line.number != self._number:
+                if self._pending:
+                    self._end_physical()
+                self._number = line.number
+            self._pending = True
+            self._segment(line.text)
 
     def finish(self) -> None:
         """End of the stream: the last unterminated line counts, open tracebacks close."""
         if self._finished:
             return
+        if self._tail:
+            self._text(_decode(self._tail[self._tail_seen :]) + "\n")
+            self._tail = b""
+            self._tail_seen = 0
+        elif self._pending:
+            self._end_physical()
         self._finished = True
-        for line in self._splitter.flush():
-            self._line(line)
         self._tb.finish()
 
     def mark_exited(self, exit_code: int | None) -> None:
@@ -260,10 +304,70 @@ class LogAnalyzer:
         self._exited = True
         self._exit_code = exit_code
 
-    # -- per line -------------------------------------------------------------------------------
-    def _line(self, line: Line) -> None:
-        self._lines = line.number
-        text = line.text
+    # -- per chunk, per physical line, per segment ---------------------------------------------
+    def _text(self, text: str) -> None:
+        """Complete physical lines (``text`` ends with a newline), the first maybe already begun."""
+        if "\x1b" in text:
+            text = _ANSI_TEXT.sub("", text)
+        if "\r\n" in text:
+            text = text.replace("\r\n", "\n")
+        hits = self._pre.line_starts(text)
+        h = 0
+        pos = 0
+        n = len(text)
+        count = text.count
+        find = text.find
+        while pos < n:
+            if not (self._eager or self._tb.open):
+                # jump to the next line worth reading (lines in between move nothing)
+                while h < len(hits) and hits[h] < pos:
+                    h += 1
+                if h == len(hits):
+                    self._number += count("\n", pos)
+                    self._partial = False
+                    return
+                nxt = hits[h]
+                if nxt > pos:
+                    self._number += count("\n", pos, nxt)
+                    self._partial = False
+                    pos = nxt
+            end = find("\n", pos)
+            line = text[pos:end]
+            if "\r" in line:
+                for seg in line.split("\r"):
+                    self._segment(seg)
+            else:
+                self._segment(line)
+            self._end_physical()
+            pos = end + 1
+
+    def _segment(self, seg: str) -> None:
+        """One \\r-segment (or a whole line) of the current physical line."""
+        if not seg:
+            return
+        self._partial = True
+        if self._eager or self._pre.matches(seg):
+            self._line(self._number, seg)
+        elif self._tb.open:
+            if seg[:1] == "(":
+                i = seg.find(" pid=")
+                if i > 0 and seg[1:i] not in self._tb.open_processes:
+                    return  # another process's ordinary line: it cannot continue an open traceback
+            self._line(self._number, seg)
+
+    def _end_physical(self) -> None:
+        """The current physical line ended: a blank one still counts (it ends a traceback's message)."""
+        if not self._partial and (self._eager or self._tb.open):
+            self._line(self._number, "")
+        if self._tb.open:
+            self._tb.expire(self._number)
+        self._number += 1
+        self._partial = False
+        self._pending = False
+        if self._eager and self._number > EAGER_LINES:
+            self._eager = False
+
+    def _line(self, number: int, text: str) -> None:
         if self._furthest < 0 and text.strip():
             self._start(0, None, None)  # output means the process is up: the "process" stage runs
         if text[:1] == "`":
@@ -273,8 +377,9 @@ class LogAnalyzer:
             self._last_ts = h.ts
             if self._stages[0].started_at is None:
                 self._stages[0].started_at = h.ts
+                self._eager = False
         msg = h.msg
-        taken = self._tb.feed(line.number, h.process, h.level, h.ts, msg)
+        taken = self._tb.feed(number, h.process, h.level, h.ts, msg, h.tag)
         if taken and TB_START not in msg:
             return
         if msg[:2] == "^M":
@@ -283,12 +388,10 @@ class LogAnalyzer:
         if rules is not None:
             for r in rules:
                 if msg.startswith(r.needle):
-                    self._apply(r, line.number, h.process, msg)
+                    self._apply(r, number, h.process, msg)
         for r in self._anywhere:
             if r.needle in msg:
-                self._apply(r, line.number, h.process, msg)
-        if h.level in ("WARNING", "ERROR", "CRITICAL"):
-            self._notable.append(msg)
+                self._apply(r, number, h.process, msg)
 
     def _apply(self, r: _Rule, number: int, process: str, msg: str) -> None:
         kind = r.kind
@@ -494,7 +597,7 @@ class LogAnalyzer:
             spec_decode=SpecFigures(self._spec.acceptance_rate, self._spec.mean_acceptance_length, list(self._spec.per_position)) if self._spec else None,
             spec_series=list(self._spec_series),
             throughput_series=list(self._tp_series),
-            lines=self._lines,
+            lines=self._number - 1,
             exit_code=self._exit_code,
         )
 

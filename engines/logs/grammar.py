@@ -49,6 +49,8 @@ class Header:
     level: str  # "" when not printed (SGLang, raw prints, tracebacks)
     ts: str  # "" when absent
     msg: str
+    #: The logger's call site (``core.py:712``): one logger record keeps it on every line.
+    tag: str = ""
 
 
 @dataclass(frozen=True)
@@ -160,11 +162,11 @@ def _strip_noise_wrappers(text: str) -> str:
     return text
 
 
-def _split_level(rest: str) -> tuple[str, str, str]:
-    """``LEVEL MM-DD HH:MM:SS [file.py:N] msg`` (vLLM's logger header) -> (level, ts, msg)."""
+def _split_level(rest: str) -> tuple[str, str, str, str]:
+    """``LEVEL MM-DD HH:MM:SS [file.py:N] msg`` (vLLM's logger header) -> (level, ts, msg, tag)."""
     sp = rest.find(" ")
     if sp < 4 or rest[:sp] not in _LEVELS:
-        return "", "", rest
+        return "", "", rest, ""
     level = rest[:sp]
     after = rest[sp + 1 :]
     # timestamp "MM-DD HH:MM:SS" (14 chars), then " [file:N] " (V0 builds print "file:N] ")
@@ -172,9 +174,9 @@ def _split_level(rest: str) -> tuple[str, str, str]:
         ts = after[:14]
         close = after.find("] ", 15)
         if close != -1:
-            return level, ts, after[close + 2 :]
-        return level, ts, after[15:]
-    return level, "", after
+            return level, ts, after[close + 2 :], after[15:close].lstrip("[")
+        return level, ts, after[15:], ""
+    return level, "", after, ""
 
 
 def parse_header(text: str) -> Header:
@@ -222,8 +224,8 @@ def parse_header(text: str) -> Header:
             inner = text[:close]
             process = inner[: inner.find(" pid=")]
             rest = text[close + 2 :]
-    level, ts, msg = _split_level(rest)
-    return Header(process, level, ts, msg)
+    level, ts, msg, tag = _split_level(rest)
+    return Header(process, level, ts, msg, tag)
 
 
 def is_primary_process(process: str) -> bool:

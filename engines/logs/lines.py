@@ -22,7 +22,7 @@ from enum import Enum
 __all__ = ["Line", "LineKind", "LineSplitter", "classify", "strip_ansi", "is_noise"]
 
 # CSI sequences (colours, cursor moves) and OSC sequences (titles, links).
-_ANSI = re.compile(rb"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+_ANSI = re.compile(rb"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 
 
 @dataclass(slots=True)

