@@ -60,7 +60,7 @@ def test_recorded_crash(name: str) -> None:
     assert (rc.exception, rc.process, rc.line, rc.where) == (exc, process, line, where)
     assert fragment in rc.message
     assert not any(w in rc.message for w in WRAPPERS)
-    assert path.read_bytes().decode(errors="replace").split("\n")[line - 1].endswith(rc.excerpt[-1].splitlines()[0][-40:])
+    assert path.read_bytes().decode(errors="replace").split("\n")[line - 1].rstrip("\r").endswith(rc.excerpt[-1].splitlines()[0][-40:])
     for stage, status in stages.items():
         assert a.stage(stage).status == status, stage
     assert a.hint is not None and hint in a.hint
