@@ -354,7 +354,7 @@ def cmd_start(run_dir):
     try:
         reasons = refusals(run_dir, rec)
         if reasons:
-            update_record(run_dir, status="refused")
+            shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran: leave no run behind
             return {"ok": False, "refused": reasons}
         write_atomic(os.path.join(run_dir, SHM_BEFORE), json.dumps(shm_names()).encode())
         r, w = os.pipe()

@@ -247,8 +247,8 @@ class SshHost:
                             parts.append(bytes(part))
                             pos += len(part)
                         data = b"".join(parts)
-            except asyncssh.SFTPNoSuchFile:
-                raise FileNotFoundError(path) from None
+            except asyncssh.SFTPError as exc:
+                raise _os_error(exc, path) from None
             return bytes(data)
 
         return await self._retry(op)
@@ -257,16 +257,17 @@ class SshHost:
         async def op() -> None:
             sftp = await self._sftp_client()
             parent = os.path.dirname(path)
-            if parent:
-                await sftp.makedirs(parent, exist_ok=True)
             tmp = os.path.join(parent, f".{os.path.basename(path)}.tmp-{secrets.token_hex(4)}")
-            async with sftp.open(tmp, "wb") as f:
-                await f.write(data)
             try:
+                if parent:
+                    await sftp.makedirs(parent, exist_ok=True)
+                async with sftp.open(tmp, "wb") as f:
+                    await f.write(data)
                 await sftp.posix_rename(tmp, path)
-            except asyncssh.SFTPError:
-                await sftp.remove(tmp)
-                raise
+            except asyncssh.SFTPError as exc:
+                if await sftp.exists(tmp):
+                    await sftp.remove(tmp)
+                raise _os_error(exc, path) from None
 
         await self._retry(op)
 
@@ -282,8 +283,8 @@ class SshHost:
             sftp = await self._sftp_client()
             try:
                 attrs = await sftp.stat(path)
-            except asyncssh.SFTPNoSuchFile:
-                raise FileNotFoundError(path) from None
+            except asyncssh.SFTPError as exc:
+                raise _os_error(exc, path) from None
             return int(attrs.size or 0)
 
         return await self._retry(op)
@@ -329,6 +330,17 @@ def _signal_number(name: str) -> int:
         return int(signal.Signals[f"SIG{name}"])
     except KeyError:
         return 9
+
+
+def _os_error(exc: asyncssh.SFTPError, path: str) -> OSError:
+    """An SFTP failure as the OSError a local file operation would raise."""
+    import errno
+
+    if isinstance(exc, asyncssh.SFTPNoSuchFile):
+        return FileNotFoundError(errno.ENOENT, "No such file or directory", path)
+    if isinstance(exc, asyncssh.SFTPPermissionDenied):
+        return PermissionError(errno.EACCES, "Permission denied", path)
+    return OSError(errno.EIO, _one_line(exc), path)
 
 
 def _one_line(exc: BaseException | None) -> str:

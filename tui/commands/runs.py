@@ -17,7 +17,7 @@ from engines.catalog import load_catalog
 from engines.errors import ServelabError
 from engines.hosts.base import HostUnreachable
 from engines.hosts.registry import close_all
-from engines.runs import RunRecord, Runs
+from engines.runs import CHUNK, RunRecord, Runs
 
 T = TypeVar("T")
 
@@ -67,6 +67,9 @@ def _with_runs(args: argparse.Namespace, body: Callable[[Runs], Awaitable[T]]) -
             return await body(runs)
         except HostUnreachable as exc:
             raise ServelabError(str(exc)) from None
+        except OSError as exc:
+            where = f": {exc.filename}" if exc.filename else ""
+            raise ServelabError(f"{exc.strerror or exc}{where}") from None
         finally:
             await close_all()
 
@@ -148,8 +151,22 @@ def cmd_status(args: argparse.Namespace) -> int:
 async def _print_log(runs: Runs, run_id: str, *, follow: bool, errors: bool) -> None:
     out = sys.stdout.buffer
     if not follow:
-        data = await runs.read_artifact(run_id, "engine.log") or b""
-        _emit(out, data, errors)
+        host, rec = await runs.find(run_id)
+        offset = 0
+        pending = b""
+        while True:  # in chunks: a log of gigabytes never sits in memory
+            try:
+                chunk = await host.read_bytes(rec.log_path, offset, CHUNK)
+            except FileNotFoundError:
+                chunk = b""
+            if not chunk:
+                break
+            offset += len(chunk)
+            lines = (pending + chunk).split(b"\n")
+            pending = lines.pop()
+            _emit(out, b"\n".join(lines) + b"\n" if lines else b"", errors)
+        if pending:
+            _emit(out, pending, errors)
         return
     pending = b""
     async for offset, chunk in runs.follow(run_id):
