@@ -212,7 +212,7 @@ def apply_hunks(content: bytes, fp: FilePatch) -> bytes:
         want = (hunk.old_start if hunk.old_len == 0 else hunk.old_start - 1) + delta
         at = _find(lines, hunk.old, want, pos, hunk.anchor)
         if at is None:
-            first = hunk.old[0].decode("utf-8", "replace").strip() if hunk.old else ""
+            first = _first_removed(hunk).decode("utf-8", "replace").strip()
             raise PatchError(
                 f"{fp.path}: hunk {n} (line {hunk.old_start}) does not match" + (f" near {first[:60]!r}" if first else "")
             )
@@ -222,6 +222,15 @@ def apply_hunks(content: bytes, fp: FilePatch) -> bytes:
         pos = at + len(hunk.old)
     out.extend(lines[pos:])
     return b"".join(out)
+
+
+def _first_removed(hunk: Hunk) -> bytes:
+    """The first line a hunk removes (what a reader looks for), else its first context line."""
+    old_tags = [tag for tag in hunk.tags if tag != ord("+")]
+    for tag, line in zip(old_tags, hunk.old):
+        if tag == ord("-"):
+            return line
+    return hunk.old[0] if hunk.old else b""
 
 
 def _find(lines: list[bytes], block: list[bytes], want: int, lo: int, anchor: str = "") -> int | None:
