@@ -110,6 +110,7 @@ GRAMMAR = LogGrammar(
     ready=("INFO:     Application startup complete",),
     shutdown=(
         "[shutdown] API server: shutdown triggered",
+        "[shutdown] EngineCore: trigger received signal",
         "INFO:     Shutting down",
         "INFO:     Application shutdown complete",
     ),
@@ -124,6 +125,7 @@ GRAMMAR = LogGrammar(
     fatal=(
         FatalRule("WorkerProc failed to start"),
         FatalRule("Dumping scheduler output"),
+        FatalRule("Worker proc "),
         FatalRule("EngineCore failed to start", wrapper=True),
         FatalRule("EngineCore encountered a fatal error", wrapper=True),
         FatalRule("Exception in worker", r"Exception in worker \S+ while processing method \w+: (?P<message>.*?)(?:, Traceback|$)", "Exception"),

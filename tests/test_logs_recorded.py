@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engines.logs.analyzer import analyze_file
+from engines.logs.analyzer import analyze_bytes, analyze_file
 
 DATA = Path(__file__).resolve().parent / "data" / "logs"
 
@@ -44,7 +44,7 @@ CASES: dict[str, tuple[str, str, str, int, str | None, dict[str, str], str]] = {
 
 
 def test_every_recorded_crash_log_has_a_case() -> None:
-    crash_logs = {p.name for p in DATA.glob("vllm-cpu-*.log")} - {"vllm-cpu-good-ngram-serve.log"}
+    crash_logs = {p.name for p in DATA.glob("vllm-cpu-*.log")} - {"vllm-cpu-good-ngram-serve.log", "vllm-cpu-sigterm-while-loading.log"}
     assert crash_logs == set(CASES)
 
 
@@ -80,3 +80,19 @@ def test_recorded_good_serve() -> None:
     assert sd.mean_acceptance_length is not None and 1.0 < sd.mean_acceptance_length <= 5.0
     assert len(sd.per_position) == 4
     assert any(p.generation_tps for p in a.throughput_series)
+
+
+def test_recorded_stop_while_loading_is_not_a_crash() -> None:
+    """SIGTERM during torch.compile: the engine prints "EngineCore failed to start" and a traceback
+    ("RuntimeError: cancelled") after the stop was received. That is the stop's echo, not a failure."""
+    a = analyze_file(DATA / "vllm-cpu-sigterm-while-loading.log")
+    assert a.state == "exited" and not a.was_ready
+    assert a.root_cause is None and a.hint is None
+    assert a.stage("weights").status == "done" and a.stage("drafter").status == "done"
+    assert a.stage("compile").status == "running" and a.stage("ready").status == "pending"
+    # the same bytes without the stop line: now it is a crash, in EngineCore, during compile
+    data = (DATA / "vllm-cpu-sigterm-while-loading.log").read_bytes()
+    cut = b"".join(ln for ln in data.splitlines(keepends=True) if b"trigger received signal=SIGTERM" not in ln)
+    b = analyze_bytes(cut, "vllm")
+    assert b.state == "crashed" and b.stage("compile").status == "failed"
+    assert b.root_cause is not None and b.root_cause.process == "EngineCore"

@@ -242,6 +242,7 @@ class LogAnalyzer:
         self._last_ts: str | None = None
         self._ready_line: int | None = None
         self._shutdown = False
+        self._shutdown_line: int | None = None  # first line of an orderly stop
         self._exit_code: int | None = None
         self._exited = False
         self._spec: SpecFigures | None = None
@@ -435,6 +436,8 @@ class LogAnalyzer:
             self._stages[ready].ended_at = ts
         elif kind == _SHUTDOWN:
             self._shutdown = True
+            if self._shutdown_line is None:
+                self._shutdown_line = number
         elif kind == _FATAL:
             f = r.extra
             if r.regex is not None:
@@ -556,7 +559,11 @@ class LogAnalyzer:
         tb = self._tb
         cause = tb.pick()
         ready = self._ready_line is not None
-        crashed = tb.fatal and (not ready or tb.last_fatal_line > (self._ready_line or 0))
+        # a stop that was asked for (SIGTERM, shutdown) before anything failed: errors after it are its echo
+        stopped = self._shutdown_line is not None and (not tb.fatal or self._shutdown_line <= tb.fatal_line)
+        crashed = tb.fatal and not stopped and (not ready or tb.last_fatal_line > (self._ready_line or 0))
+        if stopped:
+            cause = None
         if self._exited and not crashed and not ready and self._exit_code not in (0,) and not self._shutdown:
             crashed = True
         stages = [Stage(s.name, s.status, s.started_at, s.ended_at, s.progress, s.detail) for s in self._stages]

@@ -38,6 +38,7 @@ HINTS: list[tuple[tuple[str, ...], str]] = [
     (("CUDA error: out of memory",), "GPU out of memory: lower --gpu-memory-utilization or --max-model-len / --max-num-seqs, or skip CUDA graphs with --enforce-eager"),
     (("Not enough memory",), "not enough memory for the KV pool: lower --mem-fraction-static's reserved part, --max-running-requests, or context length"),
     (("less than requested memory for kv",), "the KV cache asks for more memory than is free: lower VLLM_CPU_KVCACHE_SPACE / --kv-cache-memory-bytes (on GPU: --gpu-memory-utilization)"),
+    (("died unexpectedly", "exit code: -9"), "a worker was killed with SIGKILL, most likely by the kernel's OOM killer: check dmesg and lower the memory settings"),
     (("MemoryError",), "host (CPU) memory ran out: lower the KV cache space (VLLM_CPU_KVCACHE_SPACE / --gpu-memory-utilization on CPU) or --max-model-len"),
     (("memory", "exceeds", "total"), "the memory setting asks for more than the machine has: lower --gpu-memory-utilization (or the CPU KV cache space)"),
     (("gpu_memory_utilization",), "the memory fraction is not acceptable: use a --gpu-memory-utilization between 0 and 1 that fits the free memory"),
