@@ -177,3 +177,11 @@ async def test_keys_from_the_ssh_agent(ssh_config: SshServer, tmp_path: Path, mo
     finally:
         agent.terminate()
         agent.wait()
+
+
+async def test_an_unknown_name_fails_at_once(ssh_config: SshServer) -> None:
+    host = _host("no-such-host.invalid")
+    t0 = time.monotonic()
+    with pytest.raises(HostUnreachable, match="cannot resolve no-such-host.invalid"):
+        await host.run(["true"])
+    assert time.monotonic() - t0 < 2.0  # no backoff for what retrying cannot fix

@@ -341,6 +341,8 @@ def supervise(run_dir, rec, report_fd):
     os.close(report_fd)
     code = proc.wait()
     write_atomic(os.path.join(run_dir, EXIT_CODE), ("%d\n" % code).encode())
+    stopped = os.path.exists(os.path.join(run_dir, STOP_REQUESTED))
+    update_record(run_dir, status="stopped" if stopped else "exited", exit_code=code)
     return 0
 
 

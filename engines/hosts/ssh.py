@@ -16,6 +16,7 @@ import asyncio
 import os
 import secrets
 import shlex
+import socket
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -70,6 +71,10 @@ def config_paths() -> list[str] | None:
     if not value:
         return None
     return [p for p in value.split(os.pathsep) if p]
+
+
+class _Final(HostUnreachable):
+    """A refusal that retrying cannot change (host key, authentication, unknown name)."""
 
 
 class _Client(asyncssh.SSHClient):
@@ -135,13 +140,15 @@ class SshHost:
         try:
             conn, _ = await asyncssh.create_connection(lambda: _Client(self), host, **kwargs)  # type: ignore[arg-type]
         except asyncssh.HostKeyNotVerifiable as exc:
-            raise HostUnreachable(
+            raise _Final(
                 f"{where}: host key refused ({_one_line(exc)}); the key is unknown or changed: check known_hosts"
             ) from None
         except asyncssh.PermissionDenied:
-            raise HostUnreachable(f"{where}: authentication refused (no key or agent identity accepted)") from None
+            raise _Final(f"{where}: authentication refused (no key or agent identity accepted)") from None
         except (asyncio.TimeoutError, TimeoutError):
             raise HostUnreachable(f"{where}: connection timed out after {self.config.connect_timeout:g}s") from None
+        except socket.gaierror as exc:
+            raise _Final(f"{where}: cannot resolve {host}: {_one_line(exc)}") from None
         except (OSError, asyncssh.Error) as exc:
             raise HostUnreachable(f"{where}: cannot connect: {_one_line(exc)}") from None
         self.connects += 1
@@ -159,10 +166,10 @@ class SshHost:
                 try:
                     self._conn = await self._open()
                     return self._conn
+                except _Final:
+                    raise
                 except HostUnreachable as exc:
                     last = exc
-                    if "refused (" in str(exc) or "authentication refused" in str(exc):
-                        raise
             assert last is not None
             raise last
 
