@@ -35,6 +35,7 @@ class RequestResult:
     tpot_ms: float | None = None
     prompt_tokens: int | None = None
     output_tokens: int = 0
+    #: Stream messages after the role message: one per engine step (several tokens with speculation).
     content_chunks: int = 0
     tokens_per_chunk: float | None = None
     chunk_itl_ms: list[float] = field(default_factory=list)
@@ -107,10 +108,13 @@ async def stream_chat(
                         res.chunk_itl_ms.append((now - last_choice_at) * 1000.0)
                     last_choice_at = now
                     choice = choices[0]
-                    content = (choice.get("delta") or {}).get("content") or ""
-                    if content:
+                    delta = choice.get("delta") or {}
+                    content = delta.get("content") or ""
+                    if "role" not in delta or content:
+                        # One message per engine step: a byte-level tokenizer can hold back
+                        # partial characters (empty content), but the step still happened.
                         res.content_chunks += 1
-                        pieces.append(content)
+                    pieces.append(content)
                     if choice.get("finish_reason"):
                         res.finish_reason = choice["finish_reason"]
                 usage = payload.get("usage")

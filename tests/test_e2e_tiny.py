@@ -1,0 +1,149 @@
+"""End to end on a real vLLM: launch the two tiny experiments through Runs, watch them reach ready
+through the log analyzer, probe both, compare them (library and command line), stop them, and
+check that no process of theirs is left."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+from contextlib import aclosing
+from pathlib import Path
+
+import pytest
+
+from engines.adapter import get_adapter
+from engines.catalog import load_catalog
+from engines.compare import compare_runs, render
+from engines.hosts.registry import close_all
+from engines.logs.analyzer import LogAnalyzer
+from engines.probe.artifacts import PROBE_JSON, REQUESTS_JSONL, load_probe, probe_run
+from engines.runs import Runs
+from tests.conftest import ENGINE_PYTHON, EXPERIMENTS, REPO, TINY_MODEL, need_engine
+from tests.fixtures.engine import free_port
+
+pytestmark = pytest.mark.engine
+BASELINE, NGRAM = "tiny-cpu-vllm-baseline", "tiny-cpu-vllm-ngram"
+READY_TIMEOUT_S = 480.0
+
+
+def make_folder(root: Path) -> Path:
+    """A copy of the bundled tiny experiments with absolute paths, free ports and a temp workdir."""
+    folder = root / "experiments"
+    folder.mkdir()
+    hosts = f'[hosts.local]\npython = {json.dumps(str(ENGINE_PYTHON))}\nworkdir = {json.dumps(str(root / "work"))}\n'
+    (folder / "hosts.toml").write_text(hosts)
+    for name in (BASELINE, NGRAM):
+        text = (EXPERIMENTS / f"{name}.toml").read_text()
+        text = re.sub(r"(?m)^model = .*$", f"model = {json.dumps(str(TINY_MODEL))}", text)
+        text = re.sub(r"(?m)^port = .*$", f"port = {free_port()}", text)
+        (folder / f"{name}.toml").write_text(text)
+    return folder
+
+
+async def watch_until_ready(runs: Runs, run_id: str) -> list[str]:
+    """Feed the engine log to the analyzer until it says ready; the stages it saw done."""
+    analyzer = LogAnalyzer(get_adapter("vllm").grammar)  # type: ignore[attr-defined]
+    async with aclosing(runs.follow(run_id)) as chunks:
+        async for _offset, chunk in chunks:
+            analyzer.feed(chunk)
+            snap = analyzer.snapshot()
+            if snap.state == "ready":
+                return [s.name for s in snap.stages if s.status == "done"]
+            assert snap.state not in ("crashed", "exited"), f"{run_id}: {snap.state}: {snap.root_cause}"
+    raise AssertionError(f"{run_id}: log ended before ready")
+
+
+def run_processes(run_ids: set[str]) -> list[int]:
+    """Live processes carrying one of these runs' SERVELAB_RUN_ID marker."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{name}/environ").read_bytes().split(b"\0")
+            state = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state in ("Z", "X"):
+            continue
+        if any(e.startswith(b"SERVELAB_RUN_ID=") and e.split(b"=", 1)[1].decode() in run_ids for e in env):
+            found.append(int(name))
+    return found
+
+
+def test_tiny_baseline_vs_ngram(tmp_path: Path) -> None:
+    need_engine()
+    folder = make_folder(tmp_path)
+    launched: list[str] = []
+
+    async def lifecycle() -> tuple[dict, dict, str]:
+        runs = Runs(load_catalog(folder))
+        try:
+            recs = await asyncio.gather(runs.launch(BASELINE), runs.launch(NGRAM))
+            launched.extend(r.id for r in recs)
+            base_id, ngram_id = launched
+            done = await asyncio.wait_for(asyncio.gather(*(watch_until_ready(runs, i) for i in launched)), READY_TIMEOUT_S)
+            for stages in done:
+                assert {"weights", "ready"} <= set(stages), stages
+            # One at a time: two probes at once would share the two cores and skew the speedup.
+            await probe_run(runs, base_id)
+            await probe_run(runs, ngram_id)
+            base, ngram = await load_probe(runs, base_id), await load_probe(runs, ngram_id)
+            assert base is not None and ngram is not None
+            requests = await runs.read_artifact(ngram_id, REQUESTS_JSONL)
+            assert requests is not None and len(requests.decode().splitlines()) == ngram["num_prompts"] * ngram["repeats"]
+            table = render(await compare_runs(runs, [base_id, ngram_id]), "table")
+            return base, ngram, table
+        finally:
+            await close_all()
+
+    async def stop_all() -> None:
+        runs = Runs(load_catalog(folder))
+        try:
+            for run_id in launched:
+                st = await runs.stop(run_id, grace=20)
+                assert not st.alive
+        finally:
+            await close_all()
+
+    try:
+        base, ngram, table = asyncio.run(lifecycle())
+
+        # Real acceptance figures from vLLM's counters.
+        rate = ngram["spec_decode_acceptance_rate"] / 100
+        assert 0 < rate <= 1
+        assert ngram["spec_decode_acceptance_length"] > 1
+        for rep in ngram["per_repeat"]:
+            assert rep["spec_decode_acceptance_length"] == pytest.approx(1 + rep["spec_decode_accepted_tokens"] / rep["spec_decode_num_drafts"])
+            per = rep["spec_decode_per_position_acceptance_rates"]
+            assert all(b <= a + 0.05 for a, b in zip(per, per[1:], strict=False)), per
+        assert "spec_decode_acceptance_rate" not in base  # no speculation, no acceptance
+        assert base["prompt_set_hash"] == ngram["prompt_set_hash"]
+        assert ngram["load_stages_s"], "load stages should be timed from the log"
+
+        # The comparison: a speedup against the baseline and a verdict with its reason.
+        assert "speedup vs baseline" in table and "Verdict:" in table
+        assert re.search(r"speculation (HELPS|HURTS|INCONCLUSIVE) vs .*noise band", table), table
+
+        # The same through the command line, from the run folders.
+        cli = subprocess.run(
+            [sys.executable, "-m", "tui.cli", "--dir", str(folder), "compare", *launched, "--format", "json"],
+            capture_output=True, text=True, cwd=REPO, timeout=120,
+        )
+        assert cli.returncode == 0, cli.stderr
+        data = json.loads(cli.stdout)
+        sp = data["speedups"][launched[1]]
+        assert sp["baseline_run"] == launched[0]
+        assert sp["value"] == pytest.approx(ngram["output_throughput"] / base["output_throughput"])
+        assert sp["verdict"] in ("helps", "hurts", "inconclusive")
+        assert any(line.startswith(launched[1]) for line in data["verdict"])
+    finally:
+        if launched:
+            asyncio.run(stop_all())
+    assert run_processes(set(launched)) == []
+    for run_id in launched:
+        assert (tmp_path / "work" / "runs" / run_id / PROBE_JSON).is_file()
