@@ -61,8 +61,16 @@ def new_run_id(experiment: str, now: dt.datetime | None = None) -> str:
     return f"{experiment}-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
+def host_workdir(host: HostConfig) -> str:
+    """The workdir as a path the host accepts: over SSH, ``~/x`` is ``x`` (SFTP and commands start in home)."""
+    workdir = host.workdir.rstrip("/") or "/"
+    if not host.is_local and workdir.startswith("~/"):
+        return workdir[2:] or "."
+    return workdir
+
+
 def runs_root(host: HostConfig) -> str:
-    return f"{host.workdir.rstrip('/')}/{RUNS_DIR}"
+    return f"{host_workdir(host)}/{RUNS_DIR}"
 
 
 @dataclass
@@ -157,7 +165,7 @@ class Runs:
             return self._helpers[host.name]
         source = helper_source()
         digest = hashlib.sha256(source).hexdigest()[:12]
-        path = f"{host.config.workdir.rstrip('/')}/{HELPER_DIR}/runctl-{digest}.py"
+        path = f"{host_workdir(host.config)}/{HELPER_DIR}/runctl-{digest}.py"
         if not await host.exists(path):
             await host.write_bytes(path, source)
         self._helpers[host.name] = path
@@ -167,6 +175,10 @@ class Runs:
         """Run a runctl.py command on the host with the host's Python; its JSON answer."""
         helper = await self._helper_path(host)
         done = await host.run([host.config.python, helper, *args], timeout=timeout)
+        if done.exit_code == 2 and b"can't open file" in done.stderr:  # someone removed it: upload again
+            self._helpers.pop(host.name, None)
+            helper = await self._helper_path(host)
+            done = await host.run([host.config.python, helper, *args], timeout=timeout)
         if not done.ok:
             err = done.stderr.decode("utf-8", "replace").strip().splitlines()
             why = err[-1] if err else f"exit code {done.exit_code}"

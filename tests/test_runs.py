@@ -358,3 +358,23 @@ async def test_follow_notices_truncation(lab: Lab) -> None:
     tail = after[len(b"<truncated>") :]
     assert tail.endswith(b"STUB done\n") and len(tail) < 400 * 14
     assert tail == Path(rec.log_path).read_bytes()  # after the notice, exactly what the file now holds
+
+
+async def test_the_run_control_helper_is_uploaded_again_when_removed(lab: Lab) -> None:
+    lab.experiment("again", env={"STUB_LINES": "1"})
+    runs = lab.runs()
+    first = await runs.launch("again", skip_preflight=True)
+    await _collect(runs, first.id)
+    helpers = list((lab.workdir / ".servelab").glob("runctl-*.py"))
+    assert len(helpers) == 1
+    helpers[0].unlink()  # someone cleans the workdir by hand
+    assert [r.id for r in await runs.list("local")] == [first.id]
+    assert helpers[0].exists()
+
+
+def test_home_relative_workdir_over_ssh() -> None:
+    from engines.hostsfile import HostConfig
+    from engines.runs import runs_root
+
+    assert runs_root(HostConfig(name="g", ssh="gpu", workdir="~/servelab")) == "servelab/runs"
+    assert runs_root(HostConfig(name="g", ssh="gpu", workdir="/data/servelab/")) == "/data/servelab/runs"
