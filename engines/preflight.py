@@ -22,7 +22,7 @@ from engines.experiment import SourcedExperiment
 from engines.helpers import HelperError, helper_argv, last_json, last_line, run_helper
 from engines.hosts.base import Host, HostUnreachable
 from engines.hostsfile import HostConfig
-from engines.patches import PatchReport, check_patches, load_patch_set
+from engines.patches import PatchReport, apply_patches, check_patches, load_patch_set
 
 #: The checks, in the order a report lists them.
 CHECK_NAMES: tuple[str, ...] = (
@@ -152,11 +152,14 @@ async def run_preflight(
     progress: Callable[[Check], None] | None = None,
     package_root: str | None = None,
     imports: bool = True,
+    apply: bool = False,
 ) -> PreflightReport:
     """Run every check of ``exp`` on ``host`` (default: its own host); ``progress`` sees each check as it ends.
 
     ``package_root`` overrides where the patch set is checked (default: the folder holding the
-    engine's package, as the host's interpreter finds it).
+    engine's package, as the host's interpreter finds it). With ``apply`` (what a launch wants), a
+    patch set that passed its check is then applied, all or nothing, and ``report.patches`` is the
+    apply's report, whose ``record()`` the run stores.
     """
     sourced, h = _resolve(catalog, exp, host)
     e = sourced.experiment
@@ -276,6 +279,12 @@ async def run_preflight(
             return False, f"{root.rstrip('/')}/{c.path}:{c.line}: SyntaxError: {c.message}: {c.text}"
         if not rep.ok:
             return False, rep.error or "patch check failed"
+        if apply:
+            rep = await apply_patches(h, patches, root, python=python, imports=False)  # imported just above
+            report.patches = rep
+            if not rep.ok:
+                return False, f"apply failed, nothing changed: {rep.error}"
+            return True, f"{rep.summary()} under {root}" + (" (applied now)" if rep.changed else "")
         return True, f"{rep.summary()} under {root}"
 
     await asyncio.gather(

@@ -103,3 +103,23 @@ def test_unknown_experiment_is_one_line(setup: tuple[Path, Path], capsys: pytest
     folder, _ = setup
     code, _, err = run(capsys, "--dir", str(folder), "preflight", "nope")
     assert code == 1 and err.startswith("servelab: no experiment named 'nope'") and err.count("\n") == 1
+
+
+async def test_preflight_with_apply_patches_for_a_launch_once(setup: tuple[Path, Path]) -> None:
+    """What launch uses: the checked set is then applied, and the report carries the record to store."""
+    from engines.catalog import load_catalog
+    from engines.preflight import run_preflight
+
+    folder, root = setup
+    catalog = load_catalog(folder)
+    report = await run_preflight(catalog, "exp", package_root=str(root), apply=True)
+    check = report.get("patch set")
+    assert check is not None and check.ok and check.detail.endswith("(applied now)")
+    assert b"'kimi_k2'" in (root / "pkgx/config.py").read_bytes()
+    assert report.patches is not None and report.patches.action == "apply"
+    record = report.patches.record()
+    assert list(record["patches"]) == ["kimi.diff"] and list(record["files"]) == ["pkgx/config.py"]
+    again = await run_preflight(catalog, "exp", package_root=str(root), apply=True)
+    check = again.get("patch set")
+    assert check is not None and check.ok and not check.detail.endswith("(applied now)")
+    assert again.patches is not None and again.patches.record() == record

@@ -724,9 +724,16 @@ def handle(action: str, req: dict) -> dict:
         return answer
     plan = plan_patches(root, patches, strip, manifest)
     answer["patches"] = [{k: v for k, v in p.items()} for p in plan.patches]
+    recorded = (manifest or {}).get("files", {})
     answer["files"] = [
-        {"path": rel, "sha256_before": sha256(plan.original[rel]), "sha256_after": sha256(plan.final[rel]),
-         "changed": plan.final[rel] != plan.original[rel], "module": module_name(rel)}
+        {
+            # "before" is the file as it was before servelab patched it, when servelab did
+            "path": rel,
+            "sha256_before": recorded[rel]["before"] if rel in recorded else sha256(plan.original[rel]),
+            "sha256_after": sha256(plan.final[rel]),
+            "changed": plan.final[rel] != plan.original[rel],
+            "module": module_name(rel),
+        }
         for rel in plan.order
     ]
     conflicts = [p for p in plan.patches if p["status"] == "conflict"]
