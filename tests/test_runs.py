@@ -252,14 +252,15 @@ async def test_cleanup_removes_only_leftovers_of_ended_runs(lab: Lab) -> None:
     lab.experiment("leaky", env={"STUB_LINES": "3", "STUB_CHILDREN": "2", "STUB_SHM": "1"})
     lab.experiment("alive", env={"STUB_CHILDREN": "1", "STUB_SHM": "1"})
     unrelated = Path(f"/dev/shm/servelab-test-unrelated-{os.getpid()}")
-    unrelated.write_bytes(b"x")
     runs = lab.runs()
     leaky = await runs.launch("leaky", skip_preflight=True)
-    log = await _collect(runs, leaky.id)
-    time.sleep(1.1)  # /dev/shm times are compared with a second of slack
-    live = await runs.launch("alive", skip_preflight=True)
-    wait_for(lambda: b"STUB shm" in Path(live.log_path).read_bytes())
+    live = None
     try:
+        unrelated.write_bytes(b"x")  # another program's file, made while the run lives
+        log = await _collect(runs, leaky.id)
+        time.sleep(1.1)  # /dev/shm times are compared with a second of slack
+        live = await runs.launch("alive", skip_preflight=True)
+        wait_for(lambda: b"STUB shm" in Path(live.log_path).read_bytes())
         orphans = json.loads(re.search(rb"STUB children (\[.*\])", log).group(1))  # type: ignore[union-attr]
         shm = re.search(rb"STUB shm (\S+)", log).group(1).decode()  # type: ignore[union-attr]
         assert all(is_running(p) for p in orphans) and Path(shm).exists()
@@ -277,10 +278,11 @@ async def test_cleanup_removes_only_leftovers_of_ended_runs(lab: Lab) -> None:
         assert (await runs.status(live.id, analyze=False)).alive
         assert await runs.cleanup(dry_run=True) == []
     finally:
-        unrelated.unlink()
-        await runs.stop(live.id, grace=1)
-        for p in Path("/dev/shm").glob("servelab-stub-*"):
-            if not is_running(int(p.name.rsplit("-", 1)[1])):
+        unrelated.unlink(missing_ok=True)
+        if live is not None:
+            await runs.stop(live.id, grace=1)
+        for p in Path("/dev/shm").glob("psm_servelabstub*"):
+            if not is_running(int(p.name[len("psm_servelabstub") :])):
                 p.unlink()
 
 

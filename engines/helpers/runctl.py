@@ -35,6 +35,9 @@ EXIT_CODE = "exit_code"
 STOP_REQUESTED = "stop_requested"
 SHM_BEFORE = "shm-before.json"
 SHM_DIR = "/dev/shm"
+#: Names engines give their shared memory (Python multiprocessing, torch, NCCL, vLLM, SGLang).
+#: Cleanup only ever considers these, never another program's files.
+ENGINE_SHM_PREFIXES = ("psm_", "sem.mp-", "torch_", "nccl", "vllm", "sglang", "sgl_", "cuda.shm")
 
 
 # -- small file helpers ---------------------------------------------------------------------------
@@ -506,7 +509,9 @@ def cmd_cleanup(root, apply):
             end_stat = os.stat(os.path.join(run_dir, EXIT_CODE)).st_mtime if state["exit_code"] is not None else time.time()
         except OSError:
             continue
-        for name in set(shm_names()) - set(before):
+        for name in sorted(set(shm_names()) - set(before)):
+            if not name.startswith(ENGINE_SHM_PREFIXES):
+                continue
             path = os.path.join(SHM_DIR, name)
             try:
                 created = os.stat(path).st_ctime

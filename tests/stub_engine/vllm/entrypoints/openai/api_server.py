@@ -51,7 +51,7 @@ def main() -> int:
         children.append(subprocess.Popen([sys.executable, "-c", code, "stub-worker", str(i)]))
     print("STUB children " + json.dumps([c.pid for c in children]), flush=True)
     if os.environ.get("STUB_SHM") == "1":
-        shm = f"/dev/shm/servelab-stub-{os.getpid()}"
+        shm = f"/dev/shm/psm_servelabstub{os.getpid()}"  # named like Python's shared_memory blocks
         with open(shm, "wb") as f:
             f.write(b"\0" * 4096)
         print("STUB shm " + shm, flush=True)
