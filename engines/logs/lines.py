@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-__all__ = ["Line", "LineKind", "LineSplitter", "classify", "strip_ansi", "is_noise"]
+__all__ = ["Line", "LineKind", "LineSplitter", "classify", "classify_run", "strip_ansi", "is_noise"]
 
 # CSI sequences (colours, cursor moves) and OSC sequences (titles, links).
 _ANSI = re.compile(rb"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[@-Z\\-_])")
@@ -238,3 +238,19 @@ def classify(text: str) -> LineKind:
 def is_noise(text: str) -> bool:
     """True when a viewer may fold this line."""
     return classify(text).is_noise
+
+
+def classify_run(texts: list[str], previous: LineKind | None = None) -> list[LineKind]:
+    """Kinds of consecutive lines. Python prints a warning as two lines, ``file.py:N: FutureWarning:
+    msg`` and then the indented source line that raised it: that echo folds with its warning.
+    ``previous`` is the kind of the line before ``texts[0]`` (for a viewer that classifies in pages).
+    """
+    out: list[LineKind] = []
+    prev = previous
+    for text in texts:
+        kind = classify(text)
+        if prev is LineKind.NOISE_WARNING and text[:1] in (" ", "\t") and kind in (LineKind.INFO, LineKind.TRACEBACK):
+            kind = LineKind.NOISE_WARNING
+        out.append(kind)
+        prev = kind if kind is not LineKind.NOISE_WARNING or not text[:1].isspace() else None
+    return out
