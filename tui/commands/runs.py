@@ -209,7 +209,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
     async def body(runs: Runs) -> int:
         st = await runs.stop(args.run, grace=args.grace)
         code = "-" if st.exit_code is None else str(st.exit_code)
-        print(f"{st.record.id}: stopped (exit code {code})")
+        what = "stopped" if st.status == "stopped" else f"had already {st.status}"
+        print(f"{st.record.id}: {what} (exit code {code})")
         return 0
 
     return _with_runs(args, body)
