@@ -72,3 +72,8 @@ async def test_files(host: Host, tmp_path: Path) -> None:
     assert await host.read_bytes(path) == b"new"
     assert await host.listdir(str(tmp_path / "a" / "b")) == ["f.bin"]  # no temp file left behind
     assert await host.listdir(str(tmp_path / "nope")) == []
+
+
+async def test_implements_the_host_protocol(host: Host) -> None:
+    assert isinstance(host, Host)
+    assert host.name == host.config.name
