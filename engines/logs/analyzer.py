@@ -237,6 +237,7 @@ class LogAnalyzer:
         self._pending = False  # feed_lines: the current physical line has not ended yet
         self._eager = True  # read every line until the first timestamp (the process stage's start)
         self._tb = TracebackTracker(grammar)
+        self._open_tb = self._tb.open_processes  # the tracker's dict of open tracebacks (truthy: one is open)
         self._stages = [Stage(n) for n in STAGES]
         self._furthest = -1
         self._last_ts: str | None = None
@@ -322,7 +323,7 @@ class LogAnalyzer:
         while pos < n:
             while h < nh and hits[h] < pos:
                 h += 1
-            if not (self._eager or self._tb.open):
+            if not (self._eager or self._open_tb):
                 # jump to the next line worth reading (lines in between move nothing)
                 if h == nh:
                     self._number += count("\n", pos)
@@ -354,10 +355,10 @@ class LogAnalyzer:
         self._partial = True
         if known or self._eager:
             self._line(self._number, seg)
-        elif self._tb.open:
+        elif self._open_tb:
             if seg[:1] == "(":
                 i = seg.find(" pid=")
-                if i > 0 and seg[1:i] not in self._tb.open_processes and not self._pre.matches(seg):
+                if i > 0 and seg[1:i] not in self._open_tb and not self._pre.matches(seg):
                     return  # another process's ordinary line: it cannot continue an open traceback
             self._line(self._number, seg)
         elif self._pre.matches(seg):
@@ -365,9 +366,9 @@ class LogAnalyzer:
 
     def _end_physical(self) -> None:
         """The current physical line ended: a blank one still counts (it ends a traceback's message)."""
-        if not self._partial and (self._eager or self._tb.open):
+        if not self._partial and (self._eager or self._open_tb):
             self._line(self._number, "")
-        if self._tb.open and not self._number & 7:
+        if self._open_tb and not self._number & 7:
             self._tb.expire(self._number)  # every 8th line: cheap, and still decided by content only
         self._number += 1
         self._partial = False
@@ -380,14 +381,13 @@ class LogAnalyzer:
             self._start(0, None, None)  # output means the process is up: the "process" stage runs
         if text[:1] == "`":
             text = text.strip("`")  # a line pasted inside markdown backticks
-        h = self._parse(text)
-        if h.ts:
-            self._last_ts = h.ts
+        process, level, ts, msg, tag = self._parse(text)
+        if ts:
+            self._last_ts = ts
             if self._stages[0].started_at is None:
-                self._stages[0].started_at = h.ts
+                self._stages[0].started_at = ts
                 self._eager = False
-        msg = h.msg
-        taken = self._tb.feed(number, h.process, h.level, h.ts, msg, h.tag)
+        taken = self._tb.feed(number, process, level, ts, msg, tag)
         if taken and TB_START not in msg:
             return
         if msg[:2] == "^M":
@@ -396,10 +396,10 @@ class LogAnalyzer:
         if rules is not None:
             for r in rules:
                 if msg.startswith(r.needle):
-                    self._apply(r, number, h.process, msg)
+                    self._apply(r, number, process, msg)
         for r in self._anywhere:
             if r.needle in msg:
-                self._apply(r, number, h.process, msg)
+                self._apply(r, number, process, msg)
 
     def _apply(self, r: _Rule, number: int, process: str, msg: str) -> None:
         kind = r.kind

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 __all__ = [
     "STAGES",
@@ -41,9 +42,11 @@ STAGES: tuple[str, ...] = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Header:
-    """One line split into its parts. ``msg`` keeps the message's own indentation."""
+class Header(NamedTuple):
+    """One line split into its parts. ``msg`` keeps the message's own indentation.
+
+    A NamedTuple: built for every line the analyzer reads, and cheap to build.
+    """
 
     process: str  # "" when the line carries no process prefix / rank tag
     level: str  # "" when not printed (SGLang, raw prints, tracebacks)
@@ -186,18 +189,18 @@ def parse_header(text: str) -> Header:
     optional), SGLang ``[YYYY-MM-DD HH:MM:SS TP0] msg`` (optionally followed by ``LEVEL f.py:N:``),
     and the bare ``[TP0] msg`` form. Shared by both grammars; kept cheap (no regex on the hot path).
     """
-    text = _strip_noise_wrappers(text)
+    if text[:2] == "20" or text[-8:] == "cluster]":
+        text = _strip_noise_wrappers(text)
     process = ""
     rest = text
     c = text[:1]
     if c == "(":
         close = text.find(") ")
-        if close == -1 and text.endswith(")") and " pid=" in text:
+        if close == -1 and text[-1:] == ")":
             close = len(text) - 1
-        if close != -1 and "pid=" in text[:close]:
-            inner = text[1:close]
-            pid = inner.find(" pid=")
-            process = inner[:pid] if pid != -1 else inner
+        pid = text.find(" pid=", 1, close) if close != -1 else -1
+        if pid != -1:
+            process = text[1:pid]
             rest = text[close + 2 :]
     elif c == "[":
         close = text.find("] ")
