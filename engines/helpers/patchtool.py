@@ -720,7 +720,8 @@ def handle(action: str, req: dict) -> dict:
             plan.current(rel)
         answer["pycache_removed"] = remove_pycache(plan, only_stale=False) if written else []
         os.replace(os.path.join(state, MANIFEST), os.path.join(state, f"reverted-{time.strftime('%Y%m%dT%H%M%S')}.json"))
-        answer.update(ok=True, changed=bool(written), files=files, patches=manifest.get("patches", []))
+        reverted = [{**p, "status": "reverted", "detail": "", "files": []} for p in manifest.get("patches", [])]
+        answer.update(ok=True, changed=bool(written), files=files, patches=reverted)
         return answer
     plan = plan_patches(root, patches, strip, manifest)
     answer["patches"] = [{k: v for k, v in p.items()} for p in plan.patches]
