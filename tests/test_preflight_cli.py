@@ -123,3 +123,41 @@ async def test_preflight_with_apply_patches_for_a_launch_once(setup: tuple[Path,
     check = again.get("patch set")
     assert check is not None and check.ok and not check.detail.endswith("(applied now)")
     assert again.patches is not None and again.patches.record() == record
+
+
+@pytest.mark.ssh
+async def test_preflight_and_patches_over_real_ssh(setup: tuple[Path, Path], ssh_config: object, tmp_path: Path) -> None:
+    """The same checks through the SSH host (a real sshd on 127.0.0.1): paths, python, patch set, apply, revert."""
+    from engines.catalog import load_catalog
+    from engines.hosts.registry import close_all
+    from engines.patches import apply_patches, load_patch_set, revert_patches
+    from engines.preflight import run_preflight
+
+    folder, root = setup
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (folder / "hosts.toml").write_text(f'[hosts.box]\nssh = "servelab-test"\npython = "{sys.executable}"\nworkdir = "{tmp_path / "remote-work"}"\n')
+    (folder / "exp.toml").write_text((folder / "exp.toml").read_text().replace('model = "/nonexistent/model"', f'host = "box"\nmodel = "{model}"'))
+    catalog = load_catalog(folder)
+    try:
+        report = await run_preflight(catalog, "exp", package_root=str(root))
+        by_name = {c.name: c for c in report}
+        assert by_name["host reachable"].ok and by_name["engine python"].ok
+        assert by_name["model path"].ok and by_name["model path"].detail == str(model)
+        assert by_name["patch set"].ok and "1 applies" in by_name["patch set"].detail
+        assert not by_name["engine versions"].ok and "no module named 'vllm'" in by_name["engine versions"].detail
+        assert by_name["engine arguments"].detail.startswith("cannot import vLLM's argument parser")
+
+        exp = catalog.get("exp")
+        from engines.hosts.registry import open_host
+
+        host = open_host(catalog.host("box"))
+        applied = await apply_patches(host, load_patch_set(exp), str(root))
+        assert applied.ok and applied.changed, applied.error
+        assert b"'kimi_k2'" in (root / "pkgx/config.py").read_bytes()
+        assert (tmp_path / "remote-work" / "patches").is_dir()  # backups live in the host's workdir
+        reverted = await revert_patches(host, load_patch_set(exp), str(root))
+        assert reverted.ok and (root / "pkgx/config.py").read_bytes() == CONFIG
+    finally:
+        await close_all()
