@@ -60,7 +60,7 @@ GRAMMAR = LogGrammar(
     engine="sglang",
     parse=parse_header,
     stage_rules=(
-        StageRule("server_args=ServerArgs(", ("process",), "start"),
+        StageRule("server_args=ServerArgs(", ("process",), "start", r"ServerArgs\((?P<a>.*)\)", "args {a:.300}"),
         StageRule("Using default HuggingFace chat template", ("config",), "start"),
         StageRule("Init torch distributed begin", ("config",), "start", None, "distributed init"),
         StageRule("Init torch distributed ends", ("config",), "detail", None, "distributed init done"),

@@ -59,7 +59,7 @@ GRAMMAR = LogGrammar(
     stage_rules=(
         StageRule("Automatically detected platform", ("process",), "start", r"platform (?P<p>\w+)", "platform {p}"),
         StageRule("vLLM API server version", ("process",), "start", r"version (?P<v>\S+)", "vLLM {v}"),
-        StageRule("non-default args:", ("process",), "start"),
+        StageRule("non-default args:", ("process",), "start", r"args: (?P<a>\{.*\})", "args {a:.300}"),
         StageRule("args: Namespace(", ("process",), "start"),
         StageRule("Resolved architecture:", ("config",), "start", r"architecture: (?P<a>\S+)", "{a}"),
         StageRule("Using max model len", ("config",), "detail", r"len (?P<n>\d+)", "max model len {n}"),
