@@ -176,3 +176,48 @@ def test_hint_table_entries_are_one_line_and_reachable() -> None:
         assert found is not None
     assert find_hint(["nothing known here"]) is None
     assert find_hint(["SyntaxError: x"], [("SyntaxError", "engine first")]) == "engine first"
+
+
+def test_wrapper_with_inner_text_is_harvested_when_nothing_else_explains() -> None:
+    """SGLang's "Capture cuda graph failed: <inner>" with the inner traceback missing (frames from issue 7918)."""
+    log = (
+        b"[2025-07-10 08:01:02 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=39.48 GB\n"
+        b"[2025-07-10 08:01:09 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        b'  File "/opt/conda/lib/python3.10/site-packages/sglang/srt/model_executor/cuda_graph_runner.py", line 336, in __init__\n'
+        b"    self.capture()\n"
+        b"Exception: Capture cuda graph failed: CUDA error: operation not permitted when stream is capturing\n"
+        b"\n"
+        b"[2025-07-10 08:01:09] Received sigquit from a child process. It usually means the child failed.\n"
+    )
+    a = analyze_bytes(log, "sglang")
+    assert a.state == "crashed" and a.stage("cuda_graphs").status == "failed"
+    rc = a.root_cause
+    assert rc is not None and rc.process == "TP0" and rc.line == 5
+    assert rc.message == "CUDA error: operation not permitted when stream is capturing" and rc.harvested
+    assert a.hint is not None and "CUDA-graph safe" in a.hint
+
+
+def test_vllm_runtime_wrapper_yields_to_the_worker_traceback() -> None:
+    """After ready: EngineCore's "Worker failed with error '...'" wrapper and the worker's own traceback."""
+    log = (
+        b"(APIServer pid=2) INFO:     Application startup complete.\n"
+        b"(Worker_TP1 pid=531) ERROR 04-12 18:43:20 [multiproc_executor.py:700] Traceback (most recent call last):\n"
+        b'(Worker_TP1 pid=531) ERROR 04-12 18:43:20 [multiproc_executor.py:700]   File "/usr/local/lib/python3.12/dist-packages/vllm/v1/spec_decode/eagle.py", line 289, in propose\n'
+        b"(Worker_TP1 pid=531) ERROR 04-12 18:43:20 [multiproc_executor.py:700]     hidden = self.model(x)\n"
+        b"(Worker_TP1 pid=531) ERROR 04-12 18:43:20 [multiproc_executor.py:700] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 MiB.\n"
+        b"(EngineCore pid=157) ERROR 04-12 18:43:21 [core.py:1112] EngineCore encountered a fatal error.\n"
+        b"(EngineCore pid=157) ERROR 04-12 18:43:21 [core.py:1112] Traceback (most recent call last):\n"
+        b'(EngineCore pid=157) ERROR 04-12 18:43:21 [core.py:1112]   File "/usr/local/lib/python3.12/dist-packages/vllm/v1/executor/multiproc_executor.py", line 444, in get_response\n'
+        b"(EngineCore pid=157) ERROR 04-12 18:43:21 [core.py:1112] RuntimeError: Worker failed with error 'CUDA out of memory. Tried to allocate 2.00 MiB.', please check the stack trace above for the root cause\n"
+    )
+    a = analyze_bytes(log, "vllm")
+    assert a.state == "crashed" and a.was_ready
+    rc = a.root_cause
+    assert rc is not None and (rc.exception, rc.process, rc.line) == ("torch.OutOfMemoryError", "Worker_TP1", 5)
+    assert rc.where == "spec_decode/eagle.py:289 in propose"
+    assert a.hint is not None and "--gpu-memory-utilization" in a.hint
+    # without the worker's traceback, the wrapper's quoted text is the best there is
+    only_wrapper = b"\n".join(ln for ln in log.split(b"\n") if not ln.startswith(b"(Worker_TP1"))
+    b = analyze_bytes(only_wrapper, "vllm")
+    assert b.root_cause is not None and b.root_cause.harvested
+    assert b.root_cause.message == "CUDA out of memory. Tried to allocate 2.00 MiB." and b.root_cause.process == "EngineCore"
