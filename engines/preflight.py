@@ -185,6 +185,8 @@ async def run_preflight(
             ok, detail = False, str(exc)
         except (TimeoutError, asyncio.TimeoutError):
             ok, detail = False, "timed out"
+        except Exception as exc:  # a check that breaks is a failed line, never a traceback
+            ok, detail = False, " ".join(f"{type(exc).__name__}: {exc}".split())
         return done(Check(name, ok, detail, time.monotonic() - t0))
 
     def skip(names: list[str], why: str) -> None:
