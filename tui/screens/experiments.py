@@ -294,7 +294,7 @@ class ExperimentsScreen(Screen[None]):
             return
         from tui.screens.compare import CompareScreen
 
-        self.app.push_screen(CompareScreen(names, {n: self.latest[n].run_id for n in names if n in self.latest}))
+        self.app.push_screen(CompareScreen(names))
 
     def action_edit(self) -> None:
         row = self.current()

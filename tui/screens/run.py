@@ -71,7 +71,7 @@ class RunScreen(Screen[None]):
         super().__init__()
         self.run_id = run_id
         self.record: RunRecord | None = None
-        self.view = RunView()
+        self.view = view_from_analysis(None)
         self.alive: bool | None = None
         self.exit_code: int | None = None
         self.liveness = "connecting…"

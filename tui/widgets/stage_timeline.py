@@ -21,11 +21,11 @@ BAR_WIDTH = 22
 
 def stage_table(stages: list[StageRow], *, header: Text | None = None) -> Table:
     """A rich table of the stages (also used by the tmux test through the screen)."""
-    table = Table(box=None, show_header=False, padding=(0, 1), expand=False, title=header, title_justify="left")
-    table.add_column(width=1)
-    table.add_column(no_wrap=True, min_width=11)
-    table.add_column(width=BAR_WIDTH)
-    table.add_column(no_wrap=True)
+    table = Table(box=None, show_header=False, padding=(0, 1), expand=True, title=header, title_justify="left")
+    table.add_column(width=1, no_wrap=True)
+    table.add_column(no_wrap=True, width=11)
+    table.add_column(width=BAR_WIDTH, no_wrap=True)
+    table.add_column(no_wrap=True, overflow="ellipsis", ratio=1)
     for stage in stages:
         mark, style = MARKS.get(stage.status, MARKS["pending"])
         name = Text(stage.label, style=style if stage.status != "pending" else "dim")

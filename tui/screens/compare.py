@@ -1,0 +1,144 @@
+"""Compare probed runs: the table and verdict of ``engines.compare``, best value per row
+highlighted, a diff-only toggle, and a Markdown export for a chat or an issue."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import ClassVar
+
+from platformdirs import user_data_dir
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
+
+from engines.compare import Comparison, compare_runs, render
+from engines.errors import ServelabError
+from engines.hosts.base import HostUnreachable
+from engines.probe.artifacts import load_probe
+from engines.runs import Runs
+
+_NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
+_LOWER_IS_BETTER = ("(ms)", "load:")
+_HIGHER_IS_BETTER = ("tok/s", "requests/s", "acceptance rate", "acceptance length", "tokens per chunk", "speedup")
+
+
+def best_column(label: str, values: list[str]) -> int | None:
+    """Index of the best value of a metric row (None when the row has no direction or < 2 numbers)."""
+    if any(k in label for k in _LOWER_IS_BETTER):
+        pick = min
+    elif any(k in label for k in _HIGHER_IS_BETTER):
+        pick = max
+    else:
+        return None
+    numbers = {i: float(m.group(1)) for i, v in enumerate(values) if (m := _NUMBER.match(v))}
+    if len(numbers) < 2 or len(set(numbers.values())) < 2:
+        return None
+    best = pick(numbers.values())
+    return next(i for i, v in numbers.items() if v == best)
+
+
+async def latest_probed(runs: Runs, experiments: list[str]) -> tuple[list[str], list[str]]:
+    """The newest probed run of each experiment, and the experiments that have none."""
+    records = await runs.list()
+    chosen: list[str] = []
+    missing: list[str] = []
+    for name in experiments:
+        mine = sorted((r for r in records if r.experiment == name), key=lambda r: (r.started_at, r.id), reverse=True)
+        for rec in mine:
+            if await load_probe(runs, rec.id) is not None:
+                chosen.append(rec.id)
+                break
+        else:
+            missing.append(name)
+    return chosen, missing
+
+
+class CompareScreen(Screen[None]):
+    """Runs side by side."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("d", "toggle_diff", "Diff only", id="compare.diff-only"),
+        Binding("m", "export_markdown", "Markdown", id="compare.export"),
+    ]
+
+    def __init__(self, experiments: list[str] | None = None, run_ids: list[str] | None = None) -> None:
+        super().__init__()
+        self.experiments = experiments or []
+        self.run_ids = run_ids or []
+        self.comparison: Comparison | None = None
+        self.diff_only = False
+        self.exported: Path | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield DataTable(id="compare-table", zebra_stripes=True, cursor_type="row")
+        yield Static("comparing…", id="compare-verdict")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = "compare"
+        self.sub_title = " vs ".join(self.experiments or self.run_ids)
+        self._load()
+
+    @work(exclusive=True, group="compare", exit_on_error=False)
+    async def _load(self) -> None:
+        runs = self.app.runs()
+        try:
+            run_ids = list(self.run_ids)
+            if not run_ids:
+                run_ids, missing = await latest_probed(runs, self.experiments)
+                if missing:
+                    raise ServelabError(f"no probed run of {', '.join(missing)}: launch it, wait for ready, press P on its run screen")
+            self.comparison = await compare_runs(runs, run_ids)
+        except (ServelabError, HostUnreachable, OSError) as exc:
+            self.query_one("#compare-verdict", Static).update(Text(str(exc), style="bold red"))
+            return
+        self._fill()
+
+    def _fill(self) -> None:
+        comp = self.comparison
+        if comp is None:
+            return
+        table = self.query_one(DataTable)
+        table.clear(columns=True)
+        table.add_column("", key="label")
+        for i, run in enumerate(comp.runs):
+            table.add_column(run, key=f"run{i}")
+        for row in comp.rows:
+            if self.diff_only and row.kind == "identity" and not row.differs:
+                continue
+            best = best_column(row.label, row.values) if row.kind == "metric" else None
+            cells = []
+            for i, value in enumerate(row.values):
+                style = "bold reverse green" if i == best else ("yellow" if row.kind == "identity" and row.differs else "")
+                cells.append(Text(value, style=style))
+            table.add_row(Text(row.label, style="bold" if row.kind == "metric" else "dim"), *cells)
+        verdict = Text("VERDICT\n", style="bold")
+        for line in comp.verdict:
+            verdict.append(f"• {line}\n")
+        if self.exported is not None:
+            verdict.append(f"exported to {self.exported}", style="dim")
+        self.query_one("#compare-verdict", Static).update(verdict)
+
+    def action_toggle_diff(self) -> None:
+        self.diff_only = not self.diff_only
+        self._fill()
+        self.notify("showing rows that differ" if self.diff_only else "showing every row", timeout=2)
+
+    def action_export_markdown(self) -> None:
+        if self.comparison is None:
+            return
+        text = render(self.comparison, "markdown", diff_only=self.diff_only)
+        folder = Path(user_data_dir("servelab")) / "exports"
+        folder.mkdir(parents=True, exist_ok=True)
+        name = "compare-" + "-vs-".join(r.split("-20")[0] for r in self.comparison.runs)[:120] + ".md"
+        path = folder / name
+        path.write_text(text, encoding="utf-8")
+        self.exported = path
+        self.app.copy_to_clipboard(text)
+        self._fill()
+        self.notify(f"Markdown copied to the clipboard and saved to {path}", timeout=6)

@@ -1,0 +1,105 @@
+"""Preflight (and launch): each check appears as it ends; a launch starts only when all pass."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rich.table import Table
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from engines.catalog import Catalog
+from engines.errors import ServelabError
+from engines.hosts.base import HostUnreachable
+from engines.preflight import CHECK_NAMES, Check, run_preflight
+
+
+def checks_table(checks: list[Check], running: bool) -> Table:
+    table = Table(box=None, show_header=False, padding=(0, 1), expand=True)
+    table.add_column(width=1)
+    table.add_column(no_wrap=True)
+    table.add_column(ratio=1)
+    table.add_column(no_wrap=True, justify="right")
+    done = {c.name for c in checks}
+    for check in checks:
+        if check.skipped:
+            mark, style = "–", "dim"
+        else:
+            mark, style = ("✓", "bold green") if check.ok else ("✗", "bold red")
+        table.add_row(Text(mark, style=style), Text(check.name, style=style), Text(check.detail, style="" if check.ok else "red"), f"{check.seconds:.1f}s")
+    if running:
+        for name in CHECK_NAMES:
+            if name not in done:
+                table.add_row(Text("·", style="dim"), Text(name, style="dim"), Text("…", style="dim"), "")
+    return table
+
+
+class PreflightScreen(ModalScreen[str | None]):
+    """Dismisses with the new run id after a launch, else None."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q", "close", "Close", id="preflight.close"),
+    ]
+
+    def __init__(self, catalog: Catalog, experiment: str, *, launch: bool) -> None:
+        super().__init__()
+        self.catalog = catalog
+        self.experiment = experiment
+        self.launch = launch
+        self.checks: list[Check] = []
+        self.outcome: str = ""
+        self.run_id: str | None = None
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="preflight-box"):
+            verb = "Launch" if self.launch else "Preflight"
+            yield Static(Text(f"{verb}: {self.experiment}", style="bold"), id="preflight-title")
+            yield Static("", id="preflight-checks")
+            yield Static("", id="preflight-outcome")
+            yield Static(Text("Esc: close", style="dim"))
+
+    def on_mount(self) -> None:
+        self._show()
+        self._run()
+
+    def _show(self, running: bool = True) -> None:
+        self.query_one("#preflight-checks", Static).update(checks_table(self.checks, running))
+        self.query_one("#preflight-outcome", Static).update(Text(self.outcome, style="bold"))
+
+    def _progress(self, check: Check) -> None:
+        self.checks.append(check)
+        self._show()
+
+    @work(exclusive=True, group="preflight", exit_on_error=False)
+    async def _run(self) -> None:
+        try:
+            report = await run_preflight(self.catalog, self.experiment, progress=self._progress)
+        except (ServelabError, HostUnreachable, OSError) as exc:
+            self.outcome = f"✗ preflight could not run: {exc}"
+            self._show(running=False)
+            return
+        self.checks = list(report.checks)
+        self.outcome = ("✓ " if report.ok else "✗ ") + report.summary()
+        self._show(running=False)
+        if not report.ok or not self.launch:
+            return
+        self.outcome += "\nlaunching…"
+        self._show(running=False)
+        try:
+            record: Any = await self.app.runs().launch(self.experiment, skip_preflight=True)
+        except (ServelabError, HostUnreachable, OSError) as exc:
+            self.outcome = f"✗ launch refused: {exc}"
+            self._show(running=False)
+            self.notify(str(exc), title="launch refused", severity="error", timeout=10)
+            return
+        self.run_id = record.id
+        self.dismiss(record.id)
+
+    def action_close(self) -> None:
+        self.workers.cancel_group(self, "preflight")
+        self.dismiss(self.run_id)
