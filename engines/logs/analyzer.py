@@ -238,6 +238,8 @@ class LogAnalyzer:
         self._eager = True  # read every line until the first timestamp (the process stage's start)
         self._tb = TracebackTracker(grammar)
         self._open_tb = self._tb.open_processes  # the tracker's dict of open tracebacks (truthy: one is open)
+        self._hdr: tuple[tuple[str, str, str, str, str], str] | None = None  # the last line read, parsed
+        self._run_rx: dict[tuple[str, str], re.Pattern[str]] = {}
         self._stages = [Stage(n) for n in STAGES]
         self._furthest = -1
         self._last_ts: str | None = None
@@ -339,10 +341,79 @@ class LogAnalyzer:
             if "\r" in line:
                 for seg in line.split("\r"):
                     self._segment(seg)
+                self._end_physical()
+                pos = end + 1
             else:
+                self._hdr = None
                 self._segment(line, h < nh and hits[h] == pos)
-            self._end_physical()
-            pos = end + 1
+                self._end_physical()
+                pos = end + 1
+                if self._hdr is not None and self._open_tb and not self._eager:
+                    pos = self._frames_run(text, pos)
+
+    def _frames_run(self, text: str, pos: int) -> int:
+        """Consume, in one regex call, the frame lines that follow a traceback line of the only open
+        traceback; returns the new position. Exactly what reading them one by one would do (the
+        frames kept, the innermost frames, the last timestamp), only without a Python pass per line.
+        """
+        if len(self._open_tb) != 1 or self._furthest < 0 or self._stages[0].started_at is None or self._hdr is None:
+            return pos
+        (process, level, ts, msg, _tag), line = self._hdr
+        b = next(iter(self._open_tb.values()))
+        if b.state != 0 or b.last != self._number - 1 or level != b.level:
+            return pos
+        if level:
+            if not ts or b.process != process:
+                return pos
+            head = len(line) - len(msg)
+            at = line.find(ts)
+            key = (line[:at], line[at + 14 : head])
+        else:
+            if process or ts or b.process != (self._tb.raw_owner or ""):
+                return pos
+            head = 0
+            key = ("", "")
+        rx = self._run_rx.get(key)
+        if rx is None:
+            if len(self._run_rx) > 256:
+                self._run_rx.clear()
+            if level:
+                one = re.escape(key[0]) + r"(\d\d-\d\d \d\d:\d\d:\d\d)" + re.escape(key[1]) + r"[ \t][^\n\r]*\n"
+            else:
+                one = r"()[ \t][^\n\r]*\n"
+            rx = self._run_rx[key] = re.compile("(?:" + one + ")+")
+        m = rx.match(text, pos)
+        if m is None:
+            return pos
+        run = text[pos : m.end()]
+        if "Traceback (most recent" in run or "cluster]\n" in run:
+            return pos
+        lines = run.split("\n")
+        lines.pop()
+        frames = b.frames
+        pkg = self._tb.package_marker
+        expect = b.expect_code
+        for ln in lines:
+            st = ln[head:].strip()
+            if st.startswith('File "'):
+                b.where = st
+                if pkg in st:
+                    b.engine_where = st
+                expect = True
+            else:
+                expect = False
+        for ln in lines[-(frames.maxlen or 0) :]:
+            st = ln[head:].strip()
+            if st:
+                frames.append(st)
+        b.expect_code = expect
+        self._number += len(lines)
+        b.last = self._number - 1
+        if m.group(1):
+            self._last_ts = m.group(1)
+        if self._number // 8 != (self._number - len(lines)) // 8:
+            self._tb.expire(self._number - 1)
+        return m.end()
 
     def _segment(self, seg: str, known: bool = False) -> None:
         """One \\r-segment (or a whole line) of the current physical line.
@@ -381,7 +452,8 @@ class LogAnalyzer:
             self._start(0, None, None)  # output means the process is up: the "process" stage runs
         if text[:1] == "`":
             text = text.strip("`")  # a line pasted inside markdown backticks
-        process, level, ts, msg, tag = self._parse(text)
+        process, level, ts, msg, tag = hdr = self._parse(text)
+        self._hdr = (hdr, text)
         if ts:
             self._last_ts = ts
             if self._stages[0].started_at is None:

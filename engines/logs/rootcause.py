@@ -141,6 +141,15 @@ class TracebackTracker:
     def open_processes(self) -> dict[str, _Block]:
         return self._open
 
+    @property
+    def raw_owner(self) -> str | None:
+        """The process whose traceback continues in unprefixed lines (SGLang ranks)."""
+        return self._raw_owner
+
+    @property
+    def package_marker(self) -> str:
+        return self._pkg
+
     def feed(self, number: int, process: str, level: str, ts: str, msg: str, tag: str = "") -> bool:
         """Returns True when the line belonged to a traceback (callers may skip other checks)."""
         proc = process
