@@ -278,3 +278,23 @@ async def test_missing_root_and_missing_python_are_one_line(pkg: Path, host: Loc
     assert not rep.ok and rep.error == f"package root {tmp_path / 'nowhere'} is not a folder"
     rep = await check_patches(host, [whitelist(pkg)], str(pkg), python=str(tmp_path / "no-python"))
     assert not rep.ok and rep.error and "\n" not in rep.error and "cannot run" in rep.error
+
+
+def test_a_write_that_fails_halfway_puts_everything_back(tmp_path: Path) -> None:
+    """All or none at the file level: the second file cannot be written (its folder is a file)."""
+    root = tmp_path / "site"
+    (root / "pkgx").mkdir(parents=True)
+    first = root / "pkgx" / "a.py"
+    first.write_bytes(b"A = 1\n")
+    (root / "pkgx" / "blocker").write_bytes(b"not a folder\n")
+    plan = pt.Plan(str(root))
+    plan.original = {"pkgx/a.py": b"A = 1\n", "pkgx/blocker/b.py": None}
+    plan.final = {"pkgx/a.py": b"A = 2\n", "pkgx/blocker/b.py": b"B = 1\n"}
+    plan.order = ["pkgx/a.py", "pkgx/blocker/b.py"]
+    plan.patches = [{"name": "p.diff", "sha256": "0" * 64}]
+    state = tmp_path / "state"
+    with pytest.raises(OSError):
+        pt.do_apply(plan, str(state), None)
+    assert first.read_bytes() == b"A = 1\n"
+    assert not (state / pt.MANIFEST).exists()
+    assert sorted(p.name for p in (root / "pkgx").iterdir()) == ["a.py", "blocker"]  # no temp file left

@@ -515,13 +515,17 @@ def write_atomic(path: str, data: bytes, mode: int | None = None) -> None:
     folder = os.path.dirname(path)
     os.makedirs(folder, exist_ok=True)
     tmp = os.path.join(folder, f".{os.path.basename(path)}.servelab-{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    if mode is not None:
-        os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
 
 
 def set_files(contents: dict[str, bytes | None], modes: dict[str, int]) -> None:
@@ -569,8 +573,13 @@ def file_mode(path: str) -> int | None:
 
 
 def do_apply(plan: Plan, state: str, manifest: dict | None) -> dict:
-    """Back up, then write every changed file (all or none); returns the updated manifest."""
+    """Back up, record, then write every changed file (all or none); returns the updated manifest.
+
+    The manifest is written before the files, so even a kill halfway leaves every file either as
+    it was or as recorded, which ``revert`` can restore.
+    """
     changed = [rel for rel in plan.order if plan.final[rel] != plan.original[rel]]
+    previous = json.dumps(manifest).encode() if manifest else None
     manifest = manifest or {"root": plan.root, "patches": [], "files": {}}
     if not changed:
         return manifest
@@ -589,7 +598,6 @@ def do_apply(plan: Plan, state: str, manifest: dict | None) -> dict:
             backup = os.path.join("backups", stamp, *rel.split("/"))
             write_atomic(os.path.join(state, backup), original)
         manifest["files"][rel] = {"before": sha256(original), "backup": backup, "mode": mode}
-    set_files({plan.abspath(rel): plan.final[rel] for rel in changed}, modes)
     for rel in changed:
         manifest["files"][rel]["after"] = sha256(plan.final[rel])
     known = {p["sha256"] for p in manifest["patches"]}
@@ -597,7 +605,16 @@ def do_apply(plan: Plan, state: str, manifest: dict | None) -> dict:
         if p["sha256"] not in known:
             manifest["patches"].append({"name": p["name"], "sha256": p["sha256"]})
     manifest["applied_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    write_atomic(os.path.join(state, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True).encode())
+    path = os.path.join(state, MANIFEST)
+    write_atomic(path, json.dumps(manifest, indent=2, sort_keys=True).encode())
+    try:
+        set_files({plan.abspath(rel): plan.final[rel] for rel in changed}, modes)
+    except BaseException:
+        if previous is None:
+            os.unlink(path)
+        else:
+            write_atomic(path, previous)
+        raise
     return manifest
 
 
