@@ -125,8 +125,11 @@ class PreflightReport:
     def summary(self) -> str:
         if self.ok:
             return f"preflight of {self.experiment} on {self.host}: all {len(self.checks)} checks passed in {self.seconds:.1f} s"
-        bad = self.failed()
-        return f"preflight of {self.experiment} on {self.host}: {len(bad)} of {len(self.checks)} checks failed in {self.seconds:.1f} s (first: {bad[0].name}: {bad[0].detail})"
+        bad = [c for c in self.failed() if not c.skipped]
+        skipped = sum(c.skipped for c in self.checks)
+        counts = f"{len(bad)} of {len(self.checks)} checks failed" + (f", {skipped} skipped" if skipped else "")
+        first = bad[0] if bad else self.failed()[0]
+        return f"preflight of {self.experiment} on {self.host}: {counts} in {self.seconds:.1f} s (first: {first.name}: {first.detail})"
 
 
 async def read_hostinfo(host: Host, python: str, package: str, timeout: float = 120.0) -> HostInfo:
