@@ -72,8 +72,7 @@ class ProbeResult:
 
 
 def _json_default(value: Any) -> Any:
-    if isinstance(value, float):
-        return None
+    """Anything JSON cannot encode natively (paths, enums) is written as text."""
     return str(value)
 
 
