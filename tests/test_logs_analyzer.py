@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 from pathlib import Path
 
@@ -221,3 +222,32 @@ def test_vllm_runtime_wrapper_yields_to_the_worker_traceback() -> None:
     b = analyze_bytes(only_wrapper, "vllm")
     assert b.root_cause is not None and b.root_cause.harvested
     assert b.root_cause.message == "CUDA out of memory. Tried to allocate 2.00 MiB." and b.root_cause.process == "EngineCore"
+
+
+def _bytes_path(data: bytes, eng: str) -> dict[str, object]:
+    return _run(data, eng, [len(data) // 3, len(data) // 2])
+
+
+def _lines_path(data: bytes, eng: str) -> dict[str, object]:
+    sp = LineSplitter()
+    an = LogAnalyzer(get_adapter(eng).grammar)
+    an.feed_lines(sp.feed(data))
+    an.feed_lines(sp.flush())
+    an.finish()
+    return dataclasses.asdict(an.snapshot())
+
+
+@pytest.mark.parametrize("seed", range(int(os.environ.get("LOGS_FUZZ_SEEDS", "25"))))  # more: LOGS_FUZZ_SEEDS=300
+def test_shuffled_real_lines_read_the_same_in_bulk_and_line_by_line(seed: int) -> None:
+    """Logs made of real lines from every log, in random runs and interleavings: the bulk path
+    (prefilter, frame runs, stale tracebacks) must agree with reading every line one by one."""
+    rnd = random.Random(seed)
+    pools = [p.read_bytes().split(b"\n") for p in ALL_LOGS]
+    out: list[bytes] = []
+    while len(out) < 400:
+        pool = rnd.choice(pools)
+        start = rnd.randrange(len(pool))
+        out.extend(pool[start : start + rnd.randint(1, 40)])
+    data = b"\n".join(out) + (b"\n" if seed % 2 else b"")
+    for eng in ("vllm", "sglang"):
+        assert _bytes_path(data, eng) == _lines_path(data, eng)
