@@ -1,0 +1,36 @@
+"""Load-stage timing from the analyzer's log timestamps, and the identity block."""
+
+from __future__ import annotations
+
+from engines.catalog import load_catalog
+from engines.probe.artifacts import identity, stage_seconds
+from engines.runs import RunRecord
+from tests.conftest import EXPERIMENTS
+
+
+def test_stage_seconds_from_log_timestamps() -> None:
+    analysis = {
+        "stages": [
+            {"name": "weights", "started_at": "11-29 11:08:09", "ended_at": "11-29 11:33:10"},
+            {"name": "compile", "started_at": "2026-11-29 11:33:10.123", "ended_at": "2026-11-29 11:33:40,500"},
+            {"name": "kv_cache", "started_at": "11-29 11:33:40", "ended_at": None},  # still running
+            {"name": "warmup", "started_at": "garbage", "ended_at": "11-29 11:34:00"},
+        ]
+    }
+    assert stage_seconds(analysis) == {"weights": 1501.0, "compile": 30.0}
+    assert stage_seconds({}) == {}
+
+
+def test_identity_names_what_must_match() -> None:
+    exp = load_catalog(EXPERIMENTS).get("kimi-k25-vllm-eagle3").experiment
+    rec = RunRecord(
+        id="kimi-k25-vllm-eagle3-20261129-110000-abcd", experiment=exp.name, engine="vllm", host="blackwell",
+        argv=[], env={}, port=8000, model=exp.model, run_dir="/d", log_path="/d/engine.log",
+        patch_hashes={"patches/a.diff": "0" * 64}, identity="abc123",
+    )
+    ident = identity(exp, rec, ["NVIDIA RTX PRO 6000 Blackwell"] * 8)
+    assert ident["engine"] == "vllm" and ident["spec_method"] == "eagle3"
+    assert ident["drafter"] == exp.speculative.draft_model and ident["num_speculative_tokens"] == exp.speculative.num_tokens
+    assert ident["tensor_parallel"] == exp.parallel.tensor
+    assert ident["patch_hashes"] == {"patches/a.diff": "0" * 64}
+    assert ident["gpus"] == ["NVIDIA RTX PRO 6000 Blackwell"] * 8 and ident["host"] == "blackwell"
