@@ -70,7 +70,10 @@ class RunsScreen(Screen[None]):
         except (ServelabError, HostUnreachable, OSError) as exc:
             self.query_one("#runs-hosts", Static).update(Text(str(exc), style="red"))
             return
-        self.records = list(reversed(records))
+        unique: dict[tuple[str, str], RunRecord] = {}
+        for rec in records:  # two host names may share one folder: show each run once
+            unique.setdefault((rec.run_dir, rec.id), rec)
+        self.records = list(reversed(unique.values()))
         self.unreachable = dict(runs.unreachable)
         self._fill()
 

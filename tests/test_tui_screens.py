@@ -1,0 +1,135 @@
+"""Compare, runs and preflight screens, on real run folders (replayed logs) of this machine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from engines.catalog import load_catalog
+from engines.runs import Runs
+from tests.conftest import SHARED_LOGS
+from tests.fixtures.tui import TuiFolder
+from tests.test_tui_app import screen_text
+from tests.test_tui_run_screen import wait_for
+from tui.app import ServelabApp
+from tui.screens.compare import CompareScreen, best_column
+from tui.screens.confirm import ConfirmScreen
+from tui.screens.preflight import PreflightScreen
+from tui.screens.run import RunScreen
+from tui.screens.runs import RunsScreen
+
+NGRAM_SERVE = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
+
+
+def probe_summary(run_id: str, experiment: str, baseline: str | None, tok_s: float, spec: bool) -> dict[str, Any]:
+    """Input for the compare screen: a probe.json shaped as engines.probe writes it."""
+    summary: dict[str, Any] = {
+        "format": "servelab-probe/1", "run": run_id, "experiment": experiment, "baseline_experiment": baseline,
+        "model_id": "tiny-llama", "max_tokens": 64, "max_concurrency": 1, "repeats": 3,
+        "prompt_set": "builtin:mixed", "prompt_set_hash": "4486f997fe6a2aba",
+        "output_throughput": tok_s, "median_tpot_ms": 1000.0 / tok_s, "median_ttft_ms": 200.0,
+        "stats": {"output_throughput": {"median": tok_s, "mad": tok_s * 0.01, "n": 3, "unstable": False}},
+        "unstable": [],
+        "identity": {"experiment": experiment, "engine": "vllm", "model": "/models/tiny-llama", "spec_method": "ngram" if spec else "none",
+                     "prompt_set_hash": "4486f997fe6a2aba", "host": "local"},
+    }
+    if spec:
+        summary.update({"spec_decode_acceptance_rate": 66.8, "spec_decode_acceptance_length": 3.42,
+                        "spec_decode_per_position_acceptance_rates": [0.84, 0.66, 0.52, 0.39]})
+    return summary
+
+
+async def probed_pair(folder: TuiFolder) -> tuple[str, str]:
+    base = folder.replay("tiny-cpu-vllm-baseline", NGRAM_SERVE)
+    spec = folder.replay("tiny-cpu-vllm-ngram", NGRAM_SERVE)
+    runs = Runs(load_catalog(folder.folder))
+    await runs.write_artifact(base, "probe.json", json.dumps(probe_summary(base, "tiny-cpu-vllm-baseline", None, 40.0, False)).encode())
+    await runs.write_artifact(spec, "probe.json", json.dumps(probe_summary(spec, "tiny-cpu-vllm-ngram", "tiny-cpu-vllm-baseline", 80.0, True)).encode())
+    return base, spec
+
+
+def test_best_column_knows_the_direction_of_each_metric() -> None:
+    assert best_column("output tok/s", ["40.0 ±0.4", "80.0 ±0.8"]) == 1
+    assert best_column("TPOT p50 (ms)", ["25.00", "12.50"]) == 1
+    assert best_column("TTFT p50 (ms)", ["100.0", "300.0"]) == 0
+    assert best_column("engine", ["vllm", "sglang"]) is None
+    assert best_column("output tok/s", ["-", "80.0"]) is None  # one number: nothing to pick
+
+
+async def test_compare_highlights_best_toggles_diff_and_exports_markdown(tui_folder: TuiFolder, tmp_path: Path) -> None:
+    base, spec = await probed_pair(tui_folder)
+    app = ServelabApp(tui_folder.folder)
+    app.watch_runs = False
+    async with app.run_test(size=(140, 45)) as pilot:
+        await pilot.pause()
+        await app.push_screen(CompareScreen(["tiny-cpu-vllm-baseline", "tiny-cpu-vllm-ngram"]))
+        screen = app.screen
+        assert isinstance(screen, CompareScreen)
+        await wait_for(pilot, lambda: screen.comparison is not None)
+        await pilot.pause()
+        text = screen_text(app)
+        assert "VERDICT" in text and "speculation HELPS" in text
+        assert "2.00x" in text  # 80 / 40 tok/s, from the compare engine
+        rows_all = screen.query_one("#compare-table").row_count
+        await pilot.press("d")
+        await pilot.pause()
+        assert screen.query_one("#compare-table").row_count < rows_all
+        await pilot.press("m")
+        await pilot.pause()
+        assert screen.exported is not None and screen.exported.exists()
+        markdown = screen.exported.read_text()
+        assert markdown.startswith("| |") and "**Verdict**" in markdown and spec in markdown
+
+
+async def test_compare_without_probe_says_what_to_do(tui_folder: TuiFolder) -> None:
+    tui_folder.replay("tiny-cpu-vllm-baseline", NGRAM_SERVE)
+    app = ServelabApp(tui_folder.folder)
+    app.watch_runs = False
+    async with app.run_test(size=(100, 30)) as pilot:
+        await app.push_screen(CompareScreen(["tiny-cpu-vllm-baseline", "tiny-cpu-vllm-ngram"]))
+        await wait_for(pilot, lambda: "no probed run" in screen_text(app))
+
+
+async def test_runs_screen_lists_opens_and_stops_a_run(tui_folder: TuiFolder) -> None:
+    ended = tui_folder.replay("tiny-cpu-vllm-baseline", NGRAM_SERVE)
+    live = tui_folder.replay("tiny-cpu-vllm-ngram", NGRAM_SERVE, hold_s=120)
+    app = ServelabApp(tui_folder.folder)
+    app.watch_runs = False
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.pause()
+        await pilot.press("R")
+        screen = app.screen
+        assert isinstance(screen, RunsScreen)
+        await wait_for(pilot, lambda: len(screen.records) == 2 and any(r.status == "running" for r in screen.records))
+        text = screen_text(app)
+        assert ended in text and live in text
+        assert screen.current() is not None and screen.current().id == live  # newest first
+        await pilot.press("s")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: any(r.id == live and r.status == "stopped" for r in screen.records), timeout=60)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, RunScreen) and app.screen.run_id == live
+
+
+async def test_preflight_shows_each_check_and_refuses_a_broken_engine_python(tui_folder: TuiFolder) -> None:
+    """The local host's python does not have vLLM: preflight says so per check, and launch does not start."""
+    app = ServelabApp(tui_folder.folder)
+    app.watch_runs = False
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause(0.5)
+        catalog = load_catalog(tui_folder.folder)
+        results: list[str | None] = []
+        await app.push_screen(PreflightScreen(catalog, "tiny-cpu-vllm-ngram", launch=True), results.append)
+        screen = app.screen
+        assert isinstance(screen, PreflightScreen)
+        await wait_for(pilot, lambda: screen.outcome.startswith("✗"), timeout=120)
+        text = screen_text(app)
+        assert "host reachable" in text and "✓" in text and "✗" in text
+        await pilot.press("escape")
+        await pilot.pause()
+        assert results == [None]
+        assert not list((tui_folder.workdir / "runs").glob("tiny-cpu-vllm-ngram-*")) if (tui_folder.workdir / "runs").exists() else True
