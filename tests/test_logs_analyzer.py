@@ -251,3 +251,22 @@ def test_shuffled_real_lines_read_the_same_in_bulk_and_line_by_line(seed: int) -
     data = b"\n".join(out) + (b"\n" if seed % 2 else b"")
     for eng in ("vllm", "sglang"):
         assert _bytes_path(data, eng) == _lines_path(data, eng)
+
+
+def test_a_log_without_newlines_keeps_memory_bounded_and_chunking_free() -> None:
+    """Megabytes with no newline (a binary dump, a runaway line): cut every MAX_LINE bytes, identically."""
+    from engines.logs.analyzer import MAX_LINE
+
+    head = GOOD.read_bytes()[:4000]
+    data = head + b"x\r" * (MAX_LINE + 12345) + b"\nINFO:     Application startup complete.\n" + b"y" * (MAX_LINE * 2 + 7)
+    whole = _run(data, "vllm", [])
+    rnd = random.Random(7)
+    cuts = sorted(rnd.randrange(len(data)) for _ in range(300))
+    assert _run(data, "vllm", cuts) == whole
+    an = LogAnalyzer(get_adapter("vllm").grammar)
+    for i in range(0, len(data), 65536):
+        an.feed(data[i : i + 65536])
+        assert len(an._tail) <= MAX_LINE
+    an.finish()
+    assert dataclasses.asdict(an.snapshot()) == whole
+    assert whole["state"] == "ready"

@@ -50,6 +50,19 @@ EAGER_LINES = 2000
 _ANSI_TEXT = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 
 
+#: A physical line longer than this is read as several lines of this size (memory stays bounded
+#: on a log with no newline at all). The cut points depend on the bytes only, not on the chunking.
+MAX_LINE = 1 << 20
+
+
+def _cut_long_lines(buf: bytes) -> bytes:
+    parts = buf.split(b"\n")
+    for i, p in enumerate(parts):
+        if len(p) > MAX_LINE:
+            parts[i] = b"\n".join(p[j : j + MAX_LINE] for j in range(0, len(p), MAX_LINE))
+    return b"\n".join(parts)
+
+
 def _decode(b: bytes) -> str:
     return b.decode("utf-8", "replace")
 #: Notable warning lines kept for hints when no exception explains a problem.
@@ -265,6 +278,8 @@ class LogAnalyzer:
         if not data or self._finished:
             return
         buf = self._tail + data if self._tail else data
+        if len(buf) > MAX_LINE and max(map(len, buf.split(b"\n"))) > MAX_LINE:
+            buf = _cut_long_lines(buf)
         cut = buf.rfind(b"\n")
         if cut >= 0:
             self._text(_decode(buf[self._tail_seen : cut + 1]))
