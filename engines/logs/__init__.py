@@ -1,5 +1,14 @@
 """Incremental engine-log analysis: lines, stages, state, root cause, hints, noise, spec-decode figures.
 
-``lines`` splits raw bytes into lines; ``analyzer`` builds an :class:`~engines.logs.analyzer.Analysis`
-from them using the grammar that each engine adapter carries (``ADAPTER.grammar``).
+Modules:
+- ``lines``: :class:`~engines.logs.lines.LineSplitter` (bytes -> numbered, ANSI-free lines and ``\\r``
+  updates) and :func:`~engines.logs.lines.classify` (a line's kind, noise kinds a viewer can fold).
+- ``grammar``: the shape of an engine's log grammar; the data lives in each adapter
+  (``ADAPTER.grammar`` in ``engines/vllm.py``, ``engines/sglang.py``).
+- ``analyzer``: :class:`~engines.logs.analyzer.LogAnalyzer` (``feed``/``finish``/``mark_exited``/
+  ``snapshot``), :class:`~engines.logs.analyzer.Analysis` (``to_json()`` is ``servelab analyze --json``),
+  ``analyze_bytes``, ``analyze_file``, ``guess_engine``.
+- ``prefilter``: which lines reach Python at all (C-speed scans over each chunk).
+- ``rootcause``: per-process traceback segmentation, chains, wrappers, the pick.
+- ``hints``: the table of known failures and their one-line next steps.
 """
