@@ -87,6 +87,7 @@ class LogView(ScrollView, can_focus=True):
         self.index = index
         self.cursor_line: int | None = None
         self._auto_scrolling = False
+        self._end_pending = False
         self._wrap_cache: tuple[tuple[object, ...], list[Strip]] | None = None
 
     # -- data ------------------------------------------------------------------------------------
@@ -102,11 +103,23 @@ class LogView(ScrollView, can_focus=True):
 
     def _scroll_to_end(self) -> None:
         self._auto_scrolling = True
-        target = max(self.index.row_count - self.scrollable_content_region.height, 0)
         if self.wrap:
             target = max(self.index.row_count - 1, 0)
+        else:
+            target = max(self.max_scroll_y, self.index.row_count - self.scrollable_content_region.height, 0)
         self.scroll_to(y=target, animate=False, immediate=True, force=True)
         self._auto_scrolling = False
+        if not self._end_pending:
+            self._end_pending = True
+            self.call_after_refresh(self._settle_end)
+
+    def _settle_end(self) -> None:
+        """After layout (a scrollbar may have appeared): land exactly on the last row."""
+        self._end_pending = False
+        if self.follow and not self.wrap and self.scroll_offset.y != self.max_scroll_y:
+            self._auto_scrolling = True
+            self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True, force=True)
+            self._auto_scrolling = False
 
     def on_resize(self) -> None:
         self._wrap_cache = None

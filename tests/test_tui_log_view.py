@@ -1,0 +1,118 @@
+"""LogView / LogPanel keys on a real shared log: search, n/N, filter, follow and pause, wrap, fold."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.app import App, ComposeResult
+
+from tests.conftest import SHARED_LOGS
+from tui.widgets.line_index import LineIndex
+from tui.widgets.log_view import LogPanel, LogView, compile_search
+
+NGRAM_LOG = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
+
+
+class LogApp(App[None]):
+    def __init__(self, index: LineIndex) -> None:
+        super().__init__()
+        self.index = index
+
+    def compose(self) -> ComposeResult:
+        yield LogPanel(self.index)
+
+    def on_mount(self) -> None:
+        self.query_one(LogView).focus()
+
+
+def visible(app: LogApp) -> str:
+    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+
+
+def status(app: LogApp) -> str:
+    return str(app.query_one("#log-status").content)
+
+
+async def test_follow_pause_marker_and_resume(tmp_path: Path) -> None:
+    index = LineIndex(tmp_path / "spool.log")
+    app = LogApp(index)
+    async with app.run_test(size=(100, 20)) as pilot:
+        panel = app.query_one(LogPanel)
+        panel.lines_added(index.append(NGRAM_LOG.read_bytes()))
+        await pilot.pause()
+        view = panel.view
+        assert view.follow and view.scroll_offset.y == view.max_scroll_y > 0
+        await pilot.press("k")  # any move up pauses
+        await pilot.pause()
+        assert not view.follow
+        panel.lines_added(index.append(b"INFO one\nINFO two\nINFO three\n"))
+        await pilot.pause()
+        assert "+3 new lines" in status(app)
+        assert "INFO three" not in visible(app)
+        await pilot.press("f")
+        await pilot.pause()
+        assert view.follow and "new lines" not in status(app)
+        assert "INFO three" in visible(app)
+
+
+async def test_search_highlights_jumps_and_filter_hides(tmp_path: Path) -> None:
+    index = LineIndex(tmp_path / "spool.log")
+    app = LogApp(index)
+    async with app.run_test(size=(100, 20)) as pilot:
+        panel = app.query_one(LogPanel)
+        panel.lines_added(index.append(NGRAM_LOG.read_bytes()))
+        await pilot.pause()
+        await pilot.press("slash", *"speculative", "enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        view = panel.view
+        matches = list(index.matches)
+        assert len(matches) >= 2 and panel.match_count == len(matches)
+        first = view.cursor_line
+        assert first in matches
+        await pilot.press("n")
+        await pilot.pause()
+        assert view.cursor_line == matches[(matches.index(first) + 1) % len(matches)]
+        await pilot.press("N")
+        await pilot.pause()
+        assert view.cursor_line == first
+        assert "speculative" in visible(app).lower()
+        await pilot.press("F")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert index.row_count == len(matches)
+        assert all("speculative" in index.text(index.line_at_row(r)).lower() for r in range(index.row_count))
+        assert "Resolved architecture" not in visible(app)
+        await pilot.press("F")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert index.row_count > len(matches)
+
+
+async def test_wrap_and_fold_and_first_error(tmp_path: Path) -> None:
+    index = LineIndex(tmp_path / "spool.log")
+    app = LogApp(index)
+    async with app.run_test(size=(60, 20)) as pilot:
+        panel = app.query_one(LogPanel)
+        long_line = "INFO " + "x" * 150 + " END"
+        panel.lines_added(index.append(f"{long_line}\nERROR boom happened\n".encode() + NGRAM_LOG.read_bytes()))
+        await pilot.pause()
+        rows_folded = index.row_count
+        await pilot.press("z")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert index.row_count > rows_folded and "noise shown" in status(app)
+        await pilot.press("e")
+        await pilot.pause()
+        assert panel.view.cursor_line == 1
+        assert "ERROR boom happened" in visible(app)
+        await pilot.press("g", "w")
+        await pilot.pause()
+        assert panel.view.wrap
+        assert "END" in visible(app)  # the 160-char line wraps into the 60-column view
+
+
+def test_compile_search_accepts_text_that_is_not_a_regex() -> None:
+    pattern = compile_search("shards: [")
+    assert pattern is not None and pattern.search("Loading shards: [00:01]")
+    assert compile_search("") is None
