@@ -240,7 +240,7 @@ class LogAnalyzer:
             else:
                 self._index.setdefault(r.needle[:_KEY], []).append(r)
         self._pre = Prefilter(
-            [r.needle for r in rules if not r.anywhere] + [r.needle[2:] for r in rules if r.needle.startswith("^M")],
+            [r.needle for r in rules if not r.anywhere],
             [r.needle for r in rules if r.anywhere] + [TB_START, 'File "'],
         )
         self._tail = b""  # the unfinished physical line
