@@ -15,10 +15,10 @@ from __future__ import annotations
 import math
 import re
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from engines.adapter import all_adapters, get_adapter
 from engines.logs.grammar import STAGES, LogGrammar, is_primary_process
@@ -174,6 +174,39 @@ class Analysis:
         }
 
 
+_P = TypeVar("_P")
+_Raw = tuple[str | None, int, "re.Match[str]"]
+
+
+class _Series(Generic[_P]):
+    """A bounded time series kept as raw regex matches and converted only when asked for.
+
+    Periodic figures lines can be a large share of a serving log: storing the match is cheap,
+    and ``snapshot()`` converts only the points added since the previous call.
+    """
+
+    def __init__(self, convert: Callable[[_Raw], _P]) -> None:
+        self._convert = convert
+        self._raw: deque[_Raw] = deque(maxlen=SERIES_POINTS)
+        self._points: deque[_P] = deque(maxlen=SERIES_POINTS)
+        self._added = 0
+        self._converted = 0
+        self.last: _Raw | None = None
+
+    def add(self, raw: _Raw) -> None:
+        self._raw.append(raw)
+        self._added += 1
+        self.last = raw
+
+    def points(self) -> list[_P]:
+        new = min(self._added - self._converted, SERIES_POINTS)
+        if new:
+            for raw in list(self._raw)[-new:]:
+                self._points.append(self._convert(raw))
+            self._converted = self._added
+        return list(self._points)
+
+
 # -- compiled grammar -------------------------------------------------------------------------------
 
 _STAGE, _BAR, _READY, _SHUTDOWN, _FATAL, _METRIC, _SETTING, _WARN = range(8)
@@ -261,9 +294,8 @@ class LogAnalyzer:
         self._shutdown_line: int | None = None  # first line of an orderly stop
         self._exit_code: int | None = None
         self._exited = False
-        self._spec: SpecFigures | None = None
-        self._spec_series: deque[SpecPoint] = deque(maxlen=SERIES_POINTS)
-        self._tp_series: deque[ThroughputPoint] = deque(maxlen=SERIES_POINTS)
+        self._spec_series: _Series[SpecPoint] = _Series(self._spec_point)
+        self._tp_series: _Series[ThroughputPoint] = _Series(self._tp_point)
         self._settings: dict[str, float] = {}
         self._notable: deque[str] = deque(maxlen=NOTABLE_LINES)
         self._finished = False
@@ -547,11 +579,7 @@ class LogAnalyzer:
             if m is None:
                 return
             self._serving(number)
-            if r.extra == "spec":
-                self._spec_line(m, number, ts)
-            else:
-                gd = m.groupdict()
-                self._tp_series.append(ThroughputPoint(ts, number, _num(gd.get("gen")), _num(gd.get("prompt"))))
+            (self._spec_series if r.extra == "spec" else self._tp_series).add((ts, number, m))
         elif kind == _WARN:
             self._notable.append(msg)
         elif kind == _SETTING:
@@ -630,7 +658,7 @@ class LogAnalyzer:
         if self._ready_line is None:
             self._ready_line = number
 
-    def _spec_line(self, m: re.Match[str], number: int, ts: str | None) -> None:
+    def _spec_figures(self, m: re.Match[str]) -> SpecFigures:
         gd = m.groupdict()
         mal = _num(gd.get("mal"))
         rate: float | None = None
@@ -644,8 +672,17 @@ class LogAnalyzer:
             elif gd.get("rate") is not None:
                 rate = _num(gd["rate"])
         pos = [float(x) for x in gd["pos"].replace(" ", "").split(",") if x] if gd.get("pos") else []
-        self._spec = SpecFigures(rate, mal, pos)
-        self._spec_series.append(SpecPoint(ts, number, rate, mal))
+        return SpecFigures(rate, mal, pos)
+
+    def _spec_point(self, raw: tuple[str | None, int, re.Match[str]]) -> SpecPoint:
+        ts, number, m = raw
+        f = self._spec_figures(m)
+        return SpecPoint(ts, number, f.acceptance_rate, f.mean_acceptance_length)
+
+    @staticmethod
+    def _tp_point(raw: tuple[str | None, int, re.Match[str]]) -> ThroughputPoint:
+        ts, number, m = raw
+        return ThroughputPoint(ts, number, _num(m.group("gen")), _num(m.groupdict().get("prompt")))
 
     # -- answers --------------------------------------------------------------------------------
     def snapshot(self) -> Analysis:
@@ -695,9 +732,9 @@ class LogAnalyzer:
             stages=stages,
             root_cause=cause,
             hint=hint,
-            spec_decode=SpecFigures(self._spec.acceptance_rate, self._spec.mean_acceptance_length, list(self._spec.per_position)) if self._spec else None,
-            spec_series=list(self._spec_series),
-            throughput_series=list(self._tp_series),
+            spec_decode=self._spec_figures(self._spec_series.last[2]) if self._spec_series.last else None,
+            spec_series=self._spec_series.points(),
+            throughput_series=self._tp_series.points(),
             lines=self._number - 1,
             exit_code=self._exit_code,
         )
