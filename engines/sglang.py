@@ -75,8 +75,11 @@ GRAMMAR = LogGrammar(
         StageRule("Capture draft cuda graph begin", ("cuda_graphs",), "start", None, "draft graphs"),
         StageRule("Capture draft cuda graph end", ("cuda_graphs",), "end", r"elapsed: (?P<s>[\d.]+) s", "draft captured in {s} s"),
         StageRule("Capture draft extend cuda graph", ("cuda_graphs",), "start", None, "draft extend graphs"),
-        StageRule("Capture target ", ("cuda_graphs",), "start"),
-        StageRule("Capture draft ", ("cuda_graphs",), "start"),
+        # 2026 wording (after SGLang PR 28937): "Capture target decode CUDA graph end. elapsed=22.18 s, ..."
+        StageRule("Capture target ", ("cuda_graphs",), "start", r"(?i)cuda graph begin"),
+        StageRule("Capture target ", ("cuda_graphs",), "end", r"(?i)cuda graph end\. elapsed=(?P<s>[\d.]+) s", "captured in {s} s"),
+        StageRule("Capture draft ", ("cuda_graphs",), "start", r"(?i)cuda graph begin"),
+        StageRule("Capture draft ", ("cuda_graphs",), "end", r"(?i)cuda graph end\. elapsed=(?P<s>[\d.]+) s", "draft captured in {s} s"),
         StageRule("max_total_num_tokens=", ("cuda_graphs",), "end"),
         StageRule("INFO:     Started server process", ("warmup",), "start"),
         StageRule("INFO:     Uvicorn running on", ("warmup",), "start", r"running on (?P<u>\S+)", "{u}"),

@@ -104,3 +104,14 @@ def test_capture_bar_progress_is_live_before_its_line_ends() -> None:
     p = an.snapshot().stage("cuda_graphs").progress
     assert p is not None and (p.done, p.total) == (24, 51) and p.rate == pytest.approx(33.10)
     assert p.eta_s == pytest.approx(27 / 33.10)
+
+
+def test_sglang_2026_capture_wording() -> None:
+    """Lines as quoted in engine-grammar.md section 1.2 (after SGLang PR 28937)."""
+    log = (
+        b"[2026-07-01 10:00:00 TP0] Capture target decode CUDA graph begin. avail mem=16.09 GB\n"
+        b"[2026-07-01 10:00:22 TP0] Capture target decode CUDA graph end. elapsed=22.18 s, mem usage=1.91 GB, avail mem=14.18 GB.\n"
+    )
+    a = analyze_bytes(log, "sglang")
+    g = a.stage("cuda_graphs")
+    assert (g.status, g.started_at, g.ended_at, g.detail) == ("done", "2026-07-01 10:00:00", "2026-07-01 10:00:22", "captured in 22.18 s")

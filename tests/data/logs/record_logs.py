@@ -100,6 +100,10 @@ CASES: dict[str, Callable[[], None]] = {
     "missing-model": lambda: _run("missing-model", "a model path that does not exist", [*BASE, "--model", "/nonexistent/models/tiny-llama", "--gpu-memory-utilization", "0.2"]),
     "memory-too-high": lambda: _run(
         "memory-too-high", "a KV-cache space larger than the machine's memory", [*BASE, "--model", str(MODEL), "--gpu-memory-utilization", "0.2"], env={"VLLM_CPU_KVCACHE_SPACE": "200"}),
+    "kv-cache-too-small": lambda: _run(
+        "kv-cache-too-small", "a KV cache (--kv-cache-memory-bytes 200000) too small for one request of max-model-len 2048",
+        ["-m", "vllm.entrypoints.openai.api_server", "--dtype", "float32", "--max-model-len", "2048", "--port", str(PORT),
+         "--model", str(MODEL), "--kv-cache-memory-bytes", "200000"]),
     "spec-key-unknown": lambda: _run(
         "spec-key-unknown", "an unknown key in --speculative-config",
         [*BASE, "--model", str(MODEL), "--gpu-memory-utilization", "0.2", "--speculative-config", '{"method":"ngram","num_speculative_tokens":4,"lookahead_depth":3}']),
