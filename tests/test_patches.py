@@ -298,3 +298,20 @@ def test_a_write_that_fails_halfway_puts_everything_back(tmp_path: Path) -> None
     assert first.read_bytes() == b"A = 1\n"
     assert not (state / pt.MANIFEST).exists()
     assert sorted(p.name for p in (root / "pkgx").iterdir()) == ["a.py", "blocker"]  # no temp file left
+
+
+def test_the_bundled_patches_are_well_formed_and_touch_what_they_say() -> None:
+    from tests.conftest import EXPERIMENTS
+
+    touched = {}
+    for path in sorted((EXPERIMENTS / "patches").glob("*.diff")):
+        data = path.read_bytes()
+        assert b"Base: vLLM main at f5897613fb27" in data  # the tree these line numbers refer to
+        touched[path.name] = [fp.path for fp in pt.parse_patch(data)]
+    assert touched == {
+        "vllm-eagle3-kimi-image-token.diff": ["vllm/v1/spec_decode/eagle.py"],
+        "vllm-eagle3-whitelist-kimi.diff": ["vllm/config/speculative.py"],
+        "vllm-supports-eagle3-deepseek-kimi.diff": ["vllm/model_executor/models/deepseek_v2.py", "vllm/model_executor/models/kimi_k25.py"],
+    }
+    whitelist = pt.parse_patch((EXPERIMENTS / "patches" / "vllm-eagle3-whitelist-kimi.diff").read_bytes())[0]
+    assert [ln.strip() for h in whitelist.hunks for ln in h.new if ln not in h.old] == [b'"kimi_k2",', b'"deepseek_v3",']
