@@ -91,7 +91,14 @@ def test_tiny_baseline_vs_ngram(tmp_path: Path) -> None:
                 assert {"weights", "ready"} <= set(stages), stages
             # One at a time: two probes at once would share the two cores and skew the speedup.
             await probe_run(runs, base_id)
-            await probe_run(runs, ngram_id)
+            # The n-gram run through the command line, as an operator would.
+            cli = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "tui.cli", "--dir", str(folder), "probe", ngram_id,
+                cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )
+            out, err = await asyncio.wait_for(cli.communicate(), 600)
+            assert cli.returncode == 0, err.decode()
+            assert "acceptance length" in out.decode() and "per-position" in out.decode(), out.decode()
             base, ngram = await load_probe(runs, base_id), await load_probe(runs, ngram_id)
             assert base is not None and ngram is not None
             requests = await runs.read_artifact(ngram_id, REQUESTS_JSONL)
