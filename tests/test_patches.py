@@ -315,3 +315,36 @@ def test_the_bundled_patches_are_well_formed_and_touch_what_they_say() -> None:
     }
     whitelist = pt.parse_patch((EXPERIMENTS / "patches" / "vllm-eagle3-whitelist-kimi.diff").read_bytes())[0]
     assert [ln.strip() for h in whitelist.hunks for ln in h.new if ln not in h.old] == [b'"kimi_k2",', b'"deepseek_v3",']
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=400) | st.text(alphabet="-+@ \n,0123456789abc/\\", max_size=300).map(str.encode))
+def test_any_input_parses_or_fails_with_a_patch_error(data: bytes) -> None:
+    """Bad patch files give one clean line, never another exception."""
+    try:
+        files = pt.parse_patch(b"--- a/p/f.py\n+++ b/p/f.py\n" + data)
+    except pt.PatchError as exc:
+        assert "\n" not in str(exc)
+        return
+    for fp in files:
+        try:
+            pt.apply_hunks(b"a\nb\nc\n", fp)
+        except pt.PatchError as exc:
+            assert "\n" not in str(exc)
+
+
+async def test_two_patches_on_the_same_file_stack_and_revert_together(pkg: Path, host: LocalHost) -> None:
+    before = snapshot(pkg)
+    cfg = pkg / "pkgx/config.py"
+    first = whitelist(pkg)
+    step1 = cfg.read_bytes().replace(b"    'qwen',\n", b"    'qwen',\n    'kimi_k2',\n")
+    second = PatchFile("second.diff", Path("second.diff"), udiff("pkgx/config.py", step1, step1.replace(b"    'kimi_k2',\n", b"    'kimi_k2',\n    'deepseek_v3',\n")))
+    rep = await apply_patches(host, [first, second], str(pkg))
+    assert rep.ok and [p.status for p in rep.patches] == ["applied", "applied"], rep.error
+    assert b"'kimi_k2',\n    'deepseek_v3'," in cfg.read_bytes()
+    checked = await check_patches(host, [first, second], str(pkg), imports=False)
+    assert [p.status for p in checked.patches] == ["applied", "applied"]  # found backwards: second, then first
+    again = await apply_patches(host, [first, second], str(pkg))
+    assert again.ok and not again.changed
+    rep = await revert_patches(host, [first, second], str(pkg))
+    assert rep.ok and snapshot(pkg) == before

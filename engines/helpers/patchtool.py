@@ -297,10 +297,25 @@ def _apply_file(content: bytes | None, fp: FilePatch) -> bytes | None:
     return result
 
 
+def _run_files(fps: list[FilePatch], state: dict[str, bytes | None], plan: Plan) -> dict[str, bytes | None]:
+    """Apply file patches in order on ``state`` (paths not in it are read from the plan); PatchError if one fails."""
+    out: dict[str, bytes | None] = {}
+    for fp in fps:
+        base = out[fp.path] if fp.path in out else (state[fp.path] if fp.path in state else plan.current(fp.path))
+        out[fp.path] = _apply_file(base, fp)
+    return out
+
+
 def plan_patches(root: str, patches: list[dict], strip: int, manifest: dict | None) -> Plan:
-    """Decide for each patch: ``applies``, ``applied`` (already) or ``conflict``; the plan holds the final bytes."""
+    """Decide for each patch: ``applies``, ``applied`` (already) or ``conflict``; the plan holds the final bytes.
+
+    Applied patches are found backwards (the last one is undone first, so patches stacked on the same
+    lines are recognised); a patch that would also apply forwards counts as applied only when servelab
+    recorded applying it (like GNU patch, forwards wins otherwise). The rest are applied forwards.
+    """
     plan = Plan(root)
     recorded = {p["sha256"] for p in (manifest or {}).get("patches", [])}
+    parsed: list[list[FilePatch] | None] = []
     for patch in patches:
         data: bytes = patch["bytes"]
         entry = {"name": patch["name"], "sha256": sha256(data), "status": "conflict", "detail": "", "files": []}
@@ -309,36 +324,47 @@ def plan_patches(root: str, patches: list[dict], strip: int, manifest: dict | No
             fps = parse_patch(data, strip)
         except PatchError as exc:
             entry["detail"] = str(exc)
+            parsed.append(None)
             continue
         entry["files"] = [fp.path for fp in fps]
-        forward: dict[str, bytes | None] = {}
-        fwd_error = ""
-        scratch: dict[str, bytes | None] = {}
-        for fp in fps:
-            base = scratch[fp.path] if fp.path in scratch else plan.current(fp.path)
-            try:
-                scratch[fp.path] = _apply_file(base, fp)
-                forward[fp.path] = scratch[fp.path]
-            except PatchError as exc:
-                fwd_error = fwd_error or str(exc)
-        back_ok = True
-        scratch = {}
-        for fp in reversed(fps):
-            base = scratch[fp.path] if fp.path in scratch else plan.current(fp.path)
-            try:
-                scratch[fp.path] = _apply_file(base, fp.reversed())
-            except PatchError:
-                back_ok = False
-                break
-        if not fwd_error and (not back_ok or entry["sha256"] not in recorded):
-            entry["status"] = "applies"
-            for path, data_after in forward.items():
-                plan.final[path] = data_after
-        elif back_ok:
-            entry["status"] = "applied"
-            entry["detail"] = "already applied"
-        else:
-            entry["detail"] = fwd_error
+        parsed.append(fps)
+
+    # Backwards: which patches are already in the files?
+    undone: dict[str, bytes | None] = {}
+    applied = [False] * len(patches)
+    for i in range(len(patches) - 1, -1, -1):
+        fps = parsed[i]
+        if fps is None:
+            continue
+        try:
+            before = _run_files([fp.reversed() for fp in reversed(fps)], undone, plan)
+        except PatchError:
+            continue
+        try:
+            _run_files(fps, undone, plan)
+            also_forward = True
+        except PatchError:
+            also_forward = False
+        if also_forward and plan.patches[i]["sha256"] not in recorded:
+            continue
+        applied[i] = True
+        undone.update(before)
+
+    # Forwards: apply the others on the files as they are.
+    for i, fps in enumerate(parsed):
+        entry = plan.patches[i]
+        if fps is None:
+            continue
+        if applied[i]:
+            entry["status"], entry["detail"] = "applied", "already applied"
+            continue
+        try:
+            after = _run_files(fps, plan.final, plan)
+        except PatchError as exc:
+            entry["detail"] = str(exc)
+            continue
+        entry["status"] = "applies"
+        plan.final.update(after)
     return plan
 
 
