@@ -36,6 +36,11 @@ CASES: dict[str, tuple[str, str, str, int, str | None, dict[str, str], str]] = {
         "ValueError", "less than requested memory for kv (200.0 GiB)", "Worker", 61, "worker/cpu_worker.py:219 in determine_available_memory",
         {"weights": "done", "compile": "done", "kv_cache": "failed", "ready": "pending"}, "VLLM_CPU_KVCACHE_SPACE",
     ),
+    "vllm-cpu-kv-cache-too-small.log": (
+        # one line of message: the next ERROR record of the same process ("Worker proc ... died") is not part of it
+        "ValueError", "KV cache is needed, which is larger than the available KV cache memory (0.0 GiB). Try increasing", "EngineCore", 78,
+        "core/kv_cache_utils.py:1030 in _check_enough_kv_cache_memory", {"compile": "done", "kv_cache": "failed"}, "too small for max-model-len",
+    ),
     "vllm-cpu-broken-engine-file.log": (
         # the model inspector's subprocess traceback is printed inside a RuntimeError's message: its SyntaxError is the cause
         "SyntaxError", "invalid syntax", "APIServer", 66, "models/llama.py:32", {"process": "failed"}, "py_compile",
@@ -60,6 +65,7 @@ def test_recorded_crash(name: str) -> None:
     assert (rc.exception, rc.process, rc.line, rc.where) == (exc, process, line, where)
     assert fragment in rc.message
     assert not any(w in rc.message for w in WRAPPERS)
+    assert "Worker proc" not in rc.message and "(EngineCore pid=" not in rc.message
     assert path.read_bytes().decode(errors="replace").split("\n")[line - 1].rstrip("\r").endswith(rc.excerpt[-1].splitlines()[0][-40:])
     for stage, status in stages.items():
         assert a.stage(stage).status == status, stage

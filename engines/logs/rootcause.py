@@ -157,7 +157,7 @@ class TracebackTracker:
             proc = self._raw_owner
         block = self._open.get(proc)
         if block is not None:
-            if self._continue(block, number, level, ts, msg):
+            if self._continue(block, number, level, ts, msg, tag):
                 block.last = number
                 return True
             if (
@@ -178,7 +178,8 @@ class TracebackTracker:
         if stripped.startswith('File "') and ", line " in stripped:
             # a traceback whose first lines are missing (excerpt, or lost to another stream)
             b = self._start(proc, number, level, "", False)
-            self._continue(b, number, level, ts, msg)
+            b.tag = tag
+            self._continue(b, number, level, ts, msg, tag)
             return True
         if not ts and not level and msg[:1].isupper() and ": " in msg[:120] or msg in ("AssertionError", "KeyboardInterrupt"):
             m = EXCEPTION_LINE.match(msg)
@@ -242,10 +243,10 @@ class TracebackTracker:
             self._raw_owner = proc if b.raw else self._raw_owner
         return b
 
-    def _continue(self, b: _Block, number: int, level: str, ts: str, msg: str) -> bool:
+    def _continue(self, b: _Block, number: int, level: str, ts: str, msg: str, tag: str = "") -> bool:
         """Apply one line to an open block; False when the line is not part of it (block ends)."""
-        if b.level and level and level != b.level:
-            return False
+        if b.level and level and (level != b.level or (tag and b.tag and tag != b.tag)):
+            return False  # another log record of the same process
         if ts and not b.level:
             return False  # a timestamped log record ends a raw traceback
         stripped = msg.strip()
@@ -302,7 +303,7 @@ class TracebackTracker:
             b.frames.append(stripped)
             return True
         b.state = _FRAMES
-        return self._continue(b, number, level, ts, msg)
+        return self._continue(b, number, level, ts, msg, tag)
 
     def _close(self, proc: str) -> None:
         b = self._open.pop(proc, None)
