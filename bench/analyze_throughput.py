@@ -110,12 +110,40 @@ def main() -> int:
                 f"cpu {cpu:6.2f} s = {n / cpu:>9,.0f} lines/cpu-s  peak RSS {peak / 1024:5.1f} MiB  (state {js['state']})"
             )
             path.unlink()
+        path = Path(tmp) / "heap.log"
+        build(path, args.lines, "cycle")
+        print("retained heap (tracemalloc, in process) while feeding the cycle log:", heap_profile(path))
     s1, p1 = results[("cycle", args.lines // 4)]
     s2, p2 = results[("cycle", args.lines)]
     print(f"interpreter + imports alone: {base / 1024:.1f} MiB")
     print(f"peak memory, cycle log {args.lines // 4:,} -> {args.lines:,} lines: {(p2 - p1) / 1024:+.1f} MiB")
     print(f"calibration: {loop_ns():.0f} ns per bare Python loop iteration on this machine now; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     return 0
+
+
+def heap_profile(path: Path) -> str:
+    """Heap held by the analyzer after each quarter of the log: flat once the bounded series fill."""
+    import tracemalloc
+
+    sys.path.insert(0, str(REPO))
+    from engines.adapter import get_adapter
+    from engines.logs.analyzer import LogAnalyzer
+
+    an = LogAnalyzer(get_adapter("vllm").grammar)
+    size = path.stat().st_size
+    marks = [size * k // 4 for k in (1, 2, 3, 4)]
+    out = []
+    tracemalloc.start()
+    done = 0
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            an.feed(chunk)
+            done += len(chunk)
+            while marks and done >= marks[0]:
+                marks.pop(0)
+                out.append(f"{tracemalloc.get_traced_memory()[0] / 2**20:.1f} MiB")
+    tracemalloc.stop()
+    return " -> ".join(out)
 
 
 def loop_ns() -> float:
