@@ -25,7 +25,7 @@ from engines.logs.grammar import STAGES, LogGrammar, is_primary_process
 from engines.logs.hints import find_hint
 from engines.logs.lines import Line
 from engines.logs.prefilter import Prefilter
-from engines.logs.rootcause import TB_START, RootCause, TracebackTracker
+from engines.logs.rootcause import STALE_LINES, TB_START, RootCause, TracebackTracker
 
 __all__ = [
     "Analysis",
@@ -61,6 +61,9 @@ def _cut_long_lines(buf: bytes) -> bytes:
         if len(p) > MAX_LINE:
             parts[i] = b"\n".join(p[j : j + MAX_LINE] for j in range(0, len(p), MAX_LINE))
     return b"\n".join(parts)
+
+
+_RUN_TS = re.compile(r"\d\d-\d\d \d\d:\d\d:\d\d")
 
 
 def _decode(b: bytes) -> str:
@@ -403,11 +406,12 @@ class LogAnalyzer:
         traceback; returns the new position. Exactly what reading them one by one would do (the
         frames kept, the innermost frames, the last timestamp), only without a Python pass per line.
         """
-        if len(self._open_tb) != 1 or self._furthest < 0 or self._stages[0].started_at is None or self._hdr is None:
+        if self._furthest < 0 or self._stages[0].started_at is None or self._hdr is None:
             return pos
         (process, level, ts, msg, _tag), line = self._hdr
-        b = next(iter(self._open_tb.values()))
-        if b.state != 0 or b.last != self._number - 1 or level != b.level:
+        owner = self._tb.raw_owner
+        b = self._open_tb.get(process or (owner if owner is not None and not ts else ""))
+        if b is None or b.state != 0 or b.last != self._number - 1 or level != b.level:
             return pos
         if level:
             if not ts or b.process != process:
@@ -437,6 +441,27 @@ class LogAnalyzer:
             return pos
         lines = run.split("\n")
         lines.pop()
+        if len(self._open_tb) > 1:
+            # other open tracebacks age while this one runs: a staleness check inside the run
+            # (every 8th line) could close one of them, so stop the run before the first such check
+            first, last_n = self._number, self._number + len(lines) - 1
+            for other in self._open_tb.values():
+                if other is b:
+                    continue
+                n = max(first, other.last + STALE_LINES + 1)
+                n += -n % 8
+                if n <= last_n:
+                    lines = lines[: n - first]
+            if not lines:
+                return pos
+            end = pos + sum(len(ln) + 1 for ln in lines)
+            if lines and m.group(1):
+                tsm = _RUN_TS.search(lines[-1]) if level else None
+            else:
+                tsm = None
+        else:
+            end = m.end()
+            tsm = None
         frames = b.frames
         pkg = self._tb.package_marker
         expect = b.expect_code
@@ -456,11 +481,14 @@ class LogAnalyzer:
         b.expect_code = expect
         self._number += len(lines)
         b.last = self._number - 1
-        if m.group(1):
+        if end != m.end():
+            if tsm is not None:
+                self._last_ts = tsm.group(0)
+        elif m.group(1):
             self._last_ts = m.group(1)
-        if self._number // 8 != (self._number - len(lines)) // 8:
+        if len(self._open_tb) == 1 and self._number // 8 != (self._number - len(lines)) // 8:
             self._tb.expire(self._number - 1)
-        return m.end()
+        return end
 
     def _segment(self, seg: str, known: bool = False) -> None:
         """One \\r-segment (or a whole line) of the current physical line.
@@ -474,10 +502,14 @@ class LogAnalyzer:
         if known or self._eager:
             self._line(self._number, seg)
         elif self._open_tb:
-            if seg[:1] == "(":
-                i = seg.find(" pid=")
-                if i > 0 and seg[1:i] not in self._open_tb and not self._pre.matches(seg):
-                    return  # another process's ordinary line: it cannot continue an open traceback
+            # route it as the tracker would: a line no open traceback would take, and that matches
+            # nothing else, changes nothing
+            process, _level, ts, _msg, _tag = self._parse(seg.strip("`") if seg[:1] == "`" else seg)
+            owner = self._tb.raw_owner
+            if not process and owner is not None and not ts:
+                process = owner
+            if process not in self._open_tb and not self._pre.matches(seg):
+                return
             self._line(self._number, seg)
         elif self._pre.matches(seg):
             self._line(self._number, seg)
