@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from engines.adapter import all_adapters, get_adapter
-from engines.logs.grammar import STAGES, LogGrammar, is_primary_process
+from engines.logs.grammar import STAGES, Header, LogGrammar, is_primary_process
 from engines.logs.hints import find_hint
 from engines.logs.lines import Line
 from engines.logs.prefilter import Prefilter
@@ -504,13 +504,14 @@ class LogAnalyzer:
         elif self._open_tb:
             # route it as the tracker would: a line no open traceback would take, and that matches
             # nothing else, changes nothing
-            process, _level, ts, _msg, _tag = self._parse(seg.strip("`") if seg[:1] == "`" else seg)
+            hdr = self._parse(seg.strip("`") if seg[:1] == "`" else seg)
+            process = hdr[0]
             owner = self._tb.raw_owner
-            if not process and owner is not None and not ts:
+            if not process and owner is not None and not hdr[2]:
                 process = owner
             if process not in self._open_tb and not self._pre.matches(seg):
                 return
-            self._line(self._number, seg)
+            self._line(self._number, seg, hdr)
         elif self._pre.matches(seg):
             self._line(self._number, seg)
 
@@ -526,12 +527,14 @@ class LogAnalyzer:
         if self._eager and self._number > EAGER_LINES:
             self._eager = False
 
-    def _line(self, number: int, text: str) -> None:
+    def _line(self, number: int, text: str, hdr: Header | None = None) -> None:
         if self._furthest < 0 and text.strip():
             self._start(0, None, None)  # output means the process is up: the "process" stage runs
         if text[:1] == "`":
             text = text.strip("`")  # a line pasted inside markdown backticks
-        process, level, ts, msg, tag = hdr = self._parse(text)
+        if hdr is None:
+            hdr = self._parse(text)
+        process, level, ts, msg, tag = hdr
         self._hdr = (hdr, text)
         if ts:
             self._last_ts = ts
