@@ -25,7 +25,7 @@ from engines.logs.grammar import STAGES, Header, LogGrammar, is_primary_process
 from engines.logs.hints import find_hint
 from engines.logs.lines import Line
 from engines.logs.prefilter import Prefilter
-from engines.logs.rootcause import STALE_LINES, TB_START, RootCause, TracebackTracker
+from engines.logs.rootcause import FRAMES_STATE, STALE_LINES, TB_START, RootCause, TracebackTracker
 
 __all__ = [
     "Analysis",
@@ -411,7 +411,7 @@ class LogAnalyzer:
         (process, level, ts, msg, _tag), line = self._hdr
         owner = self._tb.raw_owner
         b = self._open_tb.get(process or (owner if owner is not None and not ts else ""))
-        if b is None or b.state != 0 or b.last != self._number - 1 or level != b.level:
+        if b is None or b.state != FRAMES_STATE or b.last != self._number - 1 or level != b.level:
             return pos
         if level:
             if not ts or b.process != process:

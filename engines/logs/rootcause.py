@@ -4,8 +4,8 @@ Engines report one failure several times: the worker's real exception first, the
 front-end wrappers ("See root cause above"), and multiprocessing re-prints. Tracebacks are
 segmented per process, chained tracebacks keep their first (innermost-cause) exception, wrappers
 are demoted, and the pick prefers worker processes, then engine core, then the front end, earliest
-first. Memory is bounded: each open traceback keeps a few frames, and at most
-``MAX_CANDIDATES`` finished ones are kept.
+first. Memory is bounded: each open traceback keeps a few frames, and only the earliest finished
+one per (kind, tier, process) is kept, at most ``MAX_CANDIDATES``.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ MAX_MESSAGE_LINES = 40
 EXCERPT_LINES = 16
 
 _FRAMES, _EXC, _AFTER, _CHAIN = range(4)
+#: The state of a traceback that is reading its frames (the analyzer's frame runs apply only then).
+FRAMES_STATE = _FRAMES
 
 
 @dataclass
