@@ -32,7 +32,7 @@ def fast_watch(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def test_crash_pins_root_cause_and_hint_and_rings(tui_folder: TuiFolder, fast_watch: None) -> None:
-    run_id = tui_folder.replay("kimi-k25-vllm-eagle3", WHITELIST_CRASH, rate=50, exit_code=1, hold_s=1.0)
+    run_id = tui_folder.replay("kimi-k25-vllm-eagle3", WHITELIST_CRASH, rate=50, exit_code=1, hold_s=5.0)
     app = ServelabApp(tui_folder.folder)
     bells: list[int] = []
     app.bell = lambda: bells.append(1)  # type: ignore[method-assign]

@@ -23,6 +23,7 @@ from tui.keymap import load_keymap
 
 if TYPE_CHECKING:
     from engines.runs import Runs
+    from tui.screens.watch import RunWatcher
 
 HIGH_CONTRAST = Theme(
     name="servelab-high-contrast",
@@ -66,6 +67,7 @@ class ServelabApp(App[int]):
         self.keymap_problems: list[str] = []
         self.catalog: Catalog | None = None
         self._runs: Runs | None = None
+        self.watcher: RunWatcher | None = None
         #: Set to False by tests that must not poll hosts in the background.
         self.watch_runs = True
         self.register_theme(HIGH_CONTRAST)
@@ -103,14 +105,20 @@ class ServelabApp(App[int]):
         from tui.screens.watch import RunWatcher
 
         watcher = RunWatcher(self.runs, self.announce)
+        self.watcher = watcher
         try:
             await watcher.run_forever()
         finally:
             watcher.cancel()
 
     def announce(self, run_id: str, experiment: str, event: str, detail: str) -> None:
-        """A run became ready or crashed: ring the terminal bell and say so."""
+        """A run became ready or crashed: ring the terminal bell, say so, refresh the table."""
         self.bell()
+        from tui.screens.experiments import ExperimentsScreen
+
+        for screen in self.screen_stack:
+            if isinstance(screen, ExperimentsScreen) and screen.catalog is not None:
+                screen.refresh_latest()
         if event == "ready":
             self.notify(f"{experiment} is ready ({run_id})", title="run ready", timeout=10)
         else:

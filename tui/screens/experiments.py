@@ -182,9 +182,14 @@ class ExperimentsScreen(Screen[None]):
             cells += [Text(latest.state, style=_state_style(latest.state)), Text(latest.load_text), Text(latest.accept_text), Text(latest.speedup_text)]
         return cells
 
+    def refresh_latest(self) -> None:
+        if self.catalog is not None:
+            self._load_latest(self.catalog)
+
     @work(exclusive=True, group="latest", exit_on_error=False)
     async def _load_latest(self, catalog: Catalog) -> None:
-        latest, unreachable = await latest_runs(catalog)
+        watcher = getattr(self.app, "watcher", None)
+        latest, unreachable = await latest_runs(catalog, watcher.views if watcher is not None else None)
         self.latest = latest
         if self.catalog is catalog:
             self._fill_table()

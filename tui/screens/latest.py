@@ -15,7 +15,7 @@ from engines.catalog import Catalog
 from engines.compare import baseline_speedup
 from engines.errors import ServelabError
 from engines.runs import RunRecord, Runs
-from tui.widgets.run_view_model import log_span_s
+from tui.widgets.run_view_model import RunView, StageRow
 
 
 @dataclass
@@ -47,28 +47,37 @@ class LatestRun:
         return f"{self.speedup:.2f}x" if self.speedup is not None else ""
 
 
-def run_state(record_status: str, analysis: dict[str, Any]) -> str:
-    """One word: the analyzer's state when it has one, else the run record's status."""
-    state = analysis.get("state")
-    if isinstance(state, str) and state:
-        if record_status in ("stopped", "lost") and state not in ("crashed", "failed"):
-            return record_status
-        return state
+def run_state(record_status: str, exit_code: int | None, live: RunView | None) -> str:
+    """One word: the live analysis when the app follows the run, else what the process did."""
+    if live is not None and live.state not in ("waiting", "starting") and record_status in ("running", "launching"):
+        return live.state
+    if live is not None and live.state in ("crashed",):
+        return "crashed"
+    if record_status == "exited" and exit_code not in (None, 0):
+        return "crashed"
     return record_status
 
 
-def load_seconds(analysis: dict[str, Any]) -> float | None:
-    """Seconds from the first stage's start to ready, by the log's own timestamps."""
-    stages = [s for s in analysis.get("stages") or [] if isinstance(s, dict)]
-    starts = [s.get("started_at") for s in stages if s.get("started_at")]
-    ready = next((s for s in stages if s.get("name") == "ready"), None)
-    if not starts or ready is None or ready.get("status") != "done":
-        return None
-    return log_span_s(starts[0], ready.get("ended_at") or ready.get("started_at"))
+def load_seconds(stages: list[StageRow] | None, probe: dict[str, Any] | None) -> float | None:
+    """Seconds from start to ready: the probe's stage timings, else the live analysis."""
+    if probe and isinstance(probe.get("load_stages_s"), dict):
+        values = [v for v in probe["load_stages_s"].values() if isinstance(v, (int, float))]
+        if values:
+            return float(sum(values))
+    if stages:
+        ready = next((s for s in stages if s.id == "ready"), None)
+        if ready is not None and ready.status == "done":
+            return sum(s.elapsed_s or 0.0 for s in stages if s.status == "done")
+    return None
 
 
-async def latest_runs(catalog: Catalog) -> tuple[dict[str, LatestRun], dict[str, str]]:
-    """``{experiment: LatestRun}`` and ``{host: why unreachable}``."""
+async def latest_runs(catalog: Catalog, live: dict[str, RunView] | None = None) -> tuple[dict[str, LatestRun], dict[str, str]]:
+    """``{experiment: LatestRun}`` and ``{host: why unreachable}``.
+
+    Never reads whole logs: the state comes from the app's live followers (``live``) or the
+    process's exit, the figures from ``probe.json``.
+    """
+    live = live or {}
     runs = Runs(catalog)
     try:
         records = await runs.list()
@@ -77,7 +86,7 @@ async def latest_runs(catalog: Catalog) -> tuple[dict[str, LatestRun], dict[str,
     newest: dict[str, RunRecord] = {}
     for rec in records:  # oldest first: the last one wins
         newest[rec.experiment] = rec
-    results = await asyncio.gather(*(_one(runs, rec) for rec in newest.values()), return_exceptions=True)
+    results = await asyncio.gather(*(_one(runs, rec, live.get(rec.id)) for rec in newest.values()), return_exceptions=True)
     for res in results:
         if isinstance(res, BaseException) and not isinstance(res, Exception):
             raise res
@@ -87,10 +96,10 @@ async def latest_runs(catalog: Catalog) -> tuple[dict[str, LatestRun], dict[str,
     return out, dict(runs.unreachable)
 
 
-async def _one(runs: Runs, rec: RunRecord) -> LatestRun:
-    status = await runs.status(rec.id)
-    latest = LatestRun(rec.id, run_state(status.record.status, status.analysis), load_s=load_seconds(status.analysis))
+async def _one(runs: Runs, rec: RunRecord, view: RunView | None) -> LatestRun:
+    latest = LatestRun(rec.id, run_state(rec.status, rec.exit_code, view))
     probe = await read_probe(runs, rec.id)
+    latest.load_s = load_seconds(view.stages if view else None, probe)
     if probe:
         latest.acceptance_rate = _num(probe.get("spec_decode_acceptance_rate"))
         latest.acceptance_length = _num(probe.get("spec_decode_acceptance_length"))

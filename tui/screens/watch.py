@@ -14,7 +14,7 @@ from engines.errors import ServelabError
 from engines.hosts.base import HostUnreachable
 from engines.runs import Runs
 from tui.screens.run import make_analyzer
-from tui.widgets.run_view_model import view_from_analysis
+from tui.widgets.run_view_model import RunView, view_from_analysis
 
 LIST_SECONDS = 5.0
 READY_STATES = frozenset({"ready", "serving"})
@@ -37,6 +37,8 @@ class RunWatcher:
         self._announce = announce
         self._watching: dict[str, asyncio.Task[None]] = {}
         self._announced: set[tuple[str, str]] = set()
+        #: The latest analysis of every run followed, by run id (the experiments table reads it).
+        self.views: dict[str, RunView] = {}
 
     async def run_forever(self) -> None:
         """Poll the hosts' run lists; start a follower for every running run."""
@@ -76,6 +78,7 @@ class RunWatcher:
 
     def _check(self, run_id: str, experiment: str, snapshot: Any) -> None:
         view = view_from_analysis(snapshot)
+        self.views[run_id] = view
         if view.state in READY_STATES or getattr(snapshot, "was_ready", False):
             self._once(run_id, experiment, "ready", "")
         if view.state in CRASH_STATES:

@@ -195,7 +195,10 @@ class LineIndex:
     def _add_line(self, start: int, raw: bytes) -> None:
         line = len(self._starts)
         self._starts.append(start)
-        text = display_text(raw)
+        if b"\r" in raw or b"\x1b" in raw or b"\t" in raw:
+            text = display_text(raw)
+        else:
+            text = raw.decode("utf-8", "replace")
         kind = classify(text)
         code = _CODE[kind]
         self._kinds.append(code)
@@ -206,7 +209,8 @@ class LineIndex:
         matched = self.search is not None and self.search.search(text) is not None
         if matched:
             self._matches.append(line)
-        self._collapse(line, code, text)
+        if code == _PROGRESS or self._bar is not None:
+            self._collapse(line, code, text)
         if self._visible(line, code, matched):
             self._rows.append(line)
 
