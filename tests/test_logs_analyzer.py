@@ -270,3 +270,20 @@ def test_a_log_without_newlines_keeps_memory_bounded_and_chunking_free() -> None
     an.finish()
     assert dataclasses.asdict(an.snapshot()) == whole
     assert whole["state"] == "ready"
+
+
+@pytest.mark.parametrize("path", ALL_LOGS, ids=lambda p: p.name)
+def test_snapshots_mid_stream_change_nothing(path: Path) -> None:
+    """A live viewer asks for a snapshot after every chunk: the final answer must not depend on it."""
+    data = path.read_bytes()
+    eng = _engine(path)
+    an = LogAnalyzer(get_adapter(eng).grammar)
+    rnd = random.Random(path.name + "snap")
+    i = 0
+    while i < len(data):
+        j = i + rnd.randint(1, 2048)
+        an.feed(data[i:j])
+        an.snapshot()
+        i = j
+    an.finish()
+    assert dataclasses.asdict(an.snapshot()) == _run(data, eng, [])

@@ -726,8 +726,9 @@ class LogAnalyzer:
         cause = tb.pick()
         ready = self._ready_line is not None
         # a stop that was asked for (SIGTERM, shutdown) before anything failed: errors after it are its echo
-        stopped = self._shutdown_line is not None and (not tb.fatal or self._shutdown_line <= tb.fatal_line)
-        crashed = tb.fatal and not stopped and (not ready or tb.last_fatal_line > (self._ready_line or 0))
+        fatal, first_fatal, last_fatal = tb.fatal_state()
+        stopped = self._shutdown_line is not None and (not fatal or self._shutdown_line <= first_fatal)
+        crashed = fatal and not stopped and (not ready or last_fatal > (self._ready_line or 0))
         if stopped:
             cause = None
         if self._exited and not crashed and not ready and self._exit_code not in (0,) and not self._shutdown:

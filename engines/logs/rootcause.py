@@ -210,19 +210,34 @@ class TracebackTracker:
         for proc in list(self._open):
             self._close(proc)
 
-    def pick(self) -> RootCause | None:
-        """The best candidate so far (open tracebacks included, without closing them)."""
-        cands = list(self._cands.values())
+    def fatal_state(self) -> tuple[bool, int, int]:
+        """(failed, first fatal line, last fatal line), open tracebacks included. Reads only:
+        asking mid-stream never changes what the rest of the stream will conclude."""
+        fatal, first, last = self.fatal, self.fatal_line, self.last_fatal_line
         for b in self._open.values():
-            c = self._candidate(b)
+            _c, line, _w = self._candidate(b)
+            if line is not None:
+                first = line if not fatal else min(first, line)
+                last = max(last, line)
+                fatal = True
+        return fatal, first, last
+
+    def pick(self) -> RootCause | None:
+        """The best candidate so far (open tracebacks included, without closing them; reads only)."""
+        cands = list(self._cands.values())
+        wrapped = set(self._wrapped_procs)
+        for b in self._open.values():
+            c, _line, w = self._candidate(b)
             if c is not None:
                 cands.append(c)
+            if w:
+                wrapped.add(b.process)
         traced = {c.cause.process for c in cands if not c.marker and c.kind <= 2}
         best: _Candidate | None = None
         for c in cands:
             if c.kind == 3 or (c.marker and c.cause.process in traced):
                 continue
-            if c.kind == 2 and c.cause.process in self._wrapped_procs and c.cause.exception is None:
+            if c.kind == 2 and c.cause.process in wrapped and c.cause.exception is None:
                 continue  # multiprocessing's re-print of a wrapper it already reported
             if best is None or (c.kind, c.tier, c.cause.line) < (best.kind, best.tier, best.cause.line):
                 best = c
@@ -313,21 +328,28 @@ class TracebackTracker:
             return
         if self._raw_owner == proc:
             self._raw_owner = None
-        c = self._candidate(b)
+        c, line, wrapped = self._candidate(b)
+        if line is not None:
+            self._mark_fatal(line)
+        if wrapped:
+            self._wrapped_procs.add(b.process)
         if c is not None:
             self._push(c)
 
-    def _candidate(self, b: _Block) -> _Candidate | None:
+    def _candidate(self, b: _Block) -> tuple[_Candidate | None, int | None, bool]:
+        """What a traceback amounts to: (candidate, the line that makes the run fatal, it only wraps).
+
+        Pure: the callers that close a traceback apply the result.
+        """
         tier = self._tier(b.process)
         excerpt = list(b.frames)[-EXCERPT_LINES:]
         if not b.exceptions:
             if self._benign(excerpt):
-                return None
-            self._mark_fatal(b.start_line)
+                return None, None, False
             where = _where(b.engine_where or b.where or "")
             last = f" (last frame: {where})" if where else ""
             cause = RootCause(None, f"the traceback is cut off before its exception line{last}", b.process, b.start_line, excerpt, where)
-            return _Candidate(cause, tier, 2)
+            return _Candidate(cause, tier, 2), b.start_line, False
         chosen: _Exc | None = None
         harvested: str | None = None
         for e in b.exceptions:
@@ -341,21 +363,20 @@ class TracebackTracker:
         first = b.exceptions[0]
         all_text = [f"{x.type}: {chr(10).join(x.lines)}" for x in b.exceptions]
         if self._benign(excerpt + all_text):
-            return None
-        self._mark_fatal(first.line)
+            return None, None, False
         if b.embeds:
             chosen = None  # only a wrapper of the traceback printed inside its message
         if chosen is not None:
             message = "\n".join(chosen.lines)
             excerpt = excerpt + [f"{chosen.type}: {message}"]
-            return _Candidate(RootCause(chosen.type, message, b.process, chosen.line, excerpt[-EXCERPT_LINES:], _where(chosen.where or "")), tier, 0)
-        self._wrapped_procs.add(b.process)
+            cause = RootCause(chosen.type, message, b.process, chosen.line, excerpt[-EXCERPT_LINES:], _where(chosen.where or ""))
+            return _Candidate(cause, tier, 0), first.line, False
         last = b.exceptions[-1]
         if harvested:
             cause = RootCause(last.type, harvested, b.process, last.line, (excerpt + all_text)[-EXCERPT_LINES:], _where(last.where or ""), harvested=True)
-            return _Candidate(cause, tier, 1)
+            return _Candidate(cause, tier, 1), first.line, True
         cause = RootCause(last.type, "\n".join(last.lines), b.process, last.line, (excerpt + all_text)[-EXCERPT_LINES:], _where(last.where or ""))
-        return _Candidate(cause, tier, 3)
+        return _Candidate(cause, tier, 3), first.line, True
 
     def _add(self, proc: str, number: int, etype: str, lines: list[str], excerpt: list[str], where: str | None) -> None:
         text = "\n".join(lines)
