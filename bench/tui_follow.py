@@ -1,7 +1,7 @@
 """How the run view copes with a huge, fast log: keypress-to-screen latency and the app's memory.
 
-A real run (started by the host helper, like any launch) writes a 1,000,000-line vLLM-style log,
-then keeps growing it at 5,000 lines/s (with tqdm ``\\r`` bars and warnings mixed in). The dashboard
+A real run (started by the host helper, like any launch) writes a 1,000,000-line vLLM-style log;
+once the dashboard has indexed it, the run keeps growing it at 5,000 lines/s (with tqdm ``\\r`` bars and warnings mixed in). The dashboard
 opens its run screen headless, follows the log, and gets a key every 200 ms (alternately ``k``,
 which scrolls up and pauses, and ``G``, which resumes following). For each key we time from sending
 it to the first frame drawn after its action ran. Memory is the process RSS while the log grows.
@@ -27,7 +27,8 @@ sys.path.insert(0, str(REPO))
 
 WRITER = r"""
 import sys, time
-total, rate, seconds = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+import os
+total, rate, seconds, go = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 out = sys.stdout.buffer
 n = 0
 def line(i):
@@ -43,7 +44,8 @@ while n < total:
     if len(buf) >= 10000:
         out.write(b"".join(buf)); buf.clear()
 out.write(b"".join(buf)); buf.clear(); out.flush()
-sys.stderr.write("prefilled\n")
+while not os.path.exists(go):  # the bench says when the dashboard has caught up
+    time.sleep(0.05)
 start = time.monotonic(); batch = max(rate // 20, 1)
 while time.monotonic() - start < seconds:
     out.write(b"".join(line(n + k) for k in range(batch))); out.flush(); n += batch
@@ -59,7 +61,7 @@ def rss_mb() -> float:
     return float("nan")
 
 
-def start_run(tmp: Path, lines: int, rate: int, seconds: float) -> tuple[Path, str]:
+def start_run(tmp: Path, lines: int, rate: int, seconds: float) -> tuple[Path, str, Path]:
     from tests.fixtures.tui import RUNCTL, make_tui_folder
     from engines.runs import LOG_NAME, RUN_JSON, RunRecord, new_run_id
 
@@ -71,12 +73,12 @@ def start_run(tmp: Path, lines: int, rate: int, seconds: float) -> tuple[Path, s
     run_dir = folder.workdir / "runs" / run_id
     run_dir.mkdir(parents=True)
     rec = RunRecord(id=run_id, experiment="tiny-cpu-vllm-baseline", engine="vllm", host="local",
-                    argv=[sys.executable, "-c", WRITER, str(lines), str(rate), str(seconds)], env={}, port=18998,
+                    argv=[sys.executable, "-c", WRITER, str(lines), str(rate), str(seconds), str(tmp / "go")], env={}, port=18998,
                     model="bench", run_dir=str(run_dir), log_path=str(run_dir / LOG_NAME))
     (run_dir / RUN_JSON).write_text(json.dumps(rec.to_json()))
     done = subprocess.run([sys.executable, str(RUNCTL), "start", str(run_dir)], capture_output=True, timeout=60)
     assert json.loads(done.stdout.decode().strip().splitlines()[-1]).get("ok"), done
-    return folder.folder, run_id
+    return folder.folder, run_id, tmp / "go"
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -87,7 +89,7 @@ async def main(args: argparse.Namespace) -> None:
     from tui.widgets.log_view import LogView
 
     rss_start = rss_mb()
-    folder, run_id = start_run(tmp, args.lines, args.rate, args.seconds)
+    folder, run_id, go = start_run(tmp, args.lines, args.rate, args.seconds)
     app = ServelabApp(folder)
     app.watch_runs = False
     frames: list[float] = []
@@ -118,6 +120,7 @@ async def main(args: argparse.Namespace) -> None:
             await asyncio.sleep(0.2)
         print(f"indexed the first {args.lines:,} lines in {time.perf_counter() - t_ingest:.1f} s "
               f"(spool {screen.index.size / 1e6:.0f} MB, RSS {rss_mb():.0f} MB, started at {rss_start:.0f} MB)")
+        go.touch()
         grow_start = time.perf_counter()
         key = "k"
         while time.perf_counter() - grow_start < args.seconds - 1:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from engines.logs.lines import LineKind
-from tests.conftest import SHARED_LOGS
+from tests.fixtures.tui import SHARED_LOGS
 from tui.widgets.line_index import LineIndex, display_text
 
 NGRAM_LOG = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from textual.app import App, ComposeResult
 
-from tests.conftest import SHARED_LOGS
+from tests.fixtures.tui import SHARED_LOGS
 from tui.widgets.line_index import LineIndex
 from tui.widgets.log_view import LogPanel, LogView, compile_search
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import SHARED_LOGS
+from tests.fixtures.tui import SHARED_LOGS
 from tests.fixtures.tui import TuiFolder
 from tests.test_tui_app import screen_text
 from tui.app import ServelabApp

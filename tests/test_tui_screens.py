@@ -8,7 +8,7 @@ from typing import Any
 
 from engines.catalog import load_catalog
 from engines.runs import Runs
-from tests.conftest import SHARED_LOGS
+from tests.fixtures.tui import SHARED_LOGS
 from tests.fixtures.tui import TuiFolder
 from tests.test_tui_app import screen_text
 from tests.test_tui_run_screen import wait_for

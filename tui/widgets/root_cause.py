@@ -9,17 +9,21 @@ from textual.widgets import Static
 from tui.widgets.run_view_model import RootCauseView
 
 
-def root_cause_renderable(cause: RootCauseView, hint: str | None, *, excerpt_lines: int = 6) -> Group:
+def root_cause_renderable(cause: RootCauseView, hint: str | None, *, excerpt_lines: int = 4, message_chars: int = 180) -> Group:
+    """Exception and message first, then the hint, then where, then a few lines of the traceback."""
+    message = " ".join(cause.message.split())
+    if len(message) > message_chars:
+        message = message[: message_chars - 1] + "…"
     title = Text("ROOT CAUSE", style="bold reverse red")
-    head = Text.assemble(" ", ((cause.exception or "unfinished traceback") + ": ", "bold"), cause.message)
+    head = Text.assemble(title, " ", ((cause.exception or "unfinished traceback") + ": ", "bold"), message)
+    parts: list[object] = [head]
+    if hint:
+        parts.append(Text.assemble(("HINT", "bold reverse yellow"), " ", (hint, "bold")))
     origin = [p for p in (cause.process and f"in {cause.process}", cause.where and f"at {cause.where}", cause.line is not None and f"log line {cause.line}") if p]
-    parts: list[object] = [Text.assemble(title, head)]
     if origin:
-        parts.append(Text(" · ".join(str(p) for p in origin), style="dim"))
+        parts.append(Text(" · ".join(str(p) for p in origin), style="dim", overflow="ellipsis", no_wrap=True))
     for line in cause.excerpt[-excerpt_lines:]:
         parts.append(Text("  " + line, style="red", overflow="ellipsis", no_wrap=True))
-    if hint:
-        parts.append(Text.assemble(("HINT ", "bold reverse yellow"), " ", (hint, "bold")))
     return Group(*parts)
 
 
