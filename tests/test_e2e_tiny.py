@@ -20,7 +20,7 @@ from engines.catalog import load_catalog
 from engines.compare import compare_runs, render
 from engines.hosts.registry import close_all
 from engines.logs.analyzer import LogAnalyzer
-from engines.probe.artifacts import PROBE_JSON, REQUESTS_JSONL, load_probe, probe_run
+from engines.probe.artifacts import PROBE_JSON, REQUESTS_JSONL, load_probe, probe_when_ready
 from engines.runs import Runs
 from tests.conftest import ENGINE_PYTHON, EXPERIMENTS, REPO, TINY_MODEL, need_engine
 from tests.fixtures.engine import free_port
@@ -90,7 +90,8 @@ def test_tiny_baseline_vs_ngram(tmp_path: Path) -> None:
             for stages in done:
                 assert {"weights", "ready"} <= set(stages), stages
             # One at a time: two probes at once would share the two cores and skew the speedup.
-            await probe_run(runs, base_id)
+            # The baseline the way a launch does it: [probe] auto, after the analysis says ready.
+            assert await probe_when_ready(runs, base_id) is not None
             # The n-gram run through the command line, as an operator would.
             cli = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "tui.cli", "--dir", str(folder), "probe", ngram_id,
