@@ -348,3 +348,37 @@ async def test_two_patches_on_the_same_file_stack_and_revert_together(pkg: Path,
     assert again.ok and not again.changed
     rep = await revert_patches(host, [first, second], str(pkg))
     assert rep.ok and snapshot(pkg) == before
+
+
+#: Versions of a source file whose lines are distinct, as in real code (in a file of identical lines
+#: no tool, GNU patch included, can tell an applied patch from an unapplied one).
+distinct_lines_st = st.lists(st.sampled_from([f"line {i}\n" for i in range(12)] + ["\n", "x = (1,\n"]), unique=True, max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(versions=st.lists(distinct_lines_st, min_size=2, max_size=4, unique_by=lambda ls: "".join(ls)))
+def test_a_stack_of_patches_applies_is_idempotent_and_reverts(versions: list[list[str]]) -> None:
+    """v0 -> v1 -> ... -> vN as N patches on one file: apply gives vN, again changes nothing, revert gives v0."""
+    import base64
+    import tempfile
+
+    # Real sources start and end with lines no change touches (imports, __main__), so every hunk
+    # has context; a hunk without any context matches anywhere and proves nothing.
+    texts = [("# head\n" + "".join(v) + "# tail\n").encode() for v in versions]
+    patches = [
+        {"name": f"p{i}.diff", "data": base64.b64encode(udiff("pkgx/f.txt", a, b)).decode()}
+        for i, (a, b) in enumerate(zip(texts, texts[1:]))
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        target = Path(tmp, "site", "pkgx", "f.txt")  # not .py: random text need not compile
+        target.parent.mkdir(parents=True)
+        target.write_bytes(texts[0])
+        req = {"root": str(Path(tmp, "site")), "state": str(Path(tmp, "state")), "patches": patches, "imports": False}
+        first = pt.handle("apply", req)
+        assert first["ok"], first["error"]
+        assert target.read_bytes() == texts[-1]
+        second = pt.handle("apply", req)
+        assert second["ok"] and not second["changed"]
+        assert [p["status"] for p in second["patches"]] == ["applied"] * len(patches)
+        back = pt.handle("revert", req)
+        assert back["ok"] and target.read_bytes() == texts[0]

@@ -210,7 +210,10 @@ def apply_hunks(content: bytes, fp: FilePatch) -> bytes:
     delta = 0  # how far the hunks found so far sat from their headers
     for n, hunk in enumerate(fp.hunks, 1):
         want = (hunk.old_start if hunk.old_len == 0 else hunk.old_start - 1) + delta
-        at = _find(lines, hunk.old, want, pos, hunk.anchor)
+        if b" " in hunk.tags or not hunk.old:
+            at = _find(lines, hunk.old, want, pos, hunk.anchor)
+        else:  # no context: where else it matches proves nothing, so only where the header says
+            at = want if want >= pos and lines[want : want + len(hunk.old)] == hunk.old else None
         if at is None:
             first = _first_removed(hunk).decode("utf-8", "replace").strip()
             raise PatchError(
@@ -345,7 +348,9 @@ def plan_patches(root: str, patches: list[dict], strip: int, manifest: dict | No
             also_forward = True
         except PatchError:
             also_forward = False
-        if also_forward and plan.patches[i]["sha256"] not in recorded:
+        # Undoing a hunk that removed lines with no context matches anywhere: proves nothing.
+        vacuous = any(not h.new for fp in fps if fp.old is not None and fp.new is not None for h in fp.hunks)
+        if (also_forward or vacuous) and plan.patches[i]["sha256"] not in recorded:
             continue
         applied[i] = True
         undone.update(before)
