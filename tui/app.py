@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -68,6 +68,10 @@ class ServelabApp(App[int]):
         self.catalog: Catalog | None = None
         self._runs: Runs | None = None
         self.watcher: RunWatcher | None = None
+        #: Probes this app runs now (run id -> latest progress line), their results and failures.
+        self.probing: dict[str, str] = {}
+        self.probe_results: dict[str, dict[str, Any]] = {}
+        self.probe_errors: dict[str, str] = {}
         #: Set to False by tests that must not poll hosts in the background.
         self.watch_runs = True
         self.register_theme(HIGH_CONTRAST)
@@ -114,6 +118,8 @@ class ServelabApp(App[int]):
     def announce(self, run_id: str, experiment: str, event: str, detail: str) -> None:
         """A run became ready or crashed: ring the terminal bell, say so, refresh the table."""
         self.bell()
+        if event == "ready":
+            self.auto_probe(run_id, experiment)
         from tui.screens.experiments import ExperimentsScreen
 
         for screen in self.screen_stack:
@@ -126,6 +132,58 @@ class ServelabApp(App[int]):
 
     def watch_theme(self, theme: str) -> None:
         self.set_class(theme == HIGH_CONTRAST.name, "-high-contrast")
+
+    # -- the probe ------------------------------------------------------------------------------
+    def auto_probe(self, run_id: str, experiment: str) -> None:
+        """Probe a run that just became ready when its experiment says ``[probe] auto = true``."""
+        if self.readonly or self.catalog is None:
+            return
+        try:
+            exp = self.catalog.get(experiment)
+        except ServelabError:
+            return
+        if exp.experiment.probe.auto:
+            self.start_probe(run_id, only_if_new=True)
+
+    def start_probe(self, run_id: str, *, only_if_new: bool = False) -> bool:
+        """Start the probe of a live run (one at a time per run); False when one is running."""
+        if self.readonly or run_id in self.probing:
+            return False
+        self.probing[run_id] = "starting"
+        self.probe_errors.pop(run_id, None)
+        self._probe(run_id, only_if_new)
+        return True
+
+    @work(group="probe", exit_on_error=False)
+    async def _probe(self, run_id: str, only_if_new: bool) -> None:
+        from engines.hosts.base import HostUnreachable
+        from engines.probe.artifacts import load_probe, probe_run
+
+        runs = self.runs()
+
+        def progress(message: str) -> None:
+            self.probing[run_id] = message
+
+        try:
+            if only_if_new and await load_probe(runs, run_id) is not None:
+                return
+            result = await probe_run(runs, run_id, progress=progress)
+        except (ServelabError, HostUnreachable, OSError) as exc:
+            self.probe_errors[run_id] = str(exc)
+            self.notify(f"{run_id}: {exc}", title="probe failed", severity="error", timeout=10)
+            return
+        finally:
+            self.probing.pop(run_id, None)
+        summary = result.summary
+        self.probe_results[run_id] = summary
+        length = summary.get("spec_decode_acceptance_length")
+        extra = f", acceptance length {length:.2f}" if isinstance(length, (int, float)) else ""
+        self.notify(f"{run_id}: {summary.get('output_throughput') or 0:.1f} output tok/s{extra}", title="probe done", timeout=8)
+        from tui.screens.experiments import ExperimentsScreen
+
+        for screen in self.screen_stack:
+            if isinstance(screen, ExperimentsScreen):
+                screen.refresh_latest()
 
     # -- global actions -------------------------------------------------------------------------
     def action_help(self) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import time
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -76,11 +75,9 @@ class RunScreen(Screen[None]):
         self.exit_code: int | None = None
         self.liveness = "connecting…"
         self.probe: dict[str, Any] | None = None
-        self.probe_progress: str | None = None
         self.index = LineIndex(self._fresh_spool())
         self._analyzer: Any | None = None
         self._ingest_lock = asyncio.Lock()
-        self._auto_probed = False
 
     def _fresh_spool(self) -> Path:
         path = spool_path(self.run_id)
@@ -111,7 +108,11 @@ class RunScreen(Screen[None]):
         self._follow()
         self._status()
         self._probe_watch()
-        self.set_interval(1.0, self._render_title)
+        self.set_interval(1.0, self._tick)
+
+    def _tick(self) -> None:
+        self._render_title()
+        self._render_probe()
 
     def on_unmount(self) -> None:
         self.index.close()
@@ -225,35 +226,14 @@ class RunScreen(Screen[None]):
             if self.probe is not None:
                 self._render_probe()
                 return
-            if self.probe_progress is not None:
-                return  # this screen is probing; the result arrives through _run_probe
             if self.alive is False and self.exit_code is not None:
                 return
             await asyncio.sleep(PROBE_SECONDS)
 
     # -- rendering -------------------------------------------------------------------------------
     def _set_view(self, view: RunView) -> None:
-        became_ready = view.state == "ready" and self.view.state != "ready"
         self.view = view
         self._render_all()
-        if became_ready:
-            self._maybe_auto_probe()
-
-    def _maybe_auto_probe(self) -> None:
-        """Probe once the server is ready when the experiment asks for it (never in read-only mode)."""
-        if self.app.readonly or self.probe is not None or self._auto_probed or self.record is None:
-            return
-        catalog = self.app.catalog
-        try:
-            exp = catalog.get(self.record.experiment) if catalog is not None else None
-        except ServelabError:
-            exp = None
-        if exp is None or not exp.experiment.probe.auto:
-            return
-        self._auto_probed = True
-        self.probe_progress = "starting (auto: the experiment's [probe] auto = true)"
-        self._render_probe()
-        self._run_probe()
 
     def _render_all(self) -> None:
         self._render_title()
@@ -272,7 +252,14 @@ class RunScreen(Screen[None]):
         self.query_one(RootCausePanel).show(self.view.root_cause, self.view.hint)
 
     def _render_probe(self) -> None:
-        self.query_one(ProbePanel).show(self.probe, self.probe_progress)
+        """Stored probe results, else the app's probe in progress, else live figures from the log."""
+        app = self.app
+        if self.probe is None and self.run_id in app.probe_results:
+            self.probe = app.probe_results[self.run_id]
+        progress = app.probing.get(self.run_id)
+        if progress is None and self.run_id in app.probe_errors:
+            progress = f"failed: {app.probe_errors[self.run_id]}"
+        self.query_one(ProbePanel).show(self.probe, progress, live=self.view.spec_decode)
 
     def elapsed_s(self) -> float | None:
         if self.record is None or not self.record.started_at:
@@ -329,25 +316,6 @@ class RunScreen(Screen[None]):
     def action_probe(self) -> None:
         if self.app.readonly:
             return
-        self._run_probe()
-
-    @work(exclusive=True, group="probe-run", exit_on_error=False)
-    async def _run_probe(self) -> None:
-        from engines.probe.artifacts import probe_run
-
-        def progress(message: str) -> None:
-            self.probe_progress = message
-            self._render_probe()
-
-        started = time.monotonic()
-        try:
-            result = await probe_run(self.runs, self.run_id, progress=progress)
-        except (ServelabError, HostUnreachable, OSError) as exc:
-            self.probe_progress = f"failed: {exc}"
-            self._render_probe()
-            self.notify(str(exc), title="probe failed", severity="error", timeout=8)
-            return
-        self.probe = result.summary
-        self.probe_progress = None
+        if not self.app.start_probe(self.run_id):
+            self.notify("a probe of this run is already running", timeout=3)
         self._render_probe()
-        self.notify(f"probe done in {time.monotonic() - started:.0f}s", timeout=4)

@@ -46,15 +46,31 @@ def probe_renderable(probe: dict[str, Any]) -> Group:
     return Group(*parts)
 
 
+def live_renderable(spec: dict[str, Any]) -> Group:
+    """Speculative-decoding figures the engine logs while serving (before or without a probe)."""
+    rate = spec.get("acceptance_rate")
+    head = Text.assemble(
+        ("FROM THE LOG ", "bold"),
+        f"acceptance {_fmt(rate * 100 if isinstance(rate, (int, float)) else None, '.1f', '%')}",
+        f" · length {_fmt(spec.get('mean_acceptance_length'), '.2f')}",
+    )
+    per_position = [r for r in spec.get("per_position") or [] if isinstance(r, (int, float))]
+    return Group(head, acceptance_bars(per_position)) if per_position else Group(head)
+
+
 class ProbePanel(Static):
     """Hidden until the run has probe results."""
 
-    def show(self, probe: dict[str, Any] | None, progress: str | None = None) -> None:
-        if not probe and not progress:
+    def show(self, probe: dict[str, Any] | None, progress: str | None = None, live: dict[str, Any] | None = None) -> None:
+        parts: list[object] = []
+        if probe:
+            parts.append(probe_renderable(probe))
+        elif progress:
+            parts.append(Text(f"PROBE {progress}", style="bold cyan"))
+        if not probe and live and (live.get("acceptance_rate") is not None or live.get("mean_acceptance_length") is not None):
+            parts.append(live_renderable(live))
+        if not parts:
             self.remove_class("-shown")
             return
         self.add_class("-shown")
-        if probe:
-            self.update(probe_renderable(probe))
-        else:
-            self.update(Text(f"PROBE {progress}", style="bold cyan"))
+        self.update(Group(*parts))
