@@ -217,6 +217,12 @@ def build(columns: Sequence[tuple[str, dict[str, Any]]], speedups: dict[str, Spe
     for label, key, digits, scale in METRIC_ROWS:
         rows.append(Row(label, [_metric(s, key, digits, scale) for s in sums], "metric"))
     rows.append(Row("per-position acceptance", [_fmt(s.get("spec_decode_per_position_acceptance_rates")) for s in sums], "metric"))
+    cats: list[str] = []
+    for s in sums:
+        cats.extend(c for c in s.get("per_category") or {} if c not in cats)
+    for cat in cats:
+        vals = [((s.get("per_category") or {}).get(cat) or {}).get("tokens_per_chunk") for s in sums]
+        rows.append(Row(f"tokens/chunk: {cat}", [_fmt(v) for v in vals], "metric"))
     rows.append(Row("acceptance source", [_fmt(s.get("acceptance_source")) for s in sums], "metric"))
     sp_vals = []
     for run in runs:

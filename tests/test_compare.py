@@ -31,6 +31,7 @@ def probe(run: str, tput: float, mad: float = 0.0, *, engine: str = "vllm", meth
         s["spec_decode_acceptance_length"] = acc_len
         s["spec_decode_acceptance_rate"] = 15.0
         s["spec_decode_per_position_acceptance_rates"] = [0.3, 0.1, 0.05]
+        s["per_category"] = {"coding": {"tokens_per_chunk": 1.8}, "translation": {"tokens_per_chunk": 1.1}}
     return run, s
 
 
@@ -103,6 +104,8 @@ def test_formats_and_diff_only() -> None:
     assert data["runs"] == ["base-1", "spec-1"] and data["speedups"]["spec-1"]["verdict"] == "helps"
     labels = {r["label"] for r in data["rows"]}
     assert {"output tok/s", "acceptance length", "per-position acceptance", "load: weights (s)", "host"} <= labels
+    coding = next(r for r in data["rows"] if r["label"] == "tokens/chunk: coding")
+    assert coding["values"] == {"base-1": "-", "spec-1": "1.80"}
     diff = {r["label"] for r in json.loads(render(comp, "json", diff_only=True))["rows"] if r["kind"] == "identity"}
     assert diff == {"spec method"}
     rows = list(csv.reader(io.StringIO(render(comp, "csv"))))

@@ -71,6 +71,8 @@ def test_timing_follows_server_token_counts(probed: dict) -> None:
         assert 0 < r["ttft_ms"] <= r["e2el_ms"]
     # n-gram speculation commits several tokens per step, so chunks carry more than one token.
     assert s["mean_tokens_per_chunk"] > 1.0
+    assert set(s["per_category"]) == set(prompts.CATEGORIES)
+    assert all(c["requests"] == 2 * 2 for c in s["per_category"].values())  # 2 prompts x 2 repeats
     assert s["itl_is_per_chunk"] is True
 
 

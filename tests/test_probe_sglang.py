@@ -59,3 +59,8 @@ async def test_client_reads_chunks_and_usage() -> None:
     assert row["finish_reason"] == "length" and row["eos"] is False
     assert len(row["chunk_itl_ms"]) == 10 / TOKENS_PER_STEP  # role chunk first, then one gap per content chunk
     assert "spec_decode_acceptance_length" not in result.summary  # no adapter: acceptance not measured
+    math = result.summary["per_category"]["math"]
+    assert list(result.summary["per_category"]) == ["math"]
+    assert math["requests"] == 2 and math["tokens_per_chunk"] == TOKENS_PER_STEP and math["eos_fraction"] == 0.0
+    tpots = sorted(r["tpot_ms"] for r in result.requests)
+    assert math["median_tpot_ms"] == pytest.approx(sum(tpots) / 2)

@@ -215,6 +215,21 @@ def combine(repeats: list[dict[str, Any]]) -> dict[str, Any]:
     return top
 
 
+def per_category(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per prompt category: median tokens per chunk (an acceptance proxy: acceptance depends on
+    the kind of text), median TPOT and the EOS share, over all repeats."""
+    out: dict[str, dict[str, Any]] = {}
+    for cat in sorted({r["category"] for r in rows}):
+        ok = [r for r in rows if r["category"] == cat and r["ok"]]
+        out[cat] = {
+            "requests": len(ok),
+            "tokens_per_chunk": _finite(median([r["tokens_per_chunk"] for r in ok if r["tokens_per_chunk"] is not None])),
+            "median_tpot_ms": _finite(median([r["tpot_ms"] for r in ok if r["tpot_ms"] is not None])),
+            "eos_fraction": (sum(1 for r in ok if r["eos"]) / len(ok)) if ok else None,
+        }
+    return out
+
+
 # -- the whole probe ------------------------------------------------------------------------------
 async def run_probe(
     base_url: str,
@@ -296,6 +311,7 @@ async def run_probe(
         "prompt_set_hash": prompts.hash,
         "itl_is_per_chunk": True,
         **combine(repeats),
+        "per_category": per_category(rows),
         "per_repeat": repeats,
         "identity": ident,
     }
