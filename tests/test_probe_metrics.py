@@ -105,3 +105,18 @@ async def test_vllm_window_without_speculation_is_none() -> None:
     empty = NoAcceptance()
     await empty.start()
     assert await empty.finish() is None and empty.request_fields() == {}
+
+
+async def test_missing_metrics_endpoint_is_one_clean_line() -> None:
+    from engines.catalog import load_catalog
+    from engines.errors import ServelabError
+    from engines.probe import prompts
+    from engines.probe.runner import ProbeSettingsView, run_probe
+    from tests.conftest import EXPERIMENTS
+    from tests.fixtures.fake_sglang import FakeSglangServer
+
+    exp = load_catalog(EXPERIMENTS).get("tiny-cpu-vllm-ngram").experiment
+    with FakeSglangServer("native") as server:  # answers chat, but has no /metrics
+        with pytest.raises(ServelabError, match=r"probe of http://127\.0\.0\.1:\d+ failed: HTTPStatusError") as info:
+            await run_probe(server.url, prompts.builtin("math"), ProbeSettingsView(max_tokens=4, repeats=1, warmup=0), adapter=VLLM, experiment=exp)
+    assert "\n" not in str(info.value)

@@ -245,6 +245,24 @@ async def run_probe(
     progress: Progress | None = None,
 ) -> ProbeResult:
     """Probe a running server. ``adapter`` reads acceptance the engine's way (None: no acceptance)."""
+    try:
+        return await _run_probe(base_url, prompts, settings, adapter, experiment, identity, label, ready_timeout_s, request_timeout_s, progress)
+    except httpx.HTTPError as exc:
+        raise ServelabError(f"probe of {base_url} failed: {type(exc).__name__}: {' '.join(str(exc).split())}") from None
+
+
+async def _run_probe(
+    base_url: str,
+    prompts: PromptSet,
+    settings: ProbeSettingsView,
+    adapter: EngineAdapter | None,
+    experiment: Experiment | None,
+    identity: dict[str, Any] | None,
+    label: str | None,
+    ready_timeout_s: float,
+    request_timeout_s: float,
+    progress: Progress | None,
+) -> ProbeResult:
     say = progress or (lambda _msg: None)
     timeout = httpx.Timeout(request_timeout_s, connect=10.0)
     async with httpx.AsyncClient(base_url=base_url, timeout=timeout, trust_env=False) as http:
