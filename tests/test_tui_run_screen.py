@@ -9,7 +9,8 @@ from tests.fixtures.tui import TuiFolder
 from tests.test_tui_app import screen_text
 from tui.app import ServelabApp
 from tui.screens import watch
-from tui.screens.run import RunScreen
+from tui.screens.run import RunScreen, with_history
+from tui.widgets.run_view_model import StageRow
 from tui.widgets.log_view import LogPanel
 
 WHITELIST_CRASH = SHARED_LOGS / "vllm-eagle3-whitelist-gemma3-32765.log"
@@ -92,3 +93,12 @@ async def test_readonly_run_screen_hides_stop_and_probe(tui_folder: TuiFolder) -
         footer = screen_text(app).splitlines()[-1]
         assert "Stop" not in footer and "Probe" not in footer
         assert "Search" in footer
+
+
+def test_history_gives_a_running_stage_an_eta_and_leaves_others_alone() -> None:
+    running = StageRow("weights", "weights", status="running")
+    eta = with_history(running, 600.0, running_for_s=120.0)
+    assert eta.eta_s == 480.0 and "earlier loads took 10m00s" in eta.detail
+    assert with_history(StageRow("weights", "weights", status="done"), 600.0) == StageRow("weights", "weights", status="done")
+    own = StageRow("weights", "weights", status="running", eta_s=30.0)
+    assert with_history(own, 600.0).eta_s == 30.0  # the engine's own tqdm ETA wins

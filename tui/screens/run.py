@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -29,7 +31,7 @@ from tui.widgets.line_index import LineIndex
 from tui.widgets.log_view import LogPanel
 from tui.widgets.probe_panel import ProbePanel
 from tui.widgets.root_cause import RootCausePanel
-from tui.widgets.run_view_model import RunView, format_duration, view_from_analysis
+from tui.widgets.run_view_model import RunView, StageRow, format_duration, view_from_analysis
 from tui.widgets.stage_timeline import StageTimeline
 
 STATUS_SECONDS = 2.0
@@ -58,6 +60,38 @@ def make_analyzer(engine: str) -> Any | None:
     return module.LogAnalyzer(grammar)
 
 
+async def earlier_stage_seconds(runs: Runs, rec: RunRecord, limit: int = 3) -> dict[str, float]:
+    """Median seconds per stage over the newest ``limit`` probed runs of the same model and host."""
+    from statistics import median
+
+    from engines.probe.artifacts import load_probe
+
+    same = [r for r in await runs.list(rec.host) if r.id != rec.id and r.model == rec.model and r.host == rec.host]
+    durations: dict[str, list[float]] = {}
+    found = 0
+    for other in sorted(same, key=lambda r: (r.started_at, r.id), reverse=True):
+        probe = await load_probe(runs, other.id)
+        stages = (probe or {}).get("load_stages_s")
+        if not isinstance(stages, dict):
+            continue
+        for name, seconds in stages.items():
+            if isinstance(seconds, (int, float)):
+                durations.setdefault(str(name), []).append(float(seconds))
+        found += 1
+        if found >= limit:
+            break
+    return {name: median(values) for name, values in durations.items()}
+
+
+def with_history(stage: StageRow, earlier_s: float | None, running_for_s: float = 0.0) -> StageRow:
+    """A running stage without its own ETA gets one from earlier loads."""
+    if earlier_s is None or stage.status != "running" or stage.eta_s is not None:
+        return stage
+    elapsed = running_for_s
+    note = f"earlier loads took {format_duration(earlier_s)}"
+    return replace(stage, eta_s=max(earlier_s - elapsed, 0.0), detail=f"{stage.detail}  {note}".strip())
+
+
 class RunScreen(Screen[None]):
     """One run, live."""
 
@@ -78,6 +112,13 @@ class RunScreen(Screen[None]):
         self.index = LineIndex(self._fresh_spool())
         self._analyzer: Any | None = None
         self._ingest_lock = asyncio.Lock()
+        self.stage_history: dict[str, float] = {}
+        #: When this screen first saw each stage running (monotonic), for the history ETA.
+        self._running_since: dict[str, float] = {}
+        self._shown_stages = ""
+        self._shown_cause = ""
+        self._shown_probe = ""
+        self._shown_title = ""
 
     def _fresh_spool(self) -> Path:
         path = spool_path(self.run_id)
@@ -106,12 +147,13 @@ class RunScreen(Screen[None]):
         self._render_all()
         self.query_one("#log-view").focus()
         self._follow()
+        self._history()
         self._status()
         self._probe_watch()
         self.set_interval(1.0, self._tick)
 
     def _tick(self) -> None:
-        self._render_title()
+        self._render_all()  # repaints only what changed (elapsed, history ETA)
         self._render_probe()
 
     def on_unmount(self) -> None:
@@ -189,9 +231,21 @@ class RunScreen(Screen[None]):
         old.remove()
         self.mount(LogPanel(self.index, id="log"), before=self.query_one(Footer))
 
+    @work(exclusive=True, group="history", exit_on_error=False)
+    async def _history(self) -> None:
+        """Stage durations of earlier loads of the same model on the same host (from their probe.json)."""
+        try:
+            _host, rec = await self.runs.find(self.run_id)
+            self.stage_history = await earlier_stage_seconds(self.runs, rec)
+        except (HostUnreachable, ServelabError, OSError):
+            return
+        self._shown_stages = ""
+        self._render_all()
+
     @work(exclusive=True, group="status", exit_on_error=False)
     async def _status(self) -> None:
         while True:
+            was_alive = self.alive
             try:
                 status = await self.runs.status(self.run_id, analyze=False)
             except (HostUnreachable, OSError) as exc:
@@ -208,7 +262,8 @@ class RunScreen(Screen[None]):
                     self.liveness = f"{status.record.status} · exit code {status.exit_code}"
                 else:
                     self.liveness = status.record.status
-                self.refresh_bindings()
+                if status.alive != was_alive:
+                    self.refresh_bindings()
                 if not status.alive and status.record.pid is not None:
                     await self._mark_exited(status.exit_code)
             self._render_title()
@@ -236,8 +291,16 @@ class RunScreen(Screen[None]):
         self._render_all()
 
     def _render_all(self) -> None:
+        """Repaint the stages and root cause, only when what they show changed (a layout costs)."""
         self._render_title()
-        stages = self.view.stages
+        now = time.monotonic()
+        for stage in self.view.stages:
+            if stage.status == "running":
+                self._running_since.setdefault(stage.id, now)
+        stages = [
+            with_history(stage, self.stage_history.get(stage.id), now - self._running_since.get(stage.id, now))
+            for stage in self.view.stages
+        ]
         if self.size.height < 40 or self.view.root_cause is not None:
             # Compact: done and running stages, then only the next pending one.
             shown, pending_seen = [], False
@@ -248,8 +311,14 @@ class RunScreen(Screen[None]):
                     pending_seen = True
                 shown.append(stage)
             stages = shown
-        self.query_one(StageTimeline).show(stages)
-        self.query_one(RootCausePanel).show(self.view.root_cause, self.view.hint)
+        key = repr(stages)
+        if key != self._shown_stages:
+            self._shown_stages = key
+            self.query_one(StageTimeline).show(stages)
+        cause_key = repr((self.view.root_cause, self.view.hint))
+        if cause_key != self._shown_cause:
+            self._shown_cause = cause_key
+            self.query_one(RootCausePanel).show(self.view.root_cause, self.view.hint)
 
     def _render_probe(self) -> None:
         """Stored probe results, else the app's probe in progress, else live figures from the log."""
@@ -259,7 +328,10 @@ class RunScreen(Screen[None]):
         progress = app.probing.get(self.run_id)
         if progress is None and self.run_id in app.probe_errors:
             progress = f"failed: {app.probe_errors[self.run_id]}"
-        self.query_one(ProbePanel).show(self.probe, progress, live=self.view.spec_decode)
+        key = repr((self.probe is not None, progress, self.view.spec_decode))
+        if key != self._shown_probe:
+            self._shown_probe = key
+            self.query_one(ProbePanel).show(self.probe, progress, live=self.view.spec_decode)
 
     def elapsed_s(self) -> float | None:
         if self.record is None or not self.record.started_at:
@@ -284,7 +356,10 @@ class RunScreen(Screen[None]):
         if elapsed is not None:
             parts.append(f" · {format_duration(elapsed)}")
         parts.append(f" · {self.liveness}")
-        self.query_one("#run-title", Static).update(Text.assemble(*parts, overflow="ellipsis", no_wrap=True))
+        title = Text.assemble(*parts, overflow="ellipsis", no_wrap=True)
+        if title.plain != self._shown_title:
+            self._shown_title = title.plain
+            self.query_one("#run-title", Static).update(title, layout=False)
 
     # -- actions ---------------------------------------------------------------------------------
     def action_stop(self) -> None:

@@ -16,6 +16,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.cache import LRUCache
 from textual.containers import Vertical
 from textual.geometry import Size
 from textual.message import Message
@@ -89,6 +90,10 @@ class LogView(ScrollView, can_focus=True):
         self._auto_scrolling = False
         self._end_pending = False
         self._wrap_cache: tuple[tuple[object, ...], list[Strip]] | None = None
+        #: Rendered lines (full width), by (line, is cursor, style epoch); bounded LRU.
+        self._strips: LRUCache[tuple[int, bool, int], Strip] = LRUCache(2000)
+        self._style_epoch = 0
+        self._search_seen: object = None
 
     # -- data ------------------------------------------------------------------------------------
     def sync(self) -> None:
@@ -120,6 +125,14 @@ class LogView(ScrollView, can_focus=True):
             self._auto_scrolling = True
             self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True, force=True)
             self._auto_scrolling = False
+
+    def notify_style(self) -> None:
+        """Theme, search or folding changed: rendered lines must be redrawn."""
+        self._style_epoch += 1
+        self._strips.clear()
+
+    def on_mount(self) -> None:
+        self.app.theme_changed_signal.subscribe(self, lambda _theme: self.notify_style())
 
     def on_resize(self) -> None:
         self._wrap_cache = None
@@ -184,6 +197,9 @@ class LogView(ScrollView, can_focus=True):
         return text
 
     def render_line(self, y: int) -> Strip:
+        if self.index.search is not self._search_seen:
+            self._search_seen = self.index.search
+            self.notify_style()
         scroll_x, scroll_y = self.scroll_offset
         width = self.scrollable_content_region.width
         base = self.rich_style
@@ -193,9 +209,16 @@ class LogView(ScrollView, can_focus=True):
         row = scroll_y + y
         if row >= self.index.row_count:
             return Strip.blank(width, base)
-        text = self._styled(self.index.line_at_row(row))
-        segments = [Segment(s.text, base + s.style if s.style else base) for s in text.render(self.app.console)]
-        return Strip(segments, text.cell_len).crop_extend(scroll_x, scroll_x + width, base)
+        line = self.index.line_at_row(row)
+        key = (line, line == self.cursor_line, self._style_epoch)
+        strip = self._strips.get(key) if line < self.index.line_count else None
+        if strip is None:
+            text = self._styled(line)
+            segments = [Segment(s.text, base + s.style if s.style else base) for s in text.render(self.app.console)]
+            strip = Strip(segments, text.cell_len)
+            if line < self.index.line_count:  # the unfinished tail changes: never cached
+                self._strips[key] = strip
+        return strip.crop_extend(scroll_x, scroll_x + width, base)
 
     def _wrapped(self, scroll_y: int, width: int) -> list[Strip]:
         """Rows of the viewport with long lines wrapped; bottom-anchored while following."""
@@ -295,7 +318,7 @@ class LogPanel(Vertical):
             parts.append("wrap")
         parts.append(f"{index.line_count} lines")
         status = self.query_one("#log-status", Static)
-        status.update(" · ".join(parts))
+        status.update(" · ".join(parts), layout=False)  # one fixed row: no relayout per chunk
         status.set_class(not view.follow and self.pending > 0, "-paused")
 
     @on(LogView.FollowChanged)
