@@ -152,3 +152,27 @@ def test_binding_ids_are_unique_per_class_and_cover_the_log_keys() -> None:
 def test_missing_folder_is_one_clean_error(tmp_path: Path) -> None:
     with pytest.raises(ServelabError, match="experiments folder not found"):
         run_app(str(tmp_path / "nope"), readonly=False)
+
+
+async def test_latest_run_column_and_enter_opens_it(tui_folder: TuiFolder) -> None:
+    from tests.fixtures.tui import RECORDED_LOGS
+    from tui.screens.run import RunScreen
+
+    run_id = tui_folder.replay("tiny-cpu-vllm-ngram", RECORDED_LOGS / "vllm-cpu-kv-cache-too-small.log", exit_code=1)
+    app = ServelabApp(tui_folder.folder)
+    app.watch_runs = False
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(app, pilot)
+        screen = app.screen
+        assert isinstance(screen, ExperimentsScreen)
+        for _ in range(100):
+            if "tiny-cpu-vllm-ngram" in screen.latest:
+                break
+            await pilot.pause(0.1)
+        assert screen.latest["tiny-cpu-vllm-ngram"].state == "crashed"  # exit code 1
+        await pilot.pause()
+        assert "crashed" in screen_text(app)
+        screen.select_row(str(tui_folder.folder / "tiny-cpu-vllm-ngram.toml"))
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, RunScreen) and app.screen.run_id == run_id

@@ -201,6 +201,11 @@ class ExperimentsScreen(Screen[None]):
     def _highlighted(self) -> None:
         self._show_detail()
 
+    @on(DataTable.RowSelected)
+    def _selected(self) -> None:
+        """Enter on a row (the table takes the key first): open its latest run."""
+        self.action_open_run()
+
     def current(self) -> Row | None:
         table = self.query_one(DataTable)
         if not self.rows or table.cursor_row < 0 or table.cursor_row >= len(self.rows):
