@@ -21,7 +21,7 @@ import hashlib
 import json
 import re
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -192,14 +192,25 @@ class Runs:
         return data
 
     # -- launch -----------------------------------------------------------------------------------
-    async def launch(self, exp_name: str, host: str | None = None, *, skip_preflight: bool = False) -> RunRecord:
-        """Start an experiment detached on its host (or ``host``); refuse a held port or busy GPUs."""
+    async def launch(
+        self,
+        exp_name: str,
+        host: str | None = None,
+        *,
+        skip_preflight: bool = False,
+        progress: Callable[[Any], None] | None = None,
+    ) -> RunRecord:
+        """Start an experiment detached on its host (or ``host``); refuse a held port or busy GPUs.
+
+        Preflight runs first (``progress`` sees each check as it ends) and applies the patch set,
+        all or nothing, so the engine never starts on an unpatched or half-patched package.
+        """
         exp = self.catalog.get(exp_name)
         problems = [p for e in self.catalog.entries if e.experiment is exp for p in e.problems]
         if problems:
             raise ServelabError(f"{exp.name}: definition has problems: {problems[0]} (run 'servelab check {exp.name}')")
         cfg = self.catalog.host(host or exp.experiment.host)
-        patch_record = {} if skip_preflight else await self._preflight(exp, cfg)
+        patch_record = {} if skip_preflight else await self._preflight(exp, cfg, progress)
         h = open_host(cfg)
         spec = self.catalog.launch_spec(exp, cfg)
         run_id = new_run_id(exp.name)
@@ -233,15 +244,20 @@ class Runs:
             raise ServelabError(f"cannot launch {exp.name} on {cfg.name}: {answer.get('error', 'unknown error')}")
         return RunRecord.from_json(answer["record"])
 
-    async def _preflight(self, exp: SourcedExperiment, cfg: HostConfig) -> dict[str, Any]:
-        """``engines.preflight.run_preflight``: a failed check refuses the launch. Returns the patch record."""
+    async def _preflight(
+        self, exp: SourcedExperiment, cfg: HostConfig, progress: Callable[[Any], None] | None = None
+    ) -> dict[str, Any]:
+        """``engines.preflight.run_preflight`` with the patch set applied: a failed check refuses the launch.
+
+        Returns the patch record (sha256 of every patch and patched file) for the run.
+        """
         try:
             from engines.preflight import run_preflight
         except ModuleNotFoundError as exc:
             if exc.name == "engines.preflight":
                 return {}  # a checkout without preflight yet
             raise
-        report = await run_preflight(self.catalog, exp, cfg)
+        report = await run_preflight(self.catalog, exp, cfg, progress=progress, apply=True)
         if not report.ok:
             raise ServelabError(report.summary())
         patches = getattr(report, "patches", None)
