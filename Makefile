@@ -47,6 +47,7 @@ sshd-deps:
 
 bench: app engine tiny-model
 	$(VENV)/bin/python bench/analyze_throughput.py
+	$(VENV)/bin/python bench/probe_vs_vllm_bench.py
 
 clean:
 	rm -rf $(VENV) $(ENGINE_VENV) .models .pytest_cache
