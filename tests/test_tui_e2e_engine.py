@@ -72,7 +72,8 @@ async def test_launch_ready_probe_compare_stop(tui_folder: TuiFolder) -> None:
         assert "PROBE" in text and "tok/s" in text and "acceptance" in text
         assert "pos 1" in text  # per-position acceptance bars
         assert ngram.probe is not None and ngram.probe["spec_decode_acceptance_length"] > 1.0
-        await wait_for(pilot, lambda: base.probe is not None, timeout=LOAD_TIMEOUT_S)
+        # The baseline's screen was left: the app probed it anyway (auto probe runs app-wide).
+        await wait_for(pilot, lambda: base.run_id in app.probe_results, timeout=LOAD_TIMEOUT_S)
         await wait_for(pilot, lambda: len(bells) >= 2, timeout=60)  # both became ready
         # Compare from the list: `c` on the n-gram row compares it with its baseline.
         while not isinstance(app.screen, ExperimentsScreen):
