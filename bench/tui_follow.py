@@ -92,6 +92,9 @@ async def main(args: argparse.Namespace) -> None:
     folder, run_id, go = start_run(tmp, args.lines, args.rate, args.seconds)
     app = ServelabApp(folder)
     app.watch_runs = False
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
+    print(f"GIL switch interval {sys.getswitchinterval() * 1000:.1f} ms, load average {os.getloadavg()[0]:.1f}")
     frames: list[float] = []
     original_display = app._display
 
@@ -154,4 +157,5 @@ if __name__ == "__main__":
     parser.add_argument("--lines", type=int, default=1_000_000)
     parser.add_argument("--rate", type=int, default=5000)
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--switch-interval", type=float, default=None, help="override the app's GIL switch interval (s)")
     asyncio.run(main(parser.parse_args()))

@@ -102,3 +102,18 @@ def test_history_gives_a_running_stage_an_eta_and_leaves_others_alone() -> None:
     assert with_history(StageRow("weights", "weights", status="done"), 600.0) == StageRow("weights", "weights", status="done")
     own = StageRow("weights", "weights", status="running", eta_s=30.0)
     assert with_history(own, 600.0).eta_s == 30.0  # the engine's own tqdm ETA wins
+
+
+def test_old_spool_copies_are_pruned(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import time
+
+    from tui.screens.run import prune_spool
+
+    old, new = tmp_path / "old-run.log", tmp_path / "new-run.log"
+    old.write_bytes(b"x")
+    new.write_bytes(b"y")
+    past = time.time() - 30 * 86400
+    os.utime(old, (past, past))
+    prune_spool(tmp_path)
+    assert not old.exists() and new.exists()

@@ -7,6 +7,7 @@ user's keymap, and offers the global actions (help, back, theme, screens).
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -41,6 +42,7 @@ HIGH_CONTRAST = Theme(
     dark=True,
 )
 DEFAULT_THEME = "textual-dark"
+SWITCH_INTERVAL_S = 0.001
 #: ``high-contrast`` (or any Textual theme name) picks the theme at start.
 ENV_THEME = "SERVELAB_THEME"
 
@@ -62,6 +64,9 @@ class ServelabApp(App[int]):
 
     def __init__(self, folder: str | Path | None = None, readonly: bool = False) -> None:
         super().__init__()
+        # Log ingestion runs in a thread; a short GIL switch interval keeps keys and frames prompt
+        # while it is busy (the default 5 ms lets a hot thread delay each UI step).
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         self.folder = Path(folder) if folder is not None else default_dir()
         self.readonly = readonly
         self.keymap_problems: list[str] = []

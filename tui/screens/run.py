@@ -35,6 +35,8 @@ from tui.widgets.run_view_model import RunView, StageRow, format_duration, view_
 from tui.widgets.stage_timeline import StageTimeline
 
 STATUS_SECONDS = 2.0
+#: Local log copies older than this are removed when a run screen opens.
+SPOOL_DAYS = 7
 PROBE_SECONDS = 5.0
 #: States after which nothing more happens to the run.
 FINAL_STATES = frozenset({"crashed", "failed", "exited", "stopped", "lost"})
@@ -43,6 +45,17 @@ FINAL_STATES = frozenset({"crashed", "failed", "exited", "stopped", "lost"})
 def spool_path(run_id: str) -> Path:
     """Where this machine keeps its copy of a run's log."""
     return Path(user_cache_dir("servelab")) / "spool" / f"{run_id}.log"
+
+
+def prune_spool(folder: Path, max_age_s: float = SPOOL_DAYS * 86400) -> None:
+    """Drop local log copies not opened for a while (the host keeps the real log)."""
+    cutoff = time.time() - max_age_s
+    for old in folder.glob("*.log"):
+        try:
+            if old.stat().st_mtime < cutoff:
+                old.unlink()
+        except OSError:
+            continue
 
 
 def make_analyzer(engine: str) -> Any | None:
@@ -123,6 +136,7 @@ class RunScreen(Screen[None]):
     def _fresh_spool(self) -> Path:
         path = spool_path(self.run_id)
         path.parent.mkdir(parents=True, exist_ok=True)
+        prune_spool(path.parent)
         path.write_bytes(b"")
         return path
 
