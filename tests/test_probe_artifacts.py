@@ -1,9 +1,14 @@
-"""Load-stage timing from the analyzer's log timestamps, and the identity block."""
+"""Load-stage timing from the analyzer's log timestamps, the identity block, and refusing dead runs."""
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
+
 from engines.catalog import load_catalog
-from engines.probe.artifacts import identity, stage_seconds
+from engines.errors import ServelabError
+from engines.probe.artifacts import identity, probe_run, probe_when_ready, stage_seconds, wait_for_ready
 from engines.runs import RunRecord
 from tests.conftest import EXPERIMENTS
 
@@ -34,3 +39,22 @@ def test_identity_names_what_must_match() -> None:
     assert ident["tensor_parallel"] == exp.parallel.tensor
     assert ident["patch_hashes"] == {"patches/a.diff": "0" * 64}
     assert ident["gpus"] == ["NVIDIA RTX PRO 6000 Blackwell"] * 8 and ident["host"] == "blackwell"
+
+
+async def test_a_run_that_dies_is_never_probed(lab) -> None:  # type: ignore[no-untyped-def]
+    """The StubEngine (a real process) exits with code 3 before it is ready: one clean line each."""
+    lab.experiment("dies", env={"STUB_LINES": "5", "STUB_EXIT": "3"})
+    runs = lab.runs()
+    rec = await runs.launch("dies", skip_preflight=True)
+    for _ in range(200):
+        if not (await runs.status(rec.id, analyze=False)).alive:
+            break
+        await asyncio.sleep(0.05)
+    with pytest.raises(ServelabError, match=f"run {rec.id} ended before it was ready") as info:
+        await wait_for_ready(runs, rec.id, poll_s=0.05)
+    assert "\n" not in str(info.value)
+    with pytest.raises(ServelabError, match="is not running"):
+        await probe_run(runs, rec.id)
+    with pytest.raises(ServelabError, match="ended before it was ready"):
+        await probe_when_ready(runs, rec.id)
+    assert await runs.read_artifact(rec.id, "probe.json") is None
