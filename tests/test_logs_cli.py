@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import SHARED_LOGS
 from tui.cli import main
 
 DATA = Path(__file__).resolve().parent / "data" / "logs"
@@ -28,7 +29,7 @@ def test_json_post_mortem_of_a_recorded_crash(capsys: pytest.CaptureFixture[str]
 
 
 def test_human_post_mortem(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["analyze", str(DATA / "shared" / "vllm-cpu-ngram-startup-and-serve.log")]) == 0
+    assert main(["analyze", str(SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log")]) == 0
     out = capsys.readouterr().out
     assert "state exited (was ready)" in out
     assert "weights      done" in out and "1/1" in out
@@ -37,7 +38,7 @@ def test_human_post_mortem(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_engine_is_guessed_or_given(capsys: pytest.CaptureFixture[str]) -> None:
-    log = str(DATA / "shared" / "sglang-eagle3-sigquit-scheduler-exception-5448.log")
+    log = str(SHARED_LOGS / "sglang-eagle3-sigquit-scheduler-exception-5448.log")
     assert main(["analyze", log, "--json"]) == 0
     guessed = json.loads(capsys.readouterr().out)
     assert guessed["engine"] == "sglang" and guessed["root_cause"]["process"] == "TP3"

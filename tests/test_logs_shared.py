@@ -1,4 +1,4 @@
-"""Every real log in tests/data/logs/shared (copied from ../shared/logs) with what the analyzer must find.
+"""Every real log in ../shared/logs with what the analyzer must find.
 
 Each entry states the engine the log is guessed as, the run state, the root cause (exception type,
 a fragment of its message, the process, the line in the file) or None, the stage statuses that
@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from engines.logs.analyzer import analyze_file, guess_engine
+from tests.conftest import SHARED_LOGS
 
-SHARED = Path(__file__).resolve().parent / "data" / "logs" / "shared"
+SHARED = SHARED_LOGS  # ../shared/logs: the real logs the project is given
 
 
 @dataclass
