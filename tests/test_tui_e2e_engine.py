@@ -82,8 +82,13 @@ async def test_launch_ready_probe_compare_stop(tui_folder: TuiFolder) -> None:
         app.screen.select_row(str(app.folder / f"{NGRAM}.toml"))
         await pilot.press("c")
         await wait_for(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.comparison is not None, timeout=120)
-        text = screen_text(app)
-        assert "VERDICT" in text and "speedup vs baseline" in text
+        await pilot.pause(0.3)
+        compare = app.screen
+        assert isinstance(compare, CompareScreen) and compare.comparison is not None
+        assert "VERDICT" in screen_text(app)
+        speedup = next(r for r in compare.comparison.rows if r.label == "speedup vs baseline")
+        assert "x" in speedup.values[compare.comparison.runs.index(ngram.run_id)]  # a real ratio, e.g. "1.8x ±0.1"
+        assert any("speculation" in line for line in compare.comparison.verdict)
         # Stop both from their run screens.
         for run in (ngram, base):
             await pilot.press("q")
