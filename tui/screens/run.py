@@ -186,8 +186,9 @@ class RunScreen(Screen[None]):
         offset = 0
         while True:
             try:
-                if self.record is None:
-                    _host, self.record = await self.runs.find(self.run_id)
+                if self._analyzer is None:
+                    if self.record is None:
+                        _host, self.record = await self.runs.find(self.run_id)
                     self._analyzer = make_analyzer(self.record.engine)
                     self._render_title()
                 async for new_offset, chunk in self.runs.follow(self.run_id, offset):
