@@ -12,6 +12,8 @@ BINDING_MODULES: tuple[str, ...] = (
     "tui.screens.runs",
     "tui.screens.compare",
     "tui.screens.help",
+    "tui.screens.preflight",
+    "tui.screens.confirm",
     "tui.widgets.log_view",
 )
 
