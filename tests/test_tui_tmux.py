@@ -64,7 +64,12 @@ def tmux(tmp_path: Path) -> Iterator[Tmux]:
 
 def test_experiments_then_a_crashed_runs_stages_and_root_cause(tui_folder: TuiFolder, tmux: Tmux, tmp_path: Path) -> None:
     run_id = tui_folder.replay("tiny-cpu-vllm-baseline", KV_TOO_SMALL, exit_code=1)
+    # $EDITOR is a real program: it adds a typo to the file it is given, as a hurried operator might.
+    editor = tmp_path / "typo_editor.py"
+    editor.write_text("import sys\nwith open(sys.argv[1], 'a') as f:\n    f.write('\\ntensr = 8\\n')\n")
     env = {
+        "EDITOR": f"{sys.executable} {editor}",
+        "VISUAL": f"{sys.executable} {editor}",
         "XDG_CACHE_HOME": str(tmp_path / "cache"),
         "XDG_CONFIG_HOME": str(tmp_path / "config"),
         "SERVELAB_KEYMAP": str(tmp_path / "config" / "keymap.toml"),
@@ -78,6 +83,9 @@ def test_experiments_then_a_crashed_runs_stages_and_root_cause(tui_folder: TuiFo
     screen = tmux.wait_for("tiny-cpu-vllm-ngram", "kimi-k25-sglang-eagle3")
     assert "experiment" in screen and "engine" in screen
     tmux.wait_for("crashed")  # the latest run of the baseline, in its row
+    tmux.keys("E")  # edit the highlighted (first) definition; the list reloads after the editor
+    screen = tmux.wait_for("invalid", "tensr")
+    assert "tiny-cpu-vllm-ngram" in screen  # the others stay listed
     tmux.keys("R")
     tmux.wait_for(run_id[:30])
     tmux.keys("Enter")

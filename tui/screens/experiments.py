@@ -16,7 +16,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual import on, work
-from textual.app import ComposeResult
+from textual.app import ComposeResult, SuspendNotSupported
 from textual.binding import Binding, BindingType
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.containers import Container, VerticalScroll
@@ -319,6 +319,9 @@ class ExperimentsScreen(Screen[None]):
         try:
             with self.app.suspend():
                 subprocess.run(argv, check=False)  # an argv list: no shell
+        except SuspendNotSupported:
+            self.notify("this terminal cannot hand over to an editor: edit the file elsewhere, then press r", severity="warning")
+            return
         except OSError as exc:
             self.notify(f"cannot start {argv[0]}: {exc.strerror or exc}", severity="error")
         self.action_reload()

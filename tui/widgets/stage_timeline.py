@@ -55,7 +55,29 @@ def stage_table(stages: list[StageRow], *, header: Text | None = None) -> Table:
 
 
 class StageTimeline(Static):
-    """The stage bars of one run; ``show`` replaces them."""
+    """The stage bars of one run; ``show`` replaces them.
+
+    The table is laid out once per change and kept as styled text: a rich Table re-measures all
+    its cells on every repaint, and the run screen repaints several times a second while following.
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._stages: list[StageRow] = []
+        self._header: Text | None = None
 
     def show(self, stages: list[StageRow], header: Text | None = None) -> None:
-        self.update(stage_table(stages, header=header))
+        self._stages, self._header = stages, header
+        self._draw()
+
+    def on_resize(self) -> None:
+        self._draw()
+
+    def _draw(self) -> None:
+        width = self.size.width or self.app.size.width
+        if width <= 0:
+            return
+        console = self.app.console
+        lines = console.render_lines(stage_table(self._stages, header=self._header), console.options.update_width(width), pad=False)
+        text = Text("\n").join(Text.assemble(*((seg.text, seg.style) for seg in line if not seg.control)) for line in lines)
+        self.update(text)
