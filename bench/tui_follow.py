@@ -146,9 +146,10 @@ async def main(args: argparse.Namespace) -> None:
     p99 = latencies[min(len(latencies) - 1, int(round(0.99 * (len(latencies) - 1))))] if latencies else float("nan")
     print(f"keys: {len(latencies)}  latency median {statistics.median(latencies):.1f} ms  p99 {p99:.1f} ms  max {latencies[-1]:.1f} ms  (target p99 < 100 ms)")
     (l0, m0), (l1, m1) = samples[0], samples[-1]
-    per_100k = (m1 - m0) / max((l1 - l0) / 100_000, 1e-9)
-    print(f"while growing {l0:,} -> {l1:,} lines ({(l1 - l0) / args.seconds:,.0f} lines/s): RSS {m0:.0f} -> {m1:.0f} MB "
-          f"({per_100k:+.1f} MB per 100k lines; the index costs ~13 B/line, text stays in the spool)")
+    growth = f"while growing {l0:,} -> {l1:,} lines ({(l1 - l0) / args.seconds:,.0f} lines/s): RSS {m0:.0f} -> {m1:.0f} MB"
+    if l1 - l0 >= 10_000:
+        growth += f" ({(m1 - m0) / ((l1 - l0) / 100_000):+.1f} MB per 100k lines; the index keeps ~13 B/line, texts stay in the spool)"
+    print(growth)
     print(f"following at the end: {follow_ok}")
 
 
