@@ -92,8 +92,9 @@ async def main(args: argparse.Namespace) -> None:
     folder, run_id, go = start_run(tmp, args.lines, args.rate, args.seconds)
     app = ServelabApp(folder)
     app.watch_runs = False
-    if args.switch_interval is not None:
-        sys.setswitchinterval(args.switch_interval)
+    from tui.app import SWITCH_INTERVAL_S
+
+    sys.setswitchinterval(args.switch_interval if args.switch_interval is not None else SWITCH_INTERVAL_S)  # as run_app does
     print(f"GIL switch interval {sys.getswitchinterval() * 1000:.1f} ms, load average {os.getloadavg()[0]:.1f}")
     frames: list[float] = []
     original_display = app._display

@@ -64,9 +64,6 @@ class ServelabApp(App[int]):
 
     def __init__(self, folder: str | Path | None = None, readonly: bool = False) -> None:
         super().__init__()
-        # Log ingestion runs in a thread; a short GIL switch interval keeps keys and frames prompt
-        # while it is busy (the default 5 ms lets a hot thread delay each UI step).
-        sys.setswitchinterval(SWITCH_INTERVAL_S)
         self.folder = Path(folder) if folder is not None else default_dir()
         self.readonly = readonly
         self.keymap_problems: list[str] = []
@@ -240,6 +237,10 @@ def run_app(folder: str | None, readonly: bool) -> int:
     path = Path(folder) if folder is not None else default_dir()
     if not path.is_dir():
         raise ServelabError(f"experiments folder not found: {path} (use --dir or $SERVELAB_EXPERIMENTS)")
+    # Log ingestion runs in a thread; a short GIL switch interval keeps keys and frames prompt
+    # while it is busy (the default 5 ms lets a hot thread delay each UI step). Process-wide, so
+    # set here, where the dashboard owns the process.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     app = ServelabApp(path, readonly=readonly)
     result = app.run()
     return int(result or 0)
