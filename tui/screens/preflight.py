@@ -77,6 +77,9 @@ class PreflightScreen(ModalScreen[str | None]):
 
     @work(exclusive=True, group="preflight", exit_on_error=False)
     async def _run(self) -> None:
+        if self.launch:
+            await self._launch()
+            return
         try:
             report = await run_preflight(self.catalog, self.experiment, progress=self._progress)
         except (ServelabError, HostUnreachable, OSError) as exc:
@@ -86,12 +89,11 @@ class PreflightScreen(ModalScreen[str | None]):
         self.checks = list(report.checks)
         self.outcome = ("✓ " if report.ok else "✗ ") + report.summary()
         self._show(running=False)
-        if not report.ok or not self.launch:
-            return
-        self.outcome += "\nlaunching…"
-        self._show(running=False)
+
+    async def _launch(self) -> None:
+        """A launch runs its own preflight (which also applies the patch set): one pass, checks shown as they end."""
         try:
-            record: Any = await self.app.runs().launch(self.experiment, skip_preflight=True)
+            record: Any = await self.app.runs().launch(self.experiment, progress=self._progress)
         except (ServelabError, HostUnreachable, OSError) as exc:
             self.outcome = f"✗ launch refused: {exc}"
             self._show(running=False)
