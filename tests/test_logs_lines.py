@@ -102,3 +102,16 @@ def test_warning_echo_lines_fold_with_their_warning() -> None:
     assert kinds[:2] == [LineKind.NOISE_WARNING, LineKind.NOISE_WARNING]
     assert kinds[2] is LineKind.INFO and kinds[3] is LineKind.TRACEBACK  # an echo is one line only
     assert classify_run(['  if hasattr(value, "__dict__"):'], previous=LineKind.NOISE_WARNING) == [LineKind.NOISE_WARNING]
+
+
+def test_a_warning_that_mentions_an_error_is_a_warning() -> None:
+    """vLLM's ulimit warning quotes `OSError: [Errno 24]`: `e` (first error) must not stop there."""
+    from engines.logs.lines import LineKind, classify
+
+    line = (
+        "(APIServer pid=9082) WARNING 11-29 10:25:35 [system_utils.py:255] Found ulimit of 20000 and failed to "
+        "automatically increase with error current limit exceeds maximum limit. This can cause fd limit errors "
+        "like `OSError: [Errno 24] Too many open files`. Consider increasing with ulimit -n"
+    )
+    assert classify(line) is LineKind.WARNING
+    assert classify("(EngineCore_DP0 pid=7) ERROR 11-29 10:25:35 [core.py:1] ValueError: boom") is LineKind.ERROR

@@ -194,6 +194,8 @@ _POLL_PATHS = ('"GET /health', '"GET /metrics', '"GET /v1/models', '"GET /get_se
                '"GET /get_model_info', '"GET /model_info', '"POST ', '"GET /')
 _ERROR_MARKS = ("Traceback (most recent call last)", "Error: ", "Exception: ", "Error(", "ERROR ", "CRITICAL ",
                 "Scheduler hit an exception", "exception:", "Killed", "Segmentation fault", "core dumped")
+#: The record header (process prefix + level) sits within this many characters of a line's start.
+_LEVEL_HEAD = 60
 _TB_MARKS = ('  File "', "Traceback (most recent call last)", "During handling of the above exception",
              "The above exception was the direct cause")
 
@@ -227,6 +229,9 @@ def classify(text: str) -> LineKind:
             return LineKind.TRACEBACK
     if "it/s]" in text or "s/it]" in text or "% Completed |" in text or ("%|" in text and "/" in text):
         return LineKind.PROGRESS
+    if "WARNING" in text[:_LEVEL_HEAD] and "ERROR" not in text[:_LEVEL_HEAD]:
+        # a warning record that merely mentions an error ("can cause `OSError: ...`") is a warning
+        return LineKind.WARNING
     for m in _ERROR_MARKS:
         if m in text:
             return LineKind.ERROR
