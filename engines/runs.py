@@ -154,6 +154,8 @@ class Runs:
         #: Hosts the last :meth:`list` could not reach, with the one-line reason.
         self.unreachable: dict[str, str] = {}
         self._helpers: dict[str, str] = {}
+        #: Per run: an analyzer already fed the log up to an offset, so a status poll reads only new bytes.
+        self._analyzers: dict[str, _LiveAnalysis] = {}
 
     # -- hosts and the helper ---------------------------------------------------------------------
     def host(self, name: str) -> Host:
@@ -359,30 +361,45 @@ class Runs:
         return alive, code
 
     async def _analysis(self, h: Host, rec: RunRecord, alive: bool, exit_code: int | None) -> dict[str, Any]:
-        """The log analyzer's fields (``engines.logs.analyzer``), fed the log in 1 MiB chunks."""
+        """The log analyzer's fields (``engines.logs.analyzer``).
+
+        The analyzer of each run is kept between polls and fed only the bytes added since (in a
+        thread, so a dashboard's event loop never stalls on a long log); a log that shrank is read
+        again from the start.
+        """
         try:
             from engines.logs.analyzer import LogAnalyzer
         except ImportError:
             return {}
+        live = self._analyzers.get(rec.id)
+        if live is None:
+            live = self._analyzers[rec.id] = _LiveAnalysis(lambda: LogAnalyzer(get_adapter(rec.engine).grammar))  # type: ignore[attr-defined,unused-ignore]
         try:
-            analyzer = LogAnalyzer(get_adapter(rec.engine).grammar)  # type: ignore[attr-defined,unused-ignore]
-            offset = 0
-            while True:
+            async with live.lock:
                 try:
-                    chunk = await h.read_bytes(rec.log_path, offset, CHUNK)
+                    size = await h.size(rec.log_path)
                 except FileNotFoundError:
-                    chunk = b""
-                if not chunk:
-                    break
-                offset += len(chunk)
-                analyzer.feed(chunk)
-            analyzer.finish()
-            if not alive:
-                analyzer.mark_exited(exit_code)
-            out = analyzer.snapshot().to_json()
+                    size = 0
+                if live.final and live.result is not None and size == live.offset and not alive:
+                    return dict(live.result)  # an ended run: its analysis does not change
+                if size < live.offset or live.final:
+                    live.reset()
+                while live.offset < size:
+                    chunk = await h.read_bytes(rec.log_path, live.offset, CHUNK)
+                    if not chunk:
+                        break
+                    await asyncio.to_thread(live.analyzer.feed, chunk)
+                    live.offset += len(chunk)
+                if not alive:
+                    live.analyzer.finish()
+                    live.analyzer.mark_exited(exit_code)
+                    live.final = True  # the next poll starts over: finish() closed the stream
+                out = live.analyzer.snapshot().to_json()
+                live.result = dict(out) if live.final else None
         except HostUnreachable:
             return {}
         except Exception as exc:  # the analyzer must never break status
+            live.reset()
             return {"analysis_error": " ".join(f"{type(exc).__name__}: {exc}".split())}
         return dict(out) if isinstance(out, dict) else {}
 
@@ -508,3 +525,18 @@ def _check_artifact(name: str, *, reading: bool = False) -> None:
 
 def _dump(data: dict[str, Any]) -> bytes:
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+class _LiveAnalysis:
+    """One run's analyzer and how far into its log it has read."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make = make
+        self.lock = asyncio.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        self.analyzer = self._make()
+        self.offset = 0
+        self.final = False
+        self.result: dict[str, Any] | None = None

@@ -380,3 +380,26 @@ def test_home_relative_workdir_over_ssh() -> None:
 
     assert runs_root(HostConfig(name="g", ssh="gpu", workdir="~/servelab")) == "servelab/runs"
     assert runs_root(HostConfig(name="g", ssh="gpu", workdir="/data/servelab/")) == "/data/servelab/runs"
+
+
+async def test_status_analysis_reads_only_new_bytes_and_restarts_on_truncation(lab: Lab) -> None:
+    """A dashboard polls status every second: each poll must see the lines added since, no more, no less."""
+    lab.experiment("growing", env={"STUB_LINES": "400", "STUB_INTERVAL": "0.01", "STUB_EXIT": "0"})
+    runs = lab.runs()
+    rec = await runs.launch("growing", skip_preflight=True)
+    log = Path(rec.log_path)
+    seen: list[int] = []
+    while True:
+        st = await runs.status(rec.id)
+        seen.append(st.analysis["lines"])
+        if not st.alive:
+            break
+        time.sleep(0.3)
+    assert len(seen) >= 3 and seen == sorted(seen) and seen[0] < seen[-1]
+    total = log.read_bytes().count(b"\n")
+    assert seen[-1] == total
+    again = await runs.status(rec.id)
+    assert again.analysis == st.analysis  # an ended run's analysis is stable
+    log.write_bytes(b"line a\nline b\n")  # replaced by something shorter: analysed from the start
+    shrunk = await runs.status(rec.id)
+    assert shrunk.analysis["lines"] == 2
