@@ -132,3 +132,14 @@ def render_flags(args: dict[str, Any]) -> tuple[list[str], list[Inexpressible]]:
         else:
             out.extend([flag, str(value)])
     return out, bad
+
+
+def engine_args_problems(args: dict[str, Any], managed: dict[str, str]) -> list[Inexpressible]:
+    """``[engine_args]`` entries that contradict a top-level key (``managed``: flag -> key) or cannot render."""
+    out = [
+        Inexpressible(f"engine_args.{key}", f"set it with the top-level key '{managed[key]}'")
+        for key in args
+        if key in managed
+    ]
+    out.extend(render_flags(args)[1])
+    return out

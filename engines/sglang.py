@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from engines.adapter import ArgValidation, Inexpressible, LaunchSpec, render_flags
+from engines.adapter import ArgValidation, Inexpressible, LaunchSpec, engine_args_problems, render_flags
 from engines.experiment import Experiment
 from engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
 
@@ -145,12 +145,7 @@ class SglangAdapter:
     grammar = GRAMMAR
 
     def problems(self, exp: Experiment) -> list[Inexpressible]:
-        out: list[Inexpressible] = []
-        for key in exp.engine_args:
-            if key in MANAGED_FLAGS:
-                out.append(Inexpressible(f"engine_args.{key}", f"set it with '{MANAGED_FLAGS[key]}'"))
-        _, bad = render_flags(exp.engine_args)
-        out.extend(bad)
+        out = engine_args_problems(exp.engine_args, MANAGED_FLAGS)
         s = exp.speculative
         if s.method == "none":
             return out

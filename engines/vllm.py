@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from engines.adapter import ArgValidation, Inexpressible, LaunchSpec, render_flags
+from engines.adapter import ArgValidation, Inexpressible, LaunchSpec, engine_args_problems, render_flags
 from engines.experiment import Experiment
 from engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
 
@@ -170,12 +170,7 @@ class VllmAdapter:
 
     # -- command line -------------------------------------------------------------------------
     def problems(self, exp: Experiment) -> list[Inexpressible]:
-        out: list[Inexpressible] = []
-        for key in exp.engine_args:
-            if key in MANAGED_FLAGS:
-                out.append(Inexpressible(f"engine_args.{key}", f"set it with the top-level key '{MANAGED_FLAGS[key]}'"))
-        _, bad = render_flags(exp.engine_args)
-        out.extend(bad)
+        out = engine_args_problems(exp.engine_args, MANAGED_FLAGS)
         p = exp.parallel
         if p.expert > 1 and p.expert != p.tensor * p.data:
             out.append(
