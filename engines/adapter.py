@@ -135,9 +135,9 @@ def render_flags(args: dict[str, Any]) -> tuple[list[str], list[Inexpressible]]:
 
 
 def engine_args_problems(args: dict[str, Any], managed: dict[str, str]) -> list[Inexpressible]:
-    """``[engine_args]`` entries that contradict a top-level key (``managed``: flag -> key) or cannot render."""
+    """``[engine_args]`` entries that contradict a key servelab renders itself (``managed``: flag -> key) or cannot render."""
     out = [
-        Inexpressible(f"engine_args.{key}", f"set it with the top-level key '{managed[key]}'")
+        Inexpressible(f"engine_args.{key}", f"servelab sets this flag: use the key '{managed[key]}' instead")
         for key in args
         if key in managed
     ]
