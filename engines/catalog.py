@@ -76,10 +76,12 @@ class Catalog:
     def host_path(self, exp: SourcedExperiment, value: str, host: HostConfig | None = None) -> str:
         """A model/drafter path as the host sees it: relative paths are relative to the folder on a local host."""
         host = host or self.host(exp.experiment.host)
-        p = Path(value).expanduser() if host.is_local else Path(value)
-        if host.is_local and not p.is_absolute() and ("/" in value or value.startswith(".")):
+        if not host.is_local:
+            return value  # a remote host's paths are its own: kept verbatim
+        p = Path(value).expanduser()
+        if not p.is_absolute() and ("/" in value or value.startswith(".")):
             return str((exp.folder / p).resolve())
-        return str(p) if host.is_local else value
+        return str(p)
 
     def launch_spec(self, exp: SourcedExperiment, host: HostConfig | None = None) -> LaunchSpec:
         """The exact argv and env of an experiment on its host."""
