@@ -33,6 +33,7 @@ from engines.experiment import SourcedExperiment
 from engines.hosts.base import Host, HostUnreachable
 from engines.hosts.registry import open_host
 from engines.hostsfile import HostConfig
+from engines.runstate import RunState
 
 RUNS_DIR = "runs"
 HELPER_DIR = ".servelab"
@@ -92,7 +93,7 @@ class RunRecord:
     pgid: int | None = None
     start_time: int | None = None
     supervisor_pid: int | None = None
-    status: str = "launching"
+    status: RunState = RunState.LAUNCHING
     exit_code: int | None = None
     #: sha256 of each patch file of the definition, by file name.
     patch_hashes: dict[str, str] = field(default_factory=dict)
@@ -107,7 +108,9 @@ class RunRecord:
     def from_json(cls, data: dict[str, Any]) -> RunRecord:
         """Build from run.json (or runctl's status), ignoring keys this version does not know."""
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        rec = cls(**{k: v for k, v in data.items() if k in known})
+        rec.status = RunState.parse(rec.status)
+        return rec
 
 
 @dataclass
@@ -121,7 +124,7 @@ class RunStatus:
     analysis: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def status(self) -> str:
+    def status(self) -> RunState:
         return self.record.status
 
     def to_json(self) -> dict[str, Any]:
@@ -352,11 +355,11 @@ class Runs:
                 rest = stat[stat.rfind(")") + 2 :].split()
                 alive = rest[0] not in ("Z", "X") and (rec.start_time is None or int(rest[19]) == rec.start_time)
         if alive:
-            rec.status = "running"
+            rec.status = RunState.RUNNING
         elif code is not None:
-            rec.status = "stopped" if await h.exists(f"{rec.run_dir}/stop_requested") else "exited"
+            rec.status = RunState.STOPPED if await h.exists(f"{rec.run_dir}/stop_requested") else RunState.EXITED
         elif rec.pid:
-            rec.status = "lost"
+            rec.status = RunState.LOST
         rec.exit_code = code
         return alive, code
 

@@ -26,6 +26,7 @@ from engines.logs.hints import find_hint
 from engines.logs.lines import Line
 from engines.logs.prefilter import Prefilter
 from engines.logs.rootcause import FRAMES_STATE, STALE_LINES, TB_START, RootCause, TracebackTracker
+from engines.runstate import RunState
 
 __all__ = [
     "Analysis",
@@ -144,7 +145,7 @@ class Analysis:
     """What the log says right now. ``to_json()`` is the ``servelab analyze --json`` object."""
 
     engine: str
-    state: str  # starting | loading | ready | crashed | exited
+    state: RunState  # starting | loading | ready | crashed | exited
     was_ready: bool
     stages: list[Stage]
     root_cause: RootCause | None
@@ -735,19 +736,19 @@ class LogAnalyzer:
             crashed = True
         stages = [Stage(s.name, s.status, s.started_at, s.ended_at, s.progress, s.detail) for s in self._stages]
         if crashed:
-            state = "crashed"
+            state = RunState.CRASHED
             running = [s for s in stages if s.status == "running"]
             if running:
                 running[-1].status = "failed"
                 running[-1].ended_at = running[-1].ended_at or self._last_ts
         elif self._shutdown or self._exited:
-            state = "exited"
+            state = RunState.EXITED
         elif ready:
-            state = "ready"
+            state = RunState.READY
         elif self._furthest >= STAGES.index("weights"):
-            state = "loading"
+            state = RunState.LOADING
         else:
-            state = "starting"
+            state = RunState.STARTING
         hint: str | None = None
         if cause is not None:
             texts = [cause.exception or "", cause.message, *cause.excerpt]

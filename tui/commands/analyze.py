@@ -10,6 +10,7 @@ from pathlib import Path
 from engines.adapter import ENGINE_MODULES
 from engines.errors import ServelabError
 from engines.logs.analyzer import Analysis, analyze_file
+from engines.runstate import RunState
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -70,7 +71,7 @@ def render(a: Analysis) -> str:
         lines.append(f"root cause: {what}{proc}, line {rc.line}{where}")
         for m in rc.message.splitlines()[:12]:
             lines.append(f"  {m}")
-    elif a.state == "crashed":
+    elif a.state is RunState.CRASHED:
         lines.append("root cause: not in this log")
     else:
         lines.append("root cause: none (no failure seen)")

@@ -18,6 +18,7 @@ from engines.errors import ServelabError
 from engines.hosts.base import HostUnreachable
 from engines.hosts.registry import close_all
 from engines.runs import CHUNK, RunRecord, Runs
+from engines.runstate import RunState
 
 T = TypeVar("T")
 
@@ -209,7 +210,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     async def body(runs: Runs) -> int:
         st = await runs.stop(args.run, grace=args.grace)
         code = "-" if st.exit_code is None else str(st.exit_code)
-        what = "stopped" if st.status == "stopped" else f"had already {st.status}"
+        what = "stopped" if st.status is RunState.STOPPED else f"had already {st.status}"
         print(f"{st.record.id}: {what} (exit code {code})")
         return 0
 

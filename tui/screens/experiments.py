@@ -179,7 +179,7 @@ class ExperimentsScreen(Screen[None]):
         if latest is None:
             cells += [Text("-", style="dim"), Text(""), Text(""), Text("")]
         else:
-            cells += [Text(latest.state, style=_state_style(latest.state)), Text(latest.load_text), Text(latest.accept_text), Text(latest.speedup_text)]
+            cells += [Text(latest.state, style=latest.state.style), Text(latest.load_text), Text(latest.accept_text), Text(latest.speedup_text)]
         return cells
 
     def refresh_latest(self) -> None:
@@ -325,20 +325,6 @@ class ExperimentsScreen(Screen[None]):
         except OSError as exc:
             self.notify(f"cannot start {argv[0]}: {exc.strerror or exc}", severity="error")
         self.action_reload()
-
-
-def _state_style(state: str) -> str:
-    return {
-        "ready": "bold green",
-        "serving": "bold green",
-        "crashed": "bold red",
-        "failed": "bold red",
-        "lost": "red",
-        "exited": "yellow",
-        "stopped": "dim",
-        "loading": "cyan",
-        "running": "cyan",
-    }.get(state, "")
 
 
 def detail_renderable(catalog: Catalog, entry: FileEntry, latest: LatestRun | None) -> Group:

@@ -15,6 +15,7 @@ from engines.catalog import Catalog
 from engines.compare import baseline_speedup
 from engines.errors import ServelabError
 from engines.runs import RunRecord, Runs
+from engines.runstate import RunState
 from tui.widgets.run_view_model import RunView, StageRow
 
 
@@ -23,7 +24,7 @@ class LatestRun:
     """The newest run of one experiment."""
 
     run_id: str
-    state: str
+    state: RunState
     load_s: float | None = None
     acceptance_rate: float | None = None  # percent
     acceptance_length: float | None = None
@@ -47,14 +48,14 @@ class LatestRun:
         return f"{self.speedup:.2f}x" if self.speedup is not None else ""
 
 
-def run_state(record_status: str, exit_code: int | None, live: RunView | None) -> str:
+def run_state(record_status: RunState, exit_code: int | None, live: RunView | None) -> RunState:
     """One word: the live analysis when the app follows the run, else what the process did."""
-    if live is not None and live.state not in ("waiting", "starting") and record_status in ("running", "launching"):
+    if live is not None and live.state not in (RunState.WAITING, RunState.STARTING) and record_status.is_active:
         return live.state
-    if live is not None and live.state in ("crashed",):
-        return "crashed"
-    if record_status == "exited" and exit_code not in (None, 0):
-        return "crashed"
+    if live is not None and live.state is RunState.CRASHED:
+        return RunState.CRASHED
+    if record_status is RunState.EXITED and exit_code not in (None, 0):
+        return RunState.CRASHED
     return record_status
 
 

@@ -38,8 +38,6 @@ STATUS_SECONDS = 2.0
 #: Local log copies older than this are removed when a run screen opens.
 SPOOL_DAYS = 7
 PROBE_SECONDS = 5.0
-#: States after which nothing more happens to the run.
-FINAL_STATES = frozenset({"crashed", "failed", "exited", "stopped", "lost"})
 
 
 def spool_path(run_id: str) -> Path:
@@ -362,7 +360,7 @@ class RunScreen(Screen[None]):
     def _render_title(self) -> None:
         rec = self.record
         state = self.view.state
-        style = {"ready": "bold green", "serving": "bold green", "crashed": "bold red", "failed": "bold red"}.get(state, "bold cyan")
+        style = state.style
         parts: list[Any] = [(rec.experiment if rec else self.run_id, "bold"), "  "]
         parts.append((f" {state.upper()} ", f"reverse {style}"))
         if rec is not None:

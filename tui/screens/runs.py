@@ -14,9 +14,9 @@ from textual.widgets import DataTable, Footer, Header, Static
 from engines.errors import ServelabError
 from engines.hosts.base import HostUnreachable
 from engines.runs import RunRecord
+from engines.runstate import RunState
 
 REFRESH_SECONDS = 5.0
-STATUS_STYLE = {"running": "bold cyan", "exited": "yellow", "stopped": "dim", "lost": "red", "refused": "red", "launching": "cyan"}
 
 
 class RunsScreen(Screen[None]):
@@ -82,8 +82,8 @@ class RunsScreen(Screen[None]):
         keep = table.cursor_row
         table.clear()
         for rec in self.records:
-            pid = f"pid {rec.pid}" if rec.status == "running" else (f"exit {rec.exit_code}" if rec.exit_code is not None else "-")
-            table.add_row(rec.id, Text(rec.status, style=STATUS_STYLE.get(rec.status, "")), rec.host, rec.started_at.replace("T", " ")[:19], pid, key=rec.id)
+            pid = f"pid {rec.pid}" if rec.status is RunState.RUNNING else (f"exit {rec.exit_code}" if rec.exit_code is not None else "-")
+            table.add_row(rec.id, Text(rec.status, style=rec.status.style), rec.host, rec.started_at.replace("T", " ")[:19], pid, key=rec.id)
         if self.records:
             table.move_cursor(row=min(max(keep, 0), len(self.records) - 1))
         hosts = Text(f"{len(self.records)} run(s)")
@@ -121,7 +121,7 @@ class RunsScreen(Screen[None]):
         rec = self.current()
         if rec is None or self.app.readonly:
             return
-        if rec.status != "running":
+        if rec.status is not RunState.RUNNING:
             self.notify(f"{rec.id} is not running ({rec.status})", timeout=3)
             return
         from tui.screens.confirm import ConfirmScreen

@@ -13,12 +13,11 @@ from typing import Any
 from engines.errors import ServelabError
 from engines.hosts.base import HostUnreachable
 from engines.runs import Runs
+from engines.runstate import RunState
 from tui.screens.run import make_analyzer
 from tui.widgets.run_view_model import RunView, view_from_analysis
 
 LIST_SECONDS = 5.0
-READY_STATES = frozenset({"ready", "serving"})
-CRASH_STATES = frozenset({"crashed", "failed"})
 
 #: ``(run_id, experiment, event, detail)`` with event ``ready`` or ``crashed``.
 Announce = Callable[[str, str, str, str], None]
@@ -51,9 +50,9 @@ class RunWatcher:
             except (ServelabError, HostUnreachable, OSError):
                 records = []
             for rec in records:
-                if rec.status in ("running", "launching") and rec.id not in self._watching:
+                if rec.status.is_active and rec.id not in self._watching:
                     self._watching[rec.id] = asyncio.create_task(self._follow(runs, rec.id, rec.experiment, rec.engine))
-                elif rec.status not in ("running", "launching") and rec.id not in seen_ended:
+                elif not rec.status.is_active and rec.id not in seen_ended:
                     seen_ended.add(rec.id)
                     # An old ended run is history; a run ended while we watched was handled by its follower.
                     if first:
@@ -73,15 +72,15 @@ class RunWatcher:
         except (ServelabError, HostUnreachable, OSError):
             self._watching.pop(run_id, None)
             return
-        if status.exit_code not in (None, 0) and status.record.status != "stopped":
+        if status.exit_code not in (None, 0) and status.record.status is not RunState.STOPPED:
             self._once(run_id, experiment, "crashed", f"exit code {status.exit_code}")
 
     def _check(self, run_id: str, experiment: str, snapshot: Any) -> None:
         view = view_from_analysis(snapshot)
         self.views[run_id] = view
-        if view.state in READY_STATES or getattr(snapshot, "was_ready", False):
+        if view.state is RunState.READY or getattr(snapshot, "was_ready", False):
             self._once(run_id, experiment, "ready", "")
-        if view.state in CRASH_STATES:
+        if view.state is RunState.CRASHED:
             rc = view.root_cause
             detail = f"{rc.exception or 'error'}: {rc.message}" if rc else (view.hint or "")
             self._once(run_id, experiment, "crashed", detail)

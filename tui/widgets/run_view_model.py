@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from engines.runstate import RunState
+
 #: Stage ids in start-up order, with the label shown to the operator.
 STAGE_LABELS: dict[str, str] = {
     "process": "process",
@@ -51,7 +53,7 @@ class RootCauseView:
 
 @dataclass
 class RunView:
-    state: str = "waiting"
+    state: RunState = RunState.WAITING
     stages: list[StageRow] = field(default_factory=list)
     root_cause: RootCauseView | None = None
     hint: str | None = None
@@ -72,7 +74,7 @@ def _num(value: Any) -> float | None:
 
 def view_from_analysis(analysis: Any) -> RunView:
     """Map an analyzer snapshot (object or dict) to the view model; missing parts stay empty."""
-    view = RunView(state=str(_get(analysis, "state", "waiting") or "waiting"))
+    view = RunView(state=RunState.parse(_get(analysis, "state", None) or RunState.WAITING))
     raw_stages = _get(analysis, "stages", None) or []
     if isinstance(raw_stages, dict):
         raw_stages = [dict(v, name=k) if isinstance(v, dict) else v for k, v in raw_stages.items()]

@@ -1,0 +1,82 @@
+"""The one vocabulary for where a run is: what its process did and what its log says.
+
+Two sources name a run's state, and every screen, the CLI and the JSON use these words:
+
+- the host (``engines/helpers/runctl.py``, which runs with the host's Python and cannot import
+  servelab, spells the same strings): ``launching``, ``running``, ``exited``, ``stopped``,
+  ``lost``, and ``refused`` when a launch was turned down;
+- the log analyzer: ``starting``, ``loading``, ``ready``, ``crashed``, ``exited``, and ``waiting``
+  before the first byte has been read.
+
+``RunState`` is a ``StrEnum``, so JSON keeps the plain strings it always had.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from engines.errors import ServelabError
+
+
+class RunState(StrEnum):
+    """A run's state. The string values are the ones ``run.json`` and ``--json`` output carry."""
+
+    # what the process did (runctl.py)
+    LAUNCHING = "launching"
+    RUNNING = "running"
+    EXITED = "exited"
+    STOPPED = "stopped"
+    LOST = "lost"
+    REFUSED = "refused"
+    # what the log says (engines.logs.analyzer)
+    WAITING = "waiting"
+    STARTING = "starting"
+    LOADING = "loading"
+    READY = "ready"
+    CRASHED = "crashed"
+
+    @property
+    def is_terminal(self) -> bool:
+        """Nothing more happens to a run in this state (its process is gone)."""
+        return self in _TERMINAL
+
+    @property
+    def is_active(self) -> bool:
+        """The process is (or is about to be) up: worth following."""
+        return self in (RunState.LAUNCHING, RunState.RUNNING)
+
+    @property
+    def style(self) -> str:
+        """The Rich style every screen draws this state in."""
+        return STYLES[self]
+
+    @classmethod
+    def parse(cls, value: object) -> RunState:
+        """A state from JSON; anything else is a clear one-line error."""
+        try:
+            return cls(str(value))
+        except ValueError:
+            raise ServelabError(f"unknown run state {value!r} (expected one of {', '.join(s.value for s in cls)})") from None
+
+
+_TERMINAL = frozenset({RunState.EXITED, RunState.STOPPED, RunState.LOST, RunState.REFUSED, RunState.CRASHED})
+
+#: One style per state, for the experiments table, the runs table and the run screen's title.
+STYLES: dict[RunState, str] = {
+    RunState.LAUNCHING: "cyan",
+    RunState.RUNNING: "bold cyan",
+    RunState.EXITED: "yellow",
+    RunState.STOPPED: "dim",
+    RunState.LOST: "red",
+    RunState.REFUSED: "red",
+    RunState.WAITING: "cyan",
+    RunState.STARTING: "cyan",
+    RunState.LOADING: "cyan",
+    RunState.READY: "bold green",
+    RunState.CRASHED: "bold red",
+}
+
+
+def is_terminal(state: RunState | str) -> bool:
+    """``RunState.is_terminal`` for a state that may still be a plain string."""
+    return RunState.parse(state).is_terminal
