@@ -264,7 +264,9 @@ async def run_preflight(
         if answer is None:
             return False, f"argument check crashed: {last_line(r.stderr) or f'exit code {r.exit_code}'}"
         if answer.get("ok"):
-            return True, f"{len(v.flags)} flags accepted by {v.parser}'s parser ({answer.get('seconds', 0):.1f} s)"
+            # flags, not argv words (``--port 8000`` is one); the check's line carries the one timing
+            flags = sum(1 for word in v.flags if word.startswith("--"))
+            return True, f"{flags} flags accepted by {v.parser}'s parser"
         return False, f"{answer.get('message')}" + (f" ({answer['stage']})" if answer.get("stage") in ("import", "select") else "")
 
     async def patch_set() -> tuple[bool, str]:

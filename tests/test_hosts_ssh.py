@@ -49,6 +49,18 @@ async def test_unknown_host_key_is_refused(ssh_config: SshServer, tmp_path: Path
     print(f"\nunknown host key refused in {time.monotonic() - t0:.2f}s: {message}")
     assert "host key refused" in message and "known_hosts" in message
     assert "\n" not in message
+    # the name known_hosts uses (with the port), the file in effect, and the two ways to fix it
+    assert f"[127.0.0.1]:{ssh_config.port} is not in known_hosts ({empty})" in message
+    assert f"ssh-keyscan -p {ssh_config.port} 127.0.0.1 >> {empty}" in message
+    assert f"ssh -F {cfg} {ssh_config.alias}" in message
+    # the advised command really fixes it
+    scan = subprocess.run(["ssh-keyscan", "-p", str(ssh_config.port), "127.0.0.1"], capture_output=True, check=True, timeout=30)
+    empty.write_bytes(scan.stdout)
+    fixed = _host(ssh_config.alias, ssh_config=[str(cfg)])
+    try:
+        assert (await fixed.run(["echo", "in"])).text().strip() == "in"
+    finally:
+        await fixed.close()
     assert host.connects == 0  # refused: never connected, never retried into acceptance
 
 
@@ -59,8 +71,10 @@ async def test_changed_host_key_is_refused(ssh_config: SshServer, tmp_path: Path
     wrong = tmp_path / "known_hosts"
     wrong.write_text(f"[127.0.0.1]:{ssh_config.port} {pub}\n")
     host = _host(ssh_config.alias, ssh_config=[str(ssh_config.write_config(tmp_path / "config", known_hosts=wrong))])
-    with pytest.raises(HostUnreachable, match="host key refused"):
+    with pytest.raises(HostUnreachable, match="host key refused") as info:
         await host.exists("/")
+    assert f"the key [127.0.0.1]:{ssh_config.port} offers does not match known_hosts ({wrong})" in str(info.value)
+    assert f"ssh-keygen -R '[127.0.0.1]:{ssh_config.port}' -f {wrong}" in str(info.value)
 
 
 async def test_unreachable_port_is_one_line(ssh_config: SshServer) -> None:
@@ -185,3 +199,35 @@ async def test_an_unknown_name_fails_at_once(ssh_config: SshServer) -> None:
     with pytest.raises(HostUnreachable, match="cannot resolve no-such-host.invalid"):
         await host.run(["true"])
     assert time.monotonic() - t0 < 2.0  # no backoff for what retrying cannot fix
+
+
+async def test_an_alias_whose_hostname_does_not_resolve_names_that_hostname(ssh_config: SshServer, tmp_path: Path) -> None:
+    cfg = tmp_path / "config"
+    cfg.write_text("Host badname\n  HostName no-such-host.invalid\n")
+    with pytest.raises(HostUnreachable) as info:
+        await _host("badname", ssh_config=[str(cfg)]).run(["true"])
+    assert f"cannot resolve no-such-host.invalid (HostName of badname in {cfg})" in str(info.value)
+
+
+async def test_a_direct_target_refused_for_want_of_a_key_names_the_alias_that_has_one(ssh_config: SshServer, tmp_path: Path) -> None:
+    # the only entry with the key is the alias; user@host:port bypasses it (the host key is known)
+    cfg = ssh_config.write_config(tmp_path / "config")
+    cfg.write_text(f"Host 127.0.0.1\n  UserKnownHostsFile {ssh_config.known_hosts}\n\n" + cfg.read_text())
+    direct = f"{ssh_config.user}@127.0.0.1:{ssh_config.port}"
+    with pytest.raises(HostUnreachable) as info:
+        await _host(direct, ssh_config=[str(cfg)]).run(["true"])
+    message = str(info.value)
+    assert "authentication refused" in message and "\n" not in message
+    assert f"{direct} is a direct address with no IdentityFile" in message
+    assert f'use ssh = "{ssh_config.alias}" in hosts.toml' in message
+
+
+async def test_a_direct_target_with_no_alias_for_its_address_says_where_a_key_could_live(ssh_config: SshServer, tmp_path: Path) -> None:
+    cfg = tmp_path / "config"
+    cfg.write_text(
+        f"Host 127.0.0.1\n  UserKnownHostsFile {ssh_config.known_hosts}\n"
+        f"Host elsewhere\n  HostName 127.0.0.2\n  IdentityFile {ssh_config.client_key}\n"
+    )
+    with pytest.raises(HostUnreachable) as info:
+        await _host(f"{ssh_config.user}@127.0.0.1:{ssh_config.port}", ssh_config=[str(cfg)]).run(["true"])
+    assert "no IdentityFile applies to it: if the key is set in an alias entry" in str(info.value)

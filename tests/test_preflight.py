@@ -65,6 +65,11 @@ async def test_the_bundled_tiny_experiment_passes_every_check() -> None:
     assert report.hostinfo is not None and report.hostinfo.root and Path(report.hostinfo.root, "vllm").is_dir()
     assert report.get("drafter path").detail == "ngram needs no drafter"  # type: ignore[union-attr]
     assert report.get("model path").detail == str(TINY_MODEL.resolve())  # type: ignore[union-attr]
+    args = report.get("engine arguments")
+    assert args is not None
+    flags = [w for w in catalog.launch_spec(catalog.get("tiny-cpu-vllm-ngram")).argv if w.startswith("--")]
+    assert args.detail == f"{len(flags)} flags accepted by vllm's parser"  # flags, not words; no timing of its own
+    assert args.line().count(" s)") == 1
     print(f"\npreflight of tiny-cpu-vllm-ngram: {report.seconds:.1f} s " + ", ".join(f"{c.name} {c.seconds:.1f} s" for c in report))
 
 

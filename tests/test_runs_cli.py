@@ -108,3 +108,23 @@ def test_launch_on_another_host_over_ssh(ssh_config: SshServer, lab: Lab) -> Non
     assert "line 00000004" in logs.stdout
     listed = json.loads(servelab(lab, "runs", "--json", env=env).stdout)
     assert [(r["run"], r["host"], r["status"]) for r in listed["runs"]] == [(launched["run"], "box", "exited")]
+
+
+def test_runs_never_breaks_a_run_id_piped_or_on_a_narrow_terminal(lab: Lab) -> None:
+    name = "a-rather-long-experiment-name-for-the-table"
+    lab.experiment(name, env={"STUB_LINES": "1"})
+    run_id = json.loads(servelab(lab, "launch", name, "--json", "--skip-preflight").stdout)["run"]
+    piped = servelab(lab, "runs", env={"COLUMNS": "80"})  # a pipe: whole rows whatever the width
+    assert piped.returncode == 0, piped.stderr
+    header, row = piped.stdout.splitlines()
+    assert header.split() == ["RUN", "HOST", "STATUS", "PID", "EXIT", "PORT", "STARTED"]
+    assert row.split()[0] == run_id and len(row) > 80
+    assert [line for line in piped.stdout.splitlines() if run_id in line] == [row]  # grep finds the whole row
+
+    from tui.commands.runs import runs_table
+
+    cells = [[run_id, "local", "running", "12345", "-", "8000", "2026-12-01T07:30:00+00:00"]]
+    narrow = runs_table(cells, terminal=True, width=80)
+    assert max(len(line) for line in narrow.splitlines()) <= 80
+    assert any(run_id in line for line in narrow.splitlines())  # the id stays on one line; other columns fold
+    assert json.loads(servelab(lab, "runs", "--json").stdout)["runs"][0]["run"] == run_id

@@ -23,9 +23,11 @@ from typing import TypeVar
 import asyncssh
 
 from engines.hosts.base import Completed, HostUnreachable
+from engines.hosts.sshconfig import SshTarget, resolve_target, split_target
 from engines.hostsfile import HostConfig
 
 T = TypeVar("T")
+__all__ = ["SshHost", "config_paths", "split_target"]
 
 ENV_SSH_CONFIG = "SERVELAB_SSH_CONFIG"
 #: Seconds between reconnect attempts; their sum bounds how long a call waits for the link.
@@ -45,24 +47,6 @@ _LINK_ERRORS: tuple[type[BaseException], ...] = (
 )
 #: Refusals that retrying cannot fix.
 _FINAL_ERRORS: tuple[type[BaseException], ...] = (asyncssh.HostKeyNotVerifiable, asyncssh.PermissionDenied)
-
-
-def split_target(target: str) -> tuple[str, str | None, int | None]:
-    """``user@host:port`` (or an alias) into host, user and port; None leaves them to ssh_config."""
-    user: str | None = None
-    port: int | None = None
-    host = target
-    if "@" in host:
-        user, host = host.rsplit("@", 1)
-    if host.count(":") == 1:
-        name, _, p = host.partition(":")
-        if p.isdigit():
-            host, port = name, int(p)
-    elif host.startswith("[") and "]:" in host:
-        name, _, p = host[1:].partition("]:")
-        if p.isdigit():
-            host, port = name, int(p)
-    return host, user, port
 
 
 def config_paths() -> list[str] | None:
@@ -140,19 +124,21 @@ class SshHost:
         try:
             conn, _ = await asyncssh.create_connection(lambda: _Client(self), host, **kwargs)  # type: ignore[arg-type]
         except asyncssh.HostKeyNotVerifiable as exc:
-            raise _Final(
-                f"{where}: host key refused ({_one_line(exc)}); the key is unknown or changed: check known_hosts"
-            ) from None
+            raise _Final(f"{where}: {self._target().host_key_advice(_one_line(exc))}") from None
         except asyncssh.PermissionDenied:
-            raise _Final(f"{where}: authentication refused (no key or agent identity accepted)") from None
+            raise _Final(f"{where}: authentication refused (no key or agent identity accepted){self._target().auth_hint()}") from None
         except (asyncio.TimeoutError, TimeoutError):
             raise HostUnreachable(f"{where}: connection timed out after {self.config.connect_timeout:g}s") from None
         except socket.gaierror as exc:
-            raise _Final(f"{where}: cannot resolve {host}: {_one_line(exc)}") from None
+            raise _Final(f"{where}: {self._target().resolve_error(_one_line(exc))}") from None
         except (OSError, asyncssh.Error) as exc:
             raise HostUnreachable(f"{where}: cannot connect: {_one_line(exc)}") from None
         self.connects += 1
         return conn
+
+    def _target(self) -> SshTarget:
+        """What ssh_config makes of this host's target (for messages that name the real address)."""
+        return resolve_target(self.config.ssh or "", self._ssh_config)
 
     async def connection(self) -> asyncssh.SSHClientConnection:
         """The live connection, opened (with backoff) when there is none."""

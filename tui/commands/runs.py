@@ -104,6 +104,39 @@ def _row(rec: RunRecord) -> dict[str, Any]:
     }
 
 
+RUNS_COLUMNS = ("RUN", "HOST", "STATUS", "PID", "EXIT", "PORT", "STARTED")
+
+
+def _cells(r: dict[str, Any]) -> list[str]:
+    exit_code = "-" if r["exit_code"] is None else str(r["exit_code"])
+    return [r["run"], r["host"], r["status"], str(r["pid"] or "-"), exit_code, str(r["port"]), r["started_at"]]
+
+
+def runs_table(rows: list[list[str]], *, terminal: bool, width: int | None = None) -> str:
+    """The runs as text. A run id is never broken: a pipe gets whole rows, one per line, at any width;
+    a terminal gets a table that folds other columns (never the id) to fit."""
+    if not terminal:
+        widths = [max(len(c) for c in col) for col in zip(RUNS_COLUMNS, *rows, strict=True)]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip() for cells in (list(RUNS_COLUMNS), *rows)]
+        return "\n".join(lines) + "\n"
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold")
+    longest = max((len(r[0]) for r in rows), default=3)
+    for col in RUNS_COLUMNS:
+        if col == "RUN":
+            table.add_column(col, no_wrap=True, min_width=longest)
+        else:
+            table.add_column(col, overflow="fold")
+    for cells in rows:
+        table.add_row(*cells)
+    console = Console(width=width, force_terminal=terminal if width is not None else None, color_system=None if width is not None else "auto")
+    with console.capture() as cap:
+        console.print(table)
+    return cap.get()
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
     async def body(runs: Runs) -> int:
         records = await runs.list(args.host)
@@ -111,16 +144,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"runs": rows, "unreachable": runs.unreachable}, indent=2))
         else:
-            from rich.console import Console
-            from rich.table import Table
-
-            table = Table(box=None, header_style="bold")
-            for col in ("RUN", "HOST", "STATUS", "PID", "EXIT", "PORT", "STARTED"):
-                table.add_column(col, overflow="fold")
-            for r in rows:
-                exit_code = "-" if r["exit_code"] is None else str(r["exit_code"])
-                table.add_row(r["run"], r["host"], r["status"], str(r["pid"] or "-"), exit_code, str(r["port"]), r["started_at"])
-            Console().print(table)
+            print(runs_table([_cells(r) for r in rows], terminal=sys.stdout.isatty()), end="")
             if not rows:
                 print("no runs", file=sys.stderr)
         for name, why in runs.unreachable.items():
