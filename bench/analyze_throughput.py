@@ -34,6 +34,8 @@ SHARED = REPO.parent / "shared" / "logs"
 
 
 SERVING = (b'" 200', b"Engine 000: Avg prompt throughput", b"SpecDecoding metrics:", b"Decode batch", b"Prefill batch")
+#: The error words an operator would grep a log for (the same file, the same run): the yardstick.
+GREP_WORDS = r"Traceback|Error|Exception|error|failed|Killed|Segmentation fault|out of memory"
 
 
 def _all_logs() -> bytes:
@@ -84,6 +86,17 @@ def run(path: Path) -> tuple[float, float, int, dict[str, object]]:
     return elapsed, cpu, max(r1.ru_maxrss, r0.ru_maxrss), json.loads(out.stdout)
 
 
+def grep_seconds(path: Path) -> float:
+    """Wall time of ``grep -E -c`` for the error words on the same file (the best of three: the
+    file is in the page cache for both, and the fastest run is the least disturbed by other load)."""
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        subprocess.run(["grep", "-E", "-c", GREP_WORDS, str(path)], capture_output=True, check=False)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def baseline_rss() -> int:
     """Peak memory of the interpreter with servelab's analyzer imported (what any run pays)."""
     out = subprocess.run(
@@ -106,9 +119,11 @@ def main() -> int:
             secs, cpu, peak, js = run(path)
             assert js["lines"] == n, (js["lines"], n)
             results[(kind, n)] = (secs, peak)
+            gsecs = grep_seconds(path)
             print(
                 f"{kind:<9} {n:>9,} lines {size / 1e6:6.1f} MB  wall {secs:6.2f} s = {n / secs:>9,.0f} lines/s  "
-                f"cpu {cpu:6.2f} s = {n / cpu:>9,.0f} lines/cpu-s  peak RSS {peak / 1024:5.1f} MiB  (state {js['state']})"
+                f"cpu {cpu:6.2f} s = {n / cpu:>9,.0f} lines/cpu-s  peak RSS {peak / 1024:5.1f} MiB  "
+                f"grep -E {gsecs:5.2f} s (analyze/grep {secs / gsecs:4.1f}x)  (state {js['state']})"
             )
             path.unlink()
         path = Path(tmp) / "heap.log"
