@@ -92,8 +92,8 @@ GRAMMAR = LogGrammar(
     ready=("The server is fired up and ready to roll",),
     shutdown=("INFO:     Shutting down", "INFO:     Application shutdown complete"),
     wrappers=(
-        Wrapper("Capture cuda graph failed", r"Capture cuda graph failed: (?P<inner>.*)"),
-        Wrapper("Initialization failed. warmup error", r"warmup error: (?P<inner>.*)"),
+        Wrapper("Capture cuda graph failed", r"Capture cuda graph failed: (?P<inner>.*)", "during CUDA graph capture"),
+        Wrapper("Initialization failed. warmup error", r"warmup error: (?P<inner>.*)", "during the warm-up request"),
         Wrapper("Received sigquit from a child proc"),
     ),
     fatal=(
@@ -111,6 +111,19 @@ GRAMMAR = LogGrammar(
     ),
     warnings=("max_total_tokens=",),
     process_tiers=(("TP", "DP", "PP", "EP"),),
+    # uvicorn is up before the launcher's warm-up request and its "fired up" line
+    up=("INFO:     Application startup complete", "INFO:     Uvicorn running on"),
+    frame_stages=(
+        ("cuda_graph_runner", "cuda_graphs"),
+        ("init_cuda_graphs", "cuda_graphs"),
+        ("init_memory_pool", "kv_cache"),
+        ("profile_max_num_token", "kv_cache"),
+        ("load_weights", "weights"),
+        ("load_model", "weights"),
+        ("init_torch_distributed", "config"),
+        ("initialize_model_parallel", "config"),
+        ("init_model_parallel_group", "config"),
+    ),
     spec_settings={"num_steps": ("server_args=ServerArgs(", r"speculative_num_steps=(?P<v>\d+)")},
 )
 

@@ -121,6 +121,7 @@ GRAMMAR = LogGrammar(
         Wrapper("Worker failed with error", r"Worker failed with error '(?P<inner>.*)', please check"),
         Wrapper("EngineCore failed to start"),
         Wrapper("vLLM server process exited before becoming ready"),
+        Wrapper("EngineCore encountered an issue. See stack trace"),
     ),
     fatal=(
         FatalRule("WorkerProc failed to start"),
@@ -133,16 +134,37 @@ GRAMMAR = LogGrammar(
         FatalRule("Value error, ", r"Value error, (?P<message>.*?) \[type=value_error", "ValueError", anywhere=True),
     ),
     metrics=(
+        # the fields are read wherever they are: 2025 builds print "Draft acceptance rate" first and the
+        # per-position rates last, 2026 builds the rates then "Avg Draft acceptance rate" last
         MetricRule(
             "SpecDecoding metrics:",
             "spec",
-            r"Mean acceptance length: (?P<mal>[\d.]+),.*?Per-position acceptance rate: (?P<pos>[\d., ]+?), "
-            r"Avg Draft acceptance rate: (?P<rate_pct>[\d.]+|nan)%",
+            r"^(?=.*?Mean acceptance length: (?P<mal>[\d.]+))"
+            r"(?=.*?Per-position acceptance rate: (?P<pos>[\d.]+(?:, [\d.]+)*))?"
+            r"(?=.*?(?:Avg )?Draft acceptance rate: (?P<rate_pct>[\d.]+|nan)%)?",
         ),
         MetricRule("Engine ", "throughput", r"Engine \d+: Avg prompt throughput: (?P<prompt>[\d.]+) tokens/s, Avg generation throughput: (?P<gen>[\d.]+) tokens/s"),
         MetricRule("Avg prompt throughput", "throughput", r"Avg prompt throughput: (?P<prompt>[\d.]+) tokens/s, Avg generation throughput: (?P<gen>[\d.]+) tokens/s"),
     ),
-    process_tiers=(("Worker", "VllmWorker", "RayWorkerWrapper"), ("EngineCore", "Engine"), ("APIServer", "API")),
+    # "rank0": PyTorch's "[rank0]:" tag on a worker's own output (Ray's driver worker)
+    process_tiers=(("Worker", "VllmWorker", "RayWorkerWrapper", "rank"), ("EngineCore", "Engine"), ("APIServer", "API")),
+    frame_stages=(
+        ("capture_model", "cuda_graphs"),
+        ("_capture_cudagraphs", "cuda_graphs"),
+        ("cuda_graph", "cuda_graphs"),
+        ("profile_run", "kv_cache"),
+        ("determine_available_memory", "kv_cache"),
+        ("determine_num_available_blocks", "kv_cache"),
+        ("_initialize_kv_caches", "kv_cache"),
+        ("initialize_from_config", "kv_cache"),
+        ("_repack", "weights"),
+        ("process_weights_after_loading", "weights"),
+        ("load_weights", "weights"),
+        ("load_model", "weights"),
+        ("init_worker_distributed_environment", "config"),
+        ("initialize_model_parallel", "config"),
+        ("init_device", "config"),
+    ),
     benign_tracebacks=("Exception in ASGI application",),
 )
 

@@ -79,8 +79,8 @@ CASES: dict[str, Expect] = {
         where="sample/sampler.py:86 in forward", hint=(OOM_HINT,),
     ),
     "vllm-oom-profile-run-cut-29349.log": Expect(
-        # the logger-emitted traceback starts at an indented source line: it starts there
-        "vllm", "crashed", root=(None, CUT, "EngineCore_DP0", 4), where="worker/gpu_model_runner.py:4357 in profile_run", failed_stage="kv_cache",
+        # the logger-emitted traceback is cut at both ends: it is found from its first frame on
+        "vllm", "crashed", root=(None, CUT, "EngineCore_DP0", 6), where="worker/gpu_model_runner.py:4357 in profile_run", failed_stage="kv_cache",
     ),
     "vllm-oom-runtime-enginecore-then-apiserver-club-3090-16.log": Expect(
         # one ERROR record that is only the exception line: it is the cause, not the API server's traceback after it

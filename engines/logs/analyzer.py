@@ -155,6 +155,8 @@ class Analysis:
     throughput_series: list[ThroughputPoint]
     lines: int
     exit_code: int | None = None
+    #: The stage the run failed in (None unless it crashed before it was up).
+    failed_stage: str | None = None
 
     def stage(self, name: str) -> Stage:
         for s in self.stages:
@@ -175,6 +177,7 @@ class Analysis:
             "generation_throughput": last_tp.generation_tps if last_tp else None,
             "lines": self.lines,
             "exit_code": self.exit_code,
+            "failed_stage": self.failed_stage,
         }
 
 
@@ -213,7 +216,26 @@ class _Series(Generic[_P]):
 
 # -- compiled grammar -------------------------------------------------------------------------------
 
-_STAGE, _BAR, _READY, _SHUTDOWN, _FATAL, _METRIC, _SETTING, _WARN = range(8)
+_STAGE, _BAR, _READY, _SHUTDOWN, _FATAL, _METRIC, _SETTING, _WARN, _SERVED, _UP = range(10)
+
+#: An answered request in uvicorn's access log (both engines serve through uvicorn): the server was up.
+#: Read only until the run is known to be ready (then dropped from the scan: access lines are many).
+SERVED_NEEDLE = "INFO:     "
+_SERVED_RX = r' - "POST [^"]*" 2\d\d'
+#: Lines worth a hint when nothing else explains a failure, wherever they are in the line: NCCL's own
+#: warnings ("NCCL WARN socketStartConnect: Connect to ... failed") and PyTorch's barrier report that
+#: names the rank that failed first.
+NOTABLE_ANYWHERE = ("NCCL WARN", "monitoredBarrier")
+#: How a hint reads a failed stage (the frames say where an excerpt's traceback failed).
+STAGE_CONTEXT = {
+    "config": "during distributed set-up",
+    "weights": "during weight loading",
+    "drafter": "while loading the drafter",
+    "compile": "during torch.compile",
+    "kv_cache": "during memory profiling",
+    "cuda_graphs": "during CUDA graph capture",
+    "warmup": "during warm-up",
+}
 
 
 @dataclass
@@ -243,6 +265,11 @@ def _compile(g: LogGrammar) -> list[_Rule]:
         rules.append(_Rule(f.needle, _FATAL, regex=re.compile(f.regex) if f.regex else None, extra=f, anywhere=f.anywhere))
     for n in g.warnings:
         rules.append(_Rule(n, _WARN))
+    for n in NOTABLE_ANYWHERE:
+        rules.append(_Rule(n, _WARN, anywhere=True))
+    rules.append(_Rule(SERVED_NEEDLE, _SERVED, regex=re.compile(_SERVED_RX)))
+    for n in g.up:
+        rules.append(_Rule(n, _UP))
     for m in g.metrics:
         rules.append(_Rule(m.needle, _METRIC, regex=re.compile(m.regex), extra=m.kind))
     for name, rx in g.spec_settings.items():
@@ -266,20 +293,11 @@ class LogAnalyzer:
     def __init__(self, grammar: LogGrammar) -> None:
         self.grammar = grammar
         self._parse = grammar.parse
-        rules = _compile(grammar)
-        # Needles are message prefixes: one dict lookup on the first _KEY characters finds the
-        # few rules worth a startswith(); "anywhere" rules (few) are tested with `in`.
         self._index: dict[str, list[_Rule]] = {}
         self._anywhere: list[_Rule] = []
-        for r in rules:
-            if r.anywhere:
-                self._anywhere.append(r)
-            else:
-                self._index.setdefault(r.needle[:_KEY], []).append(r)
-        self._pre = Prefilter(
-            [r.needle for r in rules if not r.anywhere],
-            [r.needle for r in rules if r.anywhere] + [TB_START, 'File "'],
-        )
+        self._rescan = False  # the scan's rules changed: the rest of the chunk is scanned again
+        self._use_rules(_compile(grammar))
+        self._rescan = False
         self._tail = b""  # the unfinished physical line
         self._tail_seen = 0  # bytes of it already read as \r-segments
         self._number = 1  # current physical line
@@ -294,6 +312,7 @@ class LogAnalyzer:
         self._furthest = -1
         self._last_ts: str | None = None
         self._ready_line: int | None = None
+        self._up_line: int | None = None  # the HTTP server said it is up (before the engine's ready line)
         self._shutdown = False
         self._shutdown_line: int | None = None  # first line of an orderly stop
         self._exit_code: int | None = None
@@ -303,6 +322,26 @@ class LogAnalyzer:
         self._settings: dict[str, float] = {}
         self._notable: deque[str] = deque(maxlen=NOTABLE_LINES)
         self._finished = False
+
+    def _use_rules(self, rules: list[_Rule]) -> None:
+        """Index the rules and build the chunk scan for them.
+
+        Needles are message prefixes: one dict lookup on the first _KEY characters finds the few
+        rules worth a startswith(); "anywhere" rules (few) are tested with `in`.
+        """
+        self._rules = rules
+        self._index = {}
+        self._anywhere = []
+        for r in rules:
+            if r.anywhere:
+                self._anywhere.append(r)
+            else:
+                self._index.setdefault(r.needle[:_KEY], []).append(r)
+        self._pre = Prefilter(
+            [r.needle for r in rules if not r.anywhere],
+            [r.needle for r in rules if r.anywhere] + [TB_START, 'File "'],
+        )
+        self._rescan = True
 
     # -- feeding --------------------------------------------------------------------------------
     def feed(self, data: bytes) -> None:
@@ -401,6 +440,12 @@ class LogAnalyzer:
                 pos = end + 1
                 if self._hdr is not None and self._open_tb and not self._eager:
                     pos = self._frames_run(text, pos)
+            if self._rescan:
+                # the rules changed on this line: the rest of the chunk is scanned with the new ones
+                self._rescan = False
+                hits = [pos + k for k in self._pre.line_starts(text[pos:])]
+                nh = len(hits)
+                h = 0
 
     def _frames_run(self, text: str, pos: int) -> int:
         """Consume, in one regex call, the frame lines that follow a traceback line of the only open
@@ -503,6 +548,9 @@ class LogAnalyzer:
         if known or self._eager:
             self._line(self._number, seg)
         elif self._open_tb:
+            if seg[:1] == "#":
+                self._tb.gap(self._number)  # an excerpt's gap: no traceback goes on across it
+                return
             # route it as the tracker would: a line no open traceback would take, and that matches
             # nothing else, changes nothing
             hdr = self._parse(seg.strip("`") if seg[:1] == "`" else seg)
@@ -529,6 +577,10 @@ class LogAnalyzer:
             self._eager = False
 
     def _line(self, number: int, text: str, hdr: Header | None = None) -> None:
+        if text[:1] == "#":
+            if self._open_tb:
+                self._tb.gap(number)  # an excerpt's gap: no traceback goes on across it
+            return
         if self._furthest < 0 and text.strip():
             self._start(0, None, None)  # output means the process is up: the "process" stage runs
         if text[:1] == "`":
@@ -590,12 +642,13 @@ class LogAnalyzer:
                 elif detail:
                     self._stages[i].detail = detail
         elif kind == _READY:
-            if self._ready_line is None:
-                self._ready_line = number
-            ready = len(STAGES) - 1
-            self._start(ready, ts, None)
-            self._stages[ready].status = "done"
-            self._stages[ready].ended_at = ts
+            self._mark_ready(number, ts)
+        elif kind == _SERVED:
+            if r.regex is not None and r.regex.search(msg):
+                self._serving(number)
+        elif kind == _UP:
+            if self._up_line is None:
+                self._up_line = number
         elif kind == _SHUTDOWN:
             self._shutdown = True
             if self._shutdown_line is None:
@@ -690,9 +743,22 @@ class LogAnalyzer:
 
     # -- figures --------------------------------------------------------------------------------
     def _serving(self, number: int) -> None:
-        """Periodic serving figures mean the server was up even if the ready line is not in the log."""
+        """Serving figures or an answered request mean the server was up, even when its ready line is
+        not in the log (an excerpt, a rotated log)."""
         if self._ready_line is None:
+            self._mark_ready(number, self._last_ts)
+
+    def _mark_ready(self, number: int, ts: str | None) -> None:
+        first = self._ready_line is None
+        if first:
             self._ready_line = number
+        ready = len(STAGES) - 1
+        self._start(ready, ts, None)
+        self._stages[ready].status = "done"
+        self._stages[ready].ended_at = ts
+        if first:
+            # from now on an answered request tells nothing new: stop reading access lines
+            self._use_rules([r for r in self._rules if r.kind != _SERVED])
 
     def _spec_figures(self, m: re.Match[str]) -> SpecFigures:
         gd = m.groupdict()
@@ -734,13 +800,19 @@ class LogAnalyzer:
             cause = None
         if self._exited and not crashed and not ready and self._exit_code not in (0,) and not self._shutdown:
             crashed = True
+        # a crash after the HTTP server said it was up (SGLang: before its own ready line) was a crash
+        # of a server that was up, not a startup failure
+        was_ready = ready or (crashed and fatal and self._up_line is not None and last_fatal > self._up_line)
         stages = [Stage(s.name, s.status, s.started_at, s.ended_at, s.progress, s.detail) for s in self._stages]
+        failed_stage: str | None = None
         if crashed:
             state = RunState.CRASHED
-            running = [s for s in stages if s.status == "running"]
-            if running:
-                running[-1].status = "failed"
-                running[-1].ended_at = running[-1].ended_at or self._last_ts
+            if not was_ready:
+                failed = self._failed_stage(stages, cause)
+                if failed is not None:
+                    failed.status = "failed"
+                    failed.ended_at = failed.ended_at or self._last_ts
+                    failed_stage = failed.name
         elif self._shutdown or self._exited:
             state = RunState.EXITED
         elif ready:
@@ -751,7 +823,8 @@ class LogAnalyzer:
             state = RunState.STARTING
         hint: str | None = None
         if cause is not None:
-            texts = [cause.exception or "", cause.message, *cause.excerpt]
+            where = [cause.context or "", STAGE_CONTEXT.get(failed_stage or "", "")]
+            texts = [cause.exception or "", cause.message, *where, *cause.excerpt]
             hint = find_hint(texts, self.grammar.hints)
         elif crashed:
             wrapper = tb.wrapper_only()
@@ -765,7 +838,7 @@ class LogAnalyzer:
         return Analysis(
             engine=self.grammar.engine,
             state=state,
-            was_ready=ready,
+            was_ready=was_ready,
             stages=stages,
             root_cause=cause,
             hint=hint,
@@ -774,7 +847,21 @@ class LogAnalyzer:
             throughput_series=self._tp_series.points(),
             lines=self._number - 1,
             exit_code=self._exit_code,
+            failed_stage=failed_stage,
         )
+
+    def _failed_stage(self, stages: list[Stage], cause: RootCause | None) -> Stage | None:
+        """The stage a crash before ready failed in: the one running, or, when the log shows no stage
+        (an excerpt that starts inside the traceback), the one its innermost recognised frame names."""
+        running = [s for s in stages if s.status == "running"]
+        if self._furthest <= 0 and cause is not None and self.grammar.frame_stages:
+            for line in reversed(cause.excerpt):
+                for needle, name in self.grammar.frame_stages:
+                    if needle in line:
+                        for s in running:
+                            s.status = "done"  # it ran (the process printed), and it is not where it failed
+                        return stages[STAGES.index(name)]
+        return running[-1] if running else None
 
 
 # -- conveniences ------------------------------------------------------------------------------------

@@ -83,10 +83,15 @@ class BarRule:
 
 @dataclass(frozen=True)
 class Wrapper:
-    """An error line that only wraps the real one. ``harvest`` pulls the inner text (group ``inner``)."""
+    """An error line that only wraps the real one. ``harvest`` pulls the inner text (group ``inner``).
+
+    ``context`` says where the wrapped failure happened ("during CUDA graph capture"): the harvested
+    inner text loses it, and the hint needs it (an OOM while capturing graphs has its own remedy).
+    """
 
     needle: str
     harvest: str | None = None
+    context: str = ""
 
 
 @dataclass(frozen=True)
@@ -144,25 +149,60 @@ class LogGrammar:
     spec_settings: dict[str, tuple[str, str]] = field(default_factory=dict)
     #: Engine-specific hints, tried before the generic table in ``engines.logs.hints``.
     hints: tuple[tuple[str, str], ...] = ()
+    #: Lines that mean the HTTP server is up but the engine has not said "ready" yet (SGLang's uvicorn
+    #: lines come before its warm-up): a crash after one is a crash of a server that was up.
+    up: tuple[str, ...] = ()
+    #: Function or file names in a traceback's frames -> the stage it failed in, for excerpts that
+    #: start inside the traceback (no stage line before it). The innermost frame that matches wins.
+    frame_stages: tuple[tuple[str, str], ...] = ()
 
 
 # -- header parsing -------------------------------------------------------------------------------
 
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _BARE_PROCS = ("EngineCore", "Worker", "RayWorkerWrapper", "VllmWorker", "APIServer")
-_CONTAINER_TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z ")
+#: A container runtime's prefix: Docker's "2026-07-08T22:40:03.166647879Z " and the CRI (Kubernetes)
+#: form "2025-07-25T07:53:08.21748708+08:00 stdout F ".
+_CONTAINER_TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)(?: (?:stdout|stderr) [FP])? ")
 _RAY_REPEAT = re.compile(r" \[repeated \d+x across cluster\]$")
 
 
 def _strip_noise_wrappers(text: str) -> str:
     """Remove container-runtime timestamps and Ray's de-duplication suffix."""
-    if text[:2] == "20" and len(text) > 31 and text[10:11] == "T":
+    if text[:2] == "20" and len(text) > 21 and text[10:11] == "T":
         m = _CONTAINER_TS.match(text)
         if m:
             text = text[m.end() :]
     if text.endswith("cluster]"):
         text = _RAY_REPEAT.sub("", text)
     return text
+
+
+def _split_dated(text: str) -> Header | None:
+    """SGLang's late-2025 logger header ``YYYY-MM-DD HH:MM:SS[.mmm] LEVEL PID [ TPn file.py:N] msg``
+    (the rank list is absent on single-process lines); None when ``text`` is not in that form."""
+    if len(text) < 24 or text[4] != "-" or text[10] != " " or text[13] != ":":
+        return None
+    i = 19
+    if text[i] == ".":
+        i += 1
+        while i < len(text) and text[i].isdigit():
+            i += 1
+    if text[i : i + 1] != " ":
+        return None
+    sp = text.find(" ", i + 1)
+    if sp == -1 or text[i + 1 : sp] not in _LEVELS:
+        return None
+    level = text[i + 1 : sp]
+    sp2 = text.find(" ", sp + 1)
+    if sp2 == -1 or not text[sp + 1 : sp2].isdigit() or text[sp2 + 1 : sp2 + 2] != "[":
+        return None
+    close = text.find("] ", sp2)
+    if close == -1:
+        return None
+    parts = text[sp2 + 2 : close].split()
+    # the rank tags before the call site ("TP0", "DP0 TP1"); continuation lines are raw (no tag)
+    return Header(" ".join(parts[:-1]), level, text[:19], text[close + 2 :])
 
 
 def _split_level(rest: str) -> tuple[str, str, str, str]:
@@ -191,6 +231,10 @@ def parse_header(text: str) -> Header:
     """
     if text[:2] == "20" or text[-8:] == "cluster]":
         text = _strip_noise_wrappers(text)
+        if text[:2] == "20":
+            dated = _split_dated(text)
+            if dated is not None:
+                return dated
     process = ""
     rest = text
     c = text[:1]
@@ -202,6 +246,16 @@ def parse_header(text: str) -> Header:
         if pid != -1:
             process = text[1:pid]
             rest = text[close + 2 :]
+    elif c == "[" and text.startswith("[rank"):
+        # PyTorch's per-rank prefix "[rank3]: msg" (torchrun, Ray driver workers)
+        close = text.find("]:", 5)
+        if close != -1 and text[5:close].isdigit():
+            rest = text[close + 2 :]
+            process = text[1:close]
+            if rest[:1] == " ":
+                rest = rest[1:]
+            level, ts, msg, tag = _split_level(rest)
+            return Header(process, level, ts, msg, tag)
     elif c == "[":
         close = text.find("] ")
         if close == -1 and text.endswith("]"):
@@ -232,14 +286,14 @@ def parse_header(text: str) -> Header:
 
 
 def is_primary_process(process: str) -> bool:
-    """True unless the name carries a non-zero rank (``TP3``, ``DP1``, ``rank=2``).
+    """True unless the name carries a non-zero rank (``TP3``, ``DP1``, ``rank=2``, ``rank2``).
 
     Stage progress is read from rank 0 only (every rank prints the same stages; only rank 0 draws
     bars); errors are read from every rank.
     """
     if not process:
         return True
-    for tag in ("TP", "DP", "PP", "EP", "rank="):
+    for tag in ("TP", "DP", "PP", "EP", "rank=", "rank"):
         i = process.find(tag)
         while i != -1:
             j = i + len(tag)

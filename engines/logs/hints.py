@@ -26,7 +26,13 @@ HINTS: list[tuple[tuple[str, ...], str]] = [
     (("SyntaxError",), "a Python file does not parse (often a patched engine file): run python -m py_compile on it, fix it, and clear its __pycache__"),
     (("IndentationError",), "a Python file does not parse (often a patched engine file): run python -m py_compile on it, fix it, and clear its __pycache__"),
     (("ImportError", "cannot import name"), "an import inside the engine failed (a patch renamed or removed a name?): check the patched module and its imports"),
-    # memory
+    # quantized checkpoints
+    (("KeyError", "layers."), "a checkpoint tensor has no parameter in the model (KeyError while loading weights): the checkpoint's quantization layout (GPTQ g_idx, AWQ qweight, INT8/FP8 scales, biases) is not what this engine version expects; check --quantization against config.json's quantization_config, or use an engine version that supports this checkpoint"),
+    # memory, where it ran out first (the failed stage or the wrapper says where)
+    (("out of memory", "marlin_repack"), "GPU out of memory while Marlin repacks the quantized weights during loading: lower --gpu-memory-utilization so the repack's temporary buffers fit, or spread the model over more GPUs"),
+    (("out of memory", "during CUDA graph capture"), "GPU out of memory while capturing CUDA graphs: capture fewer or smaller graphs (SGLang: lower --cuda-graph-max-bs; vLLM: lower --max-num-seqs or the capture sizes) or leave them more room (SGLang: lower --mem-fraction-static; vLLM: lower --gpu-memory-utilization), or skip them (--disable-cuda-graph / --enforce-eager)"),
+    (("OutOfMemoryError", "during CUDA graph capture"), "GPU out of memory while capturing CUDA graphs: capture fewer or smaller graphs (SGLang: lower --cuda-graph-max-bs; vLLM: lower --max-num-seqs or the capture sizes) or leave them more room (SGLang: lower --mem-fraction-static; vLLM: lower --gpu-memory-utilization), or skip them (--disable-cuda-graph / --enforce-eager)"),
+    (("out of memory", "during memory profiling"), "GPU out of memory during the memory profiling run (a dummy batch of max-num-batched-tokens): lower --max-num-batched-tokens / --max-num-seqs or --gpu-memory-utilization"),
     (("max_num_batched_tokens", "smaller than max_model_len"), "max_num_batched_tokens must be >= max_model_len: raise --max-num-batched-tokens or lower --max-model-len"),
     (("larger than the maximum number of tokens that can be stored in KV cache",), "the KV cache is too small for max-model-len: lower --max-model-len or raise --gpu-memory-utilization"),
     (("KV cache is needed, which is larger than the available KV cache memory",), "the KV cache is too small for max-model-len: lower --max-model-len or raise --gpu-memory-utilization (or the CPU KV cache space)"),
@@ -36,6 +42,7 @@ HINTS: list[tuple[tuple[str, ...], str]] = [
     (("CUDA out of memory",), "GPU out of memory: lower --gpu-memory-utilization or --max-model-len / --max-num-seqs, or skip CUDA graphs with --enforce-eager (SGLang: lower --mem-fraction-static / --cuda-graph-max-bs)"),
     (("OutOfMemoryError",), "GPU out of memory: lower --gpu-memory-utilization or --max-model-len / --max-num-seqs, or skip CUDA graphs with --enforce-eager"),
     (("CUDA error: out of memory",), "GPU out of memory: lower --gpu-memory-utilization or --max-model-len / --max-num-seqs, or skip CUDA graphs with --enforce-eager"),
+    (("out of memory",), "GPU out of memory: lower --gpu-memory-utilization (SGLang: --mem-fraction-static) or --max-model-len / --max-num-seqs, or use more GPUs"),
     (("Not enough memory",), "not enough memory for the KV pool: lower --mem-fraction-static's reserved part, --max-running-requests, or context length"),
     (("less than requested memory for kv",), "the KV cache asks for more memory than is free: lower VLLM_CPU_KVCACHE_SPACE / --kv-cache-memory-bytes (on GPU: --gpu-memory-utilization)"),
     (("died unexpectedly", "exit code: -9"), "a worker was killed with SIGKILL, most likely by the kernel's OOM killer: check dmesg and lower the memory settings"),
@@ -45,6 +52,8 @@ HINTS: list[tuple[tuple[str, ...], str]] = [
     # CUDA graphs
     (("operation not permitted when stream is capturing",), "a kernel is not CUDA-graph safe: retry with --disable-cuda-graph (SGLang) / --enforce-eager (vLLM), or without torch.compile"),
     # communication
+    (("NCCL WARN", "Connect to"), "NCCL could not connect to another node: check that the nodes reach each other (firewall, NCCL's port range) and that NCCL and gloo use the right interface (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME)"),
+    (("monitoredBarrier",), "this rank waited for another rank that failed first (the line names it): the root cause is in another rank's output, possibly on another node"),
     (("NCCL error",), "NCCL failed to set up: check NCCL_* environment (NCCL_P2P_DISABLE=1 on PCIe-only hosts), /dev/shm size and that every GPU is visible; rerun with NCCL_DEBUG=INFO"),
     (("ncclCommInitRank",), "NCCL failed to set up: check NCCL_* environment, /dev/shm size and GPU visibility; rerun with NCCL_DEBUG=INFO"),
     (("DistBackendError",), "the distributed backend failed: check NCCL_* environment and GPU visibility; rerun with NCCL_DEBUG=INFO"),

@@ -37,6 +37,9 @@ MAX_MESSAGE_LINES = 40
 EXCERPT_LINES = 16
 
 _FRAMES, _EXC, _AFTER, _CHAIN = range(4)
+_ERROR_LEVELS = ("ERROR", "CRITICAL")
+#: An ERROR record that is only "Type: message" counts as an exception line when its type looks like one.
+_EXC_SUFFIXES = ("Error", "ption", "rrupt", "ilure")
 #: The state of a traceback that is reading its frames (the analyzer's frame runs apply only then).
 FRAMES_STATE = _FRAMES
 
@@ -54,6 +57,8 @@ class RootCause:
     where: str | None = None
     #: True when the message was pulled out of a wrapper ("Capture cuda graph failed: <inner>").
     harvested: bool = False
+    #: Where the wrapper says it happened ("during CUDA graph capture"), when the message was harvested.
+    context: str | None = None
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -62,6 +67,7 @@ class RootCause:
             "process": self.process,
             "line": self.line,
             "where": self.where,
+            "context": self.context,
             "excerpt": list(self.excerpt),
         }
 
@@ -174,7 +180,8 @@ class TracebackTracker:
                 block.embeds = True
             self._close(proc)
         if TB_START in msg:
-            self._start(proc, number, level, msg, process == "" and proc != "").tag = tag
+            raw = (process == "" and proc != "") or (bool(proc) and not tag and not msg.startswith(TB_START))
+            self._start(proc, number, level, msg, raw).tag = tag
             return True
         stripped = msg.lstrip()
         if stripped.startswith('File "') and ", line " in stripped:
@@ -183,12 +190,23 @@ class TracebackTracker:
             b.tag = tag
             self._continue(b, number, level, ts, msg, tag)
             return True
-        if not ts and not level and msg[:1].isupper() and ": " in msg[:120] or msg in ("AssertionError", "KeyboardInterrupt"):
+        error_record = level in _ERROR_LEVELS
+        colon = msg.find(": ", 0, 120)
+        if (error_record or not ts and not level) and colon > 0 and (msg[:1].isupper() or msg[:1].islower() and "." in msg[:colon]) or msg in (
+            "AssertionError",
+            "KeyboardInterrupt",
+        ):
+            # an exception line on its own: the end of a traceback the excerpt does not show
             m = EXCEPTION_LINE.match(msg)
-            if m and not m["type"].endswith("Warning"):
+            if m and not m["type"].endswith("Warning") and (not error_record or "." in m["type"] or m["type"][-5:] in _EXC_SUFFIXES):
                 self._add(proc, number, m["type"], [m["text"] or ""], [msg], None)
                 return True
         return False
+
+    def gap(self, number: int) -> None:
+        """A ``#`` line: an excerpt's gap. Whatever comes after it belongs to no open traceback."""
+        for proc in list(self._open):
+            self._close(proc)
 
     def expire(self, number: int) -> None:
         """Close tracebacks whose process has been silent for ``STALE_LINES`` lines."""
@@ -373,7 +391,10 @@ class TracebackTracker:
             return _Candidate(cause, tier, 0), first.line, False
         last = b.exceptions[-1]
         if harvested:
-            cause = RootCause(last.type, harvested, b.process, last.line, (excerpt + all_text)[-EXCERPT_LINES:], _where(last.where or ""), harvested=True)
+            context = self._context(all_text[-1])
+            cause = RootCause(
+                last.type, harvested, b.process, last.line, (excerpt + all_text)[-EXCERPT_LINES:], _where(last.where or ""), harvested=True, context=context
+            )
             return _Candidate(cause, tier, 1), first.line, True
         cause = RootCause(last.type, "\n".join(last.lines), b.process, last.line, (excerpt + all_text)[-EXCERPT_LINES:], _where(last.where or ""))
         return _Candidate(cause, tier, 3), first.line, True
@@ -385,7 +406,8 @@ class TracebackTracker:
         if inner is None:
             self._push(_Candidate(RootCause(etype, text, proc, number, excerpt, where), self._tier(proc), 0))
         elif inner:
-            self._push(_Candidate(RootCause(etype, inner, proc, number, excerpt, where, harvested=True), self._tier(proc), 1))
+            cause = RootCause(etype, inner, proc, number, excerpt, where, harvested=True, context=self._context(f"{etype}: {text}"))
+            self._push(_Candidate(cause, self._tier(proc), 1))
         else:
             self._wrapped_procs.add(proc)
             self._push(_Candidate(RootCause(etype, text, proc, number, excerpt, where), self._tier(proc), 3))
@@ -400,6 +422,13 @@ class TracebackTracker:
                     if m and m["inner"].strip():
                         return m["inner"].strip()
                 return ""
+        return None
+
+    def _context(self, text: str) -> str | None:
+        """Where the wrapper in ``text`` says the failure happened ("during CUDA graph capture")."""
+        for w in self._wrappers:
+            if w.needle in text:
+                return w.context or None
         return None
 
     def _benign(self, lines: list[str]) -> bool:
