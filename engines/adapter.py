@@ -143,3 +143,18 @@ def engine_args_problems(args: dict[str, Any], managed: dict[str, str]) -> list[
     ]
     out.extend(render_flags(args)[1])
     return out
+
+
+def speculative_flags(exp: Experiment) -> list[str]:
+    """The engine's own words for the speculation settings (its ``--speculative*`` flags and values)."""
+    if exp.speculative.method == "none" or exp.engine not in ENGINE_MODULES:
+        return []
+    flags = get_adapter(exp.engine).engine_flags(exp, exp.model, exp.speculative.draft_model)
+    out: list[str] = []
+    keep = False
+    for token in flags:
+        if token.startswith("--"):
+            keep = token.startswith("--speculative")
+        if keep:
+            out.append(token)
+    return out

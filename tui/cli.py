@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tui.commands.runs",
     "tui.commands.probe",
     "tui.commands.preflight",
+    "tui.commands.campaign",
 )
 
 

@@ -7,6 +7,8 @@ import json
 import shlex
 import sys
 
+from engines.adapter import speculative_flags
+from engines.campaign.check import campaign_files, check_campaign, find_campaign
 from engines.catalog import check, load_catalog
 from engines.loader import display_path
 
@@ -98,6 +100,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     where = f"ssh {host.ssh}" if host.ssh else "this machine"
     print(f"\nhost      {host.name} ({where}), runs in {host.workdir}")
     print(f"baseline  {e.baseline or '-'}")
+    if e.speculative.method != "none":
+        print(f"speculation  {e.speculative.method} K={e.speculative.num_tokens} (tokens drafted per step) -> {shlex.join(speculative_flags(e))}")
     print("\ncommand")
     print("  " + " \\\n      ".join(_chunks(spec.argv)))
     print("\nenvironment")
@@ -129,11 +133,16 @@ def _chunks(argv: list[str]) -> list[str]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    cat, problems = check(args.dir, args.experiments)
+    cat = load_catalog(args.dir)
+    campaigns = [c for c in (find_campaign(cat, n) for n in args.experiments) if c is not None]
+    names = [n for n in args.experiments if find_campaign(cat, n) is None]
+    problems = check(args.dir, names)[1] if names or not args.experiments else []
+    for path in campaigns if args.experiments else campaign_files(cat.folder):
+        problems.extend(check_campaign(cat, path))
     for p in problems:
         print(p)
     if problems:
         return 1
-    n = len(args.experiments) if args.experiments else len(cat.experiments)
+    n = len(args.experiments) if args.experiments else len(cat.experiments) + len(campaign_files(cat.folder))
     print(f"{n} definition(s) OK", file=sys.stderr)
     return 0
