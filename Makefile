@@ -16,6 +16,7 @@ run: app engine tiny-model
 
 test: app engine tiny-model sshd-deps
 	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -ra
 
 setup: app engine tiny-model sshd-deps

@@ -221,8 +221,8 @@ def build(columns: Sequence[tuple[str, dict[str, Any]]], speedups: dict[str, Spe
     for s in sums:
         cats.extend(c for c in s.get("per_category") or {} if c not in cats)
     for cat in cats:
-        vals = [((s.get("per_category") or {}).get(cat) or {}).get("tokens_per_chunk") for s in sums]
-        rows.append(Row(f"tokens/chunk: {cat}", [_fmt(v) for v in vals], "metric"))
+        per_cat = [((s.get("per_category") or {}).get(cat) or {}).get("tokens_per_chunk") for s in sums]
+        rows.append(Row(f"tokens/chunk: {cat}", [_fmt(v) for v in per_cat], "metric"))
     rows.append(Row("acceptance source", [_fmt(s.get("acceptance_source")) for s in sums], "metric"))
     sp_vals = []
     for run in runs:
@@ -286,9 +286,9 @@ def engine_verdict(columns: Sequence[tuple[str, dict[str, Any]]]) -> list[str]:
             return [f"engines: no verdict across engines: {run} vs {columns[0][0]}: " + ", ".join(why)]
     best: dict[str, tuple[str, dict[str, Any], float]] = {}
     for engine, items in by_engine.items():
-        scored = [(run, s, conservative(s)) for run, s in items if conservative(s) is not None]
+        scored = [(run, s, score) for run, s in items if (score := conservative(s)) is not None]
         if scored:
-            best[engine] = max(scored, key=lambda t: t[2])  # type: ignore[arg-type,return-value]
+            best[engine] = max(scored, key=lambda t: t[2])
     if len(best) < 2:
         return ["engines: no verdict across engines: missing output throughput"]
     winner_engine, (w_run, w_sum, w_cons) = max(best.items(), key=lambda kv: kv[1][2])

@@ -16,6 +16,7 @@ in one round trip, so two dashboards on two machines see and do the same thing.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import datetime as dt
 import hashlib
 import json
@@ -292,7 +293,7 @@ class Runs:
             out.extend(r for r, _ in res)
         return sorted(out, key=lambda r: (r.started_at, r.id))
 
-    async def _list_one(self, name: str, ids: tuple[str, ...] = ()) -> list[tuple[RunRecord, dict[str, Any]]]:
+    async def _list_one(self, name: str, ids: tuple[str, ...] = ()) -> builtins.list[tuple[RunRecord, dict[str, Any]]]:
         h = self.host(name)
         if not await h.exists(runs_root(h.config)):
             return []
@@ -477,7 +478,7 @@ class Runs:
         state = answer.get("state") or {}
         return RunStatus(record=RunRecord.from_json(state), alive=bool(state.get("alive")), exit_code=state.get("exit_code"))
 
-    async def cleanup(self, host: str | None = None, dry_run: bool = True) -> list[str]:
+    async def cleanup(self, host: str | None = None, dry_run: bool = True) -> builtins.list[str]:
         """Leftovers of ended servelab runs: their stray processes and /dev/shm files.
 
         With ``dry_run`` (the default) nothing is touched; the list says what would be removed.

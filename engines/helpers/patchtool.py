@@ -29,6 +29,7 @@ import re
 import subprocess
 import sys
 import time
+from typing import Any
 
 if sys.path and sys.path[0] in ("", "."):
     del sys.path[0]  # `python -c` puts the working folder first: never import from it
@@ -266,7 +267,7 @@ class Plan:
         self.root = root
         self.original: dict[str, bytes | None] = {}  # rel path -> bytes on disk now (None: absent)
         self.final: dict[str, bytes | None] = {}  # rel path -> bytes after the whole set
-        self.patches: list[dict] = []
+        self.patches: list[dict[str, Any]] = []
         self.order: list[str] = []
 
     def abspath(self, rel: str) -> str:
@@ -309,7 +310,7 @@ def _run_files(fps: list[FilePatch], state: dict[str, bytes | None], plan: Plan)
     return out
 
 
-def plan_patches(root: str, patches: list[dict], strip: int, manifest: dict | None) -> Plan:
+def plan_patches(root: str, patches: list[dict[str, Any]], strip: int, manifest: dict[str, Any] | None) -> Plan:
     """Decide for each patch: ``applies``, ``applied`` (already) or ``conflict``; the plan holds the final bytes.
 
     Applied patches are found backwards (the last one is undone first, so patches stacked on the same
@@ -324,13 +325,13 @@ def plan_patches(root: str, patches: list[dict], strip: int, manifest: dict | No
         entry = {"name": patch["name"], "sha256": sha256(data), "status": "conflict", "detail": "", "files": []}
         plan.patches.append(entry)
         try:
-            fps = parse_patch(data, strip)
+            files = parse_patch(data, strip)
         except PatchError as exc:
             entry["detail"] = str(exc)
             parsed.append(None)
             continue
-        entry["files"] = [fp.path for fp in fps]
-        parsed.append(fps)
+        entry["files"] = [fp.path for fp in files]
+        parsed.append(files)
 
     # Backwards: which patches are already in the files?
     undone: dict[str, bytes | None] = {}
@@ -374,7 +375,7 @@ def plan_patches(root: str, patches: list[dict], strip: int, manifest: dict | No
 
 
 # -- checks ---------------------------------------------------------------------------------------
-def compile_errors(plan: Plan) -> list[dict]:
+def compile_errors(plan: Plan) -> list[dict[str, Any]]:
     """Every touched .py file must still compile; a SyntaxError names file, line and the offending text."""
     errors = []
     for rel in plan.order:
@@ -458,7 +459,7 @@ out.flush()
 """
 
 
-def import_check(plan: Plan, timeout: float) -> list[dict]:
+def import_check(plan: Plan, timeout: float) -> list[dict[str, Any]]:
     """Import every patched module in a fresh interpreter, with the patched text served from memory."""
     modules: list[str] = []
     texts: dict[str, str] = {}
@@ -486,7 +487,8 @@ def import_check(plan: Plan, timeout: float) -> list[dict]:
         return [{"module": m, "ok": False, "message": f"import did not finish in {timeout:.0f} s"} for m in modules]
     for line in reversed(proc.stdout.decode("utf-8", "replace").splitlines()):
         if line.startswith("["):
-            return json.loads(line)
+            results: list[dict[str, Any]] = json.loads(line)
+            return results
     err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
     why = err[-1] if err else f"exit code {proc.returncode}"
     return [{"module": m, "ok": False, "message": f"import check crashed: {why}"} for m in modules]
@@ -588,10 +590,11 @@ def set_files(contents: dict[str, bytes | None], modes: dict[str, int]) -> None:
         raise
 
 
-def load_manifest(state: str) -> dict | None:
+def load_manifest(state: str) -> dict[str, Any] | None:
     try:
         with open(os.path.join(state, MANIFEST), "rb") as f:
-            return json.loads(f.read())
+            manifest: dict[str, Any] = json.loads(f.read())
+            return manifest
     except (FileNotFoundError, ValueError):
         return None
 
@@ -603,7 +606,7 @@ def file_mode(path: str) -> int | None:
         return None
 
 
-def do_apply(plan: Plan, state: str, manifest: dict | None) -> dict:
+def do_apply(plan: Plan, state: str, manifest: dict[str, Any] | None) -> dict[str, Any]:
     """Back up, record, then write every changed file (all or none); returns the updated manifest.
 
     The manifest is written before the files, so even a kill halfway leaves every file either as
@@ -649,7 +652,7 @@ def do_apply(plan: Plan, state: str, manifest: dict | None) -> dict:
     return manifest
 
 
-def do_revert(root: str, state: str, manifest: dict) -> tuple[list[dict], list[str]]:
+def do_revert(root: str, state: str, manifest: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
     """Restore every recorded file from its backup, all or none; refuse files changed since."""
     files = []
     wanted: dict[str, bytes | None] = {}
@@ -682,7 +685,7 @@ def do_revert(root: str, state: str, manifest: dict) -> tuple[list[dict], list[s
     return files, list(wanted)
 
 
-def plan_reverse(root: str, patches: list[dict], strip: int) -> Plan:
+def plan_reverse(root: str, patches: list[dict[str, Any]], strip: int) -> Plan:
     """Undo a patch set found applied without a servelab record (applied by hand): last patch first."""
     plan = Plan(root)
     for patch in reversed(patches):
@@ -718,7 +721,7 @@ def plan_reverse(root: str, patches: list[dict], strip: int) -> Plan:
     return plan
 
 
-def revert_without_record(root: str, patches: list[dict], strip: int, answer: dict) -> dict:
+def revert_without_record(root: str, patches: list[dict[str, Any]], strip: int, answer: dict[str, Any]) -> dict[str, Any]:
     """Revert by applying the patches backwards (no backups exist); all files or none."""
     if not patches:
         answer["error"] = "nothing to revert: servelab has no record of patching this package"
@@ -748,12 +751,12 @@ def revert_without_record(root: str, patches: list[dict], strip: int, answer: di
 
 
 # -- the request ----------------------------------------------------------------------------------
-def handle(action: str, req: dict) -> dict:
+def handle(action: str, req: dict[str, Any]) -> dict[str, Any]:
     root = os.path.abspath(req["root"])
     state = req["state"]
     strip = int(req.get("strip", 1))
     patches = [{"name": p["name"], "bytes": base64.b64decode(p["data"])} for p in req.get("patches", [])]
-    answer: dict = {"action": action, "root": root, "state": state, "ok": False, "changed": False, "error": None,
+    answer: dict[str, Any] = {"action": action, "root": root, "state": state, "ok": False, "changed": False, "error": None,
                     "patches": [], "files": [], "compile": [], "imports": [], "pycache_removed": []}
     if not os.path.isdir(root):
         answer["error"] = f"package root {root} is not a folder"
@@ -761,7 +764,7 @@ def handle(action: str, req: dict) -> dict:
     manifest = load_manifest(state)
     if action == "revert" and (manifest is None or not manifest.get("files")):
         return revert_without_record(root, patches, strip, answer)
-    if action == "revert":
+    if action == "revert" and manifest is not None:
         files, written = do_revert(root, state, manifest)
         plan = Plan(root)
         for rel in manifest["files"]:

@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 MARKER = "SERVELAB_RUN_ID"
 RUN_JSON = "run.json"
@@ -41,7 +42,7 @@ ENGINE_SHM_PREFIXES = ("psm_", "sem.mp-", "torch_", "nccl", "vllm", "sglang", "s
 
 
 # -- small file helpers ---------------------------------------------------------------------------
-def read_json(path):
+def read_json(path: str) -> Any:
     try:
         with open(path, "rb") as f:
             return json.loads(f.read().decode("utf-8"))
@@ -49,7 +50,7 @@ def read_json(path):
         return None
 
 
-def write_atomic(path, data):
+def write_atomic(path: str, data: bytes) -> None:
     tmp = "%s.tmp-%d" % (path, os.getpid())
     with open(tmp, "wb") as f:
         f.write(data)
@@ -58,7 +59,7 @@ def write_atomic(path, data):
     os.replace(tmp, path)
 
 
-def update_record(run_dir, **fields):
+def update_record(run_dir: str, **fields: Any) -> dict[str, Any]:
     path = os.path.join(run_dir, RUN_JSON)
     rec = read_json(path) or {}
     rec.update(fields)
@@ -66,7 +67,7 @@ def update_record(run_dir, **fields):
     return rec
 
 
-def read_exit_code(run_dir):
+def read_exit_code(run_dir: str) -> int | None:
     try:
         with open(os.path.join(run_dir, EXIT_CODE), "rb") as f:
             return int(f.read().strip() or b"0")
@@ -75,7 +76,7 @@ def read_exit_code(run_dir):
 
 
 # -- /proc ------------------------------------------------------------------------------------------
-def proc_stat(pid):
+def proc_stat(pid: int) -> tuple[str, int, int, int] | None:
     """(state, pgid, sid, starttime) of a process, or None when it does not exist."""
     try:
         with open("/proc/%d/stat" % pid, "rb") as f:
@@ -87,7 +88,7 @@ def proc_stat(pid):
     return rest[0], int(rest[2]), int(rest[3]), int(rest[19])
 
 
-def has_marker(pid, run_id):
+def has_marker(pid: int, run_id: str) -> bool:
     try:
         with open("/proc/%d/environ" % pid, "rb") as f:
             env = f.read()
@@ -96,7 +97,7 @@ def has_marker(pid, run_id):
     return ("%s=%s" % (MARKER, run_id)).encode() in env.split(b"\0")
 
 
-def cmdline(pid):
+def cmdline(pid: int) -> str:
     try:
         with open("/proc/%d/cmdline" % pid, "rb") as f:
             parts = f.read().split(b"\0")
@@ -105,7 +106,7 @@ def cmdline(pid):
     return " ".join(p.decode("utf-8", "replace") for p in parts if p)[:300]
 
 
-def all_pids():
+def all_pids() -> list[int]:
     out = []
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -113,7 +114,7 @@ def all_pids():
     return out
 
 
-def alive(pid, start_time):
+def alive(pid: int | None, start_time: int | None) -> bool:
     """True when ``pid`` is the very process recorded (same start time) and is not a zombie."""
     if not pid:
         return False
@@ -123,7 +124,7 @@ def alive(pid, start_time):
     return start_time is None or st[3] == start_time
 
 
-def members(run_id):
+def members(run_id: str) -> list[int]:
     """Live processes carrying this run's marker (the engine and everything it spawned)."""
     out = []
     me = os.getpid()
@@ -139,7 +140,7 @@ def members(run_id):
 
 
 # -- who holds a port / GPUs --------------------------------------------------------------------------
-def listening_inodes(port):
+def listening_inodes(port: int) -> set[str]:
     inodes = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -156,12 +157,12 @@ def listening_inodes(port):
     return inodes
 
 
-def port_holders(port):
+def port_holders(port: int) -> list[tuple[int | None, str]]:
     """[(pid or None, command)] of processes listening on ``port``."""
     inodes = listening_inodes(port)
     if not inodes:
         return []
-    found = []
+    found: list[tuple[int | None, str]] = []
     wanted = set("socket:[%s]" % i for i in inodes)
     for pid in all_pids():
         fd_dir = "/proc/%d/fd" % pid
@@ -180,7 +181,7 @@ def port_holders(port):
     return found or [(None, "a process this user cannot see")]
 
 
-def nvidia_smi(args):
+def nvidia_smi(args: list[str]) -> list[str] | None:
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
@@ -193,20 +194,20 @@ def nvidia_smi(args):
     return [line.strip() for line in out.stdout.decode("utf-8", "replace").splitlines() if line.strip()]
 
 
-def gpu_busy(wanted):
+def gpu_busy(wanted: set[int] | None) -> tuple[int, list[tuple[int, int | None, str]]]:
     """(gpu count, [(gpu index, pid, command)]) of compute processes on the wanted GPUs (None: all)."""
     gpus = nvidia_smi(["--query-gpu=index,uuid", "--format=csv,noheader"])
     if not gpus:
         return 0, []
-    by_uuid = {}
+    by_uuid: dict[str, int] = {}
     for line in gpus:
-        idx, uuid = [p.strip() for p in line.split(",", 1)]
-        by_uuid[uuid] = int(idx)
+        index, uuid = [p.strip() for p in line.split(",", 1)]
+        by_uuid[uuid] = int(index)
     apps = nvidia_smi(["--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader"]) or []
-    busy = []
+    busy: list[tuple[int, int | None, str]] = []
     for line in apps:
-        pid_s, uuid = [p.strip() for p in line.split(",", 1)]
-        idx = by_uuid.get(uuid)
+        pid_s, gpu = [p.strip() for p in line.split(",", 1)]
+        idx = by_uuid.get(gpu)
         if idx is None or (wanted is not None and idx not in wanted):
             continue
         pid = int(pid_s) if pid_s.isdigit() else None
@@ -214,7 +215,7 @@ def gpu_busy(wanted):
     return len(by_uuid), busy
 
 
-def gpus_of(rec):
+def gpus_of(rec: dict[str, Any]) -> set[int] | None:
     """GPU indices a run uses (from CUDA_VISIBLE_DEVICES), None for all."""
     value = (rec.get("env") or {}).get("CUDA_VISIBLE_DEVICES")
     if value is None:
@@ -222,13 +223,13 @@ def gpus_of(rec):
     return set(int(v) for v in value.split(",") if v.strip().isdigit())
 
 
-def overlaps(a, b):
+def overlaps(a: set[int] | None, b: set[int] | None) -> bool:
     return a is None or b is None or bool(a & b)
 
 
 # -- run records ----------------------------------------------------------------------------------------
-def run_state(run_dir):
-    rec = read_json(os.path.join(run_dir, RUN_JSON))
+def run_state(run_dir: str) -> dict[str, Any] | None:
+    rec: dict[str, Any] | None = read_json(os.path.join(run_dir, RUN_JSON))
     if rec is None:
         return None
     code = read_exit_code(run_dir)
@@ -247,7 +248,7 @@ def run_state(run_dir):
     return rec
 
 
-def run_dirs(root):
+def run_dirs(root: str) -> list[str]:
     try:
         names = sorted(os.listdir(root))
     except OSError:
@@ -255,7 +256,7 @@ def run_dirs(root):
     return [os.path.join(root, n) for n in names if os.path.isfile(os.path.join(root, n, RUN_JSON))]
 
 
-def cmd_status(root, ids):
+def cmd_status(root: str, ids: list[str]) -> dict[str, Any]:
     out = []
     for run_dir in run_dirs(root):
         if ids and os.path.basename(run_dir) not in ids:
@@ -267,7 +268,7 @@ def cmd_status(root, ids):
 
 
 # -- start --------------------------------------------------------------------------------------------------
-def refusals(run_dir, rec):
+def refusals(run_dir: str, rec: dict[str, Any]) -> list[str]:
     """Why this run may not start now: the port or its GPUs are held by someone else."""
     reasons = []
     port = rec.get("port")
@@ -292,14 +293,14 @@ def refusals(run_dir, rec):
     return reasons
 
 
-def shm_names():
+def shm_names() -> list[str]:
     try:
         return sorted(os.listdir(SHM_DIR))
     except OSError:
         return []
 
 
-def supervise(run_dir, rec, report_fd):
+def supervise(run_dir: str, rec: dict[str, Any], report_fd: int) -> int:
     """The detached supervisor: start the engine, report its identity, wait, record its exit code."""
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
@@ -349,7 +350,7 @@ def supervise(run_dir, rec, report_fd):
     return 0
 
 
-def cmd_start(run_dir):
+def cmd_start(run_dir: str) -> dict[str, Any]:
     rec = read_json(os.path.join(run_dir, RUN_JSON))
     if rec is None:
         return {"ok": False, "error": "no run.json in %s" % run_dir}
@@ -390,11 +391,12 @@ def cmd_start(run_dir):
         lock.close()
     if not chunks:
         return {"ok": False, "error": "the supervisor died before starting the engine"}
-    return json.loads(b"".join(chunks).decode())
+    answer: dict[str, Any] = json.loads(b"".join(chunks).decode())
+    return answer
 
 
 # -- stop -----------------------------------------------------------------------------------------------------
-def signal_run(rec, sig):
+def signal_run(rec: dict[str, Any], sig: int) -> list[int]:
     """Signal the run's group (when its leader is verified) and every other process with its marker."""
     run_id = rec["id"]
     done = []
@@ -418,7 +420,7 @@ def signal_run(rec, sig):
     return done
 
 
-def cmd_stop(run_dir, grace):
+def cmd_stop(run_dir: str, grace: float) -> dict[str, Any]:
     rec = read_json(os.path.join(run_dir, RUN_JSON))
     if rec is None:
         return {"ok": False, "error": "no run.json in %s" % run_dir}
@@ -451,7 +453,7 @@ def cmd_stop(run_dir, grace):
 
 
 # -- cleanup ----------------------------------------------------------------------------------------------------
-def shm_in_use():
+def shm_in_use() -> set[str]:
     """Paths under /dev/shm that a live process has open or mapped."""
     used = set()
     for pid in all_pids():
@@ -477,7 +479,7 @@ def shm_in_use():
     return used
 
 
-def cmd_cleanup(root, apply):
+def cmd_cleanup(root: str, apply: bool) -> dict[str, Any]:
     """Stale leftovers of servelab runs only: marked processes of finished runs, their /dev/shm files."""
     processes = []
     shm = []
@@ -525,7 +527,6 @@ def cmd_cleanup(root, apply):
             shm.append({"run": state["id"], "path": path})
     if apply:
         for p in processes:
-            rec = read_json(os.path.join(root, p["run"], RUN_JSON)) or {}
             if has_marker(p["pid"], p["run"]):
                 try:
                     os.kill(p["pid"], signal.SIGKILL)
@@ -542,7 +543,7 @@ def cmd_cleanup(root, apply):
     return {"processes": processes, "shm": shm, "applied": apply}
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
     if len(argv) < 2:
         sys.stderr.write("usage: runctl.py start|status|stop|cleanup|holders ...\n")
         return 2

@@ -237,12 +237,12 @@ class SshHost:
                         parts: list[bytes] = []
                         pos = offset
                         while part := await f.read(READ_BLOCK, pos):
-                            parts.append(bytes(part))
+                            parts.append(_as_bytes(part))
                             pos += len(part)
                         data = b"".join(parts)
             except asyncssh.SFTPError as exc:
                 raise _os_error(exc, path) from None
-            return bytes(data)
+            return _as_bytes(data)
 
         return await self._retry(op)
 
@@ -341,3 +341,8 @@ def _one_line(exc: BaseException | None) -> str:
         return "unknown error"
     text = str(exc) or type(exc).__name__
     return " ".join(text.split())
+
+
+def _as_bytes(data: str | bytes) -> bytes:
+    """A file opened ``"rb"`` reads bytes; asyncssh types ``read()`` as ``str | bytes``."""
+    return data if isinstance(data, bytes) else data.encode("utf-8")

@@ -365,8 +365,8 @@ class TracebackTracker:
             if self._benign(excerpt):
                 return None, None, False
             where = _where(b.engine_where or b.where or "")
-            last = f" (last frame: {where})" if where else ""
-            cause = RootCause(None, f"the traceback is cut off before its exception line{last}", b.process, b.start_line, excerpt, where)
+            last_frame = f" (last frame: {where})" if where else ""
+            cause = RootCause(None, f"the traceback is cut off before its exception line{last_frame}", b.process, b.start_line, excerpt, where)
             return _Candidate(cause, tier, 2), b.start_line, False
         chosen: _Exc | None = None
         harvested: str | None = None

@@ -200,8 +200,7 @@ def combine(repeats: list[dict[str, Any]]) -> dict[str, Any]:
         fig = summarise(values)
         top[key] = fig.median
         stats[key] = fig.to_dict()
-    per_pos = [r.get("spec_decode_per_position_acceptance_rates") for r in repeats]
-    per_pos = [p for p in per_pos if p]
+    per_pos: list[list[float]] = [p for r in repeats if (p := r.get("spec_decode_per_position_acceptance_rates"))]
     if per_pos:
         width = min(len(p) for p in per_pos)
         figs = [summarise([p[i] for p in per_pos]) for i in range(width)]
