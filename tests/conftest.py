@@ -19,6 +19,7 @@ pytest_plugins: list[str] = [
     "tests.fixtures.tui",
     "tests.fixtures.engine",
     "tests.fixtures.fake_sglang",
+    "tests.fixtures.state",
 ]
 
 
