@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 
     from engines.experiment import Experiment
     from engines.logs.grammar import LogGrammar
-    from engines.multinode import NodePlan, NodeTarget
     from engines.probe.metrics import AcceptanceWindow
     from engines.probe.prompts import PromptSet
 
@@ -94,13 +93,6 @@ class EngineAdapter(Protocol):
 
     def validation(self, exp: Experiment, model: str, draft_model: str | None) -> ArgValidation:
         """What the host-side argument check runs: the same flags the server gets, judged by the engine."""
-        ...
-
-    #: ``[multinode] backend`` values this engine has (its own mechanisms; no home-made launcher).
-    multinode_backends: tuple[str, ...]
-
-    def node_plans(self, exp: Experiment, targets: list[NodeTarget]) -> list[NodePlan]:
-        """What each node of a multi-node experiment runs, head first (``targets[0]``)."""
         ...
 
     def read_acceptance(self, http: httpx.AsyncClient, exp: Experiment | None, prompts: PromptSet, max_tokens: int) -> AcceptanceWindow:

@@ -15,7 +15,6 @@ from engines.errors import Problem, ServelabError
 from engines.experiment import Experiment, SourcedExperiment
 from engines.hostsfile import LOCAL, HostConfig, HostsFile
 from engines.loader import display_path, load_model, locate, parse_toml
-from engines.multinode import NodeAddress, NodePlan, NodeTarget
 
 HOSTS_FILE = "hosts.toml"
 #: Where the command line looks when ``--dir`` is not given.
@@ -95,18 +94,6 @@ class Catalog:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in host.gpu_ids)
             return LaunchSpec(spec.argv, env)
         return spec
-
-    def node_plans(self, exp: SourcedExperiment) -> list[NodePlan]:
-        """Each node's processes for a multi-node experiment (empty for a single host)."""
-        e = exp.experiment
-        if e.multinode is None:
-            return []
-        targets: list[NodeTarget] = []
-        for rank, name in enumerate(e.nodes):
-            host = self.host(name)
-            draft = self.host_path(exp, e.speculative.draft_model, host) if e.speculative.draft_model else None
-            targets.append(NodeTarget(NodeAddress(rank, name, host.node_address), host.python, self.host_path(exp, e.model, host), draft))
-        return get_adapter(e.engine).node_plans(e, targets)
 
     def baseline_of(self, exp: SourcedExperiment) -> SourcedExperiment | None:
         if not exp.experiment.baseline:
@@ -193,11 +180,10 @@ def _cross_check(cat: Catalog) -> None:
             entry.problems.append(Problem(entry.shown, locate(exp.text, ("name",)), "name", f"duplicate name {e.name!r} (also in {first.shown})"))
         else:
             seen[e.name] = entry
-        if not e.hosts and cat.hosts.get(e.host) is None:
+        if cat.hosts.get(e.host) is None:
             entry.problems.append(
                 Problem(entry.shown, locate(exp.text, ("host",)), "host", f"unknown host {e.host!r} (hosts.toml has: {', '.join(cat.hosts.names())})")
             )
-        entry.problems.extend(_node_problems(cat, entry, exp))
         if e.baseline is not None:
             base = by_name.get(e.baseline)
             line = locate(exp.text, ("baseline",))
@@ -209,31 +195,6 @@ def _cross_check(cat: Catalog) -> None:
                 entry.problems.append(
                     Problem(entry.shown, line, "baseline", f"baseline {e.baseline!r} runs another model ({base.experiment.experiment.model})")
                 )
-
-
-def _node_problems(cat: Catalog, entry: FileEntry, exp: SourcedExperiment) -> list[Problem]:
-    """A multi-node experiment's hosts exist, and its parallel sizes fit their GPUs."""
-    e = exp.experiment
-    if not e.hosts:
-        return []
-    out: list[Problem] = []
-    line = locate(exp.text, ("hosts",))
-    configs = []
-    for i, name in enumerate(e.hosts):
-        cfg = cat.hosts.get(name)
-        if cfg is None:
-            out.append(Problem(entry.shown, line, f"hosts[{i}]", f"unknown host {name!r} (hosts.toml has: {', '.join(cat.hosts.names())})"))
-        else:
-            configs.append(cfg)
-    world, n = e.parallel.gpus, len(e.hosts)
-    pline = locate(exp.text, ("parallel",))
-    if world % n:
-        out.append(Problem(entry.shown, pline, "parallel", f"tensor x pipeline x data = {world} GPUs does not split evenly over {n} nodes"))
-    elif len(configs) == n:
-        short = [f"{name} has {len(c.gpu_ids or [])}" for c, name in zip(configs, e.hosts) if c.gpu_ids is not None and len(c.gpu_ids) < world // n]
-        if short:
-            out.append(Problem(entry.shown, pline, "parallel", f"{world} GPUs over {n} nodes needs {world // n} per node ({'; '.join(short)} in hosts.toml)"))
-    return out
 
 
 def check(folder: Path | str | None = None, names: list[str] | None = None) -> tuple[Catalog, list[Problem]]:

@@ -410,4 +410,20 @@ async def compare_runs(runs: Runs, run_ids: Sequence[str]) -> Comparison:
         sp = await baseline_speedup(runs, run_id, summary)
         if sp is not None:
             speedups[run_id] = sp
-    return build(columns, speedups)
+    comp = build(columns, speedups)
+    comp.verdict.extend(await diagnosis_lines(runs, run_ids, speedups))
+    return comp
+
+
+async def diagnosis_lines(runs: Runs, run_ids: Sequence[str], speedups: dict[str, Speedup]) -> list[str]:
+    """For each diagnosed run: the speed verdict with its likely cause and the next setting."""
+    from engines.diagnosis.artifacts import load_diagnosis
+    from engines.diagnosis.verdict import verdict_line
+
+    out = []
+    for run_id in run_ids:
+        diag = await load_diagnosis(runs, run_id)
+        if diag is not None:
+            sp = speedups.get(run_id)
+            out.append(verdict_line(run_id, sp.verdict if sp else None, sp.value if sp else None, diag))
+    return out

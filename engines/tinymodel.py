@@ -1,5 +1,10 @@
 """Create the tiny Llama that the CPU experiments serve: `python engines/tinymodel.py OUT_DIR`.
 
+Two drafters whose acceptance is known in advance come from the same script, so the diagnosis
+can be proven on a real engine: ``--seed N`` writes another random Llama with the same tokenizer
+(as a ``draft_model`` it is accepted ~never), and ``--eagle3 TARGET_DIR`` writes a random-weight
+one-layer EAGLE-3 drafter sized for that target, with explicit aux layer ids (served, ~0 %).
+
 Run with the ENGINE interpreter (it needs torch/transformers/tokenizers, which the app does not
 have). Everything is deterministic: the tokenizer is trained on the fixed sentences below and the
 weights come from a fixed seed, so two machines get byte-identical files and the same greedy output.
@@ -14,6 +19,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 SEED = 20260
 VOCAB_SIZE = 512
@@ -62,7 +68,7 @@ SENTENCES = [
 ]
 
 
-def build_tokenizer():  # type: ignore[no-untyped-def]
+def build_tokenizer() -> Any:
     """Train a byte-level BPE on SENTENCES and wrap it as a transformers fast tokenizer."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -90,8 +96,8 @@ def build_tokenizer():  # type: ignore[no-untyped-def]
     return fast
 
 
-def build_model(tokenizer):  # type: ignore[no-untyped-def]
-    """A 2-layer Llama with random weights drawn from SEED."""
+def build_model(tokenizer: Any, seed: int = SEED) -> Any:
+    """A 2-layer Llama with random weights drawn from ``seed``."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -110,22 +116,96 @@ def build_model(tokenizer):  # type: ignore[no-untyped-def]
         tie_word_embeddings=False,
         torch_dtype="float32",
     )
-    torch.manual_seed(SEED)
+    torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
     model.eval()
     return model
 
 
-def create(out_dir: Path) -> Path:
-    """Write the model into out_dir atomically (a half-written folder never looks complete)."""
+#: Aux layer ids of the EAGLE-3 drafter. vLLM taps id j as the input of layer j (0 = the
+#: embeddings, LAYERS = the last layer's output), so a 2-layer target has exactly 0, 1, 2; the
+#: engine's default (2, N//2, N-3) names a layer it lacks and the fused width comes out wrong.
+EAGLE3_AUX_IDS = [0, 1, 2]
+
+
+def eagle3_tensors(target: dict[str, Any], seed: int) -> dict[str, Any]:
+    """Random weights named as vLLM's ``llama_eagle3`` loads them (``midlayer.*``, ``fc``, ``lm_head``).
+
+    No ``embed_tokens``: the drafter shares the target's. The draft vocab equals the target's, so
+    no ``d2t``/``t2d`` map is needed.
+    """
+    import torch
+
+    hidden = int(target["hidden_size"])
+    heads, kv_heads = int(target["num_attention_heads"]), int(target["num_key_value_heads"])
+    head_dim = int(target.get("head_dim") or hidden // heads)
+    inter, vocab = int(target["intermediate_size"]), int(target["vocab_size"])
+    gen = torch.Generator().manual_seed(seed)
+
+    def rnd(*shape: int) -> Any:
+        return torch.randn(*shape, generator=gen) * 0.02
+
+    return {
+        "midlayer.self_attn.q_proj.weight": rnd(heads * head_dim, 2 * hidden),
+        "midlayer.self_attn.k_proj.weight": rnd(kv_heads * head_dim, 2 * hidden),
+        "midlayer.self_attn.v_proj.weight": rnd(kv_heads * head_dim, 2 * hidden),
+        "midlayer.self_attn.o_proj.weight": rnd(hidden, heads * head_dim),
+        "midlayer.mlp.gate_proj.weight": rnd(inter, hidden),
+        "midlayer.mlp.up_proj.weight": rnd(inter, hidden),
+        "midlayer.mlp.down_proj.weight": rnd(hidden, inter),
+        "midlayer.input_layernorm.weight": torch.ones(hidden),
+        "midlayer.hidden_norm.weight": torch.ones(hidden),
+        "midlayer.post_attention_layernorm.weight": torch.ones(hidden),
+        "norm.weight": torch.ones(hidden),
+        "fc.weight": rnd(hidden, len(EAGLE3_AUX_IDS) * hidden),
+        "lm_head.weight": rnd(vocab, hidden),
+    }
+
+
+def eagle3_config(target: dict[str, Any]) -> dict[str, Any]:
+    """The drafter's config.json: one layer, the target's sizes, explicit aux ids."""
+    keys = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+            "vocab_size", "max_position_embeddings", "rms_norm_eps", "bos_token_id", "eos_token_id", "pad_token_id")
+    cfg: dict[str, Any] = {k: target[k] for k in keys if k in target}
+    cfg.update(
+        architectures=["LlamaForCausalLMEagle3"],
+        model_type="llama",
+        num_hidden_layers=1,
+        draft_vocab_size=target["vocab_size"],
+        target_hidden_size=target["hidden_size"],
+        tie_word_embeddings=False,
+        torch_dtype="float32",
+        eagle_config={"eagle_aux_hidden_state_layer_ids": list(EAGLE3_AUX_IDS), "use_aux_hidden_state": True},
+    )
+    return cfg
+
+
+def _write_eagle3(staging: Path, target_dir: Path, seed: int) -> None:
+    import json
+
+    from safetensors.torch import save_file
+
+    target = json.loads((target_dir / "config.json").read_text())
+    (staging / "config.json").write_text(json.dumps(eagle3_config(target), indent=2, sort_keys=True) + "\n")
+    save_file(eagle3_tensors(target, seed), str(staging / "model.safetensors"), metadata={"format": "pt"})
+
+
+def create(out_dir: Path, seed: int = SEED, eagle3_target: Path | None = None) -> Path:
+    """Write the model into out_dir atomically (a half-written folder never looks complete).
+
+    ``eagle3_target``: write an EAGLE-3 drafter for that target instead of a Llama.
+    """
     out_dir = out_dir.resolve()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".tiny-llama-", dir=out_dir.parent))
     try:
-        tokenizer = build_tokenizer()
-        model = build_model(tokenizer)
-        tokenizer.save_pretrained(staging)
-        model.save_pretrained(staging, safe_serialization=True)
+        if eagle3_target is not None:
+            _write_eagle3(staging, eagle3_target, seed)
+        else:
+            tokenizer = build_tokenizer()
+            model = build_model(tokenizer, seed)
+            tokenizer.save_pretrained(staging)
+            model.save_pretrained(staging, safe_serialization=True)
         if out_dir.exists():
             shutil.rmtree(out_dir)
         staging.chmod(0o755)
@@ -137,11 +217,15 @@ def create(out_dir: Path) -> Path:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python engines/tinymodel.py OUT_DIR", file=sys.stderr)
-        return 2
-    out = create(Path(argv[0]))
-    print(f"tiny model written to {out}")
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="tinymodel.py", description="write the tiny Llama (or a drafter for it)")
+    parser.add_argument("out_dir")
+    parser.add_argument("--seed", type=int, default=SEED, help="weights seed (another seed: a drafter that never agrees)")
+    parser.add_argument("--eagle3", metavar="TARGET_DIR", help="write a random EAGLE-3 drafter for this target instead")
+    args = parser.parse_args(argv)
+    out = create(Path(args.out_dir), args.seed, Path(args.eagle3) if args.eagle3 else None)
+    print(f"{'EAGLE-3 drafter' if args.eagle3 else 'tiny model'} written to {out}")
     return 0
 
 

@@ -18,8 +18,8 @@ pytest_plugins: list[str] = [
     "tests.fixtures.runlab",
     "tests.fixtures.tui",
     "tests.fixtures.engine",
+    "tests.fixtures.drafters",
     "tests.fixtures.fake_sglang",
-    "tests.fixtures.state",
 ]
 
 

@@ -61,3 +61,41 @@ def test_tokenizer_round_trips_and_template_renders(two_builds: tuple[Path, Path
     assert got["n"] < got["chars"], "BPE merges should make fewer tokens than characters"
     assert got["chat"] == "<s><|user|>\nHi</s>\n<|assistant|>\n"
     assert got["eos"] == "</s>"
+
+
+def safetensors_header(path: Path) -> dict:  # type: ignore[type-arg]
+    """The JSON header at the start of a safetensors file: tensor names, dtypes, shapes."""
+    raw = path.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    return json.loads(raw[8 : 8 + n])
+
+
+def test_eagle3_drafter_has_the_tensors_vllm_loads(tmp_path: Path) -> None:
+    need_engine()
+    target = REPO / ".models" / "tiny-llama"
+    out = tmp_path / "tiny-e3"
+    done = subprocess.run([str(ENGINE_PYTHON), str(SCRIPT), str(out), "--eagle3", str(target)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    cfg = json.loads((out / "config.json").read_text())
+    tcfg = json.loads((target / "config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLMEagle3"] and cfg["num_hidden_layers"] == 1
+    assert cfg["target_hidden_size"] == tcfg["hidden_size"]
+    aux = cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    assert all(0 <= i <= tcfg["num_hidden_layers"] for i in aux) and len(set(aux)) == 3
+    header = safetensors_header(out / "model.safetensors")
+    h = tcfg["hidden_size"]
+    assert header["fc.weight"]["shape"] == [h, 3 * h]
+    assert header["midlayer.self_attn.q_proj.weight"]["shape"][1] == 2 * h
+    assert header["lm_head.weight"]["shape"] == [tcfg["vocab_size"], h]
+    assert {"midlayer.input_layernorm.weight", "midlayer.hidden_norm.weight", "midlayer.post_attention_layernorm.weight"} <= set(header)
+    assert not any("embed_tokens" in name for name in header)  # shares the target's
+
+
+def test_another_seed_is_another_model_with_the_same_tokenizer(two_builds: tuple[Path, Path], tmp_path: Path) -> None:
+    out = tmp_path / "other"
+    done = subprocess.run([str(ENGINE_PYTHON), str(SCRIPT), str(out), "--seed", "7"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    a = digests(two_builds[0])
+    b = digests(out)
+    assert a["tokenizer.json"] == b["tokenizer.json"]
+    assert a["model.safetensors"] != b["model.safetensors"]

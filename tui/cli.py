@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tui.commands.analyze",
     "tui.commands.runs",
     "tui.commands.probe",
+    "tui.commands.diagnose",
     "tui.commands.preflight",
     "tui.commands.campaign",
 )

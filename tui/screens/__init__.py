@@ -11,6 +11,7 @@ BINDING_MODULES: tuple[str, ...] = (
     "tui.screens.run",
     "tui.screens.runs",
     "tui.screens.compare",
+    "tui.screens.why",
     "tui.screens.help",
     "tui.screens.preflight",
     "tui.screens.confirm",

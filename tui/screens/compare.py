@@ -63,6 +63,7 @@ class CompareScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("d", "toggle_diff", "Diff only", id="compare.diff-only"),
         Binding("m", "export_markdown", "Markdown", id="compare.export"),
+        Binding("y", "why", "Why?", id="compare.why"),
     ]
 
     def __init__(self, experiments: list[str] | None = None, run_ids: list[str] | None = None) -> None:
@@ -142,3 +143,10 @@ class CompareScreen(Screen[None]):
         self.app.copy_to_clipboard(text)
         self._fill()
         self.notify(f"Markdown copied to the clipboard and saved to {path}", timeout=6)
+
+    def action_why(self) -> None:
+        if self.comparison is None:
+            return
+        from tui.screens.why import WhyScreen
+
+        self.app.push_screen(WhyScreen(list(self.comparison.runs)))

@@ -25,7 +25,7 @@ from textual.widgets import Footer, Header, Static
 
 from engines.errors import ServelabError
 from engines.hosts.base import HostUnreachable
-from engines.runs import RunRecord, Runs, RunUnreachable
+from engines.runs import RunRecord, Runs
 from tui.screens.latest import read_probe
 from tui.widgets.line_index import LineIndex
 from tui.widgets.log_view import LogPanel
@@ -109,6 +109,7 @@ class RunScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("s", "stop", "Stop", id="run.stop"),
         Binding("P", "probe", "Probe", id="run.probe"),
+        Binding("y", "why", "Why?", id="run.why"),
     ]
 
     def __init__(self, run_id: str) -> None:
@@ -119,8 +120,6 @@ class RunScreen(Screen[None]):
         self.alive: bool | None = None
         self.exit_code: int | None = None
         self.liveness = "connecting…"
-        #: Set while the run's host cannot be reached: its state is then unknown (no alive, no counting ETA).
-        self.host_down: RunUnreachable | None = None
         self.probe: dict[str, Any] | None = None
         self.index = LineIndex(self._fresh_spool())
         self._analyzer: Any | None = None
@@ -263,17 +262,11 @@ class RunScreen(Screen[None]):
             was_alive = self.alive
             try:
                 status = await self.runs.status(self.run_id, analyze=False)
-            except RunUnreachable as exc:
-                self.host_down, self.alive = exc, None
-                self.liveness = exc.short()
-                if was_alive is not None:
-                    self.refresh_bindings()
             except (HostUnreachable, OSError) as exc:
                 self.liveness = f"host unreachable ({exc}); retrying"
             except ServelabError as exc:
                 self.liveness = f"{exc}; retrying"
             else:
-                self.host_down = None
                 self.record = status.record
                 self.alive = status.alive
                 self.exit_code = status.exit_code
@@ -320,7 +313,6 @@ class RunScreen(Screen[None]):
                 self._running_since.setdefault(stage.id, now)
         stages = [
             with_history(stage, self.stage_history.get(stage.id), now - self._running_since.get(stage.id, now))
-            if self.host_down is None else stage  # the host is down: no ETA counting on its own
             for stage in self.view.stages
         ]
         if self.size.height < 40 or self.view.root_cause is not None:
@@ -374,20 +366,14 @@ class RunScreen(Screen[None]):
         parts.append((f" {state.upper()} ", f"reverse {style}"))
         if rec is not None:
             parts.append(f"  {rec.engine} on {rec.host}")
-        elapsed = self.elapsed_s() if self.alive is not False and self.host_down is None else None
+        elapsed = self.elapsed_s() if self.alive is not False else None
         if elapsed is not None:
             parts.append(f" · {format_duration(elapsed)}")
-        if self.host_down is not None:  # the whole message, on as many lines as it needs
-            parts.append((f" · {self.liveness}", "yellow"))
-            title = Text.assemble(*parts, overflow="fold")
-        else:
-            parts.append(f" · {self.liveness}")
-            title = Text.assemble(*parts, overflow="ellipsis", no_wrap=True)
-        key = ("\0" if self.host_down is not None else "") + title.plain
-        if key != self._shown_title:
-            relayout = key[:1] == "\0" or self._shown_title[:1] == "\0"  # a wrapping title may change height
-            self._shown_title = key
-            self.query_one("#run-title", Static).update(title, layout=relayout)
+        parts.append(f" · {self.liveness}")
+        title = Text.assemble(*parts, overflow="ellipsis", no_wrap=True)
+        if title.plain != self._shown_title:
+            self._shown_title = title.plain
+            self.query_one("#run-title", Static).update(title, layout=False)
 
     # -- actions ---------------------------------------------------------------------------------
     def action_stop(self) -> None:
@@ -422,3 +408,8 @@ class RunScreen(Screen[None]):
         if not self.app.start_probe(self.run_id):
             self.notify("a probe of this run is already running", timeout=3)
         self._render_probe()
+
+    def action_why(self) -> None:
+        from tui.screens.why import WhyScreen
+
+        self.app.push_screen(WhyScreen([self.run_id]))

@@ -1,0 +1,110 @@
+"""Diagnose a live run of :class:`engines.runs.Runs` and keep ``diagnosis.json`` beside ``probe.json``."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from engines.diagnosis.measure import Progress, SuiteSettings
+from engines.diagnosis.model import Diagnosis, from_dict
+from engines.diagnosis.suite import Baseline, diagnose_server
+from engines.errors import ServelabError
+from engines.probe.artifacts import load_probe, run_experiment
+from engines.probe.prompts import load as load_prompts
+
+if TYPE_CHECKING:
+    from engines.runs import RunRecord, Runs
+
+DIAGNOSIS_JSON = "diagnosis.json"
+#: vLLM samples at 1.0 when neither the request nor generation_config.json sets a temperature.
+DEFAULT_TEMPERATURE = 1.0
+
+
+async def serving_temperature(runs: Runs, rec: RunRecord) -> tuple[float, str]:
+    """The temperature clients get by default: the model's ``generation_config.json``, else 1.0."""
+    path = f"{rec.model.rstrip('/')}/generation_config.json"
+    try:
+        data = json.loads((await runs.host(rec.host).read_bytes(path, 0, 65536)).decode("utf-8"))
+        t = data.get("temperature") if isinstance(data, dict) else None
+        if isinstance(t, (int, float)) and not isinstance(t, bool):
+            return float(t), f"{path} temperature"
+        return DEFAULT_TEMPERATURE, f"{path} sets none: the engine's default {DEFAULT_TEMPERATURE:g}"
+    except Exception:  # unreadable, absent or not JSON: the engine's default applies
+        return DEFAULT_TEMPERATURE, f"no readable {path}: the engine's default {DEFAULT_TEMPERATURE:g}"
+
+
+def drafter_path(runs: Runs, rec: RunRecord, draft: str | None) -> str | None:
+    """The drafter as the host sees it (relative paths resolve like the launch resolved them)."""
+    if not draft:
+        return None
+    try:
+        sourced = runs.catalog.get(rec.experiment)
+        return runs.catalog.host_path(sourced, draft, runs.catalog.host(rec.host))
+    except ServelabError:
+        return draft
+
+
+async def baseline_step(runs: Runs, run_id: str, exp_baseline: str | None, model: str) -> tuple[float | None, str | None, float | None, str]:
+    """(plain decode ms per token, baseline run, measured speedup, note) from the probed runs."""
+    from engines.compare import baseline_speedup
+
+    own = await load_probe(runs, run_id)
+    measured: float | None = None
+    base_run: str | None = None
+    if own is not None:
+        sp = await baseline_speedup(runs, run_id, own)
+        if sp is not None and sp.value is not None:
+            measured, base_run = sp.value, sp.baseline_run
+    if base_run is None and exp_baseline:
+        listed = [r for r in await runs.list() if r.experiment == exp_baseline and r.model == model]
+        for rec in sorted(listed, key=lambda r: (r.started_at, r.id), reverse=True):
+            probe = await load_probe(runs, rec.id)
+            if probe is not None and probe.get("max_concurrency") == 1:
+                base_run = rec.id
+                break
+    if base_run is None:
+        return None, None, measured, f"no probed run of the baseline experiment {exp_baseline or '(none set)'} at concurrency 1"
+    probe = await load_probe(runs, base_run)
+    plain = probe.get("median_itl_ms") if probe else None
+    if not isinstance(plain, (int, float)):
+        return None, base_run, measured, f"baseline run {base_run} has no per-token timing"
+    return float(plain), base_run, measured, ""
+
+
+async def diagnose_run(runs: Runs, run_id: str, *, progress: Progress | None = None, settings: SuiteSettings | None = None) -> Diagnosis:
+    """Run the suite on a live run, rank the findings, save ``diagnosis.json`` in the run's folder."""
+    st = await runs.status(run_id, analyze=False)
+    if not st.alive:
+        raise ServelabError(f"run {run_id} is not running (status {st.status}); diagnose a live server")
+    rec = st.record
+    exp = await run_experiment(runs, rec)
+    if exp.speculative.method == "none":
+        raise ServelabError(f"run {run_id} does not speculate ([speculative] method = \"none\"): nothing to diagnose")
+    prompts = load_prompts(exp.probe.prompts, base=runs.catalog.folder)
+    if settings is None:
+        temp, source = await serving_temperature(runs, rec)
+        settings = SuiteSettings(serving_temperature=temp, temperature_source=source)
+    plain, base_run, measured, note = await baseline_step(runs, run_id, exp.baseline, rec.model)
+    diag = await diagnose_server(
+        await runs.base_url(run_id), exp, prompts, run=run_id, model_path=rec.model,
+        drafter_path=drafter_path(runs, rec, exp.speculative.draft_model), settings=settings,
+        baseline=Baseline(plain, base_run, measured, note), progress=progress,
+    )
+    await runs.write_artifact(run_id, DIAGNOSIS_JSON, (json.dumps(diag.to_dict(), indent=2) + "\n").encode("utf-8"))
+    return diag
+
+
+def parse(raw: bytes, run_id: str) -> Diagnosis:
+    try:
+        data: Any = json.loads(raw.decode("utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("not an object")
+        return from_dict(data)
+    except (ValueError, UnicodeDecodeError, KeyError, TypeError) as exc:
+        raise ServelabError(f"run {run_id}: {DIAGNOSIS_JSON} is unreadable ({exc})") from None
+
+
+async def load_diagnosis(runs: Runs, run_id: str) -> Diagnosis | None:
+    """A run's stored diagnosis (None when it was never diagnosed)."""
+    raw = await runs.read_artifact(run_id, DIAGNOSIS_JSON)
+    return None if raw is None else parse(raw, run_id)

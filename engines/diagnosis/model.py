@@ -1,0 +1,182 @@
+"""The typed objects a diagnosis is made of, and their JSON form (``diagnosis.json``)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Severity = Literal["error", "warning", "info"]
+#: Order in which severities are ranked (first = most important).
+SEVERITY_ORDER: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
+FORMAT = "servelab-diagnosis/1"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One conclusion: a stable code, what it means, the numbers behind it, the setting to try next.
+
+    ``weight`` orders findings of the same severity (larger = explains more of the gap).
+    """
+
+    code: str
+    severity: Severity
+    message: str
+    evidence: str
+    next: str
+    weight: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Arm:
+    """Acceptance over one bracketed group of requests (a category, raw prompts, a temperature...).
+
+    ``rate`` is accepted / drafted tokens (0..1), ``per_position[i]`` accepted at position i / drafts
+    (an n-gram drafter may propose fewer than K tokens, so the two need not agree).
+    ``unique_bigrams`` is the share of distinct word bigrams in the outputs (low = looping).
+    """
+
+    name: str
+    requests: int
+    ok: int
+    drafts: float | None = None
+    draft_tokens: float | None = None
+    accepted: float | None = None
+    rate: float | None = None
+    length: float | None = None
+    per_position: list[float] = field(default_factory=list)
+    unique_bigrams: float | None = None
+    median_step_ms: float | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Measurements:
+    """Everything the suite measured on the live server."""
+
+    overall: Arm
+    categories: list[Arm]
+    raw: Arm | None
+    thinking_on: Arm | None
+    thinking_off: Arm | None
+    template_has_thinking: bool | None
+    serving_temperature: float
+    temperature_source: str
+    at_temperature: Arm | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """A speculative step's time against a plain decode step, and the speedup that predicts.
+
+    ``ratio`` = median time per engine step of this run / median time per token of the baseline
+    (both at concurrency 1). ``per_draft`` = (ratio - 1) / K, the cost one more drafted token adds.
+    """
+
+    step_ms: float | None
+    plain_ms: float | None
+    baseline_run: str | None
+    ratio: float | None
+    per_draft: float | None
+    estimated_speedup: float | None
+    measured_speedup: float | None
+    recommended_k: int | None
+    estimate_by_k: dict[int, float] = field(default_factory=dict)
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ReferenceMatch:
+    """Where this run stands against the closest published figure (or why none applies)."""
+
+    applies: bool
+    label: str
+    figure: str
+    low: float | None
+    high: float | None
+    source: str
+    why: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The saved result: identity, measurements, the cost model, the reference and ranked findings."""
+
+    run: str
+    experiment: str
+    engine: str
+    method: str
+    k: int | None
+    date: str
+    measurements: Measurements
+    cost: StepCost
+    reference: ReferenceMatch
+    findings: list[Finding]
+    seconds: float
+
+    @property
+    def top(self) -> Finding | None:
+        return self.findings[0] if self.findings else None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["format"] = FORMAT
+        return out
+
+
+def rank(findings: list[Finding]) -> list[Finding]:
+    """Errors first, then warnings, then notes; within a severity the heavier finding first."""
+    return sorted(findings, key=lambda f: (SEVERITY_ORDER[f.severity], -f.weight, f.code))
+
+
+def from_dict(data: dict[str, Any]) -> Diagnosis:
+    """Read a ``diagnosis.json`` back (raises KeyError/TypeError/ValueError on a foreign file)."""
+    if data.get("format") != FORMAT:
+        raise ValueError(f"not a {FORMAT} file (format {data.get('format')!r})")
+
+    def arm(d: dict[str, Any] | None) -> Arm | None:
+        return None if d is None else Arm(**d)
+
+    m = data["measurements"]
+    overall = arm(m["overall"])
+    assert overall is not None
+    meas = Measurements(
+        overall=overall,
+        categories=[Arm(**c) for c in m["categories"]],
+        raw=arm(m["raw"]),
+        thinking_on=arm(m["thinking_on"]),
+        thinking_off=arm(m["thinking_off"]),
+        template_has_thinking=m["template_has_thinking"],
+        serving_temperature=float(m["serving_temperature"]),
+        temperature_source=str(m["temperature_source"]),
+        at_temperature=arm(m["at_temperature"]),
+    )
+    c = dict(data["cost"])
+    c["estimate_by_k"] = {int(k): float(v) for k, v in (c.get("estimate_by_k") or {}).items()}
+    return Diagnosis(
+        run=str(data["run"]),
+        experiment=str(data["experiment"]),
+        engine=str(data["engine"]),
+        method=str(data["method"]),
+        k=data["k"],
+        date=str(data["date"]),
+        measurements=meas,
+        cost=StepCost(**c),
+        reference=ReferenceMatch(**data["reference"]),
+        findings=[Finding(**f) for f in data["findings"]],
+        seconds=float(data["seconds"]),
+    )

@@ -1,0 +1,63 @@
+"""The whole diagnosis of one live server, given what the run knows about itself.
+
+``artifacts.diagnose_run`` gathers the facts from a run's folder; anything that has a server and
+an experiment definition (a test's own server, a script) can call :func:`diagnose_server`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from engines.adapter import get_adapter
+from engines.diagnosis.cost import step_cost
+from engines.diagnosis.measure import Progress, SuiteSettings, measure
+from engines.diagnosis.model import Diagnosis
+from engines.diagnosis.reference import closest
+from engines.diagnosis.rules import RunFacts, diagnose
+from engines.errors import ServelabError
+from engines.probe.prompts import PromptSet
+
+if TYPE_CHECKING:
+    from engines.experiment import Experiment
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The plain decode step to hold a speculative step against, and the measured speedup."""
+
+    plain_ms: float | None = None
+    run: str | None = None
+    measured_speedup: float | None = None
+    note: str = "no baseline given"
+
+
+async def diagnose_server(
+    base_url: str,
+    exp: Experiment,
+    prompts: PromptSet,
+    *,
+    run: str,
+    model_path: str,
+    drafter_path: str | None,
+    settings: SuiteSettings | None = None,
+    baseline: Baseline | None = None,
+    progress: Progress | None = None,
+) -> Diagnosis:
+    """Measure, model the step cost, find the reference, rank the findings."""
+    t0 = time.monotonic()
+    s = exp.speculative
+    if s.method == "none":
+        raise ServelabError(f"{run} does not speculate ([speculative] method = \"none\"): nothing to diagnose")
+    meas = await measure(base_url, get_adapter(exp.engine), exp, prompts, settings or SuiteSettings(), progress=progress)
+    b = baseline or Baseline()
+    cost = step_cost(meas.overall, s.num_tokens, b.plain_ms, b.run, b.measured_speedup, b.note if b.plain_ms is None else "")
+    ref = closest(exp.model, s.draft_model, exp.engine, s.num_tokens, s.method)
+    findings = diagnose(RunFacts(s.method, s.num_tokens, model_path, drafter_path), meas, cost, ref)
+    return Diagnosis(
+        run=run, experiment=exp.name, engine=exp.engine, method=s.method, k=s.num_tokens,
+        date=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), measurements=meas, cost=cost, reference=ref,
+        findings=findings, seconds=round(time.monotonic() - t0, 1),
+    )

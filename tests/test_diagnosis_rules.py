@@ -1,0 +1,110 @@
+"""Each cause is named from its signature, ranked, with the next setting to try."""
+
+from __future__ import annotations
+
+import json
+
+from engines.diagnosis.model import Arm, Diagnosis, Measurements, ReferenceMatch, StepCost, from_dict
+from engines.diagnosis.reference import closest
+from engines.diagnosis.rules import RunFacts, diagnose
+from engines.diagnosis.verdict import verdict_line
+
+NO_REF = ReferenceMatch(False, "", "", None, None, "", "no reference applies")
+NO_COST = StepCost(None, None, None, None, None, None, None, None, {}, "no baseline")
+CATS = ("conversation", "coding", "math", "extraction")
+
+
+def arm(name: str, rate: float | None, per_pos: list[float] | None = None, bigrams: float | None = 0.95) -> Arm:
+    k = len(per_pos or [0, 0, 0])
+    pp = per_pos if per_pos is not None else [rate or 0.0] * 3
+    return Arm(name, 2, 2, drafts=None if rate is None else 50.0, rate=rate, length=None if rate is None else 1 + rate * k,
+               per_position=pp if rate is not None else [], unique_bigrams=bigrams, median_step_ms=10.0)
+
+
+def meas(overall: Arm, cats: list[Arm] | None = None, raw: Arm | None = None, hot: Arm | None = None,
+         on: Arm | None = None, off: Arm | None = None) -> Measurements:
+    return Measurements(overall, cats if cats is not None else [arm(c, overall.rate, overall.per_position, overall.unique_bigrams) for c in CATS],
+                        raw, on, off, on is not None, 1.0, "test", hot)
+
+
+FACTS = RunFacts("eagle3", 3, "/m/target", "/m/drafter")
+
+
+def codes(findings: list) -> list[str]:  # type: ignore[type-arg]
+    return [f.code for f in findings]
+
+
+def test_dead_position_one_is_a_mapping_or_untrained_fault_with_the_drafter_check_next() -> None:
+    o = arm("overall", 0.0, [0.0, 0.0, 0.0], bigrams=0.2)
+    f = diagnose(FACTS, meas(o, raw=arm("raw", 0.01, [0.01, 0, 0]), hot=arm("t", 0.0, [0, 0, 0])), NO_COST, NO_REF)
+    assert f[0].code == "position-one-near-zero"
+    assert "untrained" in f[0].message and "servelab drafter /m/drafter --target /m/target" in f[0].next
+    assert "not the chat template" in f[0].evidence
+    # looping output that still is not accepted is only a note, never praise
+    assert "degenerate-output" in codes(f) and next(x for x in f if x.code == "degenerate-output").severity == "info"
+
+
+def test_high_acceptance_on_a_loop_is_refused() -> None:
+    o = arm("overall", 0.8, [0.9, 0.8, 0.7], bigrams=0.15)
+    f = diagnose(RunFacts("ngram", 3, "/m/t", None), meas(o), NO_COST, NO_REF)
+    assert f[0].code == "degenerate-output" and f[0].severity == "warning"
+    assert "not a figure to praise" in f[0].message
+    assert "healthy" not in codes(f)
+
+
+def test_self_draft_is_named_as_such() -> None:
+    o = arm("overall", 1.0, [1.0, 1.0, 1.0], bigrams=0.2)  # the tiny target loops too: still the self-draft first
+    f = diagnose(RunFacts("draft_model", 3, "/m/t", "/m/./t"), meas(o), NO_COST, NO_REF)
+    assert f[0].code == "draft-equals-target"
+
+
+def test_steep_fall_recommends_the_k_of_the_curve() -> None:
+    o = arm("overall", 0.3, [0.75, 0.3, 0.1, 0.05, 0.02])
+    cost = StepCost(20.0, 10.0, "b", 2.0, 0.2, 1.2, 0.9, 2, {1: 1.46, 2: 1.5, 3: 1.4}, "")
+    f = diagnose(RunFacts("eagle3", 5, "/m/t", "/m/d"), meas(o), cost, NO_REF)
+    k = next(x for x in f if x.code == "k-too-high")
+    assert k.next == "[speculative] num_tokens = 2"
+    assert "K=2: 1.50x" in k.evidence
+
+
+def test_template_gap_and_category_gap_and_temperature() -> None:
+    o = arm("overall", 0.5, [0.6, 0.5, 0.4])
+    cats = [arm("conversation", 0.55), arm("coding", 0.6), arm("math", 0.5), arm("translation", 0.05)]
+    f = diagnose(FACTS, meas(o, cats, raw=arm("raw", 0.2), hot=arm("hot", 0.3)), NO_COST, NO_REF)
+    got = codes(f)
+    assert {"template-gap", "category-gap", "temperature-drop"} <= set(got)
+    assert "translation" in next(x for x in f if x.code == "category-gap").message
+
+
+def test_thinking_gap() -> None:
+    o = arm("overall", 0.5)
+    f = diagnose(FACTS, meas(o, on=arm("on", 0.2), off=arm("off", 0.55)), NO_COST, NO_REF)
+    t = next(x for x in f if x.code == "thinking-gap")
+    assert "enable_thinking = false" in t.next
+
+
+def test_far_below_the_published_family_and_the_compare_sentence() -> None:
+    ref = closest("Kimi-K2.5", "kimi-k2.5-eagle3", "vllm", 3, "eagle3")
+    o = arm("overall", 0.15, [0.3, 0.1, 0.05])
+    cost = StepCost(30.0, 10.0, "base", 3.0, 0.67, 0.45 / 3 * 5, 0.66, 0, {1: 0.78}, "")
+    m = meas(o)
+    f = diagnose(FACTS, m, cost, ref)
+    assert "below-reference" in codes(f)
+    d = Diagnosis("run-1", "kimi", "vllm", "eagle3", 3, "now", m, cost, ref, f, 12.0)
+    line = verdict_line("run-1", "hurts", 0.66, d)
+    assert line.startswith("run-1: hurts: 0.66x; acceptance 15% against ")
+    assert "published for this family" in line and "likely cause: " in line and "next: " in line
+
+
+def test_no_speculation_is_one_error() -> None:
+    f = diagnose(FACTS, meas(arm("overall", None), cats=[]), NO_COST, NO_REF)
+    assert codes(f) == ["no-speculation"]
+
+
+def test_json_round_trip() -> None:
+    o = arm("overall", 0.4, [0.6, 0.4, 0.2])
+    m = meas(o, raw=arm("raw", 0.4))
+    cost = StepCost(20.0, 10.0, "b", 2.0, 0.33, 0.9, None, 0, {1: 0.9, 2: 0.85}, "")
+    d = Diagnosis("r", "e", "vllm", "eagle3", 3, "now", m, cost, NO_REF, diagnose(FACTS, m, cost, NO_REF), 3.0)
+    back = from_dict(json.loads(json.dumps(d.to_dict())))
+    assert back == d

@@ -1,0 +1,89 @@
+"""The "Why?" view on the run screen and in compare: the stored diagnosis, ranked, with next settings."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+
+from engines.catalog import load_catalog
+from engines.diagnosis.artifacts import DIAGNOSIS_JSON
+from engines.diagnosis.model import Arm, Diagnosis, Measurements, StepCost
+from engines.diagnosis.reference import closest
+from engines.diagnosis.rules import RunFacts, diagnose
+from engines.runs import Runs
+from tests.fixtures.tui import SHARED_LOGS, TuiFolder
+from tui.app import ServelabApp
+from tui.screens.compare import CompareScreen
+from tui.screens.run import RunScreen
+from tui.screens.why import WhyScreen
+
+NGRAM_SERVE = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
+
+
+def body_text(screen: WhyScreen) -> str:
+    console = Console(width=400, record=True, file=None)
+    console.print(screen.query_one("#why-body").content)
+    return console.export_text()
+
+
+async def until(pilot, predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(int(timeout / 0.1)):
+        if predicate():
+            return
+        await pilot.pause(0.1)
+    raise AssertionError("condition not reached in time")
+
+
+def dead_start(run_id: str) -> Diagnosis:
+    """A diagnosis as the suite writes it for a drafter that never agrees with its target."""
+    o = Arm("chat, temperature 0", 6, 6, drafts=90.0, rate=0.0, length=1.0, per_position=[0.0, 0.0, 0.0], unique_bigrams=0.3, median_step_ms=9.0)
+    m = Measurements(o, [o], Arm("raw, temperature 0", 6, 6, drafts=90.0, rate=0.0, length=1.0, per_position=[0.0, 0.0, 0.0]), None, None, False, 1.0, "test", None)
+    cost = StepCost(9.0, 6.0, "base-run", 1.5, 0.17, 0.67, 0.61, 0, {1: 0.85, 2: 0.75, 3: 0.67}, "")
+    ref = closest("tiny", "/m/other", "vllm", 3, "draft_model")
+    facts = RunFacts("draft_model", 3, "/m/tiny", "/m/other")
+    return Diagnosis(run_id, "tiny-cpu-vllm-ngram", "vllm", "draft_model", 3, "2026-12-01T08:00:00+00:00", m, cost, ref, diagnose(facts, m, cost, ref), 21.0)
+
+
+async def test_run_screen_why_shows_the_ranked_findings_or_says_how_to_get_them(tui_folder: TuiFolder) -> None:
+    run_id = tui_folder.replay("tiny-cpu-vllm-ngram", NGRAM_SERVE, hold_s=30)
+    app = ServelabApp(tui_folder.folder)
+    app.watch_runs = False
+    async with app.run_test(size=(160, 45)) as pilot:
+        await app.push_screen(RunScreen(run_id))
+        await pilot.pause()
+        await pilot.press("y")
+        await until(pilot, lambda: isinstance(app.screen, WhyScreen) and "not diagnosed yet" in body_text(app.screen))
+        await pilot.press("q")
+        runs = Runs(load_catalog(tui_folder.folder))
+        await runs.write_artifact(run_id, DIAGNOSIS_JSON, json.dumps(dead_start(run_id).to_dict()).encode())
+        await pilot.press("y")
+        await until(pilot, lambda: isinstance(app.screen, WhyScreen) and "position-one-near-zero" in body_text(app.screen))
+        text = body_text(app.screen)
+        assert text.index("1. [error] position-one-near-zero") < text.index("[info]")
+        assert "next: servelab drafter /m/other --target /m/tiny" in text
+        assert "estimated speedup 0.67x, measured 0.61x" in text
+
+
+async def test_compare_verdict_carries_the_likely_cause(tui_folder: TuiFolder) -> None:
+    base = tui_folder.replay("tiny-cpu-vllm-baseline", NGRAM_SERVE)
+    spec = tui_folder.replay("tiny-cpu-vllm-ngram", NGRAM_SERVE)
+    runs = Runs(load_catalog(tui_folder.folder))
+    probe = {"format": "servelab-probe/1", "model_id": "tiny-llama", "max_tokens": 64, "max_concurrency": 1, "prompt_set_hash": "h",
+             "identity": {"model": "/m/tiny", "engine": "vllm"}, "stats": {}}
+    await runs.write_artifact(base, "probe.json", json.dumps({**probe, "output_throughput": 50.0}).encode())
+    await runs.write_artifact(spec, "probe.json", json.dumps({**probe, "output_throughput": 30.5, "baseline_experiment": "tiny-cpu-vllm-baseline"}).encode())
+    await runs.write_artifact(spec, DIAGNOSIS_JSON, json.dumps(dead_start(spec).to_dict()).encode())
+    app = ServelabApp(tui_folder.folder)
+    app.watch_runs = False
+    async with app.run_test(size=(200, 50)) as pilot:
+        await app.push_screen(CompareScreen(run_ids=[base, spec]))
+        screen = app.screen
+        assert isinstance(screen, CompareScreen)
+        await until(pilot, lambda: screen.comparison is not None)
+        line = next(v for v in screen.comparison.verdict if "likely cause" in v)  # type: ignore[union-attr]
+        assert line.startswith(f"{spec}: hurts: 0.61x; acceptance 0% (no published reference applies) at K=3")
+        assert "next: servelab drafter" in line
+        await pilot.press("y")
+        await until(pilot, lambda: isinstance(app.screen, WhyScreen) and "position-one-near-zero" in body_text(app.screen))
+        assert f"{base}: not diagnosed yet" in body_text(app.screen)
