@@ -182,36 +182,61 @@ class Analysis:
 
 
 _P = TypeVar("_P")
-_Raw = tuple[str | None, int, "re.Match[str]"]
+#: A figures line as seen: (line number, the line's text, the rule it matched).
+_Raw = tuple[int, str, "_Rule"]
+_Read = tuple[str | None, int, "re.Match[str]"]
 
 
 class _Series(Generic[_P]):
-    """A bounded time series kept as raw regex matches and converted only when asked for.
+    """A bounded time series kept as raw lines and read only when asked for.
 
-    Periodic figures lines can be a large share of a serving log: storing the match is cheap,
-    and ``snapshot()`` converts only the points added since the previous call.
+    Periodic figures lines are most of a long serving log: keeping the newest lines is all a line
+    costs, and ``snapshot()`` parses only the lines added since the previous call (a line that does
+    not parse after all is dropped then).
     """
 
-    def __init__(self, convert: Callable[[_Raw], _P]) -> None:
+    def __init__(self, parse: Callable[[str], Header], convert: Callable[[_Read], _P]) -> None:
+        self._parse = parse
         self._convert = convert
         self._raw: deque[_Raw] = deque(maxlen=SERIES_POINTS)
         self._points: deque[_P] = deque(maxlen=SERIES_POINTS)
         self._added = 0
         self._converted = 0
-        self.last: _Raw | None = None
+        self._last: _Read | None = None
 
     def add(self, raw: _Raw) -> None:
         self._raw.append(raw)
         self._added += 1
-        self.last = raw
 
-    def points(self) -> list[_P]:
+    def read(self, raw: _Raw) -> _Read | None:
+        """(timestamp, line, match) of one kept line, None when its message is not the rule's."""
+        number, text, rule = raw
+        hdr = self._parse(text.strip("`") if text[:1] == "`" else text)
+        msg = hdr[3][2:] if hdr[3][:2] == "^M" else hdr[3]
+        if not msg.startswith(rule.needle) or rule.regex is None:
+            return None
+        m = rule.regex.search(msg)
+        return (hdr[2] or None, number, m) if m is not None else None
+
+    def _catch_up(self) -> None:
         new = min(self._added - self._converted, SERIES_POINTS)
         if new:
             for raw in list(self._raw)[-new:]:
-                self._points.append(self._convert(raw))
+                read = self.read(raw)
+                if read is not None:
+                    self._points.append(self._convert(read))
+                    self._last = read
             self._converted = self._added
+
+    def points(self) -> list[_P]:
+        self._catch_up()
         return list(self._points)
+
+    @property
+    def last(self) -> _Read | None:
+        """The newest line that parsed."""
+        self._catch_up()
+        return self._last
 
 
 # -- compiled grammar -------------------------------------------------------------------------------
@@ -317,8 +342,18 @@ class LogAnalyzer:
         self._shutdown_line: int | None = None  # first line of an orderly stop
         self._exit_code: int | None = None
         self._exited = False
-        self._spec_series: _Series[SpecPoint] = _Series(self._spec_point)
-        self._tp_series: _Series[ThroughputPoint] = _Series(self._tp_point)
+        self._spec_series: _Series[SpecPoint] = _Series(self._parse, self._spec_point)
+        self._tp_series: _Series[ThroughputPoint] = _Series(self._parse, self._tp_point)
+        # once the run is known to be up, figures lines are found a chunk at a time and only kept
+        # (parsed at snapshot time): (probes, needle, rule, series)
+        self._figures = [
+            (("] " + r.needle, ") " + r.needle), r.needle, r, self._spec_series if r.extra == "spec" else self._tp_series)
+            for r in self._rules
+            if r.kind == _METRIC
+        ]
+        self._figure_needles = tuple(dict.fromkeys(f[1] for f in self._figures))
+        self._bulk = False  # figures lines are read in bulk (the run is up)
+        self._text_now = ""  # the line being read (kept with a figures line)
         self._settings: dict[str, float] = {}
         self._notable: deque[str] = deque(maxlen=NOTABLE_LINES)
         self._finished = False
@@ -367,7 +402,10 @@ class LogAnalyzer:
                 last = buf.rfind(b"\r", 0, last)  # a trailing \r may start a CRLF: wait
             if last >= self._tail_seen:
                 for seg in _decode(buf[self._tail_seen : last]).split("\r"):
+                    bulk = self._bulk
                     self._segment(seg)
+                    if bulk:
+                        self._figure_segment(self._number, seg)
                 self._tail_seen = last + 1
 
     def feed_lines(self, lines: Iterable[Line]) -> None:
@@ -378,7 +416,10 @@ class LogAnalyzer:
                     self._end_physical()
                 self._number = line.number
             self._pending = True
+            bulk = self._bulk
             self._segment(line.text)
+            if bulk:
+                self._figure_segment(line.number, line.text)
 
     def finish(self) -> None:
         """End of the stream: the last unterminated line counts, open tracebacks close."""
@@ -406,6 +447,7 @@ class LogAnalyzer:
         if "\r\n" in text:
             text = text.replace("\r\n", "\n")
         hits = self._pre.line_starts(text)
+        bulk_from = (0, self._number) if self._bulk else None
         h = 0
         pos = 0
         n = len(text)
@@ -420,7 +462,7 @@ class LogAnalyzer:
                 if h == nh:
                     self._number += count("\n", pos)
                     self._partial = False
-                    return
+                    break
                 nxt = hits[h]
                 if nxt > pos:
                     self._number += count("\n", pos, nxt)
@@ -446,6 +488,48 @@ class LogAnalyzer:
                 hits = [pos + k for k in self._pre.line_starts(text[pos:])]
                 nh = len(hits)
                 h = 0
+                if self._bulk and bulk_from is None:
+                    bulk_from = (pos, self._number)
+        if bulk_from is not None:
+            self._bulk_figures(text, *bulk_from)
+
+    def _bulk_figures(self, text: str, start: int, number: int) -> None:
+        """Keep the figures lines of ``text[start:]`` (``number`` is the line at ``start``): a C-speed
+        find per needle locates them; each is only kept, to be parsed if it is still among the newest
+        at snapshot time. A needle counts at a segment's start or after a header (``] ``, ``) ``)."""
+        find = text.find
+        at: list[int] = []
+        for needle in self._figure_needles:
+            i = find(needle, start)
+            while i != -1:
+                c = text[i - 2 : i] if i - 2 >= start else ""
+                if i == start or text[i - 1] in "\n\r" or c == "] " or c == ") ":
+                    at.append(i)
+                i = find(needle, i + 1)
+        if not at:
+            return
+        if len(self._figure_needles) > 1:
+            at.sort()
+        rfind = text.rfind
+        count = text.count
+        seen = -1
+        last = start
+        for p in at:
+            s0 = max(rfind("\n", start, p) + 1, start)
+            s0 = max(rfind("\r", s0, p) + 1, s0)  # a segment after a \r (searched within the line only)
+            if s0 <= seen:
+                continue
+            seen = s0
+            e = find("\n", p)
+            r = find("\r", p, e)
+            number += count("\n", last, s0)
+            last = s0
+            self._figure_segment(number, text[s0 : r if r != -1 else e])
+
+    def _figure_segment(self, number: int, seg: str) -> None:
+        for probes, needle, rule, series in self._figures:
+            if probes[0] in seg or probes[1] in seg or seg.startswith(needle):
+                series.add((number, seg, rule))
 
     def _frames_run(self, text: str, pos: int) -> int:
         """Consume, in one regex call, the frame lines that follow a traceback line of the only open
@@ -581,6 +665,7 @@ class LogAnalyzer:
             if self._open_tb:
                 self._tb.gap(number)  # an excerpt's gap: no traceback goes on across it
             return
+        self._text_now = text
         if self._furthest < 0 and text.strip():
             self._start(0, None, None)  # output means the process is up: the "process" stage runs
         if text[:1] == "`":
@@ -668,7 +753,7 @@ class LogAnalyzer:
             if m is None:
                 return
             self._serving(number)
-            (self._spec_series if r.extra == "spec" else self._tp_series).add((ts, number, m))
+            (self._spec_series if r.extra == "spec" else self._tp_series).add((number, self._text_now, r))
         elif kind == _WARN:
             self._notable.append(msg)
         elif kind == _SETTING:
@@ -757,8 +842,10 @@ class LogAnalyzer:
         self._stages[ready].status = "done"
         self._stages[ready].ended_at = ts
         if first:
-            # from now on an answered request tells nothing new: stop reading access lines
-            self._use_rules([r for r in self._rules if r.kind != _SERVED])
+            # from now on an answered request tells nothing new (access lines are not read), and
+            # figures lines are found a chunk at a time instead of one by one
+            self._bulk = True
+            self._use_rules([r for r in self._rules if r.kind != _SERVED and r.kind != _METRIC])
 
     def _spec_figures(self, m: re.Match[str]) -> SpecFigures:
         gd = m.groupdict()
@@ -776,13 +863,13 @@ class LogAnalyzer:
         pos = [float(x) for x in gd["pos"].replace(" ", "").split(",") if x] if gd.get("pos") else []
         return SpecFigures(rate, mal, pos)
 
-    def _spec_point(self, raw: tuple[str | None, int, re.Match[str]]) -> SpecPoint:
+    def _spec_point(self, raw: _Read) -> SpecPoint:
         ts, number, m = raw
         f = self._spec_figures(m)
         return SpecPoint(ts, number, f.acceptance_rate, f.mean_acceptance_length)
 
     @staticmethod
-    def _tp_point(raw: tuple[str | None, int, re.Match[str]]) -> ThroughputPoint:
+    def _tp_point(raw: _Read) -> ThroughputPoint:
         ts, number, m = raw
         return ThroughputPoint(ts, number, _num(m.group("gen")), _num(m.groupdict().get("prompt")))
 
@@ -821,6 +908,7 @@ class LogAnalyzer:
             state = RunState.LOADING
         else:
             state = RunState.STARTING
+        last_spec = self._spec_series.last
         hint: str | None = None
         if cause is not None:
             where = [cause.context or "", STAGE_CONTEXT.get(failed_stage or "", "")]
@@ -842,7 +930,7 @@ class LogAnalyzer:
             stages=stages,
             root_cause=cause,
             hint=hint,
-            spec_decode=self._spec_figures(self._spec_series.last[2]) if self._spec_series.last else None,
+            spec_decode=self._spec_figures(last_spec[2]) if last_spec else None,
             spec_series=self._spec_series.points(),
             throughput_series=self._tp_series.points(),
             lines=self._number - 1,
