@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
+from array import array
 from pathlib import Path
 
 import pytest
 
-from engines.logs.lines import LineKind
-from tests.fixtures.tui import SHARED_LOGS
-from tui.widgets.line_index import LineIndex, display_text
+from engines.logs.lines import LineKind, classify
+from tests.fixtures.tui import RECORDED_LOGS, SHARED_LOGS
+from tui.widgets.line_index import KINDS, LineClassifier, LineIndex, display_text
 
 NGRAM_LOG = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
 SHARDS_LOG = SHARED_LOGS / "vllm-shards-carriage-return-prefix-39610.log"
@@ -103,3 +104,92 @@ def test_memory_per_line_is_index_only(tmp_path: Path) -> None:
     for r in range(index.row_count):
         index.text(index.line_at_row(r))
     assert len(index._cache) <= 4096
+
+
+def all_logs() -> list[Path]:
+    logs = sorted(SHARED_LOGS.glob("*.log")) + sorted(RECORDED_LOGS.glob("*.log"))
+    assert len(logs) >= 10, "the shared and recorded logs are missing"
+    return logs
+
+
+def test_block_classifier_gives_what_classify_gives_line_by_line_on_every_recorded_log(tmp_path: Path) -> None:
+    """The chunk-wide anchor search may only skip lines that classify() would call INFO."""
+    for log in all_logs():
+        data = log.read_bytes()
+        index = LineIndex(tmp_path / f"{log.stem}.spool")
+        feed(index, data, 65536)
+        raws = data.split(b"\n")[: index.line_count]
+        expected = [classify(display_text(raw)) for raw in raws]
+        got = [KINDS[code & 0x7F] for code in index._kinds]
+        assert got == expected, log.name
+        index.close()
+
+
+def test_deferred_index_shows_every_line_at_once_unfolded_then_as_inline_once_classified(tmp_path: Path) -> None:
+    data = NGRAM_LOG.read_bytes()
+    inline = LineIndex(tmp_path / "inline.log")
+    inline.append(data)
+    lazy = LineIndex(tmp_path / "lazy.log", deferred=True)
+    lazy.append(data)
+    # Lazy first screen: every line is indexed and shown (unfolded) before any kind is known.
+    assert lazy.line_count == inline.line_count == data.count(b"\n")
+    assert lazy.unclassified == lazy.line_count and lazy.row_count == lazy.line_count
+    assert lazy.text(lazy.line_at_row(lazy.row_count - 1)) == display_text(data.rstrip(b"\n").rsplit(b"\n", 1)[-1])
+    assert lazy.row_of_line(lazy.line_count - 1) == lazy.row_count - 1
+    assert lazy.first_error() is None
+    # Completion: the worker's kinds, in blocks, make it the inline index exactly.
+    classifier = LineClassifier()
+    start = 0
+    for cut in (len(data) // 3, 2 * len(data) // 3, len(data)):
+        end = data.rfind(b"\n", 0, cut) + 1
+        lazy.apply(classifier.classify(data[start:end]))
+        start = end
+    assert lazy.unclassified == 0 and lazy.classified_bytes == len(data)
+    assert rows_text(lazy) == rows_text(inline) and lazy.row_count < lazy.line_count  # noise folded now
+    assert lazy.first_error() == inline.first_error()
+
+
+def test_deferred_kinds_may_lag_while_lines_keep_coming(tmp_path: Path) -> None:
+    """Appends and classification interleave (the worker is behind); bar collapse spans blocks."""
+    data = SHARDS_LOG.read_bytes()
+    inline = LineIndex(tmp_path / "inline.log")
+    feed(inline, data, 300)
+    lazy = LineIndex(tmp_path / "lazy.log", deferred=True)
+    classifier = LineClassifier()
+    for i in range(0, len(data), 300):
+        lazy.append(data[i : i + 300])
+        if (i // 300) % 3 == 2:  # classify what is complete so far, every third chunk
+            lazy.apply(classifier.classify(lazy.read(lazy.classified_bytes, lazy.tail_start)))
+    lazy.apply(classifier.classify(lazy.read(lazy.classified_bytes, lazy.tail_start)))
+    assert rows_text(lazy) == rows_text(inline)
+
+
+def test_deferred_filter_shows_only_matches_before_and_after_classification(tmp_path: Path) -> None:
+    lazy = LineIndex(tmp_path / "lazy.log", deferred=True)
+    lazy.set_search(re.compile("ready", re.I))
+    lazy.set_filter(True)
+    lazy.append(b"INFO warming up\nINFO server ready\nINFO idle\nINFO ready again\n")
+    assert lazy.row_count == 2 and [lazy.text(lazy.line_at_row(r)) for r in range(2)] == ["INFO server ready", "INFO ready again"]
+    lazy.apply(LineClassifier().classify(lazy.read(0, lazy.tail_start)))
+    assert lazy.row_count == 2 and lazy.row_of_line(3) == 1
+
+
+def test_kinds_out_of_step_are_refused(tmp_path: Path) -> None:
+    lazy = LineIndex(tmp_path / "lazy.log", deferred=True)
+    lazy.append(b"INFO a\nINFO b\n")
+    classifier = LineClassifier()
+    classifier.next_line = 1  # as if line 0 had been classified elsewhere
+    with pytest.raises(ValueError, match="do not follow"):
+        lazy.apply(classifier.classify(b"INFO b\n"))
+
+
+def test_index_costs_13_bytes_a_line_in_typed_arrays(tmp_path: Path) -> None:
+    """Memory bound, structurally: per line one int64 start, one kind byte, one int32 row slot."""
+    index = LineIndex(tmp_path / "m.log")
+    lines = 50_000
+    index.append(b"".join(b"INFO line %d with some text to make it long enough\n" % i for i in range(lines)))
+    arrays = (index._starts, index._kinds, index._rows, index._matches, index._errors)
+    assert all(isinstance(a, array) for a in arrays)
+    assert (index._starts.itemsize, index._kinds.itemsize, index._rows.itemsize) == (8, 1, 4)
+    per_line = sum(len(a) * a.itemsize for a in arrays) / lines
+    assert per_line <= 13  # 1.3 MB per 100k lines, below the 2 MB budget

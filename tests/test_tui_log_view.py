@@ -116,3 +116,26 @@ def test_compile_search_accepts_text_that_is_not_a_regex() -> None:
     pattern = compile_search("shards: [")
     assert pattern is not None and pattern.search("Loading shards: [00:01]")
     assert compile_search("") is None
+
+
+async def test_following_survives_rows_folded_away_under_it(tmp_path: Path) -> None:
+    """A deferred index shows lines unfolded first; their kinds then fold noise and the log
+    shrinks under a following view: it must stay at the end, still following."""
+    from tui.widgets.line_index import LineClassifier
+
+    index = LineIndex(tmp_path / "spool.log", deferred=True)
+    app = LogApp(index)
+    async with app.run_test(size=(100, 20)) as pilot:
+        panel = app.query_one(LogPanel)
+        data = NGRAM_LOG.read_bytes()
+        panel.lines_added(index.append(data))
+        await pilot.pause()
+        view = panel.view
+        unfolded = index.row_count
+        assert view.follow and view.scroll_offset.y == view.max_scroll_y > 0
+        panel.lines_added(index.apply(LineClassifier().classify(data[: index.tail_start])))
+        await pilot.pause()
+        await pilot.pause()
+        assert index.row_count < unfolded
+        assert view.follow and view.scroll_offset.y == view.max_scroll_y
+        assert "following" in status(app)

@@ -117,3 +117,26 @@ def test_old_spool_copies_are_pruned(tmp_path) -> None:  # type: ignore[no-untyp
     os.utime(old, (past, past))
     prune_spool(tmp_path)
     assert not old.exists() and new.exists()
+
+
+async def test_a_truncated_log_starts_the_view_and_analysis_afresh(tui_folder: TuiFolder) -> None:
+    from engines.runs import LOG_NAME
+
+    run_id = tui_folder.replay("tiny-cpu-vllm-baseline", NGRAM_SERVE, rate=0, exit_code=0, hold_s=30.0)
+    app = ServelabApp(tui_folder.folder)
+    app.watch_runs = False
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        await app.push_screen(RunScreen(run_id))
+        screen = app.screen
+        assert isinstance(screen, RunScreen)
+        total = NGRAM_SERVE.read_bytes().count(b"\n")
+        await wait_for(pilot, lambda: screen.index.line_count >= total and screen.index.unclassified == 0)
+        first_worker = screen.ingest.worker_pid
+        log = tui_folder.workdir / "runs" / run_id / LOG_NAME
+        log.write_bytes(b"INFO rotated: a new log\nINFO second line\n")  # shorter: truncated in place
+        await wait_for(pilot, lambda: screen.index.line_count == 2)
+        assert screen.index.text(0) == "INFO rotated: a new log"
+        assert screen.ingest.worker_pid != first_worker
+        await pilot.pause(0.3)
+        assert "2 lines" in screen_text(app)

@@ -18,6 +18,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.cache import LRUCache
 from textual.containers import Vertical
+from textual.css.query import NoMatches
 from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import reactive
@@ -101,10 +102,33 @@ class LogView(ScrollView, can_focus=True):
         rows = self.index.row_count
         width = self.index.max_width if not self.wrap else self.scrollable_content_region.width
         height = rows + (max(self.size.height - 1, 0) if self.wrap else 0)
-        self.virtual_size = Size(width, height)
+        self._set_virtual_size(Size(width, height))
         if self.follow:
             self._scroll_to_end()
         self.refresh()
+
+    def _set_virtual_size(self, size: Size) -> None:
+        """Grow the scrollable area; a screen layout only when a scrollbar appears or goes.
+
+        ``virtual_size`` is a layout reactive: assigning it re-lays out the whole screen, which
+        cost ~50-100 ms a time on the shared 2-core machine, several times a second while a log
+        grows (bench/tui_follow.py). While both scrollbars stay as they are, the widget's place
+        on screen does not change: update the value and the scrollbars, and repaint.
+        """
+        old = self.virtual_size
+        if size == old:
+            return
+        view = self.size
+        same_bars = (old.height > view.height) == (size.height > view.height) and (old.width > view.width) == (
+            size.width > view.width
+        )
+        scroll_update = getattr(self, "_scroll_update", None)
+        if same_bars and old.height > 0 and callable(scroll_update):
+            self.set_reactive(LogView.virtual_size, size)
+            scroll_update(size)
+            self.refresh()
+        else:
+            self.virtual_size = size
 
     def _scroll_to_end(self) -> None:
         self._auto_scrolling = True
@@ -140,7 +164,9 @@ class LogView(ScrollView, can_focus=True):
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
-        if not self._auto_scrolling and self.follow and new_value < old_value:
+        # A move up pauses following; not a clamp to the new end (rows folded away after the
+        # ingest worker classified them shrink the log under the view).
+        if not self._auto_scrolling and self.follow and new_value < old_value and new_value < self.max_scroll_y:
             self.follow = False
 
     def watch_follow(self, follow: bool) -> None:
@@ -293,9 +319,26 @@ class LogPanel(Vertical):
         self.view.sync()
         self._update_status()
 
+    def set_index(self, index: LineIndex) -> None:
+        """Show another log (the old one was truncated or replaced), following its end."""
+        self.index = index
+        self.pending = 0
+        self.match_count = 0
+        view = self.view
+        view.index = index
+        view.cursor_line = None
+        view._wrap_cache = None
+        view.notify_style()
+        view.follow = True
+        view.sync()
+        self._update_status()
+
     def lines_added(self, rows: int) -> None:
         """Call on the UI thread after appending to the index."""
-        view = self.view
+        try:
+            view = self.view
+        except NoMatches:  # not composed yet (a restarted log): on_mount syncs with the index then
+            return
         if not view.follow and rows > 0:
             self.pending += rows
         if self.index.search is not None:

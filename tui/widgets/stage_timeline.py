@@ -65,6 +65,7 @@ class StageTimeline(Static):
         super().__init__(id=id)
         self._stages: list[StageRow] = []
         self._header: Text | None = None
+        self._height = -1
 
     def show(self, stages: list[StageRow], header: Text | None = None) -> None:
         self._stages, self._header = stages, header
@@ -80,4 +81,6 @@ class StageTimeline(Static):
         console = self.app.console
         lines = console.render_lines(stage_table(self._stages, header=self._header), console.options.update_width(width), pad=False)
         text = Text("\n").join(Text.assemble(*((seg.text, seg.style) for seg in line if not seg.control)) for line in lines)
-        self.update(text)
+        # A screen layout only when the table's height changes: live figures redraw in place.
+        self.update(text, layout=len(lines) != self._height)
+        self._height = len(lines)

@@ -1,0 +1,87 @@
+"""LogIngest: the worker process that classifies and analyses a spooled log, on real logs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from engines.logs.analyzer import analyze_bytes
+from tests.fixtures.tui import SHARED_LOGS
+from tui.widgets.line_index import LineIndex
+from tui.widgets.log_ingest import IngestUpdate, LogIngest
+
+NGRAM_LOG = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
+CRASH_LOG = SHARED_LOGS / "vllm-eagle3-whitelist-gemma3-32765.log"
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
+
+
+def rows_text(index: LineIndex) -> list[str]:
+    return [index.text(index.line_at_row(r)) for r in range(index.row_count)]
+
+
+async def test_worker_classifies_and_analyses_like_the_inline_path(tmp_path: Path) -> None:
+    updates: list[IngestUpdate] = []
+    ingest = LogIngest(tmp_path / "spool.log", updates.append)
+    try:
+        data = CRASH_LOG.read_bytes()
+        ingest.analyse("vllm")
+        for i in range(0, len(data), 5000):
+            ingest.append(data[i : i + 5000])
+        ingest.mark_exited(1)
+        ingest.finish()
+        index = ingest.index
+        assert index.line_count == data.count(b"\n")  # offsets are there at once
+        await until(lambda: index.unclassified == 0 and ingest.analysed_bytes() == len(data))
+        await until(lambda: any(u.analysis is not None and u.analysis.exit_code == 1 for u in updates))
+        inline = LineIndex(tmp_path / "inline.log")
+        inline.append(data)
+        assert rows_text(index) == rows_text(inline)
+        assert index.first_error() == inline.first_error()
+        last = [u.analysis for u in updates if u.analysis is not None][-1]
+        expected = analyze_bytes(data, "vllm")
+        assert last.state == expected.state == "crashed"
+        assert last.root_cause == expected.root_cause
+        assert sum(u.rows for u in updates) == index.row_count - (1 if index.size > index.tail_start else 0)
+        assert all(u.error is None for u in updates)
+    finally:
+        ingest.close()
+    await until(lambda: ingest._proc.poll() is not None)  # closing ends the worker
+
+
+async def test_updates_are_coalesced_to_a_few_per_second(tmp_path: Path) -> None:
+    updates: list[IngestUpdate] = []
+    ingest = LogIngest(tmp_path / "spool.log", updates.append)
+    try:
+        data = NGRAM_LOG.read_bytes()
+        for i in range(0, len(data), 200):  # hundreds of small chunks in a burst
+            ingest.append(data[i : i + 200])
+        await until(lambda: ingest.index.unclassified == 0)
+        await asyncio.sleep(0.3)
+        assert len(data) // 200 > 100 and len(updates) < 20
+    finally:
+        ingest.close()
+
+
+async def test_a_dead_worker_is_reported_once_and_lines_are_classified_here(tmp_path: Path) -> None:
+    updates: list[IngestUpdate] = []
+    ingest = LogIngest(tmp_path / "spool.log", updates.append)
+    try:
+        ingest.append(b"INFO one\n")
+        await until(lambda: ingest.index.unclassified == 0)
+        ingest._proc.kill()  # our own worker process
+        await until(lambda: any(u.error for u in updates))
+        ingest.append(b"ERROR boom happened\nINFO two\n")
+        assert ingest.index.unclassified == 0 and ingest.index.first_error() == 1
+        await asyncio.sleep(0.3)
+        errors = [u.error for u in updates if u.error]
+        assert len(errors) == 1 and "classifying lines here" in errors[0]
+    finally:
+        ingest.close()
