@@ -8,7 +8,8 @@ Members, by concern:
 - command line: :meth:`EngineAdapter.problems` and :meth:`EngineAdapter.launch_spec`;
 - log grammar: :attr:`EngineAdapter.grammar` (see ``engines/logs``);
 - metrics reading: :meth:`EngineAdapter.read_acceptance` (see ``engines/probe``);
-- argument validation on the host: :meth:`EngineAdapter.validation` (see ``engines/preflight``).
+- argument validation on the host: :meth:`EngineAdapter.validation` (see ``engines/preflight``);
+- drafter rules of the installed version: :meth:`EngineAdapter.drafter_rules` (see ``engines/drafter``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import httpx
 
+    from engines.drafter.rules import EngineRules, RulesQuery, SourceReader
     from engines.experiment import Experiment
     from engines.logs.grammar import LogGrammar
     from engines.probe.metrics import AcceptanceWindow
@@ -78,6 +80,8 @@ class EngineAdapter(Protocol):
     log_signatures: tuple[str, ...]
     #: How this engine's log reads: stages, ready/crash lines, wrappers, figures (see engines/logs).
     grammar: LogGrammar
+    #: The ``[engine_args]`` key that sets the maximum context length (the drafter checks compare it).
+    max_len_arg: str
 
     def problems(self, exp: Experiment) -> list[Inexpressible]:
         """Settings of ``exp`` this engine cannot express."""
@@ -93,6 +97,10 @@ class EngineAdapter(Protocol):
 
     def validation(self, exp: Experiment, model: str, draft_model: str | None) -> ArgValidation:
         """What the host-side argument check runs: the same flags the server gets, judged by the engine."""
+        ...
+
+    async def drafter_rules(self, read: SourceReader, query: RulesQuery) -> EngineRules:
+        """What this engine version accepts from a drafter, read from its installed source through ``read``."""
         ...
 
     def read_acceptance(self, http: httpx.AsyncClient, exp: Experiment | None, prompts: PromptSet, max_tokens: int) -> AcceptanceWindow:

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from engines.drafter.findings import CODES
+
 SpecMethod = Literal["none", "eagle", "eagle3", "mtp", "ngram", "draft_model"]
 ArgValue = str | int | float | bool | list[str | int | float]
 
@@ -57,6 +59,16 @@ class Speculative(Strict):
     prompt_lookup_max: Annotated[int, Field(ge=1)] | None = None
     draft_tensor_parallel: Annotated[int, Field(ge=1)] | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
+    #: Drafter-check error codes that do not block a launch (``allow = ["aux-layers-convention"]``).
+    allow: list[str] = Field(default_factory=list)
+
+    @field_validator("allow")
+    @classmethod
+    def _known_codes(cls, v: list[str]) -> list[str]:
+        unknown = [c for c in v if c not in CODES]
+        if unknown:
+            raise ValueError(f"unknown drafter check code(s) {', '.join(map(repr, unknown))} (known: {', '.join(CODES)})")
+        return v
 
     @model_validator(mode="after")
     def _method_needs(self) -> Speculative:

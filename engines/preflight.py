@@ -2,9 +2,13 @@
 
 Each check is one pass/fail line with its reason and duration: the host answers; the engine's
 Python runs; engine, torch and CUDA versions and the GPU count (one helper call with the host's
-interpreter); model and drafter folders exist with a config.json; the engine's own argument parser
-accepts the exact server flags (no weights loaded); the patch set applies (or is applied), every
-touched file compiles and every patched module imports. The slow checks run concurrently.
+interpreter); model and drafter folders exist with a config.json, and the drafter fits the target on
+this engine version (``engines/drafter``: configs, safetensors headers, the d2t map and the engine's
+own source, read on the host; an error blocks unless ``[speculative] allow`` names its code); the
+engine's own argument parser accepts the exact server flags (no weights loaded); the patch set
+applies (or is applied), every touched file compiles and every patched module imports. The slow
+checks run concurrently. The two slowest answers (host facts, the argument check) come from
+``engines/preflight_cache`` when nothing they depend on has changed, and their lines say so.
 """
 
 from __future__ import annotations
@@ -16,7 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engines.adapter import get_adapter
+from engines import preflight_cache
 from engines.catalog import Catalog
+from engines.drafter.facts import FactsError
+from engines.drafter.findings import Finding
+from engines.drafter.run import DrafterReport, check_drafter
 from engines.errors import ServelabError
 from engines.experiment import SourcedExperiment
 from engines.helpers import HelperError, helper_argv, last_json, last_line, run_helper
@@ -47,6 +55,10 @@ class Check:
     detail: str
     seconds: float
     skipped: bool = False
+    #: The drafter check's findings, one line each under the check.
+    findings: tuple[Finding, ...] = ()
+    #: The answer came from the preflight cache (same inputs, by hash).
+    cached: bool = False
 
     @property
     def reason(self) -> str:
@@ -54,7 +66,8 @@ class Check:
 
     def line(self) -> str:
         mark = "SKIP" if self.skipped else ("PASS" if self.ok else "FAIL")
-        return f"{mark}  {self.name:<17} {self.detail}  ({self.seconds:.1f} s)"
+        head = f"{mark}  {self.name:<17} {self.detail}  ({self.seconds:.1f} s)"
+        return "\n".join([head, *(f"      {f.line()}" for f in self.findings)])
 
 
 @dataclass(frozen=True)
@@ -102,6 +115,7 @@ class PreflightReport:
     seconds: float = 0.0
     hostinfo: HostInfo | None = None
     patches: PatchReport | None = None
+    drafter: DrafterReport | None = None
 
     @property
     def ok(self) -> bool:
@@ -178,6 +192,8 @@ async def run_preflight(
             progress(check)
         return check
 
+    marks: dict[str, tuple[tuple[Finding, ...], bool]] = {}  # check name -> (findings, cached)
+
     async def timed(name: str, work: Callable[[], Awaitable[tuple[bool, str]]]) -> Check:
         t0 = time.monotonic()
         try:
@@ -190,7 +206,8 @@ async def run_preflight(
             ok, detail = False, "timed out"
         except Exception as exc:  # a check that breaks is a failed line, never a traceback
             ok, detail = False, " ".join(f"{type(exc).__name__}: {exc}".split())
-        return done(Check(name, ok, detail, time.monotonic() - t0))
+        findings, cached = marks.get(name, ((), False))
+        return done(Check(name, ok, detail, time.monotonic() - t0, findings=findings, cached=cached))
 
     def skip(names: list[str], why: str) -> None:
         for name in names:
@@ -218,6 +235,9 @@ async def run_preflight(
         skip(list(CHECK_NAMES[2:]), "the engine's python does not run")
         return _finish(report, started)
 
+    # Where the engine is and which version, without importing it: the cache keys and the drafter rules need it.
+    quick_task = asyncio.create_task(run_helper(h, python, "hostinfo.py", adapter.package, "--quick", timeout=60))
+
     # 3-4. Paths are cheap: check them first; versions, arguments and patches run concurrently.
     model = catalog.host_path(sourced, e.model, cfg)
     draft = catalog.host_path(sourced, e.speculative.draft_model, cfg) if e.speculative.draft_model else None
@@ -230,17 +250,35 @@ async def run_preflight(
         return True, path
 
     model_check = await timed("model path", lambda: folder(model))
-    if draft is not None:
-        await timed("drafter path", lambda: folder(draft))
-    else:
+    if draft is None:
         why = "no speculation" if e.speculative.method == "none" else f"{e.speculative.method} needs no drafter"
         done(Check("drafter path", True, why, 0.0))
 
-    info_task = asyncio.create_task(read_hostinfo(h, python, adapter.package))
+    async def quick() -> dict[str, Any]:
+        try:
+            return await quick_task
+        except (HelperError, HostUnreachable, TimeoutError, asyncio.TimeoutError):
+            return {}
+
+    async def hostinfo() -> tuple[HostInfo, bool]:
+        facts = await quick()
+        key = preflight_cache.digest("hostinfo", python, adapter.package, facts, cfg.gpu_ids) if facts.get("root") else None
+        hit = preflight_cache.get("hostinfo", key) if key else None
+        if hit is not None:
+            return HostInfo.from_json(hit.value), True
+        raw = await run_helper(h, python, "hostinfo.py", adapter.package, timeout=120.0)
+        info = HostInfo.from_json(raw)
+        if key and info.torch is not None and info.root is not None:
+            preflight_cache.put("hostinfo", key, raw)
+        return info, False
+
+    info_task = asyncio.create_task(hostinfo())
 
     async def versions() -> tuple[bool, str]:
-        info = await info_task
+        info, cached = await info_task
         report.hostinfo = info
+        if cached:
+            marks["engine versions"] = ((), True)
         if info.version is None and info.root is None:
             return False, info.error or f"{adapter.package} is not installed for {python}"
         cuda = f"CUDA {info.cuda}" if info.cuda else "CPU build (no CUDA)"
@@ -252,18 +290,60 @@ async def run_preflight(
         usable = len(cfg.gpu_ids) if cfg.gpu_ids is not None else info.gpus
         if info.cuda and min(usable, info.gpus) < need:
             return False, f"{detail}: the experiment needs {need} GPU(s), {min(usable, info.gpus)} usable"
-        return True, detail
+        return True, detail + (" (cached: same interpreter, engine and torch versions, GPU devices)" if cached else "")
+
+    async def drafter_checks() -> tuple[bool, str]:
+        """The drafter folder, then whether it fits the target on this engine (engines/drafter)."""
+        if draft is None:
+            return True, "no drafter"
+        ok, detail = await folder(draft)
+        if not ok:
+            return ok, detail
+        if not model_check.ok:
+            return True, f"{draft} (drafter checks skipped: the model folder is missing)"
+        facts = await quick()
+        max_len = e.engine_args.get(adapter.max_len_arg)
+        try:
+            rep = await check_drafter(
+                h, adapter, python=python, method=e.speculative.method, draft_path=draft, target_path=model,
+                max_model_len=max_len if isinstance(max_len, int) and not isinstance(max_len, bool) else None,
+                patched_files=patched_files(load_patch_set(sourced)),
+                package_root=facts.get("root"), version=facts.get("version"),
+            )
+        except FactsError as exc:
+            return False, str(exc)
+        report.drafter = rep
+        allow = e.speculative.allow
+        marks["drafter path"] = (tuple(rep.findings), False)
+        bad = rep.blocking(allow)
+        if bad:
+            return False, f"{bad[0].code}: {bad[0].message}" + (f" (+{len(bad) - 1} more error(s))" if len(bad) > 1 else "")
+        return True, f"{draft}: {rep.summary(allow)}" + (f"; rules {rep.rules.source}" if rep.rules else "")
 
     async def arguments() -> tuple[bool, str]:
         if not model_check.ok:
             return False, "skipped: the model folder is missing (the parser reads its config.json)"
         v = adapter.validation(e, model, draft)
         env = catalog.launch_spec(sourced, cfg).env  # the server's own environment can change its parsing
-        r = await h.run(helper_argv(python, v.helper, v.parser, *v.flags), env=env, timeout=VALIDATE_TIMEOUT)
+        argv = helper_argv(python, v.helper, v.parser, *v.flags)
+        facts = await quick()
+        key = None
+        if facts.get("root"):
+            folders = [await preflight_cache.folder_digest(h, p) for p in (model, draft)]
+            patch_hashes = [p.sha256 for p in load_patch_set(sourced)]
+            key = preflight_cache.digest("engine-args", argv, env, facts, folders, patch_hashes)
+            hit = preflight_cache.get("engine-args", key)
+            if hit is not None:
+                marks["engine arguments"] = ((), True)
+                flags = sum(1 for word in v.flags if word.startswith("--"))
+                return True, f"{flags} flags accepted by {v.parser}'s parser (cached {hit.age()} ago: same flags, engine, patches and model/drafter files)"
+        r = await h.run(argv, env=env, timeout=VALIDATE_TIMEOUT)
         answer = last_json(r)
         if answer is None:
             return False, f"argument check crashed: {last_line(r.stderr) or f'exit code {r.exit_code}'}"
         if answer.get("ok"):
+            if key is not None:
+                preflight_cache.put("engine-args", key, answer)
             # flags, not argv words (``--port 8000`` is one); the check's line carries the one timing
             flags = sum(1 for word in v.flags if word.startswith("--"))
             return True, f"{flags} flags accepted by {v.parser}'s parser"
@@ -275,8 +355,7 @@ async def run_preflight(
             return True, "no patches"
         root = package_root
         if root is None:
-            info = await info_task
-            root = info.root
+            root = (await quick()).get("root") or (await info_task)[0].root
             if root is None:
                 return False, f"cannot find {adapter.package}'s package root on {h.name}"
         rep = await check_patches(h, patches, root, python=python, imports=imports)
@@ -295,11 +374,23 @@ async def run_preflight(
         return True, f"{rep.summary()} under {root}"
 
     await asyncio.gather(
+        timed("drafter path", drafter_checks) if draft is not None else asyncio.sleep(0),
         timed("engine versions", versions),
         timed("engine arguments", arguments),
         timed("patch set", patch_set),
     )
     return _finish(report, started)
+
+
+def patched_files(patches: list[Any]) -> frozenset[str]:
+    """Files (relative to the folder holding the engine's package) that a patch set changes."""
+    out: set[str] = set()
+    for p in patches:
+        for line in p.data.decode("utf-8", "replace").splitlines():
+            if line.startswith("+++ ") and not line.startswith("+++ /dev/null"):
+                path = line[4:].split("\t")[0].strip()
+                out.add(path.split("/", 1)[1] if path.startswith(("a/", "b/")) else path)
+    return frozenset(out)
 
 
 def _finish(report: PreflightReport, started: float) -> PreflightReport:

@@ -17,6 +17,7 @@ from engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, Sta
 if TYPE_CHECKING:
     import httpx
 
+    from engines.drafter.rules import EngineRules, RulesQuery, SourceReader
     from engines.probe.metrics import Acceptance
     from engines.probe.prompts import PromptSet
 
@@ -156,6 +157,7 @@ class SglangAdapter:
     )
     #: How this engine's log reads (engines/logs applies it).
     grammar = GRAMMAR
+    max_len_arg = "context-length"
 
     def problems(self, exp: Experiment) -> list[Inexpressible]:
         out = engine_args_problems(exp.engine_args, MANAGED_FLAGS)
@@ -237,6 +239,12 @@ class SglangAdapter:
         argv = [python, "-m", "sglang.launch_server", *self.engine_flags(exp, model, draft_model)]
         env = {"PYTHONUNBUFFERED": "1", "NO_COLOR": "1", **exp.env}
         return LaunchSpec(argv=argv, env=env)
+
+    # -- drafter rules (engines/sglang_drafter.py) ------------------------------------------------
+    async def drafter_rules(self, read: SourceReader, query: RulesQuery) -> EngineRules:
+        from engines.sglang_drafter import read_rules
+
+        return await read_rules(read, query)
 
     # -- metrics reading ----------------------------------------------------------------------
     def read_acceptance(self, http: httpx.AsyncClient, exp: Experiment | None, prompts: PromptSet, max_tokens: int) -> SglangAcceptanceWindow:

@@ -18,6 +18,7 @@ from engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, Sta
 if TYPE_CHECKING:
     import httpx
 
+    from engines.drafter.rules import EngineRules, RulesQuery, SourceReader
     from engines.probe.metrics import Acceptance
     from engines.probe.prompts import PromptSet
 
@@ -189,6 +190,7 @@ class VllmAdapter:
     )
     #: How this engine's log reads (engines/logs applies it).
     grammar = GRAMMAR
+    max_len_arg = "max-model-len"
 
     # -- command line -------------------------------------------------------------------------
     def problems(self, exp: Experiment) -> list[Inexpressible]:
@@ -267,6 +269,12 @@ class VllmAdapter:
         argv = [python, "-m", "vllm.entrypoints.openai.api_server", *self.engine_flags(exp, model, draft_model)]
         env = {"PYTHONUNBUFFERED": "1", "VLLM_LOGGING_COLOR": "0", "NO_COLOR": "1", **exp.env}
         return LaunchSpec(argv=argv, env=env)
+
+    # -- drafter rules (engines/vllm_drafter.py) --------------------------------------------------
+    async def drafter_rules(self, read: SourceReader, query: RulesQuery) -> EngineRules:
+        from engines.vllm_drafter import read_rules
+
+        return await read_rules(read, query)
 
     # -- metrics reading ----------------------------------------------------------------------
     def read_acceptance(self, http: httpx.AsyncClient, exp: Experiment | None, prompts: PromptSet, max_tokens: int) -> VllmCounterWindow:

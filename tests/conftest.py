@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -32,3 +34,8 @@ def need_engine() -> None:
     """Skip only when the engine environment is absent (make test always builds it)."""
     if not ENGINE_PYTHON.exists() or not (TINY_MODEL / "config.json").exists():
         pytest.skip("engine environment or tiny model missing: run `make engine tiny-model`")
+
+
+# The preflight cache of the suite lives in its own folder, never in the user's (tests that check
+# the cache itself point $SERVELAB_CACHE at their tmp_path).
+os.environ.setdefault("SERVELAB_CACHE", tempfile.mkdtemp(prefix="servelab-test-cache-"))

@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tui.commands.diagnose",
     "tui.commands.preflight",
     "tui.commands.campaign",
+    "tui.commands.drafter",
 )
 
 

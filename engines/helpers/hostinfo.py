@@ -4,7 +4,9 @@
 package's version and the folder that holds it (the root patches are applied under), torch's
 version, the CUDA version torch was built with, whether CUDA works and how many GPUs it sees.
 The engine package itself is located without being imported (importing vLLM takes seconds);
-torch is imported, as it is the only honest source for the CUDA facts.
+torch is imported, as it is the only honest source for the CUDA facts (except on a CPU-only build,
+whose ``torch/version.py`` already says there is nothing to count); with ``--quick`` (what
+the drafter checks and the preflight cache need: where the engine is and which version) it is not.
 """
 
 from __future__ import annotations
@@ -56,7 +58,37 @@ def dist_version(name: str) -> str | None:
     return None
 
 
+def cpu_build_facts() -> dict | None:
+    """torch's facts from ``torch/version.py`` when it is a CPU-only build (no CUDA, ROCm or XPU):
+    then there is no GPU to count and importing torch (seconds) would tell nothing more. The
+    engine's own argument check imports torch anyway, so a torch that cannot import still fails
+    there. None for any other build, or when the file does not read as expected."""
+    import importlib.util
+    import re
+
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    where = list(spec.submodule_search_locations or []) if spec else []
+    if not where:
+        return None
+    try:
+        with open(os.path.join(where[0], "version.py"), encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return None
+    version = re.search(r"^__version__\s*=\s*'([^']+)'", text, re.M)
+    backends = [re.search(rf"^{name}(?::[^=]*)?=\s*(None|'[^']*')", text, re.M) for name in ("cuda", "hip", "xpu")]
+    if version is None or any(b is None for b in backends) or any(b.group(1) != "None" for b in backends if b):
+        return None
+    return {"torch": version.group(1), "cuda": None, "cuda_available": False, "gpus": 0, "gpu_names": [], "torch_error": None, "torch_imported": False}
+
+
 def torch_facts() -> dict:
+    static = cpu_build_facts()
+    if static is not None:
+        return static
     facts: dict = {"torch": None, "cuda": None, "cuda_available": False, "gpus": 0, "gpu_names": [], "torch_error": None}
     try:
         import torch
@@ -85,7 +117,15 @@ def main(argv: list[str]) -> int:
         "machine": platform.machine(),
     }
     answer.update(package_facts(name))
-    answer.update(torch_facts())
+    if "--quick" in argv[2:]:
+        # what a cached answer depends on, without importing anything: torch's version, GPU device nodes
+        answer["torch_dist"] = dist_version("torch")
+        try:
+            answer["gpu_devices"] = sorted(n for n in os.listdir("/dev") if n.startswith("nvidia") and n[6:].isdigit())
+        except OSError:
+            answer["gpu_devices"] = []
+    else:
+        answer.update(torch_facts())
     out.write(json.dumps(answer) + "\n")
     out.flush()
     return 0

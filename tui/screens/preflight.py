@@ -1,4 +1,7 @@
-"""Preflight (and launch): each check appears as it ends; a launch starts only when all pass."""
+"""Preflight (and launch): each check appears as it ends; a launch starts only when all pass.
+
+The drafter check's findings come as one line each under its check (severity, code, message).
+"""
 
 from __future__ import annotations
 
@@ -18,6 +21,9 @@ from engines.errors import ServelabError
 from engines.hosts.base import HostUnreachable
 from engines.preflight import CHECK_NAMES, Check, run_preflight
 
+#: How each finding severity is marked.
+SEVERITY_MARKS: dict[str, tuple[str, str]] = {"error": ("✗", "bold red"), "warning": ("!", "yellow"), "info": ("i", "dim")}
+
 
 def checks_table(checks: list[Check], running: bool) -> Table:
     table = Table(box=None, show_header=False, padding=(0, 1), expand=True)
@@ -32,6 +38,9 @@ def checks_table(checks: list[Check], running: bool) -> Table:
         else:
             mark, style = ("✓", "bold green") if check.ok else ("✗", "bold red")
         table.add_row(Text(mark, style=style), Text(check.name, style=style), Text(check.detail, style="" if check.ok else "red"), f"{check.seconds:.1f}s")
+        for f in check.findings:
+            fmark, fstyle = SEVERITY_MARKS.get(f.severity, ("?", ""))
+            table.add_row(Text(""), Text(f"  {fmark} {f.code}", style=fstyle), Text(f"{f.message} — fix: {f.fix}", style=fstyle), "")
     if running:
         for name in CHECK_NAMES:
             if name not in done:
