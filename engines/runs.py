@@ -33,6 +33,7 @@ from engines.errors import ServelabError
 from engines.experiment import SourcedExperiment
 from engines.hosts.base import Host, HostUnreachable
 from engines.hosts.registry import open_host
+from engines.hosts.seen import HostSeen, SeenStore, clock, host_key
 from engines.hostsfile import HostConfig
 from engines.runstate import RunState
 
@@ -150,6 +151,46 @@ class RunStatus:
         return out
 
 
+@dataclass
+class KnownRun:
+    """A run as a screen lists it: as its host answered now, or as last seen when the host is down."""
+
+    record: RunRecord
+    #: The host that did not answer (since when, why); None when the record is current.
+    down: HostSeen | None = None
+
+    @property
+    def stale(self) -> bool:
+        return self.down is not None
+
+
+class RunUnreachable(ServelabError):
+    """The run's host is known but cannot be reached: its state is unknown (not "no run")."""
+
+    def __init__(self, run_id: str, host: str, reason: str, last: RunRecord | None, seen_at: str | None, since: str | None = None) -> None:
+        self.run_id, self.host, self.reason, self.last, self.seen_at, self.since = run_id, host, reason, last, seen_at, since
+        super().__init__(f"{host} unreachable: {reason}; the run's state is unknown{self._seen()}")
+
+    def _seen(self) -> str:
+        if self.last is not None and self.seen_at:
+            return f", last seen {self.last.status} at {self.seen_at}"
+        return ", not seen from this machine before"
+
+    def short(self) -> str:
+        """For a title: ``box unreachable since 07:41:12 · state unknown, last seen running at 07:40:58 · why``."""
+        since = f" since {self.since}" if self.since else ""
+        return f"{self.host} unreachable{since} · state unknown{self._seen()} · {self.reason}"
+
+
+def unreachable_reason(cfg: HostConfig, exc: BaseException) -> str:
+    """A host's refusal without the ``name (target): `` prefix the message starts with (the caller names the host)."""
+    text = str(exc)
+    for prefix in (f"{cfg.name} ({cfg.ssh}): ", f"{cfg.name}: "):
+        if text.startswith(prefix):
+            return text[len(prefix) :]
+    return text
+
+
 class Runs:
     """Runs of one experiments folder, on every host its hosts.toml names."""
 
@@ -157,6 +198,8 @@ class Runs:
         self.catalog = catalog
         #: Hosts the last :meth:`list` could not reach, with the one-line reason.
         self.unreachable: dict[str, str] = {}
+        #: What this machine last saw of each host and its runs (``engines.hosts.seen``).
+        self.seen = SeenStore()
         self._helpers: dict[str, str] = {}
         #: Per run: an analyzer already fed the log up to an offset, so a status poll reads only new bytes.
         self._analyzers: dict[str, _LiveAnalysis] = {}
@@ -289,9 +332,62 @@ class Runs:
                 if not isinstance(res, (HostUnreachable, ServelabError, OSError)):
                     raise res
                 self.unreachable[name] = str(res)
+                if isinstance(res, HostUnreachable):
+                    cfg = self.catalog.host(name)
+                    self.seen.unreachable(self._seen_key(cfg), unreachable_reason(cfg, res))
                 continue
+            self.seen.answered(self._seen_key(self.catalog.host(name)), [r.to_json() for r, _ in res], complete=True)
             out.extend(r for r, _ in res)
         return sorted(out, key=lambda r: (r.started_at, r.id))
+
+    async def list_known(self, host: str | None = None) -> builtins.list[KnownRun]:
+        """:meth:`list`, plus the last known runs of every host that cannot be reached now, marked stale.
+
+        A running run on a host that went down stays listed (its state unknown, its last known
+        state kept) instead of vanishing.
+        """
+        out = [KnownRun(r) for r in await self.list(host)]
+        for name in self.unreachable:
+            seen, last = self.host_seen(name)
+            if seen.down_since is not None:
+                out += [KnownRun(r, seen) for r in last]
+        return sorted(out, key=lambda k: (k.record.started_at, k.record.id))
+
+    async def run_ids(self, name: str) -> builtins.list[str]:
+        """The run folders of one host: one cheap call (a folder listing, no command), so a dashboard
+        can watch for runs launched elsewhere (the CLI, another person) every second."""
+        h = self.host(name)
+        try:
+            names = await h.listdir(runs_root(h.config))
+        except HostUnreachable as exc:
+            self.seen.unreachable(self._seen_key(h.config), unreachable_reason(h.config, exc))
+            raise
+        self.seen.answered(self._seen_key(h.config))
+        return [n for n in names if RUN_ID_RE.match(n)]
+
+    def hosts_down(self) -> dict[str, HostSeen]:
+        """Configured hosts that did not answer the last time this machine asked, with since when and why."""
+        out: dict[str, HostSeen] = {}
+        for name in self.catalog.hosts.names():
+            h = self.seen.host(self._seen_key(self.catalog.host(name)))
+            if h.down_since is not None:
+                out[name] = h
+        return out
+
+    @staticmethod
+    def _seen_key(cfg: HostConfig) -> str:
+        return host_key(cfg.name, cfg.ssh, host_workdir(cfg))
+
+    def host_seen(self, name: str) -> tuple[HostSeen, builtins.list[RunRecord]]:
+        """What this machine last saw of a host: since when it is down (if it is) and its runs then, oldest first."""
+        h = self.seen.host(self._seen_key(self.catalog.host(name)))
+        records: builtins.list[RunRecord] = []
+        for seen in h.runs.values():
+            try:
+                records.append(RunRecord.from_json(seen.record))
+            except (TypeError, ServelabError):
+                continue
+        return h, sorted(records, key=lambda r: (r.started_at, r.id))
 
     async def _list_one(self, name: str, ids: tuple[str, ...] = ()) -> builtins.list[tuple[RunRecord, dict[str, Any]]]:
         h = self.host(name)
@@ -301,30 +397,72 @@ class Runs:
         return [(RunRecord.from_json(r), r) for r in answer.get("runs", [])]
 
     async def find(self, run_id: str) -> tuple[Host, RunRecord]:
-        """The host holding a run and its record; the experiment's own host is asked first."""
+        """The host holding a run and its record.
+
+        The run's host is known from what this machine last saw of it, else from its id (the
+        experiment's host): that host alone is asked first. When it cannot be reached the answer
+        is :class:`RunUnreachable` (state unknown, last seen ...), never "no run"; the other hosts
+        are asked (all at once) only when the run may have been launched on one of them.
+        """
         if not RUN_ID_RE.match(run_id):
             raise ServelabError(f"not a run id: {run_id!r} (expected <experiment>-<YYYYmmdd-HHMMSS>-<4 hex>)")
         names = self.catalog.hosts.names()
-        first = next((e.experiment.host for e in self.catalog.experiments if run_id.startswith(e.name + "-")), None)
-        if first in names:
-            names = [first] + [n for n in names if n != first]
-        reasons: list[str] = []
-        for name in names:
-            h = self.host(name)
-            path = f"{runs_root(h.config)}/{run_id}/{RUN_JSON}"
-            try:
-                data = await h.read_bytes(path)
-            except FileNotFoundError:
-                continue
-            except HostUnreachable as exc:
-                reasons.append(str(exc))
-                continue
-            try:
-                return h, RunRecord.from_json(json.loads(data.decode("utf-8")))
-            except (ValueError, TypeError):
-                raise ServelabError(f"{name}: {path} is not a valid run record") from None
+        seen = self.seen.run(run_id)
+        known = str(seen[1].record.get("host")) if seen is not None else None
+        if known not in names:
+            known = None
+        first = known or next((e.experiment.host for e in self.catalog.experiments if run_id.startswith(e.name + "-")), None)
+        if first not in names:
+            first = None
+        if known is not None:  # this machine saw the run there: ask that host only
+            found = await self._read_record(known, run_id)
+            if isinstance(found, tuple):
+                return found
+            if isinstance(found, str):
+                raise self._run_unreachable(run_id, known, found)
+            names = [n for n in names if n != known]
+        results = await asyncio.gather(*(self._read_record(n, run_id) for n in names))
+        by_name = dict(zip(names, results, strict=True))
+        order = ([first] if first in by_name else []) + [n for n in names if n != first]
+        for name in order:
+            hit = by_name[name]
+            if isinstance(hit, tuple):
+                return hit
+        if first is not None and isinstance(by_name.get(first), str):
+            raise self._run_unreachable(run_id, first, str(by_name[first]))
+        reasons = [f"{n}: {r}" for n, r in by_name.items() if isinstance(r, str)]
         extra = f" (unreachable: {'; '.join(reasons)})" if reasons else ""
         raise ServelabError(f"no run {run_id} on any host{extra}")
+
+    async def _read_record(self, name: str, run_id: str) -> tuple[Host, RunRecord] | str | None:
+        """The run on one host: (host, record), None when it has no such run, or why it cannot be reached."""
+        h = self.host(name)
+        path = f"{runs_root(h.config)}/{run_id}/{RUN_JSON}"
+        try:
+            data = await h.read_bytes(path)
+        except FileNotFoundError:
+            return None
+        except HostUnreachable as exc:
+            reason = unreachable_reason(h.config, exc)
+            self.seen.unreachable(self._seen_key(h.config), reason)
+            return reason
+        try:
+            return h, RunRecord.from_json(json.loads(data.decode("utf-8")))
+        except (ValueError, TypeError):
+            raise ServelabError(f"{name}: {path} is not a valid run record") from None
+
+    def _run_unreachable(self, run_id: str, host: str, reason: str) -> RunUnreachable:
+        down_since = self.seen.host(self._seen_key(self.catalog.host(host))).down_since
+        seen = self.seen.run(run_id)
+        last: RunRecord | None = None
+        when: str | None = None
+        if seen is not None:
+            try:
+                last = RunRecord.from_json(seen[1].record)
+                when = clock(seen[1].seen_at)
+            except (TypeError, ServelabError):
+                last = None
+        return RunUnreachable(run_id, host, reason, last, when, clock(down_since) if down_since else None)
 
     async def status(self, run_id: str, *, analyze: bool = True) -> RunStatus:
         """Liveness (pid + start time, read from the host's /proc), exit code and log analysis.
@@ -335,7 +473,9 @@ class Runs:
         try:
             alive, code = await self._liveness(h, rec)
         except HostUnreachable as exc:
-            raise ServelabError(str(exc)) from None
+            self.seen.unreachable(self._seen_key(h.config), unreachable_reason(h.config, exc))
+            raise self._run_unreachable(run_id, h.name, unreachable_reason(h.config, exc)) from None
+        self.seen.answered(self._seen_key(h.config), [rec.to_json()])
         analysis = await self._analysis(h, rec, alive, code) if analyze else {}
         return RunStatus(record=rec, alive=alive, exit_code=code, analysis=analysis)
 
@@ -470,13 +610,15 @@ class Runs:
         try:
             answer = await self._ctl(h, "stop", rec.run_dir, f"{grace:g}", timeout=grace + 60)
         except HostUnreachable as exc:
-            raise ServelabError(str(exc)) from None
+            raise self._run_unreachable(run_id, h.name, unreachable_reason(h.config, exc)) from None
         if answer.get("error"):
             raise ServelabError(f"{h.name}: {answer['error']}")
         if answer.get("remaining"):
             raise ServelabError(f"run {run_id}: processes still alive after SIGKILL: {answer['remaining']}")
         state = answer.get("state") or {}
-        return RunStatus(record=RunRecord.from_json(state), alive=bool(state.get("alive")), exit_code=state.get("exit_code"))
+        stopped = RunRecord.from_json(state)
+        self.seen.answered(self._seen_key(h.config), [stopped.to_json()])
+        return RunStatus(record=stopped, alive=bool(state.get("alive")), exit_code=state.get("exit_code"))
 
     async def cleanup(self, host: str | None = None, dry_run: bool = True) -> builtins.list[str]:
         """Leftovers of ended servelab runs: their stray processes and /dev/shm files.

@@ -22,6 +22,7 @@ pytest_plugins: list[str] = [
     "tests.fixtures.engine",
     "tests.fixtures.drafters",
     "tests.fixtures.fake_sglang",
+    "tests.fixtures.state",
 ]
 
 

@@ -33,7 +33,7 @@ def fast_watch(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def test_crash_pins_root_cause_and_hint_and_rings(tui_folder: TuiFolder, fast_watch: None) -> None:
-    run_id = tui_folder.replay("kimi-k25-vllm-eagle3", WHITELIST_CRASH, rate=50, exit_code=1, hold_s=5.0)
+    run_id = tui_folder.replay("kimi-k25-vllm-eagle3", WHITELIST_CRASH, rate=50, exit_code=1, hold_s=5.0, delay_s=3.0)  # news: written after the dashboard opened
     app = ServelabApp(tui_folder.folder)
     bells: list[int] = []
     app.bell = lambda: bells.append(1)  # type: ignore[method-assign]
@@ -59,7 +59,7 @@ async def test_crash_pins_root_cause_and_hint_and_rings(tui_folder: TuiFolder, f
 
 
 async def test_ready_run_shows_stage_bars_and_announces_ready(tui_folder: TuiFolder, fast_watch: None) -> None:
-    run_id = tui_folder.replay("tiny-cpu-vllm-ngram", NGRAM_SERVE, rate=400, exit_code=0, hold_s=6.0)
+    run_id = tui_folder.replay("tiny-cpu-vllm-ngram", NGRAM_SERVE, rate=400, exit_code=0, hold_s=6.0, delay_s=3.0)  # news: written after the dashboard opened
     app = ServelabApp(tui_folder.folder)
     bells: list[int] = []
     app.bell = lambda: bells.append(1)  # type: ignore[method-assign]

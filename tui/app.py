@@ -43,6 +43,8 @@ HIGH_CONTRAST = Theme(
 )
 DEFAULT_THEME = "textual-dark"
 SWITCH_INTERVAL_S = 0.001
+#: How often the dashboard lists each host's runs folder (new runs, a host down or back).
+HOSTS_POLL_SECONDS = 1.0
 #: ``high-contrast`` (or any Textual theme name) picks the theme at start.
 ENV_THEME = "SERVELAB_THEME"
 
@@ -95,6 +97,7 @@ class ServelabApp(App[int]):
             self.notify(problem, title="keymap", severity="warning", timeout=8)
         if self.watch_runs:
             self._watch_runs()
+            self._watch_hosts()
 
     def runs(self) -> Runs:
         """The run lifecycle for the folder as last loaded (loads it on first use)."""
@@ -116,6 +119,38 @@ class ServelabApp(App[int]):
             await watcher.run_forever()
         finally:
             watcher.cancel()
+
+    @work(exclusive=True, group="watch-hosts", exit_on_error=False)
+    async def _watch_hosts(self) -> None:
+        """Every second, each host's runs folder (one listing): a run launched elsewhere, or a host
+        that went down or came back, refreshes every screen within the poll interval."""
+        import asyncio
+
+        from engines.hosts.base import HostUnreachable
+
+        last: dict[str, tuple[frozenset[str], bool]] = {}
+
+        async def look(runs: Runs, name: str) -> tuple[frozenset[str], bool]:
+            try:
+                return frozenset(await runs.run_ids(name)), True
+            except (HostUnreachable, ServelabError, OSError):
+                return last.get(name, (frozenset(), False))[0], False
+
+        while True:
+            runs = self.runs()
+            names = runs.catalog.hosts.names()
+            current = dict(zip(names, await asyncio.gather(*(look(runs, n) for n in names)), strict=True))
+            if last and current != last:
+                self.runs_changed()
+            last = current
+            await asyncio.sleep(HOSTS_POLL_SECONDS)
+
+    def runs_changed(self) -> None:
+        """A host's runs or reachability changed: every open screen that shows runs reloads them."""
+        for screen in self.screen_stack:
+            refresh = getattr(screen, "runs_changed", None)
+            if callable(refresh):
+                refresh()
 
     def announce(self, run_id: str, experiment: str, event: str, detail: str) -> None:
         """A run became ready or crashed: ring the terminal bell, say so, refresh the table."""

@@ -25,6 +25,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from engines.catalog import Catalog, FileEntry, load_catalog
 from engines.errors import ServelabError
+from engines.hosts.seen import clock, now
 from engines.loader import display_path
 from tui.screens.latest import LatestRun, latest_runs
 
@@ -102,6 +103,8 @@ class ExperimentsScreen(Screen[None]):
         self.rows: list[Row] = []
         self.selected: set[str] = set()
         self.latest: dict[str, LatestRun] = {}
+        #: Hosts that did not answer the last refresh: (since HH:MM:SS, why).
+        self.down: dict[str, tuple[str, str]] = {}
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -116,7 +119,7 @@ class ExperimentsScreen(Screen[None]):
         for key, label in COLUMNS:
             table.add_column(label, key=key)
         self.title = "servelab"
-        self.sub_title = f"experiments in {display_path(self.app.folder)}" + (" · read-only" if self.app.readonly else "")
+        self._show_subtitle()
         self.action_reload()
 
     # -- readonly --------------------------------------------------------------------------------
@@ -175,9 +178,13 @@ class ExperimentsScreen(Screen[None]):
             spec += f" k={e.speculative.num_tokens}"
         name_style = "bold yellow" if row.entry.problems else "bold"
         latest = self.latest.get(e.name)
-        cells = [sel, Text(e.name, style=name_style), Text(e.engine), Text(e.host), Text(spec), Text(str(len(e.patches)) if e.patches else "-")]
+        down = self.down.get(e.host)
+        host = Text(f"{e.host} · unreachable since {down[0]}", style="yellow") if down else Text(e.host)
+        cells = [sel, Text(e.name, style=name_style), Text(e.engine), host, Text(spec), Text(str(len(e.patches)) if e.patches else "-")]
         if latest is None:
             cells += [Text("-", style="dim"), Text(""), Text(""), Text("")]
+        elif down:  # the last known state, greyed: the host cannot say what it is now
+            cells += [Text(f"{latest.state}?", style="dim"), Text(latest.load_text, style="dim"), Text(latest.accept_text, style="dim"), Text(latest.speedup_text, style="dim")]
         else:
             cells += [Text(latest.state, style=latest.state.style), Text(latest.load_text), Text(latest.accept_text), Text(latest.speedup_text)]
         return cells
@@ -186,15 +193,31 @@ class ExperimentsScreen(Screen[None]):
         if self.catalog is not None:
             self._load_latest(self.catalog)
 
+    def runs_changed(self) -> None:
+        """The app saw a host's runs or reachability change (a run launched elsewhere, a host down or back)."""
+        self.refresh_latest()
+
     @work(exclusive=True, group="latest", exit_on_error=False)
     async def _load_latest(self, catalog: Catalog) -> None:
         watcher = getattr(self.app, "watcher", None)
         latest, unreachable = await latest_runs(catalog, watcher.views if watcher is not None else None)
+        known = self.app.runs().hosts_down() if unreachable else {}
+        for exp in catalog.experiments:  # a host that does not answer keeps its experiments' last known run
+            if exp.experiment.host in unreachable and exp.name not in latest and exp.name in self.latest:
+                latest[exp.name] = self.latest[exp.name]
         self.latest = latest
+        before = set(self.down)
+        self.down = {h: (known[h].since if h in known else clock(now()), why) for h, why in unreachable.items()}
         if self.catalog is catalog:
             self._fill_table()
-        for host, why in unreachable.items():
-            self.notify(f"{host}: {why}", title="host unreachable", severity="warning", timeout=6)
+        self._show_subtitle()
+        for host in set(self.down) - before:  # once per outage, not at every refresh
+            since, why = self.down[host]
+            self.notify(f"{host} unreachable since {since}: {why}; its experiments show their last known state", title="host unreachable", severity="warning", timeout=8)
+
+    def _show_subtitle(self) -> None:
+        down = "".join(f" · {host} unreachable since {since}" for host, (since, _) in sorted(self.down.items()))
+        self.sub_title = f"experiments in {display_path(self.app.folder)}" + (" · read-only" if self.app.readonly else "") + down
 
     # -- the detail pane ---------------------------------------------------------------------------
     @on(DataTable.RowHighlighted)
@@ -223,7 +246,9 @@ class ExperimentsScreen(Screen[None]):
         if row is None or self.catalog is None:
             widget.update(Text("no experiment definitions in this folder" if self.catalog else "loading…", style="dim"))
             return
-        widget.update(detail_renderable(self.catalog, row.entry, self.latest.get(row.name)))
+        exp = row.entry.experiment
+        down = self.down.get(exp.experiment.host) if exp is not None else None
+        widget.update(detail_renderable(self.catalog, row.entry, self.latest.get(row.name), down))
 
     # -- actions -------------------------------------------------------------------------------------
     def action_cursor_down(self) -> None:
@@ -327,7 +352,7 @@ class ExperimentsScreen(Screen[None]):
         self.action_reload()
 
 
-def detail_renderable(catalog: Catalog, entry: FileEntry, latest: LatestRun | None) -> Group:
+def detail_renderable(catalog: Catalog, entry: FileEntry, latest: LatestRun | None, down: tuple[str, str] | None = None) -> Group:
     """The resolved command line, environment, patches and probe settings (or the file's problems)."""
     parts: list[object] = []
     exp = entry.experiment
@@ -367,6 +392,8 @@ def detail_renderable(catalog: Catalog, entry: FileEntry, latest: LatestRun | No
     pr = e.probe
     table.add_row("probe", f"{pr.prompts} · max_tokens {pr.max_tokens} · concurrency {pr.concurrency} · repeats {pr.repeats} · warmup {pr.warmup} · {'auto' if pr.auto else 'manual'}")
     if latest is not None:
-        table.add_row("latest run", f"{latest.run_id} · {latest.state}")
+        table.add_row("latest run", f"{latest.run_id} · {latest.state}" + (" (last known)" if down else ""))
+    if down:
+        table.add_row("host", Text(f"{e.host} unreachable since {down[0]}: {down[1]}", style="yellow"))
     parts.append(table)
     return Group(*parts)

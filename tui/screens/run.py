@@ -26,7 +26,7 @@ from textual.widgets import Footer, Header, Static
 
 from engines.errors import ServelabError
 from engines.hosts.base import HostUnreachable
-from engines.runs import RunRecord, Runs
+from engines.runs import RunRecord, Runs, RunUnreachable
 from tui.screens.latest import read_probe
 from tui.widgets.line_index import LineIndex
 from tui.widgets.log_ingest import IngestUpdate, LogIngest
@@ -122,6 +122,8 @@ class RunScreen(Screen[None]):
         self.alive: bool | None = None
         self.exit_code: int | None = None
         self.liveness = "connecting…"
+        #: Set while the run's host cannot be reached: its state is then unknown (no alive, no counting ETA).
+        self.host_down: RunUnreachable | None = None
         self.probe: dict[str, Any] | None = None
         self.ingest = LogIngest(self._fresh_spool(), self._ingest_update)
         self._analysing = False
@@ -258,11 +260,17 @@ class RunScreen(Screen[None]):
             was_alive = self.alive
             try:
                 status = await self.runs.status(self.run_id, analyze=False)
+            except RunUnreachable as exc:
+                self.host_down, self.alive = exc, None
+                self.liveness = exc.short()
+                if was_alive is not None:
+                    self.refresh_bindings()
             except (HostUnreachable, OSError) as exc:
                 self.liveness = f"host unreachable ({exc}); retrying"
             except ServelabError as exc:
                 self.liveness = f"{exc}; retrying"
             else:
+                self.host_down = None
                 self.record = status.record
                 self.alive = status.alive
                 self.exit_code = status.exit_code
@@ -309,6 +317,7 @@ class RunScreen(Screen[None]):
                 self._running_since.setdefault(stage.id, now)
         stages = [
             with_history(stage, self.stage_history.get(stage.id), now - self._running_since.get(stage.id, now))
+            if self.host_down is None else stage  # the host is down: no ETA counting on its own
             for stage in self.view.stages
         ]
         if self.size.height < 40 or self.view.root_cause is not None:
@@ -362,14 +371,20 @@ class RunScreen(Screen[None]):
         parts.append((f" {state.upper()} ", f"reverse {style}"))
         if rec is not None:
             parts.append(f"  {rec.engine} on {rec.host}")
-        elapsed = self.elapsed_s() if self.alive is not False else None
+        elapsed = self.elapsed_s() if self.alive is not False and self.host_down is None else None
         if elapsed is not None:
             parts.append(f" · {format_duration(elapsed)}")
-        parts.append(f" · {self.liveness}")
-        title = Text.assemble(*parts, overflow="ellipsis", no_wrap=True)
-        if title.plain != self._shown_title:
-            self._shown_title = title.plain
-            self.query_one("#run-title", Static).update(title, layout=False)
+        if self.host_down is not None:  # the whole message, on as many lines as it needs
+            parts.append((f" · {self.liveness}", "yellow"))
+            title = Text.assemble(*parts, overflow="fold")
+        else:
+            parts.append(f" · {self.liveness}")
+            title = Text.assemble(*parts, overflow="ellipsis", no_wrap=True)
+        key = ("\0" if self.host_down is not None else "") + title.plain
+        if key != self._shown_title:
+            relayout = key[:1] == "\0" or self._shown_title[:1] == "\0"  # a wrapping title may change height
+            self._shown_title = key
+            self.query_one("#run-title", Static).update(title, layout=relayout)
 
     # -- actions ---------------------------------------------------------------------------------
     def action_stop(self) -> None:

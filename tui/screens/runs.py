@@ -13,7 +13,8 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from engines.errors import ServelabError
 from engines.hosts.base import HostUnreachable
-from engines.runs import RunRecord
+from engines.hosts.seen import HostSeen
+from engines.runs import KnownRun, RunRecord
 from engines.runstate import RunState
 
 REFRESH_SECONDS = 5.0
@@ -34,7 +35,9 @@ class RunsScreen(Screen[None]):
     def __init__(self) -> None:
         super().__init__()
         self.records: list[RunRecord] = []
+        self.known: list[KnownRun] = []
         self.unreachable: dict[str, str] = {}
+        self.down: dict[str, HostSeen] = {}
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -66,29 +69,44 @@ class RunsScreen(Screen[None]):
     async def _load(self) -> None:
         runs = self.app.runs()
         try:
-            records = await runs.list()
+            known = await runs.list_known()
         except (ServelabError, HostUnreachable, OSError) as exc:
             self.query_one("#runs-hosts", Static).update(Text(str(exc), style="red"))
             return
-        unique: dict[tuple[str, str], RunRecord] = {}
-        for rec in records:  # two host names may share one folder: show each run once
-            unique.setdefault((rec.run_dir, rec.id), rec)
-        self.records = list(reversed(unique.values()))
+        unique: dict[tuple[str, str], KnownRun] = {}
+        for k in known:  # two host names may share one folder: show each run once
+            unique.setdefault((k.record.run_dir, k.record.id), k)
+        self.known = list(reversed(unique.values()))
+        self.records = [k.record for k in self.known]
         self.unreachable = dict(runs.unreachable)
+        self.down = runs.hosts_down()
         self._fill()
+
+    def runs_changed(self) -> None:
+        """The app saw a host's runs or reachability change."""
+        self.action_refresh()
 
     def _fill(self) -> None:
         table = self.query_one(DataTable)
         keep = table.cursor_row
         table.clear()
-        for rec in self.records:
+        for k in self.known:
+            rec = k.record
             pid = f"pid {rec.pid}" if rec.status is RunState.RUNNING else (f"exit {rec.exit_code}" if rec.exit_code is not None else "-")
-            table.add_row(rec.id, Text(rec.status, style=rec.status.style), rec.host, rec.started_at.replace("T", " ")[:19], pid, key=rec.id)
+            if k.down is not None:  # the last known state, greyed; the host says since when it is gone
+                status = Text(f"{rec.status}?", style="dim")
+                host = Text(f"{rec.host} · unreachable since {k.down.since}", style="yellow")
+                cells = [Text(rec.id, style="dim"), status, host, Text(rec.started_at.replace("T", " ")[:19], style="dim"), Text(pid, style="dim")]
+            else:
+                cells = [Text(rec.id), Text(rec.status, style=rec.status.style), Text(rec.host), Text(rec.started_at.replace("T", " ")[:19]), Text(pid)]
+            table.add_row(*cells, key=rec.id)
         if self.records:
             table.move_cursor(row=min(max(keep, 0), len(self.records) - 1))
         hosts = Text(f"{len(self.records)} run(s)")
         for host, why in self.unreachable.items():
-            hosts.append(f" · {host} unreachable: {why}", style="yellow")
+            since = self.down[host].since if host in self.down else ""
+            state = f" since {since} (last known runs greyed)" if since else ""
+            hosts.append(f" · {host} unreachable{state}: {why}", style="yellow")
         self.query_one("#runs-hosts", Static).update(hosts)
 
     def current(self) -> RunRecord | None:

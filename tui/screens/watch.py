@@ -63,11 +63,18 @@ class RunWatcher:
     async def _follow(self, runs: Runs, run_id: str, experiment: str, engine: str) -> None:
         analyzer = make_analyzer(engine)
         try:
-            async for _offset, chunk in runs.follow(run_id):
+            # What the log held when this dashboard first saw the run is history: a run already ready
+            # (or crashed) then is not news. Only changes seen from here on are announced.
+            host, rec = await runs.find(run_id)
+            try:
+                backlog = await host.size(rec.log_path)
+            except FileNotFoundError:
+                backlog = 0
+            async for offset, chunk in runs.follow(run_id):
                 if analyzer is None or not chunk:
                     continue
                 snapshot = await asyncio.to_thread(_feed, analyzer, chunk)
-                self._check(run_id, experiment, snapshot)
+                self._check(run_id, experiment, snapshot, quiet=offset <= backlog)
             status = await runs.status(run_id, analyze=False)
         except (ServelabError, HostUnreachable, OSError):
             self._watching.pop(run_id, None)
@@ -75,21 +82,23 @@ class RunWatcher:
         if status.exit_code not in (None, 0) and status.record.status is not RunState.STOPPED:
             self._once(run_id, experiment, "crashed", f"exit code {status.exit_code}")
 
-    def _check(self, run_id: str, experiment: str, snapshot: Any) -> None:
+    def _check(self, run_id: str, experiment: str, snapshot: Any, quiet: bool = False) -> None:
         view = view_from_analysis(snapshot)
         self.views[run_id] = view
         if view.state is RunState.READY or getattr(snapshot, "was_ready", False):
-            self._once(run_id, experiment, "ready", "")
+            self._once(run_id, experiment, "ready", "", quiet)
         if view.state is RunState.CRASHED:
             rc = view.root_cause
             detail = f"{rc.exception or 'error'}: {rc.message}" if rc else (view.hint or "")
-            self._once(run_id, experiment, "crashed", detail)
+            self._once(run_id, experiment, "crashed", detail, quiet)
 
-    def _once(self, run_id: str, experiment: str, event: str, detail: str) -> None:
+    def _once(self, run_id: str, experiment: str, event: str, detail: str, quiet: bool = False) -> None:
+        """Announce an event once; ``quiet``: it was already true when first seen (mark it, say nothing)."""
         if (run_id, event) in self._announced:
             return
         self._announced.add((run_id, event))
-        self._announce(run_id, experiment, event, detail)
+        if not quiet:
+            self._announce(run_id, experiment, event, detail)
 
     def cancel(self) -> None:
         for task in self._watching.values():
