@@ -7,6 +7,7 @@ broken definition never hides the others.
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +35,8 @@ class FileEntry:
     shown: str
     experiment: SourcedExperiment | None = None
     problems: list[Problem] = field(default_factory=list)
+    #: What will likely fail later (at preflight or launch) but does not make the definition invalid.
+    warnings: list[Problem] = field(default_factory=list)
 
 
 @dataclass
@@ -44,11 +47,22 @@ class Catalog:
     hosts: HostsFile
     entries: list[FileEntry]
     folder_problems: list[Problem] = field(default_factory=list)
+    #: Warnings about hosts.toml (a local host's python that does not exist...).
+    folder_warnings: list[Problem] = field(default_factory=list)
 
     # -- look-ups -----------------------------------------------------------------------------
     @property
     def experiments(self) -> list[SourcedExperiment]:
         return [e.experiment for e in self.entries if e.experiment is not None]
+
+    def warnings(self, names: list[str] | None = None) -> list[Problem]:
+        """hosts.toml's warnings and those of every (or the named) experiment."""
+        out = list(self.folder_warnings)
+        for entry in self.entries:
+            exp = entry.experiment
+            if not names or entry.path.stem in names or (exp is not None and exp.name in names):
+                out.extend(entry.warnings)
+        return sorted(set(out))
 
     def problems(self) -> list[Problem]:
         out = list(self.folder_problems)
@@ -163,7 +177,59 @@ def load_catalog(folder: Path | str | None = None, only: list[str] | None = None
     entries = [load_file(p) for p in files]
     cat = Catalog(folder=folder, hosts=hosts, entries=entries, folder_problems=host_problems)
     _cross_check(cat)
+    _path_warnings(cat)
     return cat
+
+
+def _path_warnings(cat: Catalog) -> None:
+    """Paths that resolve to nothing usable on their host: warnings, since only the host can be sure."""
+    hosts_text = ""
+    hosts_path = cat.folder / HOSTS_FILE
+    if hosts_path.is_file():
+        try:
+            hosts_text = hosts_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            hosts_text = ""
+    shown = display_path(hosts_path)
+    for name in cat.hosts.hosts:
+        cfg = cat.host(name)
+        if not cfg.is_local:
+            continue
+        raw = cat.hosts.hosts[name].python
+        line = locate(hosts_text, ("hosts", name, "python"))
+        if "/" in cfg.python:
+            if not os.path.exists(cfg.python):
+                rel = f" ({raw!r} is relative to {display_path(cat.folder)})" if not Path(raw).expanduser().is_absolute() else ""
+                cat.folder_warnings.append(
+                    Problem(shown, line, f"hosts.{name}.python", f"{cfg.python} does not exist on this machine{rel}: a launch on {name} would fail")
+                )
+        elif shutil.which(cfg.python) is None:
+            cat.folder_warnings.append(Problem(shown, line, f"hosts.{name}.python", f"{raw!r} is not on PATH: a launch on {name} would fail"))
+    for entry in cat.entries:
+        exp = entry.experiment
+        if exp is None or cat.hosts.get(exp.experiment.host) is None:
+            continue
+        cfg = cat.host(exp.experiment.host)
+        if cfg.is_local:
+            continue
+        e = exp.experiment
+        for key, value in (("model", e.model), ("speculative.draft_model", e.speculative.draft_model)):
+            if value and not value.startswith("/"):
+                entry.warnings.append(
+                    Problem(
+                        entry.shown,
+                        locate(exp.text, tuple(key.split("."))),
+                        key,
+                        f"{value!r} is relative, and host {cfg.name} is reached over SSH ({cfg.ssh}): there it is not taken "
+                        f"from this folder but from the SSH login directory (preflight's checks) and from the run's folder "
+                        f"{host_workdir_of(cfg)}/runs/<run> (the engine's working directory); give the path as {cfg.name} sees it, from /",
+                    )
+                )
+
+
+def host_workdir_of(cfg: HostConfig) -> str:
+    """The workdir as written, for messages (``~/x`` stays ``~/x``)."""
+    return cfg.workdir.rstrip("/") or "/"
 
 
 def _cross_check(cat: Catalog) -> None:
@@ -191,10 +257,32 @@ def _cross_check(cat: Catalog) -> None:
                 entry.problems.append(Problem(entry.shown, line, "baseline", "an experiment cannot be its own baseline"))
             elif base is None or base.experiment is None:
                 entry.problems.append(Problem(entry.shown, line, "baseline", f"baseline {e.baseline!r} is not an experiment in this folder"))
-            elif base.experiment.experiment.model != e.model:
-                entry.problems.append(
-                    Problem(entry.shown, line, "baseline", f"baseline {e.baseline!r} runs another model ({base.experiment.experiment.model})")
-                )
+            else:
+                differs = _other_model(cat, base.experiment, exp)
+                if differs:
+                    entry.problems.append(Problem(entry.shown, line, "baseline", f"baseline {e.baseline!r} runs another model: {differs}"))
+
+
+def _other_model(cat: Catalog, base: SourcedExperiment, exp: SourcedExperiment) -> str:
+    """"" when both run the same model, the paths resolved for each one's host; else both, as their hosts see them."""
+
+    def resolved(x: SourcedExperiment) -> tuple[str, str]:
+        host = x.experiment.host
+        if cat.hosts.get(host) is None:
+            return x.experiment.model, host
+        cfg = cat.host(host)
+        path = cat.host_path(x, x.experiment.model, cfg)
+        return (os.path.normpath(path) if "/" in path else path), host
+
+    (b, bh), (m, mh) = resolved(base), resolved(exp)
+    if b == m:
+        return ""
+
+    def said(x: SourcedExperiment, path: str, host: str) -> str:
+        raw = x.experiment.model
+        return f"{path} on {host}" + (f" (from {raw!r})" if raw != path else "")
+
+    return f"{said(base, b, bh)}, this one {said(exp, m, mh)}"
 
 
 def check(folder: Path | str | None = None, names: list[str] | None = None) -> tuple[Catalog, list[Problem]]:

@@ -244,7 +244,8 @@ async def run_preflight(
 
     async def folder(path: str) -> tuple[bool, str]:
         if not await h.exists(path):
-            return False, f"{path} does not exist on {h.name}"
+            relative = "" if cfg.is_local or path.startswith("/") else " (a relative path: over SSH it is taken from the login directory, not from the experiments folder)"
+            return False, f"{path} does not exist on {h.name}{relative}"
         if not await h.exists(f"{path.rstrip('/')}/config.json"):
             return False, f"{path} has no config.json (not a model folder)"
         return True, path

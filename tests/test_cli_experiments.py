@@ -70,3 +70,40 @@ def test_unknown_experiment_and_wrong_flag_are_one_line() -> None:
     out = servelab("list", "--jsn")
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "unrecognized arguments" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_check_warns_of_paths_that_will_not_work_on_their_host(tmp_path: Path) -> None:
+    folder = tmp_path / "copied"  # an experiments folder copied away from its checkout: ../.venv-engine is gone
+    shutil.copytree(EXPERIMENTS, folder)
+    hosts = folder / "hosts.toml"
+    hosts.write_text(hosts.read_text() + '\n[hosts.gpubox]\nssh = "gpubox"\npython = "/opt/venv/bin/python"\nworkdir = "/data/servelab"\n')
+    (folder / "remote.toml").write_text('engine = "vllm"\nhost = "gpubox"\nmodel = "../.models/tiny-llama"\nport = 8000\n')
+    out = servelab("--dir", str(folder), "check")
+    assert out.returncode == 0, out.stdout + out.stderr  # warnings, not problems: the definitions are valid
+    assert out.stdout == ""  # problems only on stdout
+    lines = [line for line in out.stderr.splitlines() if ": warning: " in line]
+    python = next(line for line in lines if "hosts.local.python" in line)
+    assert python.endswith(
+        f"hosts.toml:5: hosts.local.python: warning: {tmp_path / '.venv-engine' / 'bin' / 'python'} does not exist on this machine "
+        f"('../.venv-engine/bin/python' is relative to {folder}): a launch on local would fail"
+    ), python
+    model = next(line for line in lines if "remote.toml" in line)
+    assert ":3: model: warning: '../.models/tiny-llama' is relative, and host gpubox is reached over SSH (gpubox)" in model
+    assert "from the SSH login directory (preflight's checks) and from the run's folder /data/servelab/runs/<run>" in model
+    assert len(lines) == 2
+
+
+def test_check_compares_baseline_models_as_their_host_sees_them(tmp_path: Path) -> None:
+    folder = tmp_path / "ex"
+    shutil.copytree(EXPERIMENTS, folder)
+    models = (folder / ".." / ".models" / "tiny-llama").resolve()
+    # the same folder written two ways on the same host: the same model
+    (folder / "abs.toml").write_text(f'engine = "vllm"\nmodel = "{models}"\nport = 8001\nbaseline = "tiny-cpu-vllm-baseline"\n')
+    assert servelab("--dir", str(folder), "check", "abs").returncode == 0
+    (folder / "abs.toml").write_text(f'engine = "vllm"\nmodel = "{models.parent / "other"}"\nport = 8001\nbaseline = "tiny-cpu-vllm-baseline"\n')
+    out = servelab("--dir", str(folder), "check", "abs")
+    assert out.returncode == 1
+    assert (
+        f"baseline: baseline 'tiny-cpu-vllm-baseline' runs another model: {models} on local (from '../.models/tiny-llama'), "
+        f"this one {models.parent / 'other'} on local"
+    ) in out.stdout

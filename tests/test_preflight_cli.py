@@ -161,3 +161,22 @@ async def test_preflight_and_patches_over_real_ssh(setup: tuple[Path, Path], ssh
         assert reverted.ok and (root / "pkgx/config.py").read_bytes() == CONFIG
     finally:
         await close_all()
+
+
+@pytest.mark.ssh
+async def test_a_relative_model_path_over_ssh_says_what_it_is_relative_to(setup: tuple[Path, Path], ssh_config: object, tmp_path: Path) -> None:
+    from engines.catalog import load_catalog
+    from engines.hosts.registry import close_all
+    from engines.preflight import run_preflight
+
+    folder, root = setup
+    (folder / "hosts.toml").write_text(f'[hosts.box]\nssh = "servelab-test"\npython = "{sys.executable}"\nworkdir = "{tmp_path / "remote-work"}"\n')
+    (folder / "exp.toml").write_text((folder / "exp.toml").read_text().replace('model = "/nonexistent/model"', 'host = "box"\nmodel = "../.models/tiny-llama"'))
+    catalog = load_catalog(folder)
+    assert [w.path for w in catalog.warnings()] == ["model"]  # `check` said so before any preflight
+    try:
+        report = await run_preflight(catalog, "exp", package_root=str(root))
+    finally:
+        await close_all()
+    detail = report.get("model path").detail  # type: ignore[union-attr]
+    assert detail == "../.models/tiny-llama does not exist on box (a relative path: over SSH it is taken from the login directory, not from the experiments folder)"

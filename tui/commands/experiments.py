@@ -141,6 +141,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         problems.extend(check_campaign(cat, path))
     for p in problems:
         print(p)
+    for w in cat.warnings(names or None) if names or not args.experiments else []:
+        print(f"{w.file}:{w.line}: {w.path}: warning: {' '.join(w.message.split())}", file=sys.stderr)  # stdout: problems only
     if problems:
         return 1
     n = len(args.experiments) if args.experiments else len(cat.experiments) + len(campaign_files(cat.folder))
