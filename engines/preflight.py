@@ -14,6 +14,7 @@ checks run concurrently. The two slowest answers (host facts, the argument check
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -59,13 +60,15 @@ class Check:
     findings: tuple[Finding, ...] = ()
     #: The answer came from the preflight cache (same inputs, by hash).
     cached: bool = False
+    #: Passed, but with something the user should know (e.g. a value the engine silently changes).
+    warnings: tuple[str, ...] = ()
 
     @property
     def reason(self) -> str:
         return self.detail
 
     def line(self) -> str:
-        mark = "SKIP" if self.skipped else ("PASS" if self.ok else "FAIL")
+        mark = "SKIP" if self.skipped else ("FAIL" if not self.ok else ("WARN" if self.warnings else "PASS"))
         head = f"{mark}  {self.name:<17} {self.detail}  ({self.seconds:.1f} s)"
         return "\n".join([head, *(f"      {f.line()}" for f in self.findings)])
 
@@ -194,10 +197,14 @@ async def run_preflight(
 
     marks: dict[str, tuple[tuple[Finding, ...], bool]] = {}  # check name -> (findings, cached)
 
-    async def timed(name: str, work: Callable[[], Awaitable[tuple[bool, str]]]) -> Check:
+    async def timed(name: str, work: Callable[[], Awaitable[tuple[bool, str] | tuple[bool, str, tuple[str, ...]]]]) -> Check:
         t0 = time.monotonic()
+        warnings: tuple[str, ...] = ()
         try:
-            ok, detail = await work()
+            result = await work()
+            ok, detail = result[0], result[1]
+            if len(result) == 3:
+                warnings = result[2]
         except HostUnreachable as exc:
             ok, detail = False, str(exc)
         except (HelperError, ServelabError) as exc:
@@ -207,7 +214,7 @@ async def run_preflight(
         except Exception as exc:  # a check that breaks is a failed line, never a traceback
             ok, detail = False, " ".join(f"{type(exc).__name__}: {exc}".split())
         findings, cached = marks.get(name, ((), False))
-        return done(Check(name, ok, detail, time.monotonic() - t0, findings=findings, cached=cached))
+        return done(Check(name, ok, detail, time.monotonic() - t0, findings=findings, cached=cached, warnings=warnings))
 
     def skip(names: list[str], why: str) -> None:
         for name in names:
@@ -321,34 +328,45 @@ async def run_preflight(
             return False, f"{bad[0].code}: {bad[0].message}" + (f" (+{len(bad) - 1} more error(s))" if len(bad) > 1 else "")
         return True, f"{draft}: {rep.summary(allow)}" + (f"; rules {rep.rules.source}" if rep.rules else "")
 
-    async def arguments() -> tuple[bool, str]:
+    async def arguments() -> tuple[bool, str, tuple[str, ...]]:
         if not model_check.ok:
-            return False, "skipped: the model folder is missing (the parser reads its config.json)"
+            return False, "skipped: the model folder is missing (the parser reads its config.json)", ()
         v = adapter.validation(e, model, draft)
         env = catalog.launch_spec(sourced, cfg).env  # the server's own environment can change its parsing
-        argv = helper_argv(python, v.helper, v.parser, *v.flags)
+        request = v.request(adapter.name)
+        argv = helper_argv(python, "validate_args.py")
         facts = await quick()
         key = None
         if facts.get("root"):
             folders = [await preflight_cache.folder_digest(h, p) for p in (model, draft)]
             patch_hashes = [p.sha256 for p in load_patch_set(sourced)]
-            key = preflight_cache.digest("engine-args", argv, env, facts, folders, patch_hashes)
+            key = preflight_cache.digest("engine-args", argv, request, env, facts, folders, patch_hashes)
             hit = preflight_cache.get("engine-args", key)
             if hit is not None:
                 marks["engine arguments"] = ((), True)
                 flags = sum(1 for word in v.flags if word.startswith("--"))
-                return True, f"{flags} flags accepted by {v.parser}'s parser (cached {hit.age()} ago: same flags, engine, patches and model/drafter files)"
-        r = await h.run(argv, env=env, timeout=VALIDATE_TIMEOUT)
+                cached_warnings = tuple(str(w) for w in hit.value.get("warnings") or ())
+                return True, (
+                    f"{flags} flags accepted by {v.label}" + "".join(f"; warning: {w}" for w in cached_warnings)
+                    + f" (cached {hit.age()} ago: same flags, engine, patches and model/drafter files)"
+                ), cached_warnings
+        r = await h.run(argv, input=json.dumps(request).encode(), env=env, timeout=VALIDATE_TIMEOUT)
         answer = last_json(r)
         if answer is None:
-            return False, f"argument check crashed: {last_line(r.stderr) or f'exit code {r.exit_code}'}"
+            return False, f"argument check crashed: {last_line(r.stderr) or f'exit code {r.exit_code}'}", ()
+        warnings = tuple(str(w) for w in answer.get("warnings") or ())
         if answer.get("ok"):
             if key is not None:
                 preflight_cache.put("engine-args", key, answer)
             # flags, not argv words (``--port 8000`` is one); the check's line carries the one timing
             flags = sum(1 for word in v.flags if word.startswith("--"))
-            return True, f"{flags} flags accepted by {v.parser}'s parser"
-        return False, f"{answer.get('message')}" + (f" ({answer['stage']})" if answer.get("stage") in ("import", "select") else "")
+            return True, f"{flags} flags accepted by {v.label}" + "".join(f"; warning: {w}" for w in warnings), warnings
+        message = str(answer.get("message"))
+        if answer.get("by") == "servelab" and answer.get("stage") == "servelab":
+            message = f"servelab: {message} ({v.label} accept it)"
+        elif answer.get("stage") in ("import", "select"):
+            message += f" ({answer['stage']})"
+        return False, message, warnings
 
     async def patch_set() -> tuple[bool, str]:
         patches = load_patch_set(sourced)

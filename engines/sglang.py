@@ -8,11 +8,15 @@ flat flags (``--speculative-algorithm EAGLE3``, ``--speculative-num-steps`` ...)
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engines.adapter import ArgValidation, Inexpressible, LaunchSpec, engine_args_problems, render_flags
 from engines.experiment import Experiment
 from engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
+
+#: SGLang's host-side argument check, run by the host's interpreter (see engines/helpers/validate_args.py).
+ARGCHECK = Path(__file__).with_name("sglang_argcheck.py")
 
 if TYPE_CHECKING:
     import httpx
@@ -232,8 +236,8 @@ class SglangAdapter:
         return flags + rendered + self.speculative_flags(exp, draft_model)
 
     def validation(self, exp: Experiment, model: str, draft_model: str | None) -> ArgValidation:
-        """The server's own flags, judged by SGLang's parser on the host (no weights loaded)."""
-        return ArgValidation(parser="sglang", flags=self.engine_flags(exp, model, draft_model))
+        """The server's own flags, judged on the host by SGLang's resolution and checks, then servelab's (no weights loaded)."""
+        return ArgValidation(check=ARGCHECK, flags=self.engine_flags(exp, model, draft_model), label="SGLang's resolve_once + check_server_args")
 
     def launch_spec(self, exp: Experiment, python: str, model: str, draft_model: str | None) -> LaunchSpec:
         argv = [python, "-m", "sglang.launch_server", *self.engine_flags(exp, model, draft_model)]

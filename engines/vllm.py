@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engines.adapter import ArgValidation, Inexpressible, LaunchSpec, engine_args_problems, render_flags
 from engines.experiment import Experiment
 from engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
+
+#: vLLM's host-side argument check, run by the host's interpreter (see engines/helpers/validate_args.py).
+ARGCHECK = Path(__file__).with_name("vllm_argcheck.py")
 
 if TYPE_CHECKING:
     import httpx
@@ -262,8 +266,8 @@ class VllmAdapter:
         return flags
 
     def validation(self, exp: Experiment, model: str, draft_model: str | None) -> ArgValidation:
-        """The server's own flags, judged by vLLM's parser on the host (no weights loaded)."""
-        return ArgValidation(parser="vllm", flags=self.engine_flags(exp, model, draft_model))
+        """The server's own flags, judged on the host by vLLM's parser and engine config (no weights loaded)."""
+        return ArgValidation(check=ARGCHECK, flags=self.engine_flags(exp, model, draft_model), label="vllm's parser")
 
     def launch_spec(self, exp: Experiment, python: str, model: str, draft_model: str | None) -> LaunchSpec:
         argv = [python, "-m", "vllm.entrypoints.openai.api_server", *self.engine_flags(exp, model, draft_model)]

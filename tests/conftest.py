@@ -13,6 +13,7 @@ EXPERIMENTS = REPO / "experiments"
 SHARED_LOGS = (REPO.parent / "shared" / "logs").resolve()
 ENGINE_PYTHON = REPO / ".venv-engine" / "bin" / "python"
 TINY_MODEL = REPO / ".models" / "tiny-llama"
+SGLANG_PYTHON = REPO / ".venv-sglang" / "bin" / "python"
 
 # One line per fixture module (tests/fixtures/<area>.py).
 pytest_plugins: list[str] = [
@@ -35,6 +36,12 @@ def need_engine() -> None:
     """Skip only when the engine environment is absent (make test always builds it)."""
     if not ENGINE_PYTHON.exists() or not (TINY_MODEL / "config.json").exists():
         pytest.skip("engine environment or tiny model missing: run `make engine tiny-model`")
+
+
+def need_sglang() -> None:
+    """Skip only when the SGLang environment is absent (make test always builds it)."""
+    if not SGLANG_PYTHON.exists() or not (TINY_MODEL / "config.json").exists():
+        pytest.skip("SGLang environment or tiny model missing: run `make sglang-engine tiny-model`")
 
 
 # The preflight cache of the suite lives in its own folder, never in the user's (tests that check

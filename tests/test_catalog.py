@@ -43,6 +43,7 @@ def test_bundled_experiments_are_valid() -> None:
         "kimi-k25-vllm-baseline",
         "kimi-k25-vllm-eagle3",
         "kimi-k25-sglang-eagle3",
+        "tiny-cpu-sglang-baseline",
         "tiny-cpu-vllm-baseline",
         "tiny-cpu-vllm-ngram",
     }

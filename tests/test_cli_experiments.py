@@ -15,17 +15,18 @@ def servelab(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "tui", *args], capture_output=True, text=True, cwd=cwd, timeout=60)
 
 
-def test_list_json_shows_the_five_bundled_experiments() -> None:
+def test_list_json_shows_the_six_bundled_experiments() -> None:
     out = servelab("list", "--json")
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
-    assert len(rows) == 5
+    assert len(rows) == 6
     for row in rows:
         assert {"name", "engine", "host", "file", "speculative"} <= set(row)
         assert Path(REPO, row["file"]).exists()
     by_name = {r["name"]: r for r in rows}
     assert by_name["tiny-cpu-vllm-ngram"]["speculative"]["method"] == "ngram"
     assert by_name["kimi-k25-sglang-eagle3"]["engine"] == "sglang"
+    assert (by_name["tiny-cpu-sglang-baseline"]["engine"], by_name["tiny-cpu-sglang-baseline"]["host"]) == ("sglang", "local-sglang")
     assert by_name["kimi-k25-vllm-baseline"]["speculative"]["method"] == "none"
 
 

@@ -1,13 +1,15 @@
-"""The adapters' ``validation`` member and the host-side argument check's engine selection.
+"""The adapters' ``validation`` member, each engine's check file beside its adapter, and the frame that runs it.
 
-vLLM's branch runs for real in test_preflight.py. SGLang cannot run here (GPU-only), so its branch
-is exercised against ``FakeSglang``: a stand-in ``sglang.srt.server_args`` written to a temporary
-folder with SGLang's documented shape (``prepare_server_args(argv)`` = argparse parser from
-``ServerArgs.add_cli_args`` + ``ServerArgs.from_cli_args``, checks in ``__post_init__``).
+SGLang's checks run for real here, in .venv-sglang (sglang 0.5.23 on CPU): its parser,
+``resolve_once()`` and ``check_server_args()``, then servelab's checks for what those let through.
+vLLM's run for real in test_preflight.py. ``FakeSglangOldRelease`` stands in only for a release that is
+not installed: before ``prepare_server_args`` and ``resolve_once``, when ``ServerArgs.__post_init__``
+checked.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -16,14 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from engines.adapter import get_adapter
+from engines.adapter import ENGINE_MODULES, ArgValidation, all_adapters, get_adapter
 from engines.catalog import load_catalog
+from engines.sglang import ARGCHECK as SGLANG_ARGCHECK
 from engines.helpers import helper_argv
-from tests.conftest import EXPERIMENTS
+from tests.conftest import EXPERIMENTS, SGLANG_PYTHON, TINY_MODEL, need_sglang
+from tests.fixtures.sglang import validate_many
 
-FAKE_SGLANG_SERVER_ARGS = '''
-"""FakeSglang: stands in for SGLang's server_args (SGLang needs a GPU); same entry points, few flags."""
-import argparse
+FAKE_SGLANG_OLD_RELEASE = '''
+"""FakeSglangOldRelease: SGLang's server_args as releases before prepare_server_args had it (not installed here)."""
 import dataclasses
 
 
@@ -31,19 +34,12 @@ import dataclasses
 class ServerArgs:
     model_path: str
     port: int = 30000
-    served_model_name: str = None
     tp_size: int = 1
-    trust_remote_code: bool = False
-    tool_call_parser: str = None
-    reasoning_parser: str = None
-    context_length: int = None
-    mem_fraction_static: float = None
     speculative_algorithm: str = None
-    speculative_draft_model_path: str = None
     speculative_num_steps: int = None
     speculative_eagle_topk: int = None
     speculative_num_draft_tokens: int = None
-    speculative_draft_attention_backend: str = None
+    device: str = None
 
     def __post_init__(self):
         if self.speculative_algorithm and self.speculative_eagle_topk == 1:
@@ -54,99 +50,147 @@ class ServerArgs:
     def add_cli_args(parser):
         parser.add_argument("--model-path", "--model", required=True)
         parser.add_argument("--port", type=int, default=30000)
-        parser.add_argument("--served-model-name")
         parser.add_argument("--tp-size", "--tp", type=int, default=1)
-        parser.add_argument("--trust-remote-code", action="store_true")
-        parser.add_argument("--tool-call-parser")
-        parser.add_argument("--reasoning-parser")
-        parser.add_argument("--context-length", type=int)
-        parser.add_argument("--mem-fraction-static", type=float)
-        parser.add_argument("--speculative-algorithm", choices=["EAGLE", "EAGLE3", "NEXTN", "NGRAM", "STANDALONE"])
-        parser.add_argument("--speculative-draft-model-path")
+        parser.add_argument("--speculative-algorithm")
         parser.add_argument("--speculative-num-steps", type=int)
         parser.add_argument("--speculative-eagle-topk", type=int)
         parser.add_argument("--speculative-num-draft-tokens", type=int)
-        parser.add_argument("--speculative-draft-attention-backend")
+        parser.add_argument("--device")
 
     @classmethod
     def from_cli_args(cls, args):
         return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
 '''
 
-PREPARE = '''
 
-def prepare_server_args(argv):
-    parser = argparse.ArgumentParser(prog="sglang serve")
-    ServerArgs.add_cli_args(parser)
-    return ServerArgs.from_cli_args(parser.parse_args(argv))
-'''
-
-
-def fake_sglang(tmp_path: Path, *, with_prepare: bool = True) -> Path:
-    root = tmp_path / ("new" if with_prepare else "old")
+def fake_sglang_old_release(tmp_path: Path) -> Path:
+    root = tmp_path / "old-sglang"
     (root / "sglang" / "srt").mkdir(parents=True)
     (root / "sglang" / "__init__.py").write_text("")
     (root / "sglang" / "srt" / "__init__.py").write_text("")
-    (root / "sglang" / "srt" / "server_args.py").write_text(FAKE_SGLANG_SERVER_ARGS + (PREPARE if with_prepare else ""))
+    (root / "sglang" / "srt" / "server_args.py").write_text(FAKE_SGLANG_OLD_RELEASE)
     return root
 
 
-def validate(parser: str, flags: list[str], pythonpath: Path | None = None) -> dict[str, object]:
+def run_frame(request: dict[str, object], python: str = sys.executable, pythonpath: Path | None = None) -> dict[str, object]:
+    """The frame exactly as preflight runs it: ``python -c <validate_args.py>``, the request on stdin."""
     env = {**os.environ}
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
-    done = subprocess.run(helper_argv(sys.executable, "validate_args.py", parser, *flags), capture_output=True, env=env, timeout=60)
+    done = subprocess.run(helper_argv(python, "validate_args.py"), input=json.dumps(request).encode(), capture_output=True, env=env, timeout=120)
     answer: dict[str, object] = json.loads(done.stdout.decode().splitlines()[-1])
     assert done.returncode == (0 if answer["ok"] else 1)
     return answer
 
 
-def sglang_flags() -> list[str]:
-    cat = load_catalog(EXPERIMENTS)
-    exp = cat.get("kimi-k25-sglang-eagle3").experiment
-    v = get_adapter("sglang").validation(exp, exp.model, exp.speculative.draft_model)
-    assert v.parser == "sglang" and v.helper == "validate_args.py"
-    return v.flags
+def sglang_request(flags: list[str]) -> dict[str, object]:
+    return ArgValidation(check=SGLANG_ARGCHECK, flags=flags, label="SGLang").request("sglang")
+
+
+def _kimi():  # type: ignore[no-untyped-def]
+    exp = load_catalog(EXPERIMENTS).get("kimi-k25-sglang-eagle3").experiment
+    return exp, exp.model, exp.speculative.draft_model
 
 
 def test_each_adapter_validates_exactly_the_servers_flags() -> None:
     cat = load_catalog(EXPERIMENTS)
-    for name in ("tiny-cpu-vllm-ngram", "kimi-k25-vllm-eagle3", "kimi-k25-sglang-eagle3"):
+    for name in ("tiny-cpu-vllm-ngram", "kimi-k25-vllm-eagle3", "kimi-k25-sglang-eagle3", "tiny-cpu-sglang-baseline"):
         exp = cat.get(name)
         e = exp.experiment
         adapter = get_adapter(e.engine)
         model = cat.host_path(exp, e.model)
         draft = cat.host_path(exp, e.speculative.draft_model) if e.speculative.draft_model else None
         v = adapter.validation(e, model, draft)
-        assert v.parser == e.engine
+        assert v.check.name == f"{e.engine}_argcheck.py"
         assert cat.launch_spec(exp).argv[3:] == v.flags  # python -m <server> + exactly the flags checked
 
 
-@pytest.mark.parametrize("with_prepare", [True, False], ids=["prepare_server_args", "add_cli_args+from_cli_args"])
-def test_sglang_branch_accepts_the_bundled_experiments_flags(tmp_path: Path, with_prepare: bool) -> None:
-    answer = validate("sglang", sglang_flags(), fake_sglang(tmp_path, with_prepare=with_prepare))
-    assert answer["ok"] and answer["stage"] == "done", answer
+def test_each_engines_check_is_one_file_beside_its_adapter_that_defines_check() -> None:
+    """A third engine is its adapter plus one ``<engine>_argcheck.py``: nothing in the frame names an engine."""
+    frame = (Path(importlib.import_module("engines.helpers").__file__ or "").parent / "validate_args.py").read_text()
+    for adapter in all_adapters():
+        exp, model, draft = _kimi()
+        check = adapter.validation(exp, model, draft).check
+        assert check.parent == Path(importlib.import_module(ENGINE_MODULES[adapter.name]).__file__ or "").parent
+        namespace: dict[str, object] = {}
+        exec(compile(check.read_text(), str(check), "exec"), namespace)
+        assert callable(namespace["check"])
+        assert f'"{adapter.name}"' not in frame and f"'{adapter.name}'" not in frame
 
 
-def test_sglang_branch_reports_a_typo_flag_in_the_parsers_words(tmp_path: Path) -> None:
-    flags = [f.replace("--context-length", "--contxt-length") for f in sglang_flags()]
-    answer = validate("sglang", flags, fake_sglang(tmp_path))
-    assert not answer["ok"] and answer["stage"] == "parse"
-    assert answer["message"] == "sglang serve: error: unrecognized arguments: --contxt-length 32768"
+def test_the_frame_reports_a_check_file_it_cannot_use_in_one_line(tmp_path: Path) -> None:
+    answer = run_frame({"engine": "tensorrt", "check": "x = 1\n", "flags": []})
+    assert (answer["ok"], answer["stage"], answer["by"]) == (False, "select", "servelab")
+    assert answer["message"] == "the argument check for 'tensorrt' defines no check(flags)"
+    answer = run_frame({"engine": "tensorrt", "check": "def check(flags):\n    return [1 / 0]\n", "flags": []})
+    assert answer["message"] == "the argument check for 'tensorrt' crashed: ZeroDivisionError: division by zero"
 
 
-def test_sglang_branch_reports_a_bad_combination_from_server_args(tmp_path: Path) -> None:
-    flags = sglang_flags()
-    i = flags.index("--speculative-num-draft-tokens")
-    flags[i + 1] = "7"
-    answer = validate("sglang", flags, fake_sglang(tmp_path))
-    assert not answer["ok"] and answer["stage"] == "config"
-    assert answer["message"] == "ValueError: speculative_num_draft_tokens must be speculative_num_steps + 1 when topk is 1"
-
-
-def test_missing_engine_and_unknown_parser_are_one_line(tmp_path: Path) -> None:
-    answer = validate("sglang", ["--model-path", "/m"], tmp_path)  # nothing named sglang on the path
+def test_without_sglang_installed_the_import_fails_in_one_line(tmp_path: Path) -> None:
+    answer = run_frame(sglang_request(["--model-path", "/m"]), pythonpath=tmp_path)  # the app venv has no sglang
     assert not answer["ok"] and answer["stage"] == "import"
     assert str(answer["message"]).startswith("cannot import SGLang's server arguments: ModuleNotFoundError")
-    answer = validate("tensorrt", [])
-    assert not answer["ok"] and answer["stage"] == "select" and answer["message"] == "no argument parser for 'tensorrt' (known: sglang, vllm)"
+
+
+def test_a_release_without_resolve_once_is_judged_by_its_post_init(tmp_path: Path) -> None:
+    old = fake_sglang_old_release(tmp_path)
+    good = ["--model-path", str(TINY_MODEL), "--speculative-algorithm", "NGRAM"]
+    answer = run_frame(sglang_request(good), pythonpath=old)
+    assert answer["ok"] and answer["stage"] == "done", answer
+    bad = ["--model-path", "/m", "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "7"]
+    answer = run_frame(sglang_request(bad), pythonpath=old)
+    assert (answer["stage"], answer["by"]) == ("config", "engine")
+    assert answer["message"] == "ValueError: speculative_num_draft_tokens must be speculative_num_steps + 1 when topk is 1"
+    answer = run_frame(sglang_request(["--model-path", "/m", "--contxt-length", "4"]), pythonpath=old)
+    assert answer["stage"] == "parse" and answer["message"] == "sglang.launch_server: error: unrecognized arguments: --contxt-length 4"
+
+
+M = str(TINY_MODEL)
+EAGLE3_CHAIN = ["--speculative-num-steps", "3", "--speculative-eagle-topk", "1"]
+#: name -> (flags, stage, by, the exact message or warning). The tiny model has 2 attention heads, context 2048.
+REAL_CASES: dict[str, tuple[list[str], str, str | None, str]] = {
+    # SGLang's own checks, in SGLang's words
+    "good": (["--model-path", M, "--port", "8200"], "done", None, "accepted"),
+    "good on cpu": (["--model-path", M, "--device", "cpu", "--max-total-tokens", "2048"], "done", None, "accepted"),
+    "typo flag": (["--model-path", M, "--no-such-flag", "1"], "parse", "engine", "sglang serve: error: unrecognized arguments: --no-such-flag 1"),
+    "bad int": (["--model-path", M, "--tp-size", "eight"], "parse", "engine", "sglang serve: error: argument --tp-size/--tensor-parallel-size: invalid int value: 'eight'"),
+    "bad algorithm": (["--model-path", M, "--speculative-algorithm", "EAGLE9"], "config", "engine", "ValueError: Unknown speculative algorithm name: EAGLE9"),
+    "missing model": (["--model-path", "/nonexistent/tiny"], "config", "engine", "OSError: Repo id must be in the form 'repo_name' or 'namespace/repo_name': '/nonexistent/tiny'. Use `repo_type` argument if needed."),
+    "context above the model's": (
+        ["--model-path", M, "--context-length", "4096"], "config", "engine",
+        "ValueError: Warning: User-specified context_length (4096) is greater than the derived context_length (2048). This may lead to "
+        "incorrect model outputs or CUDA errors. Note that the derived context_length may differ from max_position_embeddings in the "
+        "model's config. To allow overriding this maximum, set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1",
+    ),
+    # servelab's checks for what SGLang 0.5.23 lets through
+    "tp 3 on 2 heads": (["--model-path", M, "--tp-size", "3"], "servelab", "servelab", "--tp-size 3 does not divide the model's 2 attention heads"),
+    "memory fraction 1.5": (["--model-path", M, "--mem-fraction-static", "1.5"], "servelab", "servelab", "--mem-fraction-static 1.5 is outside (0, 1): it is the share of GPU memory for weights and KV cache"),
+    "eagle3 without drafter": (
+        ["--model-path", M, "--speculative-algorithm", "EAGLE3", *EAGLE3_CHAIN, "--speculative-num-draft-tokens", "4"], "servelab", "servelab",
+        "--speculative-algorithm EAGLE3 drafts with a separate model: set --speculative-draft-model-path (the drafter)",
+    ),
+    "draft tokens lowered": (
+        ["--model-path", M, "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", M, *EAGLE3_CHAIN, "--speculative-num-draft-tokens", "9"], "done", None,
+        "SGLang lowers --speculative-num-draft-tokens 9 to 4 (with --speculative-eagle-topk 1 it verifies --speculative-num-steps 3 + 1)",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def real_answers() -> dict[str, dict[str, object]]:
+    """Every case through the real frame and check file with SGLang 0.5.23, in one interpreter (one import)."""
+    need_sglang()
+    answers = validate_many(str(SGLANG_PYTHON), [sglang_request(flags) for flags, *_ in REAL_CASES.values()])
+    return dict(zip(REAL_CASES, answers, strict=True))
+
+
+@pytest.mark.parametrize("case", list(REAL_CASES))
+def test_real_sglang_0_5_23_checks_then_servelabs(real_answers: dict[str, dict[str, object]], case: str) -> None:
+    _flags, stage, by, words = REAL_CASES[case]
+    answer = real_answers[case]
+    assert (answer["stage"], answer["by"]) == (stage, by), answer
+    assert answer["ok"] is (stage == "done")
+    if case == "draft tokens lowered":
+        assert answer["warnings"] == [words]
+    else:
+        assert answer["message"] == words and answer["warnings"] == []
