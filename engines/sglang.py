@@ -66,9 +66,14 @@ GRAMMAR = LogGrammar(
     parse=parse_header,
     stage_rules=(
         StageRule("server_args=ServerArgs(", ("process",), "start", r"ServerArgs\((?P<a>.*)\)", "args {a:.300}"),
+        # 0.5.23 prints the resolved arguments as a dict: "server_args={'model_path': ..., ...}"
+        StageRule("server_args={", ("process",), "start", r"server_args=\{(?P<a>.*)\}", "args {a:.300}"),
         StageRule("Using default HuggingFace chat template", ("config",), "start"),
         StageRule("Init torch distributed begin", ("config",), "start", None, "distributed init"),
         StageRule("Init torch distributed ends", ("config",), "detail", None, "distributed init done"),
+        # 0.5.23 wording (real CPU log): "Init parallel begin." / "Init parallel ends. elapsed=0.04 s"
+        StageRule("Init parallel begin", ("config",), "start", None, "parallel init"),
+        StageRule("Init parallel ends", ("config",), "detail", None, "parallel init done"),
         StageRule("Load weight begin", _W, "start", r"avail mem=(?P<m>[\d.]+) GB", "{m} GB free"),
         StageRule("Load weight end", _W, "end", r"type=(?P<t>[^,]+),.*?mem usage=(?P<u>-?[\d.]+) GB", "{t}, {u} GB"),
         StageRule("Using KV cache dtype", ("kv_cache",), "start"),
@@ -91,11 +96,14 @@ GRAMMAR = LogGrammar(
     ),
     bars=(
         BarRule("Loading safetensors", _W, r"Loading [^:]*?checkpoint shards[^:]*:\s+\d+% Completed \| (?P<n>\d+)/(?P<total>\d+) \[[\d:]+<[\d:?]+,\s+(?P<rate>[\d.?]+)(?P<unit>s/it|it/s)\]"),
+        # 0.5.23 (real CPU log): "Multi-thread loading shards: 100% Completed | 1/1 [00:00<00:00, 108.08it/s]"
+        BarRule("Multi-thread loading shards", _W, r"Multi-thread loading shards:\s+\d+% Completed \| (?P<n>\d+)/(?P<total>\d+) \[[\d:]+<[\d:?]+,\s+(?P<rate>[\d.?]+)(?P<unit>s/it|it/s)\]"),
         BarRule("Capturing batches", ("cuda_graphs",), r"Capturing batches \([^)]*\)" + _TQDM_BAR),
         BarRule("Compiling num tokens", ("compile",), r"Compiling num tokens \([^)]*\)" + _TQDM_BAR),
     ),
     ready=("The server is fired up and ready to roll",),
-    shutdown=("INFO:     Shutting down", "INFO:     Application shutdown complete"),
+    # 0.5.23 on SIGTERM: "SIGTERM received. signum=None frame=None. Draining requests and shutting down..."
+    shutdown=("INFO:     Shutting down", "INFO:     Application shutdown complete", "SIGTERM received"),
     wrappers=(
         Wrapper("Capture cuda graph failed", r"Capture cuda graph failed: (?P<inner>.*)", "during CUDA graph capture"),
         Wrapper("Initialization failed. warmup error", r"warmup error: (?P<inner>.*)", "during the warm-up request"),
@@ -129,7 +137,7 @@ GRAMMAR = LogGrammar(
         ("initialize_model_parallel", "config"),
         ("init_model_parallel_group", "config"),
     ),
-    spec_settings={"num_steps": ("server_args=ServerArgs(", r"speculative_num_steps=(?P<v>\d+)")},
+    spec_settings={"num_steps": ("server_args=", r"speculative_num_steps'?(?:=|: )(?P<v>\d+)")},
 )
 
 
@@ -142,6 +150,7 @@ class SglangAdapter:
         "sglang.launch_server",
         "sglang.srt",
         "server_args=ServerArgs(",
+        "server_args={",
         "Scheduler hit an exception",
         "[TP0]",
         "The server is fired up and ready to roll",
@@ -287,7 +296,8 @@ def acceptance_from_records(records: list[dict[str, Any]], k: int | None, source
     """Pool per-request (completion_tokens, spec_verify_ct): length = sum(completion) / sum(verify).
 
     Pooled (token-weighted) like SpecForge's ``accept_length``; the bonus token is counted, so
-    accepted draft tokens = completion - verify steps.
+    accepted draft tokens = completion - verify steps, unless the records carry SGLang 0.5.23's own
+    ``spec_num_correct_drafts`` / ``spec_num_proposed_drafts`` (then those, as its accept rate uses).
     """
     from engines.probe.metrics import Acceptance
 
@@ -296,8 +306,14 @@ def acceptance_from_records(records: list[dict[str, Any]], k: int | None, source
     if verify <= 0 or completion <= 0:
         return None
     accepted = completion - verify
-    if records and all(r.get("spec_draft_token_num") is not None for r in records):
-        draft_tokens: float | None = sum(float(r["spec_draft_token_num"]) for r in records)
+    draft_tokens: float | None
+    if records and all(r.get("spec_num_proposed_drafts") is not None for r in records):
+        # 0.5.23 counts them itself (tokenizer_manager): proposed = verify_ct x (num_draft_tokens - 1)
+        draft_tokens = sum(float(r["spec_num_proposed_drafts"]) for r in records)
+        if all(r.get("spec_num_correct_drafts") is not None for r in records):
+            accepted = sum(float(r["spec_num_correct_drafts"]) for r in records)
+    elif records and all(r.get("spec_draft_token_num") is not None for r in records):
+        draft_tokens = sum(float(r["spec_draft_token_num"]) for r in records)
     else:
         draft_tokens = verify * k if k else None
     return Acceptance(

@@ -16,19 +16,20 @@ if TYPE_CHECKING:
 
 def check(flags: list[str]) -> list[str]:
     """vLLM accepts ``flags`` (no warnings of servelab's own), else Failed in vLLM's words."""
-    validate_parsed_serve_args: Any
+    validate_parsed_serve_args: Any = None
     try:
         try:
             from vllm.entrypoints.launchers.cli_args import make_arg_parser  # 0.30 and later
         except ImportError:
             from vllm.entrypoints.openai.cli_args import make_arg_parser  # before
         try:
-            from vllm.entrypoints.launchers.cli_args import validate_parsed_serve_args
+            from vllm.entrypoints.launchers.cli_args import validate_parsed_serve_args as quick_checks
         except ImportError:
             try:
-                from vllm.entrypoints.openai.cli_args import validate_parsed_serve_args
+                from vllm.entrypoints.openai.cli_args import validate_parsed_serve_args as quick_checks
             except ImportError:
-                validate_parsed_serve_args = None
+                quick_checks = None
+        validate_parsed_serve_args = quick_checks
         try:
             from vllm.utils.argparse_utils import FlexibleArgumentParser
         except ImportError:

@@ -126,6 +126,8 @@ async def probe_run(runs: Runs, run_id: str, *, progress: Progress | None = None
     result.summary["run"] = run_id
     result.summary["experiment"] = rec.experiment
     result.summary["baseline_experiment"] = exp.baseline
+    if exp.speculative.method == "none" and "acceptance_source" not in result.summary:
+        result.summary["acceptance"] = f"not measured: {rec.experiment} does not speculate"  # absent fields, said so
     await runs.write_artifact(run_id, PROBE_JSON, result.summary_json().encode("utf-8"))
     await runs.write_artifact(run_id, REQUESTS_JSONL, result.requests_jsonl().encode("utf-8"))
     return result

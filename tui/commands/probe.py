@@ -83,6 +83,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
             print("  per-position           " + " ".join(f"{v:.2f}" for v in s["spec_decode_per_position_acceptance_rates"]))
         if s.get("acceptance_source"):
             print(f"  acceptance from        {s['acceptance_source']}")
+        elif s.get("acceptance"):
+            print(f"  acceptance             {s['acceptance']}")
         print(f"saved {PROBE_JSON} and {REQUESTS_JSONL} in the run's folder")
         return 0
 
