@@ -112,6 +112,11 @@ GRAMMAR = LogGrammar(
     fatal=(
         FatalRule("Received sigquit from a child proc", wrapper=True),
         FatalRule("Scheduler hit an exception"),
+        # uvicorn cannot bind (real 0.5.23 log; SGLang then hangs at "Waiting for application shutdown"):
+        # "ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 8792): address already in use"
+        FatalRule("ERROR:    [Errno ", r"ERROR:\s+(?P<message>\[Errno \d+\] .+)$", "OSError"),
+        # argparse's own exit (real 0.5.23 log): "sglang serve: error: unrecognized arguments: --no-such-flag 1"
+        FatalRule(": error: ", r"^(?P<prog>[\w. -]+): error: (?P<message>.+)$", "ArgumentError", anywhere=True),
         FatalRule("Initialization failed. warmup error", r"warmup error: (?P<message>.+)", "Exception"),
     ),
     metrics=(
@@ -125,7 +130,8 @@ GRAMMAR = LogGrammar(
     warnings=("max_total_tokens=",),
     process_tiers=(("TP", "DP", "PP", "EP"),),
     # uvicorn is up before the launcher's warm-up request and its "fired up" line
-    up=("INFO:     Application startup complete", "INFO:     Uvicorn running on"),
+    # (not "Application startup complete": uvicorn prints it before binding, and a taken port fails after it)
+    up=("INFO:     Uvicorn running on",),
     frame_stages=(
         ("cuda_graph_runner", "cuda_graphs"),
         ("init_cuda_graphs", "cuda_graphs"),
