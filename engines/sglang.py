@@ -112,6 +112,9 @@ GRAMMAR = LogGrammar(
     fatal=(
         FatalRule("Received sigquit from a child proc", wrapper=True),
         FatalRule("Scheduler hit an exception"),
+        # a child process died (real 0.5.23 log, scheduler killed after ready):
+        # "Subprocess scheduler_0 (pid=1388) crashed with exit code -9. Triggering SIGQUIT for cleanup..."
+        FatalRule("Subprocess ", r"Subprocess (?P<message>\S+ \(pid=\d+\) crashed with exit code -?\d+)", "ChildProcessError"),
         # uvicorn cannot bind (real 0.5.23 log; SGLang then hangs at "Waiting for application shutdown"):
         # "ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 8792): address already in use"
         FatalRule("ERROR:    [Errno ", r"ERROR:\s+(?P<message>\[Errno \d+\] .+)$", "OSError"),

@@ -30,9 +30,13 @@ CASES: dict[str, tuple[str, str, int, str | None, dict[str, str], str | None]] =
         "OSError", "[Errno 98] error while attempting to bind on address ('127.0.0.1', 8792): address already in use", 59, None,
         {"weights": "done", "kv_cache": "done", "warmup": "failed", "ready": "pending"}, "the port is taken",
     ),
+    "sglang-cpu-crash-after-ready.log": (
+        # the launcher's line about its dead child, not the SIGQUIT / kill_process_tree cleanup after it
+        "ChildProcessError", "scheduler_0 (pid=1388) crashed with exit code -9", 75, None, {"weights": "done", "ready": "done"}, None,
+    ),
 }
 #: Failures after the server had served (the analyzer must say it was ready once).
-WAS_READY: set[str] = set()
+WAS_READY = {"sglang-cpu-crash-after-ready.log"}
 #: Logs of runs that ended without a failure of their own.
 NOT_CRASHES = {"sglang-cpu-good-serve.log", "sglang-cpu-sigterm-while-loading.log"}
 
