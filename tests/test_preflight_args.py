@@ -184,6 +184,7 @@ def real_answers() -> dict[str, dict[str, object]]:
     return dict(zip(REAL_CASES, answers, strict=True))
 
 
+@pytest.mark.engine
 @pytest.mark.parametrize("case", list(REAL_CASES))
 def test_real_sglang_0_5_23_checks_then_servelabs(real_answers: dict[str, dict[str, object]], case: str) -> None:
     _flags, stage, by, words = REAL_CASES[case]

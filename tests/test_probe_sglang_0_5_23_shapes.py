@@ -43,6 +43,7 @@ def sglang_source(relative: str) -> str:
     return (root / relative).read_text()
 
 
+@pytest.mark.engine
 def test_openai_route_spec_details_built_by_sglang_0_5_23s_own_code_are_read_by_the_probe() -> None:
     need_sglang()
     done = subprocess.run([str(SGLANG_PYTHON), "-c", BUILD_RESPONSE, json.dumps(META_INFO)], capture_output=True, text=True, timeout=180, cwd="/")
