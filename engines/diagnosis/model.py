@@ -30,6 +30,19 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class StaticCheck:
+    """One finding of the drafter checks (``servelab drafter``), as the diagnosis cites it."""
+
+    code: str
+    severity: Severity
+    message: str
+    fix: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class Arm:
     """Acceptance over one bracketed group of requests (a category, raw prompts, a temperature...).
 
@@ -127,6 +140,8 @@ class Diagnosis:
     reference: ReferenceMatch
     findings: list[Finding]
     seconds: float
+    #: The drafter checks run beside the suite (None: not run, e.g. n-gram or unavailable).
+    static: list[StaticCheck] | None = None
 
     @property
     def top(self) -> Finding | None:
@@ -179,4 +194,5 @@ def from_dict(data: dict[str, Any]) -> Diagnosis:
         reference=ReferenceMatch(**data["reference"]),
         findings=[Finding(**f) for f in data["findings"]],
         seconds=float(data["seconds"]),
+        static=None if data.get("static") is None else [StaticCheck(**c) for c in data["static"]],
     )

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from engines.diagnosis.curve import DEAD_START_BELOW, read_shape
 from engines.diagnosis.degenerate import DEGENERATE_BELOW, is_degenerate
-from engines.diagnosis.model import Arm, Finding, Measurements, ReferenceMatch, StepCost, rank
+from engines.diagnosis.model import Arm, Finding, Measurements, ReferenceMatch, StaticCheck, StepCost, rank
 
 #: Acceptance at least this high is what a figure "to praise" looks like.
 PRAISE_FROM = 0.3
@@ -29,6 +29,8 @@ class RunFacts:
     k: int | None
     model: str
     drafter: str | None
+    #: What the drafter checks found (None: they did not run).
+    static: tuple[StaticCheck, ...] | None = None
 
 
 def _pct(x: float | None) -> str:
@@ -92,16 +94,24 @@ def diagnose(facts: RunFacts, m: Measurements, cost: StepCost, ref: ReferenceMat
             if m.at_temperature is not None and m.at_temperature.rate is not None:
                 ruled.append(f"temperature {m.serving_temperature:g} {_pct(m.at_temperature.rate)} (not sampling: this is greedy too)")
             if m.categories:
-                ruled.append("every category " + ("below " + _pct(max(a.rate or 0.0 for a in m.categories))) + " (not a domain gap)")
-            out.append(Finding(
-                "position-one-near-zero", "error",
-                f"position 1 accepts {_pct(o.per_position[0] if o.per_position else rate)}: the drafter never agrees with the target - "
-                "a vocab-mapping, tokenizer or template fault, or an untrained drafter",
-                shape.text + ("; ruled out: " + "; ".join(ruled) if ruled else ""),
-                f"servelab drafter {facts.drafter or 'DRAFT'} --target {facts.model} --method {facts.method} (mapping, vocab, aux ids); "
-                "if it is clean, the drafter is untrained for this target: [speculative] draft_model = a drafter trained on this target's outputs",
-                4.0,
-            ))
+                ruled.append(f"every category at most {_pct(max(a.rate or 0.0 for a in m.categories))} (not a domain gap)")
+            where = f"position 1 accepts {_pct(o.per_position[0] if o.per_position else rate)}: the drafter never agrees with the target"
+            evidence = shape.text + ("; ruled out: " + "; ".join(ruled) if ruled else "")
+            faults = [c for c in facts.static or () if c.severity in ("error", "warning")]
+            check_cmd = f"servelab drafter {facts.drafter or 'DRAFT'} --target {facts.model} --method {facts.method}"
+            if facts.static is None:
+                message = f"{where} - a vocab-mapping, tokenizer or template fault, or an untrained drafter"
+                nxt = (f"{check_cmd} (mapping, vocab, aux ids); if it is clean, the drafter is untrained for this target: "
+                       "[speculative] draft_model = a drafter trained on this target's outputs")
+            elif faults:
+                message = f"{where} - a configuration fault: {faults[0].code} ({faults[0].message})"
+                evidence += "; drafter checks: " + ", ".join(c.code for c in faults)
+                nxt = faults[0].fix
+            else:
+                message = f"{where} - the drafter checks find no mapping, vocab, aux-layer or token fault: an untrained or unrelated drafter"
+                evidence += "; drafter checks: clean"
+                nxt = "[speculative] draft_model = a drafter trained on this target's outputs (e.g. SpecForge on the target's own generations)"
+            out.append(Finding("position-one-near-zero", "error", message, evidence, nxt, 4.0))
 
     # -- K too high ------------------------------------------------------------------------------
     rec = cost.recommended_k
