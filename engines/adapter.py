@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from engines.drafter.rules import EngineRules, RulesQuery, SourceReader
     from engines.experiment import Experiment
     from engines.logs.grammar import LogGrammar
+    from engines.multinode import NodePlan, NodeTarget
     from engines.probe.metrics import AcceptanceWindow
     from engines.probe.prompts import PromptSet
 
@@ -108,6 +109,13 @@ class EngineAdapter(Protocol):
 
     async def drafter_rules(self, read: SourceReader, query: RulesQuery) -> EngineRules:
         """What this engine version accepts from a drafter, read from its installed source through ``read``."""
+        ...
+
+    #: ``[multinode] backend`` values this engine has (its own mechanisms; no home-made launcher).
+    multinode_backends: tuple[str, ...]
+
+    def node_plans(self, exp: Experiment, targets: list[NodeTarget]) -> list[NodePlan]:
+        """What each node of a multi-node experiment runs, head first (``targets[0]``)."""
         ...
 
     def read_acceptance(self, http: httpx.AsyncClient, exp: Experiment | None, prompts: PromptSet, max_tokens: int) -> AcceptanceWindow:

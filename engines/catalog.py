@@ -16,6 +16,7 @@ from engines.errors import Problem, ServelabError
 from engines.experiment import Experiment, SourcedExperiment
 from engines.hostsfile import LOCAL, HostConfig, HostsFile
 from engines.loader import display_path, load_model, locate, parse_toml
+from engines.multinode import NodeAddress, NodePlan, NodeTarget
 
 HOSTS_FILE = "hosts.toml"
 #: Where the command line looks when ``--dir`` is not given.
@@ -108,6 +109,18 @@ class Catalog:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in host.gpu_ids)
             return LaunchSpec(spec.argv, env)
         return spec
+
+    def node_plans(self, exp: SourcedExperiment) -> list[NodePlan]:
+        """Each node's processes for a multi-node experiment (empty for a single host)."""
+        e = exp.experiment
+        if e.multinode is None:
+            return []
+        targets: list[NodeTarget] = []
+        for rank, name in enumerate(e.nodes):
+            host = self.host(name)
+            draft = self.host_path(exp, e.speculative.draft_model, host) if e.speculative.draft_model else None
+            targets.append(NodeTarget(NodeAddress(rank, name, host.node_address), host.python, self.host_path(exp, e.model, host), draft))
+        return get_adapter(e.engine).node_plans(e, targets)
 
     def baseline_of(self, exp: SourcedExperiment) -> SourcedExperiment | None:
         if not exp.experiment.baseline:
@@ -246,10 +259,11 @@ def _cross_check(cat: Catalog) -> None:
             entry.problems.append(Problem(entry.shown, locate(exp.text, ("name",)), "name", f"duplicate name {e.name!r} (also in {first.shown})"))
         else:
             seen[e.name] = entry
-        if cat.hosts.get(e.host) is None:
+        if not e.hosts and cat.hosts.get(e.host) is None:
             entry.problems.append(
                 Problem(entry.shown, locate(exp.text, ("host",)), "host", f"unknown host {e.host!r} (hosts.toml has: {', '.join(cat.hosts.names())})")
             )
+        entry.problems.extend(_node_problems(cat, entry, exp))
         if e.baseline is not None:
             base = by_name.get(e.baseline)
             line = locate(exp.text, ("baseline",))
@@ -283,6 +297,31 @@ def _other_model(cat: Catalog, base: SourcedExperiment, exp: SourcedExperiment) 
         return f"{path} on {host}" + (f" (from {raw!r})" if raw != path else "")
 
     return f"{said(base, b, bh)}, this one {said(exp, m, mh)}"
+
+
+def _node_problems(cat: Catalog, entry: FileEntry, exp: SourcedExperiment) -> list[Problem]:
+    """A multi-node experiment's hosts exist, and its parallel sizes fit their GPUs."""
+    e = exp.experiment
+    if not e.hosts:
+        return []
+    out: list[Problem] = []
+    line = locate(exp.text, ("hosts",))
+    configs = []
+    for i, name in enumerate(e.hosts):
+        cfg = cat.hosts.get(name)
+        if cfg is None:
+            out.append(Problem(entry.shown, line, f"hosts[{i}]", f"unknown host {name!r} (hosts.toml has: {', '.join(cat.hosts.names())})"))
+        else:
+            configs.append(cfg)
+    world, n = e.parallel.gpus, len(e.hosts)
+    pline = locate(exp.text, ("parallel",))
+    if world % n:
+        out.append(Problem(entry.shown, pline, "parallel", f"tensor x pipeline x data = {world} GPUs does not split evenly over {n} nodes"))
+    elif len(configs) == n:
+        short = [f"{name} has {len(c.gpu_ids or [])}" for c, name in zip(configs, e.hosts) if c.gpu_ids is not None and len(c.gpu_ids) < world // n]
+        if short:
+            out.append(Problem(entry.shown, pline, "parallel", f"{world} GPUs over {n} nodes needs {world // n} per node ({'; '.join(short)} in hosts.toml)"))
+    return out
 
 
 def check(folder: Path | str | None = None, names: list[str] | None = None) -> tuple[Catalog, list[Problem]]:

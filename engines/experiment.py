@@ -110,6 +110,16 @@ class ProbeSettings(Strict):
     auto: bool = True
 
 
+class MultiNode(Strict):
+    """``[multinode]``: which mechanism joins the hosts, and the head's rendezvous ports."""
+
+    backend: Literal["ray", "native"]
+    #: The head's rendezvous port: SGLang's ``--dist-init-addr HEAD:PORT``, vLLM's ``--master-port``.
+    port: Annotated[int, Field(ge=1, le=65535)] = 29500
+    #: The Ray head's GCS port (``ray start --head --port``), for ``backend = "ray"``.
+    ray_port: Annotated[int, Field(ge=1, le=65535)] = 6379
+
+
 class Experiment(Strict):
     """One experiment definition, as written in ``experiments/NAME.toml``."""
 
@@ -128,6 +138,37 @@ class Experiment(Strict):
     env: dict[str, str] = Field(default_factory=dict)
     patches: list[Patch] = Field(default_factory=list)
     probe: ProbeSettings = Field(default_factory=ProbeSettings)
+    #: Several hosts for one server, the head first (``host`` is then the head).
+    hosts: list[str] = Field(default_factory=list)
+    multinode: MultiNode | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _head_is_host(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("hosts"), list) and data["hosts"] and "host" not in data:
+            data = {**data, "host": data["hosts"][0]}
+        return data
+
+    @model_validator(mode="after")
+    def _nodes(self) -> Experiment:
+        if not self.hosts:
+            if self.multinode is not None:
+                raise ValueError("[multinode] needs hosts = [head, worker, ...] (two or more)")
+            return self
+        if len(self.hosts) < 2:
+            raise ValueError("hosts names one host: use host = \"...\" for a single node")
+        if len(set(self.hosts)) != len(self.hosts):
+            raise ValueError("hosts names a host twice")
+        if self.host != self.hosts[0]:
+            raise ValueError(f"host ({self.host}) must be the head, hosts[0] ({self.hosts[0]}), or be left out")
+        if self.multinode is None:
+            raise ValueError('several hosts need [multinode] backend = "ray" or "native"')
+        return self
+
+    @property
+    def nodes(self) -> list[str]:
+        """Every host the experiment runs on, the head first."""
+        return list(self.hosts) or [self.host]
 
     @field_validator("engine_args")
     @classmethod
@@ -180,5 +221,9 @@ class SourcedExperiment(BaseModel):
 
     def identity_hash(self) -> str:
         """A short hash of the definition's content, to tell two versions of a run apart."""
-        blob = json.dumps(self.experiment.model_dump(mode="json"), sort_keys=True).encode()
+        data = self.experiment.model_dump(mode="json")
+        for key in ("hosts", "multinode"):  # added later: absent when unused, so old hashes hold
+            if not data.get(key):
+                data.pop(key, None)
+        blob = json.dumps(data, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:12]

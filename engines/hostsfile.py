@@ -33,10 +33,24 @@ class HostConfig(BaseModel):
     workdir: Annotated[str, Field(min_length=1)] = Field(default_factory=default_workdir)
     gpus: list[Annotated[int, Field(ge=0)]] | Annotated[int, Field(ge=0)] | None = None
     connect_timeout: Annotated[float, Field(gt=0, le=600)] = 10.0
+    #: The address other nodes of a multi-node experiment reach this host at (default: the host
+    #: part of ``ssh``, or 127.0.0.1 for this machine).
+    address: Annotated[str, Field(min_length=1)] | None = None
 
     @property
     def is_local(self) -> bool:
         return self.ssh is None
+
+    @property
+    def node_address(self) -> str:
+        if self.address:
+            return self.address
+        if self.ssh is None:
+            return "127.0.0.1"
+        target = self.ssh.rpartition("@")[2]
+        if target.startswith("["):
+            return target[1:].partition("]")[0]
+        return target.partition(":")[0] if target.count(":") == 1 else target
 
     @property
     def gpu_ids(self) -> list[int] | None:

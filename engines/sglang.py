@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from engines.adapter import ArgValidation, Inexpressible, LaunchSpec, engine_args_problems, render_flags
 from engines.experiment import Experiment
+from engines.multinode import NodePlan, NodeProcess, NodeTarget, multinode_problems, with_env
 from engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
 
 #: SGLang's host-side argument check, run by the host's interpreter (see engines/helpers/validate_args.py).
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
     from engines.drafter.rules import EngineRules, RulesQuery, SourceReader
     from engines.probe.metrics import Acceptance
     from engines.probe.prompts import PromptSet
+
+#: Flags servelab sets per node of a multi-node experiment.
+NODE_FLAGS = ("nnodes", "node-rank", "dist-init-addr")
 
 MANAGED_FLAGS: dict[str, str] = {
     "model-path": "model",
@@ -183,6 +187,7 @@ class SglangAdapter:
 
     def problems(self, exp: Experiment) -> list[Inexpressible]:
         out = engine_args_problems(exp.engine_args, MANAGED_FLAGS)
+        out += multinode_problems(exp, self.multinode_backends, NODE_FLAGS)
         s = exp.speculative
         if s.method == "none":
             return out
@@ -267,6 +272,23 @@ class SglangAdapter:
         from engines.sglang_drafter import read_rules
 
         return await read_rules(read, query)
+
+    # -- several nodes ------------------------------------------------------------------------
+    #: SGLang joins nodes itself (``--nnodes/--node-rank/--dist-init-addr``); it has no Ray mode.
+    multinode_backends = ("native",)
+
+    def node_plans(self, exp: Experiment, targets: list[NodeTarget]) -> list[NodePlan]:
+        """The same command on every node but for ``--node-rank``; only rank 0 answers HTTP."""
+        mn = exp.multinode
+        if mn is None:
+            return []
+        init = f"{targets[0].node.address}:{mn.port}"
+        plans: list[NodePlan] = []
+        for t in targets:
+            tail = ["--nnodes", str(len(targets)), "--node-rank", str(t.node.rank), "--dist-init-addr", init]
+            spec = with_env(self.launch_spec(exp, t.python, t.model, t.draft_model), {}, tail)
+            plans.append(NodePlan(t.node, [NodeProcess("server" if t.node.rank == 0 else "worker", spec, serves=t.node.rank == 0)]))
+        return plans
 
     # -- metrics reading ----------------------------------------------------------------------
     def read_acceptance(self, http: httpx.AsyncClient, exp: Experiment | None, prompts: PromptSet, max_tokens: int) -> SglangAcceptanceWindow:

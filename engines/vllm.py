@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from engines.adapter import ArgValidation, Inexpressible, LaunchSpec, engine_args_problems, render_flags
 from engines.experiment import Experiment
+from engines.multinode import NodePlan, NodeProcess, NodeTarget, multinode_problems, ray_cli, with_env
 from engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
 
 #: vLLM's host-side argument check, run by the host's interpreter (see engines/helpers/validate_args.py).
@@ -37,6 +38,9 @@ MANAGED_FLAGS: dict[str, str] = {
     "enable-expert-parallel": "parallel.expert",
     "speculative-config": "speculative",
 }
+
+#: Flags servelab sets per node of a multi-node experiment.
+NODE_FLAGS = ("nnodes", "node-rank", "master-addr", "master-port", "headless", "distributed-executor-backend")
 
 #: servelab's method names to vLLM's ``method`` values.
 METHODS: dict[str, str] = {
@@ -199,6 +203,7 @@ class VllmAdapter:
     # -- command line -------------------------------------------------------------------------
     def problems(self, exp: Experiment) -> list[Inexpressible]:
         out = engine_args_problems(exp.engine_args, MANAGED_FLAGS)
+        out += multinode_problems(exp, self.multinode_backends, NODE_FLAGS)
         p = exp.parallel
         if p.expert > 1 and p.expert != p.tensor * p.data:
             out.append(
@@ -279,6 +284,35 @@ class VllmAdapter:
         from engines.vllm_drafter import read_rules
 
         return await read_rules(read, query)
+
+    # -- several nodes ------------------------------------------------------------------------
+    #: ``[multinode] backend`` values vLLM has: a Ray cluster, or its own ``--nnodes`` (0.11+).
+    multinode_backends = ("ray", "native")
+
+    def node_plans(self, exp: Experiment, targets: list[NodeTarget]) -> list[NodePlan]:
+        """Ray: ``ray start`` on every node (head first), one server on the head with the Ray
+        executor. Native: the same server on every node with ``--nnodes/--node-rank/--master-addr``,
+        ``--headless`` on all but the head. ``VLLM_HOST_IP`` is each node's own address."""
+        mn = exp.multinode
+        if mn is None:
+            return []
+        head = targets[0].node.address
+        plans: list[NodePlan] = []
+        for t in targets:
+            rank = t.node.rank
+            spec = with_env(self.launch_spec(exp, t.python, t.model, t.draft_model), {"VLLM_HOST_IP": t.node.address})
+            if mn.backend == "ray":
+                ray = [ray_cli(t.python), "start", "--block", "--node-ip-address", t.node.address]
+                ray += ["--head", "--port", str(mn.ray_port)] if rank == 0 else ["--address", f"{head}:{mn.ray_port}"]
+                procs = [NodeProcess("ray-head" if rank == 0 else "ray-worker", LaunchSpec(ray, {"VLLM_HOST_IP": t.node.address}))]
+                if rank == 0:
+                    server = with_env(spec, {"RAY_ADDRESS": f"{head}:{mn.ray_port}"}, ["--distributed-executor-backend", "ray"])
+                    procs.append(NodeProcess("server", server, serves=True))
+            else:
+                tail = ["--nnodes", str(len(targets)), "--node-rank", str(rank), "--master-addr", head, "--master-port", str(mn.port)]
+                procs = [NodeProcess("server" if rank == 0 else "headless", with_env(spec, {}, tail + ([] if rank == 0 else ["--headless"])), serves=rank == 0)]
+            plans.append(NodePlan(t.node, procs))
+        return plans
 
     # -- metrics reading ----------------------------------------------------------------------
     def read_acceptance(self, http: httpx.AsyncClient, exp: Experiment | None, prompts: PromptSet, max_tokens: int) -> VllmCounterWindow:

@@ -89,6 +89,15 @@ def cmd_show(args: argparse.Namespace) -> int:
                     "env": spec.env,
                     "patches": patches,
                     "probe": e.probe.model_dump(),
+                    "nodes": [
+                        {
+                            "rank": plan.node.rank,
+                            "host": plan.node.host,
+                            "address": plan.node.address,
+                            "processes": [{"role": p.role, "argv": p.spec.argv, "env": p.spec.env, "serves": p.serves} for p in plan.processes],
+                        }
+                        for plan in cat.node_plans(exp)
+                    ],
                 },
                 indent=2,
             )
@@ -107,6 +116,14 @@ def cmd_show(args: argparse.Namespace) -> int:
     print("\nenvironment")
     for k, v in spec.env.items():
         print(f"  {k}={shlex.quote(v)}")
+    for plan in cat.node_plans(exp):
+        node = plan.node
+        print(f"\nnode {node.rank} {'(head) ' if node.rank == 0 else ''}{node.host} at {node.address}")
+        for proc in plan.processes:
+            own = {k: v for k, v in proc.spec.env.items() if spec.env.get(k) != v}
+            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in own.items())
+            print(f"  {proc.role}{'  (serves HTTP)' if proc.serves else ''}")
+            print(f"    {(env + ' ') if env else ''}{shlex.join(proc.spec.argv)}")
     print("\npatches" + ("" if patches else "  none"))
     for p in patches:
         print(f"  {p['file']}  sha256 {(p['sha256'] or 'MISSING')[:16]}  {p['description']}")

@@ -1,0 +1,85 @@
+"""Multi-node experiments: one experiment over several hosts, through the engine's own mechanism.
+
+An experiment with ``hosts = ["gpu-a", "gpu-b"]`` (the first is the head) and
+``[multinode] backend = "ray" | "native"`` becomes one :class:`NodePlan` per host: the processes
+that node runs, in the order the mechanism needs them. The adapters render the engine-specific
+part (``EngineAdapter.node_plans``); this module holds the types and the checks that span hosts
+(addresses, GPUs per node), so no engine is special-cased here. ``[multinode]`` itself is
+:class:`engines.experiment.MultiNode`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from engines.adapter import Inexpressible, LaunchSpec
+from engines.experiment import Experiment
+
+@dataclass(frozen=True)
+class NodeAddress:
+    """A node of the experiment: its rank, its hosts.toml name, the address the others reach it at."""
+
+    rank: int
+    host: str
+    address: str
+
+
+@dataclass(frozen=True)
+class NodeTarget:
+    """A node as an adapter renders it: where it is, and its paths as that host sees them."""
+
+    node: NodeAddress
+    python: str
+    model: str
+    draft_model: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeProcess:
+    """One process a node runs. ``serves`` marks the one that answers HTTP (only on the head)."""
+
+    role: str
+    spec: LaunchSpec
+    serves: bool = False
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """What one node runs, in start order."""
+
+    node: NodeAddress
+    processes: list[NodeProcess] = field(default_factory=list)
+
+
+def start_order(plans: list[NodePlan]) -> list[tuple[int, int]]:
+    """``(rank, process index)`` in launch order: every helper daemon first (Ray's head before its
+    workers), then the engine processes with the workers before the head, so the head's server
+    finds its peers waiting."""
+    helpers = [(p.node.rank, i) for p in plans for i, proc in enumerate(p.processes) if proc.role.startswith("ray")]
+    engines_ = [(p.node.rank, i) for p in sorted(plans, key=lambda p: -p.node.rank) for i, proc in enumerate(p.processes) if not proc.role.startswith("ray")]
+    return helpers + engines_
+
+
+def ray_cli(python: str) -> str:
+    """Ray's console script beside the host's interpreter (``/venv/bin/python`` -> ``/venv/bin/ray``)."""
+    head, sep, _ = python.rpartition("/")
+    return f"{head}{sep}ray" if sep else "ray"
+
+
+def with_env(spec: LaunchSpec, extra: dict[str, str], argv_tail: list[str] | None = None) -> LaunchSpec:
+    """``spec`` with more environment and flags (the node's own)."""
+    return LaunchSpec([*spec.argv, *(argv_tail or [])], {**spec.env, **extra})
+
+
+def multinode_problems(exp: Experiment, backends: tuple[str, ...], node_flags: tuple[str, ...]) -> list[Inexpressible]:
+    """A backend this engine lacks, or ``[engine_args]`` setting a flag servelab sets per node."""
+    if exp.multinode is None:
+        return []
+    out: list[Inexpressible] = []
+    if exp.multinode.backend not in backends:
+        out.append(Inexpressible("multinode.backend", f"{exp.multinode.backend!r} is not a multi-node mechanism of this engine (it has: {', '.join(backends)})"))
+    out.extend(
+        Inexpressible(f"engine_args.{key}", "servelab sets this flag on each node of a multi-node experiment")
+        for key in exp.engine_args
+        if key in node_flags
+    )
+    return out
