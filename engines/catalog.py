@@ -324,31 +324,6 @@ def _node_problems(cat: Catalog, entry: FileEntry, exp: SourcedExperiment) -> li
     return out
 
 
-def _node_problems(cat: Catalog, entry: FileEntry, exp: SourcedExperiment) -> list[Problem]:
-    """A multi-node experiment's hosts exist, and its parallel sizes fit their GPUs."""
-    e = exp.experiment
-    if not e.hosts:
-        return []
-    out: list[Problem] = []
-    line = locate(exp.text, ("hosts",))
-    configs = []
-    for i, name in enumerate(e.hosts):
-        cfg = cat.hosts.get(name)
-        if cfg is None:
-            out.append(Problem(entry.shown, line, f"hosts[{i}]", f"unknown host {name!r} (hosts.toml has: {', '.join(cat.hosts.names())})"))
-        else:
-            configs.append(cfg)
-    world, n = e.parallel.gpus, len(e.hosts)
-    pline = locate(exp.text, ("parallel",))
-    if world % n:
-        out.append(Problem(entry.shown, pline, "parallel", f"tensor x pipeline x data = {world} GPUs does not split evenly over {n} nodes"))
-    elif len(configs) == n:
-        short = [f"{name} has {len(c.gpu_ids or [])}" for c, name in zip(configs, e.hosts) if c.gpu_ids is not None and len(c.gpu_ids) < world // n]
-        if short:
-            out.append(Problem(entry.shown, pline, "parallel", f"{world} GPUs over {n} nodes needs {world // n} per node ({'; '.join(short)} in hosts.toml)"))
-    return out
-
-
 def check(folder: Path | str | None = None, names: list[str] | None = None) -> tuple[Catalog, list[Problem]]:
     """All problems of the folder, or of the named experiments (plus hosts.toml)."""
     cat = load_catalog(folder)
