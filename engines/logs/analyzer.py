@@ -444,8 +444,7 @@ class LogAnalyzer:
         """Complete physical lines (``text`` ends with a newline), the first maybe already begun."""
         if "\x1b" in text:
             text = _ANSI_TEXT.sub("", text)
-        if "\r\n" in text:
-            text = text.replace("\r\n", "\n")
+        # CRLF needs no pass of its own: a line ending in "\r" is read as its segments, the last empty
         hits = self._pre.line_starts(text)
         bulk_from = (0, self._number) if self._bulk else None
         h = 0
@@ -477,7 +476,7 @@ class LogAnalyzer:
                 pos = end + 1
             else:
                 self._hdr = None
-                self._segment(line, h < nh and hits[h] == pos)
+                self._segment(line, h < nh and hits[h] == pos, True)
                 self._end_physical()
                 pos = end + 1
                 if self._hdr is not None and self._open_tb and not self._eager:
@@ -498,19 +497,24 @@ class LogAnalyzer:
         find per needle locates them; each is only kept, to be parsed if it is still among the newest
         at snapshot time. A needle counts at a segment's start or after a header (``] ``, ``) ``)."""
         find = text.find
+        rfind = text.rfind
         at: list[int] = []
         for needle in self._figure_needles:
-            i = find(needle, start)
+            # from the end: only the newest SERIES_POINTS of a chunk can still be in a series
+            kept = 0
+            i = rfind(needle, start)
+            back = len(needle) - 1
             while i != -1:
                 c = text[i - 2 : i] if i - 2 >= start else ""
                 if i == start or text[i - 1] in "\n\r" or c == "] " or c == ") ":
                     at.append(i)
-                i = find(needle, i + 1)
+                    kept += 1
+                    if kept == SERIES_POINTS:
+                        break
+                i = rfind(needle, start, i + back)
         if not at:
             return
-        if len(self._figure_needles) > 1:
-            at.sort()
-        rfind = text.rfind
+        at.sort()
         count = text.count
         seen = -1
         last = start
@@ -620,11 +624,12 @@ class LogAnalyzer:
             self._tb.expire(self._number - 1)
         return end
 
-    def _segment(self, seg: str, known: bool = False) -> None:
+    def _segment(self, seg: str, known: bool = False, scanned: bool = False) -> None:
         """One \\r-segment (or a whole line) of the current physical line.
 
-        Read when it matches the prefilter (``known``: the chunk scan said so), while every line is
-        read (the log's head), or while a traceback is open (unless it is another process's line).
+        Read when it matches the prefilter (``known``: the chunk scan said so; ``scanned``: the chunk
+        scan looked at this whole line), while every line is read (the log's head), or while a
+        traceback is open (unless it is another process's line).
         """
         if not seg:
             return
@@ -637,15 +642,21 @@ class LogAnalyzer:
                 return
             # route it as the tracker would: a line no open traceback would take, and that matches
             # nothing else, changes nothing
+            if scanned and seg[:1] == "(":
+                # another process's line is told from its prefix alone (what parse_header reads first)
+                close = seg.find(") ")
+                k = seg.find(" pid=", 1, close) if close != -1 else -1
+                if k != -1 and seg[1:k] not in self._open_tb:
+                    return
             hdr = self._parse(seg.strip("`") if seg[:1] == "`" else seg)
             process = hdr[0]
             owner = self._tb.raw_owner
             if not process and owner is not None and not hdr[2]:
                 process = owner
-            if process not in self._open_tb and not self._pre.matches(seg):
+            if process not in self._open_tb and (scanned or not self._pre.matches(seg)):
                 return
             self._line(self._number, seg, hdr)
-        elif self._pre.matches(seg):
+        elif not scanned and self._pre.matches(seg):
             self._line(self._number, seg)
 
     def _end_physical(self) -> None:
@@ -979,11 +990,13 @@ def analyze_bytes(data: bytes, engine: str | None = None) -> Analysis:
     return an.snapshot()
 
 
-CHUNK = 1 << 20
+#: Bytes read at a time: big enough that a long serving log's figures lines are mostly found and
+#: dropped in C (only a chunk's newest can stay in a series), small enough to keep memory flat.
+CHUNK = 8 << 20
 
 
 def analyze_file(path: str | Path, engine: str | None = None) -> Analysis:
-    """Post-mortem of a saved log, read in 1 MiB chunks (memory does not grow with the file)."""
+    """Post-mortem of a saved log, read in CHUNK-sized pieces (memory does not grow with the file)."""
     p = Path(path)
     with p.open("rb") as f:
         head = f.read(65536)
