@@ -45,6 +45,13 @@ _LINK_ERRORS: tuple[type[BaseException], ...] = (
     BrokenPipeError,
     EOFError,
 )
+#: Wraps every remote command: pid on stderr's first line, a token in the environment, then the argv itself.
+_MARK = 'printf "%s\\n" "$$" >&2; SERVELAB_CALL="$1"; export SERVELAB_CALL; shift; exec "$@"'
+#: Stops an interrupted command: only the process that carries the token, and its process group.
+_STOP = (
+    'tr "\\000" "\\n" < "/proc/$1/environ" 2>/dev/null | grep -qx "SERVELAB_CALL=$2" || exit 0; '
+    'kill -TERM -- "-$1" 2>/dev/null || kill -TERM "$1"'
+)
 #: Refusals that retrying cannot fix.
 _FINAL_ERRORS: tuple[type[BaseException], ...] = (asyncssh.HostKeyNotVerifiable, asyncssh.PermissionDenied)
 
@@ -201,7 +208,10 @@ class SshHost:
         if cwd is not None:
             # A constant script; the directory and argv arrive as positional parameters, literally.
             words = ["sh", "-c", 'cd -- "$1" && shift && exec "$@"', "sh", cwd, *words]
-        command = shlex.join(words)
+        # A constant script: it says its pid on stderr's first line and marks its environment with a
+        # token, so an interrupted command (Ctrl-C, timeout) can be stopped on the host, and only it.
+        token = secrets.token_hex(8)
+        command = shlex.join(["sh", "-c", _MARK, "sh", token, *words])
         for delay in self._backoff:
             if delay:
                 await asyncio.sleep(delay)
@@ -211,10 +221,19 @@ class SshHost:
             except _LINK_ERRORS:
                 self._lost()
                 continue  # the command never started: safe to try on a new connection
+            pid = ""
             try:
-                out, err = await asyncio.wait_for(proc.communicate(input), timeout)
-            except (asyncio.TimeoutError, TimeoutError):
+                async with asyncio.timeout(timeout):
+                    pid = bytes(await proc.stderr.readline()).decode("ascii", "replace").strip()
+                    out, err = await proc.communicate(input)
+            except (asyncio.TimeoutError, TimeoutError, asyncio.CancelledError):
+                # Timed out, or the user interrupted (Ctrl-C): what servelab started on the host must
+                # not run on. Closing the channel alone leaves the remote process running.
+                if not pid.isdigit():  # interrupted before the pid line arrived: it is on its way
+                    pid = await _first_line(proc)
                 proc.close()
+                if pid.isdigit():
+                    await self._stop_remote(conn, pid, token)
                 raise
             except _LINK_ERRORS as exc:
                 self._lost()
@@ -224,6 +243,14 @@ class SshHost:
                 status = 128 + 9 if proc.exit_signal is None else 128 + _signal_number(proc.exit_signal[0])
             return Completed(list(argv), status, bytes(out or b""), bytes(err or b""))
         raise HostUnreachable(f"{self.name} ({self.config.ssh}): cannot open a channel")
+
+    async def _stop_remote(self, conn: asyncssh.SSHClientConnection, pid: str, token: str) -> None:
+        """SIGTERM to an interrupted command's process group, if that process still carries our token."""
+        try:
+            async with asyncio.timeout(5.0):
+                await conn.run(shlex.join(["sh", "-c", _STOP, "sh", pid, token]), check=False)
+        except (asyncio.TimeoutError, TimeoutError, asyncio.CancelledError, OSError, asyncssh.Error):
+            pass  # the link is gone too: nothing more can be done from here
 
     # -- files (SFTP) ---------------------------------------------------------------------------
     async def read_bytes(self, path: str, offset: int = 0, limit: int | None = None) -> bytes:
@@ -314,6 +341,14 @@ class SshHost:
                 await asyncio.wait_for(conn.wait_closed(), 5)
             except (asyncio.TimeoutError, TimeoutError):
                 pass
+
+
+async def _first_line(proc: asyncssh.SSHClientProcess[bytes]) -> str:
+    try:
+        async with asyncio.timeout(2.0):
+            return bytes(await proc.stderr.readline()).decode("ascii", "replace").strip()
+    except (asyncio.TimeoutError, TimeoutError, OSError, asyncssh.Error):
+        return ""
 
 
 def _signal_number(name: str) -> int:
