@@ -553,8 +553,14 @@ class LogAnalyzer:
             head = len(line) - len(msg)
             at = line.find(ts)
             key = (line[:at], line[at + 14 : head])
+        elif process:
+            # a raw traceback behind a process prefix ("(EngineCore pid=7)   File ..."): multiprocessing's re-print
+            if ts or b.process != process or line[:1] != "(" or b.raw:
+                return pos
+            head = len(line) - len(msg)
+            key = (line[:head], "")
         else:
-            if process or ts or b.process != (self._tb.raw_owner or ""):
+            if ts or b.process != (self._tb.raw_owner or ""):
                 return pos
             head = 0
             key = ("", "")
@@ -565,7 +571,7 @@ class LogAnalyzer:
             if level:
                 one = re.escape(key[0]) + r"(\d\d-\d\d \d\d:\d\d:\d\d)" + re.escape(key[1]) + r"[ \t][^\n\r]*\n"
             else:
-                one = r"()[ \t][^\n\r]*\n"
+                one = re.escape(key[0]) + r"()[ \t][^\n\r]*\n"
             rx = self._run_rx[key] = re.compile("(?:" + one + ")+")
         m = rx.match(text, pos)
         if m is None:
