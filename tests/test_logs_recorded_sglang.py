@@ -25,6 +25,11 @@ CASES: dict[str, tuple[str, str, int, str | None, dict[str, str], str | None]] =
     "sglang-cpu-bad-speculative-algorithm.log": (
         "ValueError", "Unknown speculative algorithm name: EAGLE9", 29, "speculative/spec_info.py:65 in from_string", {"process": "failed", "weights": "pending"}, None,
     ),
+    "sglang-cpu-missing-model.log": (
+        # the first exception of the chain (the hub id check), not transformers' OSError re-raise after it
+        "huggingface_hub.errors.HFValidationError", "'/nonexistent/models/tiny-llama'", 17, "utils/_validators.py:133 in validate_repo_id",
+        {"process": "failed", "weights": "pending"}, "does not exist on the host",
+    ),
     "sglang-cpu-port-in-use.log": (
         # uvicorn's bind error, not the SIGQUIT cleanup after the stop (SGLang hangs after it: stopped by hand)
         "OSError", "[Errno 98] error while attempting to bind on address ('127.0.0.1', 8792): address already in use", 59, None,
