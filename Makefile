@@ -45,7 +45,7 @@ $(ENGINE_STAMP):
 # locally, sglang without its CUDA dependencies, the ones that import on CPU at sglang's own pins
 # (read from its wheel's METADATA), torchvision with its two op schemas declared, and
 # FakeSglKernel standing in for sgl_kernel, the native module no CPU wheel provides.
-# About 5 min and 3.2 GB. See envs/sglang/ and ../shared/notes/sglang-on-cpu.md.
+# About 4-5 min and 3.3 GB. See envs/sglang/ and ../shared/notes/sglang-on-cpu.md.
 sglang-engine: $(SGLANG_STAMP)
 $(SGLANG_STAMP): $(SGLANG_ENV_FILES)
 	test -x $(SGLANG_VENV)/bin/python || $(PY) -m venv $(SGLANG_VENV)

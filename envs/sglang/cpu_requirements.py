@@ -13,9 +13,10 @@ import re
 import sys
 from importlib.metadata import requires
 
-# Names as they appear in sglang's Requires-Dist, normalised (PEP 503).
+# Names as they appear in sglang's Requires-Dist, normalised (PEP 503). datasets: sglang.bench_serving
+# imports it at module load (for MMMU), and the probe is checked against bench_serving.
 CPU_IMPORTABLE = {
-    "aiohttp", "anthropic", "apache-tvm-ffi", "blobfile", "compressed-tensors", "distro", "easydict",
+    "aiohttp", "anthropic", "apache-tvm-ffi", "blobfile", "compressed-tensors", "datasets", "distro", "easydict",
     "einops", "fastapi", "gguf", "interegular", "ipython", "llguidance", "mistral-common", "msgspec",
     "numba", "numpy", "nvidia-ml-py", "openai", "openai-harmony", "orjson", "packaging",
     "partial-json-parser", "pillow", "prometheus-client", "psutil", "pybase64", "pydantic",
