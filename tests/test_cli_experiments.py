@@ -91,7 +91,9 @@ def test_check_warns_of_paths_that_will_not_work_on_their_host(tmp_path: Path) -
     model = next(line for line in lines if "remote.toml" in line)
     assert ":3: model: warning: '../.models/tiny-llama' is relative, and host gpubox is reached over SSH (gpubox)" in model
     assert "from the SSH login directory (preflight's checks) and from the run's folder /data/servelab/runs/<run>" in model
-    assert len(lines) == 2
+    sglang = next(line for line in lines if "hosts.local-sglang.python" in line)  # the SGLang environment's host, also relative
+    assert f"warning: {tmp_path / '.venv-sglang' / 'bin' / 'python'} does not exist on this machine" in sglang
+    assert len(lines) == 3
 
 
 def test_check_compares_baseline_models_as_their_host_sees_them(tmp_path: Path) -> None:
