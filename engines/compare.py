@@ -19,7 +19,7 @@ import io
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from engines.errors import ServelabError
@@ -88,6 +88,8 @@ class Speedup:
     band: float | None = None
     baseline_run: str | None = None
     reason: str = ""
+    #: Set when the baseline ran on another host than the run (chosen with ``--baseline-run``).
+    cross_host: str = ""
 
     @property
     def verdict(self) -> str | None:
@@ -263,7 +265,8 @@ def verdict(columns: Sequence[tuple[str, dict[str, Any]]], speedups: dict[str, S
                 f"speedup {sp.value:.2f}x, noise band {low:.2f}-{high:.2f}x, is neither above {HELPS_ABOVE:.2f}x "
                 f"nor below {HURTS_BELOW:.2f}x beyond the band"
             )
-        lines.append(f"{run}: speculation {str(v).upper()} vs {sp.baseline_run}: {rule}{acc_txt}")
+        caveat = f"; CAVEAT: {sp.cross_host}, so hardware and load may differ" if sp.cross_host else ""
+        lines.append(f"{run}: speculation {str(v).upper()} vs {sp.baseline_run}: {rule}{acc_txt}{caveat}")
         unstable = [r for r, summ in ((run, s),) if "output_throughput" in (summ.get("unstable") or [])]
         if unstable:
             lines.append(f"{run}: output tok/s is unstable (MAD > 10 % of median): repeat the probe before deciding")
@@ -369,15 +372,27 @@ def render(comp: Comparison, fmt: str = "table", diff_only: bool = False) -> str
 
 
 # -- from the runs' folders -----------------------------------------------------------------------
-async def baseline_speedup(runs: Runs, run_id: str, summary: dict[str, Any]) -> Speedup | None:
-    """Speedup against the baseline experiment's latest probed run with the same prompts and settings."""
+async def baseline_speedup(runs: Runs, run_id: str, summary: dict[str, Any], baseline_run: str | None = None) -> Speedup | None:
+    """Speedup against the baseline experiment's latest probed run on the same host with the same
+    prompts and settings, or against ``baseline_run`` when the user chose one (any host: the verdict
+    then carries the cross-host caveat). A refusal says where it looked and what it found."""
     from engines.probe.artifacts import load_probe
 
+    host = (summary.get("identity") or {}).get("host")
+    if baseline_run is not None:
+        probe = await load_probe(runs, baseline_run)
+        if probe is None:
+            raise ServelabError(f"baseline run {baseline_run} has no probe results (run 'servelab probe {baseline_run}' while it serves)")
+        sp = speedup(summary, probe, baseline_run)
+        base_host = (probe.get("identity") or {}).get("host")
+        if host and base_host and base_host != host:
+            sp = replace(sp, cross_host=f"baseline {baseline_run} ran on {base_host}, this run on {host}")
+        return sp
     base_exp = summary.get("baseline_experiment") or (summary.get("identity") or {}).get("baseline")
     if not base_exp:
         return None
-    host = (summary.get("identity") or {}).get("host")
-    listed = await runs.list(host if host in runs.catalog.hosts.names() else None)
+    same_host = host if host in runs.catalog.hosts.names() else None
+    listed = await runs.list(same_host)
     candidates = sorted((r for r in listed if r.experiment == base_exp), key=lambda r: (r.started_at, r.id), reverse=True)
     first_reason = ""
     for rec in candidates:
@@ -389,11 +404,26 @@ async def baseline_speedup(runs: Runs, run_id: str, summary: dict[str, Any]) -> 
             return sp
         first_reason = first_reason or sp.reason
     if first_reason:
-        return Speedup(None, reason=first_reason + f" (no probed run of {base_exp} with the same prompts and settings)")
-    return Speedup(None, reason=f"refused: no probed run of baseline experiment {base_exp}")
+        return Speedup(None, reason=first_reason + f" (no probed run of {base_exp} with the same prompts and settings on {host})")
+    where = f" on {same_host}" if same_host else ""
+    elsewhere: dict[str, str] = {}
+    if same_host is not None:  # say what the other hosts hold, so the user can choose one knowingly
+        for rec in sorted((r for r in await runs.list() if r.experiment == base_exp and r.host != same_host), key=lambda r: (r.started_at, r.id), reverse=True):
+            if rec.host not in elsewhere and await load_probe(runs, rec.id) is not None:
+                elsewhere[rec.host] = rec.id
+    down = f"; {', '.join(sorted(runs.unreachable))} could not be asked" if runs.unreachable else ""
+    if elsewhere:
+        found = ", ".join(f"{h} ({r})" for h, r in sorted(elsewhere.items()))
+        pick = next(iter(elsewhere.values()))
+        return Speedup(
+            None,
+            reason=f"baseline {base_exp} has a probed run on {found}, not on {same_host}; speedups compare runs on the same host "
+            f"(choose one anyway with --baseline-run {pick}){down}",
+        )
+    return Speedup(None, reason=f"refused: no probed run of baseline experiment {base_exp}{where} (looked on {', '.join(runs.catalog.hosts.names()) if not same_host else same_host}){down}")
 
 
-async def compare_runs(runs: Runs, run_ids: Sequence[str]) -> Comparison:
+async def compare_runs(runs: Runs, run_ids: Sequence[str], baseline_run: str | None = None) -> Comparison:
     """Load every run's probe.json and build the comparison."""
     from engines.probe.artifacts import load_probe
 
@@ -407,7 +437,9 @@ async def compare_runs(runs: Runs, run_ids: Sequence[str]) -> Comparison:
         columns.append((run_id, probe))
     speedups: dict[str, Speedup] = {}
     for run_id, summary in columns:
-        sp = await baseline_speedup(runs, run_id, summary)
+        if run_id == baseline_run:
+            continue
+        sp = await baseline_speedup(runs, run_id, summary, baseline_run)
         if sp is not None:
             speedups[run_id] = sp
     comp = build(columns, speedups)

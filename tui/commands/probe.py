@@ -37,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("runs", nargs="+", metavar="RUN")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.add_argument("--diff-only", action="store_true", help="identity rows only where the runs differ")
+    p.add_argument("--baseline-run", metavar="RUN", help="measure speedups against this probed run (any host; the verdict marks a cross-host pair)")
     p.set_defaults(func=cmd_compare)
 
 
@@ -93,7 +94,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     async def body(runs: Runs) -> str:
-        comp = await compare_runs(runs, args.runs)
+        comp = await compare_runs(runs, args.runs, baseline_run=args.baseline_run)
         return render(comp, args.format, diff_only=args.diff_only)
 
     out = _run(args, body)
