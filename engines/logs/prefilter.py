@@ -15,7 +15,9 @@ from collections.abc import Iterable
 
 __all__ = ["Prefilter"]
 
-_EXC = r"[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure)\b"
+#: An exception-like word: the whole dotted word is taken at once (possessive, no backtracking over
+#: it at every line start), then its ending is checked.
+_EXC = r"[A-Za-z_](?:\w|\.(?=\w))*+(?:(?<=Error)|(?<=Exception)|(?<=Exit)|(?<=Interrupt)|(?<=Failure))\b"
 
 
 def _trie_alternation(needles: Iterable[str]) -> str:
