@@ -71,6 +71,13 @@ while time.monotonic() < end:
 """
 
 
+def cpu_s(pid: int | str = "self") -> float:
+    """CPU seconds (user + system) a process has used: a figure the machine's load does not inflate."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mb(pid: int | str = "self") -> float:
     with open(f"/proc/{pid}/status") as f:
         for row in f:
@@ -172,7 +179,7 @@ async def measure(args: argparse.Namespace, tmp: Path, rss_start: float) -> None
     samples: list[tuple[int, float, float]] = []
     marker = last_marker(args.lines)
     async with app.run_test(size=(160, 45)) as pilot:
-        t_open = time.perf_counter()
+        t_open, cpu_open = time.perf_counter(), cpu_s()
         await app.push_screen(RunScreen(run_id))
         screen = app.screen
         view = screen.query_one(LogView)
@@ -188,7 +195,7 @@ async def measure(args: argparse.Namespace, tmp: Path, rss_start: float) -> None
             await asyncio.sleep(0.005)
         while not fully_indexed(screen, args.lines) and time.perf_counter() - t_open < 300:
             await asyncio.sleep(0.02)
-        t_full = time.perf_counter() - t_open
+        t_full, cpu_opening = time.perf_counter() - t_open, cpu_s() - cpu_open
         view = screen.query_one(LogView)
         for name in ("action_scroll_up", "action_bottom"):
             original = getattr(view, name)
@@ -207,6 +214,7 @@ async def measure(args: argparse.Namespace, tmp: Path, rss_start: float) -> None
             while analysed() < screen.index.size and time.perf_counter() - t_open < 300:
                 await asyncio.sleep(0.05)
             print(f"analysis caught up after {time.perf_counter() - t_open:.2f} s (in the ingest worker)")
+        print(f"CPU to open and index: dashboard process {cpu_opening:.2f} s")
         print(f"spool {screen.index.size / 1e6:.0f} MB, RSS {rss_mb():.0f} MB (started at {rss_start:.0f} MB)"
               + (f", ingest worker RSS {rss_mb(worker):.0f} MB" if worker else ""))
         go.touch()
@@ -217,6 +225,7 @@ async def measure(args: argparse.Namespace, tmp: Path, rss_start: float) -> None
             profiler = cProfile.Profile()
             profiler.enable()
         grow_start = time.perf_counter()
+        cpu_start = (cpu_s(), cpu_s(worker) if worker else 0.0)
         key = "k"
         while time.perf_counter() - grow_start < args.seconds - 1:
             before_frames, before_acted = len(frames), len(acted)
@@ -235,6 +244,8 @@ async def measure(args: argparse.Namespace, tmp: Path, rss_start: float) -> None
             key = "G" if key == "k" else "k"
             await asyncio.sleep(0.2)
         follow_ok = view.follow or key == "G"
+        grown_s = time.perf_counter() - grow_start
+        cpu_ui, cpu_worker = cpu_s() - cpu_start[0], (cpu_s(worker) - cpu_start[1]) if worker else 0.0
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(args.profile)
@@ -252,7 +263,12 @@ async def measure(args: argparse.Namespace, tmp: Path, rss_start: float) -> None
         growth += f" ({(m1 - m0) / per:+.2f} MB per 100k lines, target < 2 MB; texts stay in the spool)"
         if worker:
             growth += f"; ingest worker {w0:.0f} -> {w1:.0f} MB ({(w1 - w0) / per:+.2f} MB per 100k lines)"
+        half_lines, half_mb, _ = samples[len(samples) // 2]
+        if l1 - half_lines >= 10_000:  # caches (strips, texts) fill early on and then stay bounded
+            growth += f"; second half {(m1 - half_mb) / ((l1 - half_lines) / 100_000):+.2f} MB per 100k lines"
     print(growth)
+    print(f"CPU while growing: dashboard process {cpu_ui / grown_s * 100:.0f}% of a core (incl. this bench's key loop)"
+          + (f", ingest worker {cpu_worker / grown_s * 100:.0f}%" if worker else ""))
     print(f"following at the end: {follow_ok}")
 
 

@@ -36,8 +36,10 @@ from tui.widgets.line_index import Classified, LineClassifier, LineIndex
 
 #: Bytes the worker classifies or analyses between two looks at its input.
 BLOCK = 1 << 20
-#: Seconds between two analysis snapshots (one costs ~15 ms to make and ~12 ms to unpickle).
-SNAPSHOT_EVERY_S = 0.5
+#: Seconds between two analysis snapshots while the log grows (one costs ~15 ms to make and
+#: ~12 ms to unpickle); once no byte came for ``SNAPSHOT_QUIET_S``, the latest goes at once.
+SNAPSHOT_EVERY_S = 1.0
+SNAPSHOT_QUIET_S = 0.2
 #: Seconds between two updates of the screen from the ingest (new rows, kinds, analysis): a
 #: following view repaints at most this often, so keys find the UI thread free.
 UPDATE_EVERY_S = 0.1
@@ -278,12 +280,15 @@ class _Worker:
         self.marks: list[tuple[Any, ...]] = []
         self.dirty = False
         self.last_snapshot = 0.0
+        self.last_data = 0.0
 
     def handle(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
         if kind == "open":
             self.fd = os.open(message[1], os.O_RDONLY)
         elif kind == "grow":
+            if message[2] > self.size:
+                self.last_data = time.monotonic()
             self.complete, self.size = max(self.complete, message[1]), max(self.size, message[2])
         elif kind == "engine":
             self.analyzer = _make_analyzer(message[1])
@@ -301,7 +306,8 @@ class _Worker:
         if self.analysed < self.size or self.marks:
             return 0.0
         if self.dirty:
-            return max(self.last_snapshot + SNAPSHOT_EVERY_S - time.monotonic(), 0.0)
+            due = min(self.last_snapshot + SNAPSHOT_EVERY_S, self.last_data + SNAPSHOT_QUIET_S)
+            return max(due - time.monotonic(), 0.0)
         return None
 
     def step(self) -> None:
@@ -332,8 +338,10 @@ class _Worker:
                     analyzer.finish()
             self.marks.clear()
             self._snapshot()  # the end of a run shows at once
-        elif self.dirty and time.monotonic() - self.last_snapshot >= SNAPSHOT_EVERY_S:
-            self._snapshot()
+        elif self.dirty:
+            now = time.monotonic()
+            if now - self.last_snapshot >= SNAPSHOT_EVERY_S or (self.analysed >= self.size and now - self.last_data >= SNAPSHOT_QUIET_S):
+                self._snapshot()
 
     def _snapshot(self) -> None:
         assert self.analyzer is not None
