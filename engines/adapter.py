@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from engines.experiment import Experiment
     from engines.logs.grammar import LogGrammar
     from engines.multinode import NodePlan, NodeTarget
-    from engines.probe.metrics import AcceptanceWindow
+    from engines.probe.metrics import AcceptanceWindow, LatencyHistograms
     from engines.probe.prompts import PromptSet
 
 #: Modules that each define ``ADAPTER``. One line per engine.
@@ -90,6 +90,8 @@ class EngineAdapter(Protocol):
     grammar: LogGrammar
     #: The ``[engine_args]`` key that sets the maximum context length (the drafter checks compare it).
     max_len_arg: str
+    #: The server's own TTFT / inter-token latency histograms in ``/metrics`` (None: it has none).
+    latency_histograms: LatencyHistograms | None
 
     def problems(self, exp: Experiment) -> list[Inexpressible]:
         """Settings of ``exp`` this engine cannot express."""

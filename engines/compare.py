@@ -192,6 +192,11 @@ METRIC_ROWS: tuple[tuple[str, str, int, float], ...] = (
     ("TPOT p99 (ms)", "p99_tpot_ms", 2, 1.0),
     ("TTFT p50 (ms)", "median_ttft_ms", 1, 1.0),
     ("TTFT p99 (ms)", "p99_ttft_ms", 1, 1.0),
+    # The same window by source: the probe's timed client, then the server's own histograms.
+    ("TTFT mean, probe (ms)", "mean_ttft_ms", 1, 1.0),
+    ("TTFT mean, server histogram (ms)", "server_mean_ttft_ms", 1, 1.0),
+    ("TPOT mean, probe (ms)", "mean_tpot_ms", 2, 1.0),
+    ("ITL mean, server histogram (ms)", "server_mean_itl_ms", 2, 1.0),
     ("ITL per chunk p50 (ms)", "median_itl_ms", 2, 1.0),
     ("tokens per chunk", "mean_tokens_per_chunk", 2, 1.0),
     ("requests ended by EOS", "eos_fraction", 2, 1.0),
@@ -226,6 +231,8 @@ def build(columns: Sequence[tuple[str, dict[str, Any]]], speedups: dict[str, Spe
         per_cat = [((s.get("per_category") or {}).get(cat) or {}).get("tokens_per_chunk") for s in sums]
         rows.append(Row(f"tokens/chunk: {cat}", [_fmt(v) for v in per_cat], "metric"))
     rows.append(Row("acceptance source", [_fmt(s.get("acceptance_source")) for s in sums], "metric"))
+    rows.append(Row("probe latency source", [_fmt(s.get("latency_source")) for s in sums], "metric"))
+    rows.append(Row("server latency source", [_fmt(s.get("server_latency_source")) for s in sums], "metric"))
     sp_vals = []
     for run in runs:
         sp = speedups.get(run)

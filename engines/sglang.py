@@ -15,6 +15,7 @@ from engines.adapter import ArgValidation, Inexpressible, LaunchSpec, engine_arg
 from engines.experiment import Experiment
 from engines.multinode import NodePlan, NodeProcess, NodeTarget, multinode_problems, with_env
 from engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
+from engines.probe.metrics import LatencyHistograms
 
 #: SGLang's host-side argument check, run by the host's interpreter (see engines/helpers/validate_args.py).
 ARGCHECK = Path(__file__).with_name("sglang_argcheck.py")
@@ -159,6 +160,8 @@ class SglangAdapter:
 
     name = "sglang"
     package = "sglang"
+    #: Its own TTFT / inter-token histograms, shown beside the probe's figures.
+    latency_histograms = LatencyHistograms("sglang:time_to_first_token_seconds", "sglang:inter_token_latency_seconds")
     log_signatures = (
         "sglang.launch_server",
         "sglang.srt",

@@ -16,6 +16,7 @@ from engines.adapter import ArgValidation, Inexpressible, LaunchSpec, engine_arg
 from engines.experiment import Experiment
 from engines.multinode import NodePlan, NodeProcess, NodeTarget, multinode_problems, ray_cli, with_env
 from engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
+from engines.probe.metrics import LatencyHistograms
 
 #: vLLM's host-side argument check, run by the host's interpreter (see engines/helpers/validate_args.py).
 ARGCHECK = Path(__file__).with_name("vllm_argcheck.py")
@@ -183,6 +184,8 @@ class VllmAdapter:
 
     name = "vllm"
     package = "vllm"
+    #: Its own TTFT / inter-token histograms, shown beside the probe's figures.
+    latency_histograms = LatencyHistograms("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds")
     log_signatures = (
         "vllm.entrypoints",
         "vLLM API server version",

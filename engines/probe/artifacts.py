@@ -19,6 +19,7 @@ from engines.errors import ServelabError
 from engines.experiment import Experiment
 from engines.probe.prompts import load as load_prompts
 from engines.probe.runner import ProbeResult, ProbeSettingsView, Progress, run_probe
+from engines.probe.timer import HostTimer
 
 if TYPE_CHECKING:
     from engines.runs import RunRecord, Runs
@@ -109,6 +110,9 @@ async def probe_run(runs: Runs, run_id: str, *, progress: Progress | None = None
     prompts = load_prompts(settings.prompts, base=runs.catalog.folder)
     ident = identity(exp, rec, await gpu_names(runs, rec.host))
     base_url = await runs.base_url(run_id)
+    # The timed requests are sent from the server's own host, never through the tunnel.
+    host = runs.host(rec.host)
+    timer = HostTimer(host, host.config.python, f"http://127.0.0.1:{rec.port}")
     result = await run_probe(
         base_url,
         prompts,
@@ -119,6 +123,7 @@ async def probe_run(runs: Runs, run_id: str, *, progress: Progress | None = None
         label=run_id,
         ready_timeout_s=ready_timeout_s,
         progress=progress,
+        timer=timer,
     )
     # Stage timings are final once the server is ready, so read them after the probe.
     after = await runs.status(run_id)

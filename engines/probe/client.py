@@ -1,7 +1,13 @@
 """One streamed chat completion, timed the way ``vllm bench serve`` times it.
 
-- TTFT: first SSE message carrying ``choices``; E2E: the last such message (the trailing
-  usage-only message does not count).
+- TTFT: the first SSE message carrying ``choices``; E2E: the last such message (the trailing
+  usage-only message does not count). vLLM and SGLang write the role-only opening message in the
+  same engine step as the first token (the kernel receives both in one read), so stopping the
+  clock there is the first token's time and keeps the figure comparable with ``vllm bench serve``.
+  An empty delta without the role (a byte-level token that is not yet a whole UTF-8 character)
+  still counts as a step.
+- Times are the kernel's receive times where the timer has them (``engines/helpers/timed_client.py``),
+  else when the line was read.
 - Output tokens come from the server's ``usage`` (``stream_options.include_usage``), never from
   counting chunks: with speculative decoding one chunk can carry several accepted tokens.
 - TPOT = (E2E - TTFT) / (n - 1) from those token counts; the per-chunk gaps are kept separately
@@ -66,70 +72,77 @@ def chat_body(model: str, prompt: Prompt, max_tokens: int, extra: Mapping[str, A
     return body
 
 
-async def stream_chat(
-    http: httpx.AsyncClient,
-    model: str,
-    prompt: Prompt,
-    max_tokens: int,
-    extra: Mapping[str, Any] | None = None,
-) -> RequestResult:
-    """Send one streamed chat completion and time it; errors are recorded, never raised."""
-    res = RequestResult(prompt_id=prompt.id, category=prompt.category)
-    body = chat_body(model, prompt, max_tokens, extra)
-    res.start = start = time.perf_counter()
+#: One SSE ``data:`` line as the timer saw it: (ms since the request was sent, ms by the kernel's
+#: receive time or None, the line). The kernel time, where there is one, is what the figures use.
+Event = tuple[float, float | None, str]
+
+
+def _event_ms(event: Event) -> float:
+    return event[1] if event[1] is not None else event[0]
+
+
+def _is_step(choice: Mapping[str, Any]) -> bool:
+    """Whether a choice message is an engine step's output, not only the role-only opening message.
+
+    A message without the role but with empty content is a step: a byte-level token that is not
+    yet a whole UTF-8 character is held back, yet the step happened.
+    """
+    delta = choice.get("delta") or {}
+    return "role" not in delta or bool(delta.get("content")) or bool(choice.get("finish_reason"))
+
+
+def result_from_events(prompt: Prompt, events: list[Event], *, start: float = 0.0, error: str | None = None) -> RequestResult:
+    """The figures of one streamed request from its timed ``data:`` lines (both timers share this).
+
+    TTFT stops at the first message with choices, E2E at the last one; content chunks count engine
+    steps (see :func:`_is_step`). Errors are recorded, never raised.
+    """
+    res = RequestResult(prompt_id=prompt.id, category=prompt.category, start=start)
+    if error is not None:
+        res.error = error
+        return res
     last_choice_at: float | None = None
     pieces: list[str] = []
-    try:
-        async with http.stream("POST", "/v1/chat/completions", json=body) as resp:
-            if resp.status_code != 200:
-                detail = (await resp.aread()).decode(errors="replace")[:300]
-                res.error = f"HTTP {resp.status_code}: {' '.join(detail.split())}"
-                return res
-            async for line in resp.aiter_lines():
-                now = time.perf_counter()
-                if not line.startswith("data:"):
-                    continue  # blank separators and ':' keep-alive comments
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                try:
-                    payload = json.loads(data)
-                except json.JSONDecodeError:
-                    res.error = f"unparsable stream message: {data[:120]}"
-                    return res
-                if payload.get("error"):
-                    res.error = f"server error: {payload['error']}"
-                    return res
-                choices = payload.get("choices") or []
-                if choices:
-                    if res.ttft_ms is None:
-                        res.ttft_ms = (now - start) * 1000.0
-                    elif last_choice_at is not None:
-                        res.chunk_itl_ms.append((now - last_choice_at) * 1000.0)
-                    last_choice_at = now
-                    choice = choices[0]
-                    delta = choice.get("delta") or {}
-                    content = delta.get("content") or ""
-                    if "role" not in delta or content:
-                        # One message per engine step: a byte-level tokenizer can hold back
-                        # partial characters (empty content), but the step still happened.
-                        res.content_chunks += 1
-                    pieces.append(content)
-                    if choice.get("finish_reason"):
-                        res.finish_reason = choice["finish_reason"]
-                usage = payload.get("usage")
-                if usage:
-                    res.output_tokens = int(usage.get("completion_tokens") or 0)
-                    res.prompt_tokens = usage.get("prompt_tokens")
-                res.last_payload = payload
-    except httpx.HTTPError as exc:
-        res.error = f"{type(exc).__name__}: {exc}"
-        return res
+    for event in events:
+        now = _event_ms(event)
+        data = event[2][5:].strip()
+        if data == "[DONE]":
+            break
+        try:
+            payload = json.loads(data)
+        except json.JSONDecodeError:
+            res.error = f"unparsable stream message: {data[:120]}"
+            return res
+        if not isinstance(payload, dict):
+            res.error = f"unexpected stream message: {data[:120]}"
+            return res
+        if payload.get("error"):
+            res.error = f"server error: {payload['error']}"
+            return res
+        choices = payload.get("choices") or []
+        if choices:
+            choice = choices[0]
+            if res.ttft_ms is None:
+                res.ttft_ms = now
+            elif last_choice_at is not None:
+                res.chunk_itl_ms.append(now - last_choice_at)
+            last_choice_at = now
+            if _is_step(choice):
+                res.content_chunks += 1
+            delta = choice.get("delta") or {}
+            pieces.append(delta.get("content") or "")
+            if choice.get("finish_reason"):
+                res.finish_reason = choice["finish_reason"]
+        usage = payload.get("usage")
+        if usage:
+            res.output_tokens = int(usage.get("completion_tokens") or 0)
+            res.prompt_tokens = usage.get("prompt_tokens")
+        res.last_payload = payload
     res.text = "".join(pieces)
     if res.ttft_ms is None or last_choice_at is None:
         res.error = "stream ended without any choice"
         return res
-    res.e2el_ms = (last_choice_at - start) * 1000.0
+    res.e2el_ms = last_choice_at
     if res.output_tokens <= 0:
         res.error = "server reported no usage.completion_tokens (stream_options.include_usage unsupported?)"
         return res
@@ -140,3 +153,30 @@ async def stream_chat(
     res.eos = res.finish_reason == "stop"
     res.ok = True
     return res
+
+
+async def stream_chat(
+    http: httpx.AsyncClient,
+    model: str,
+    prompt: Prompt,
+    max_tokens: int,
+    extra: Mapping[str, Any] | None = None,
+) -> RequestResult:
+    """One streamed chat completion from servelab's own loop (readiness, warm-up); errors are recorded.
+
+    Timed repeats go through :mod:`engines.probe.timer` instead, off this loop.
+    """
+    body = chat_body(model, prompt, max_tokens, extra)
+    events: list[Event] = []
+    start = time.perf_counter()
+    try:
+        async with http.stream("POST", "/v1/chat/completions", json=body) as resp:
+            if resp.status_code != 200:
+                detail = (await resp.aread()).decode(errors="replace")[:300]
+                return result_from_events(prompt, [], start=start, error=f"HTTP {resp.status_code}: {' '.join(detail.split())}")
+            async for line in resp.aiter_lines():
+                if line.startswith("data:"):  # blank separators and ':' keep-alive comments are skipped
+                    events.append(((time.perf_counter() - start) * 1000.0, None, line))
+    except httpx.HTTPError as exc:
+        return result_from_events(prompt, [], start=start, error=f"{type(exc).__name__}: {exc}")
+    return result_from_events(prompt, events, start=start)

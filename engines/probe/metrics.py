@@ -95,3 +95,57 @@ class NoAcceptance:
 
     async def finish(self) -> Acceptance | None:
         return None
+
+
+@dataclass(frozen=True)
+class LatencyHistograms:
+    """The names of an engine's own latency histograms in ``/metrics`` (seconds, Prometheus)."""
+
+    ttft: str
+    itl: str
+
+
+@dataclass(frozen=True)
+class ServerLatency:
+    """Mean TTFT and inter-token latency by the server's histograms over one window (sum/count deltas).
+
+    A figure is None when the server does not expose that histogram or counted nothing meanwhile.
+    """
+
+    source: str
+    requests: float | None
+    mean_ttft_ms: float | None
+    mean_itl_ms: float | None
+
+
+def histogram_totals(text: str, names: Iterable[str]) -> dict[str, tuple[float, float]]:
+    """``{histogram: (sum, count)}`` over all label sets, read with prometheus_client's parser."""
+    wanted = set(names)
+    out: dict[str, tuple[float, float]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name not in wanted or family.type != "histogram":
+            continue
+        total, count = 0.0, 0.0
+        for sample in family.samples:
+            if sample.name == family.name + "_sum":
+                total += float(sample.value)
+            elif sample.name == family.name + "_count":
+                count += float(sample.value)
+        out[family.name] = (total, count)
+    return out
+
+
+def latency_between(hist: LatencyHistograms, before: str, after: str) -> ServerLatency:
+    """The server's mean TTFT and ITL over the window between two ``/metrics`` scrapes."""
+    a = histogram_totals(before, (hist.ttft, hist.itl))
+    b = histogram_totals(after, (hist.ttft, hist.itl))
+
+    def mean_ms(name: str) -> tuple[float | None, float | None]:
+        if name not in a or name not in b:
+            return None, None
+        count = b[name][1] - a[name][1]
+        return ((b[name][0] - a[name][0]) / count * 1000.0 if count > 0 else None), count
+
+    ttft, requests = mean_ms(hist.ttft)
+    itl, _ = mean_ms(hist.itl)
+    return ServerLatency(f"server /metrics histograms {hist.ttft}, {hist.itl} (sum/count delta over the timed requests)", requests, ttft, itl)

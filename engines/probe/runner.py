@@ -2,7 +2,10 @@
 
 Results use ``vllm bench serve``'s key names where they overlap (``output_throughput``,
 ``mean_tpot_ms``, ``spec_decode_acceptance_rate`` in percent, ``spec_decode_acceptance_length``,
-per-position rates as fractions ...), so a probe file can be read next to a bench file. Every
+per-position rates as fractions ...), so a probe file can be read next to a bench file. The
+server's own histograms over the same window sit beside them as ``server_mean_ttft_ms`` and
+``server_mean_itl_ms`` (``server_latency_source`` names them; ``latency_source`` says where the
+probe's own times come from). Every
 top-level figure is the median over repeats; ``stats`` holds median, MAD and the unstable flag,
 ``per_repeat`` the raw repeat aggregates. ``*_itl_ms`` are per streamed chunk, not per token.
 """
@@ -20,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from engines.errors import ServelabError
-from engines.probe.client import RequestResult, stream_chat
-from engines.probe.metrics import Acceptance, AcceptanceWindow, NoAcceptance
+from engines.probe.client import RequestResult, chat_body, result_from_events, stream_chat
+from engines.probe.metrics import Acceptance, AcceptanceWindow, LatencyHistograms, NoAcceptance, ServerLatency, latency_between
 from engines.probe.prompts import Prompt, PromptSet
 from engines.probe.stats import mean, median, percentile, summarise
+from engines.probe.timer import RequestTimer, local_timer
 
 if TYPE_CHECKING:
     from engines.adapter import EngineAdapter
@@ -42,6 +46,7 @@ REPEAT_FIGURES: tuple[str, ...] = (
     "mean_tokens_per_chunk", "eos_fraction",
     "spec_decode_acceptance_rate", "spec_decode_acceptance_length",
     "spec_decode_num_drafts", "spec_decode_draft_tokens", "spec_decode_accepted_tokens",
+    "server_mean_ttft_ms", "server_mean_itl_ms", "server_requests",
 )
 
 Progress = Callable[[str], None]
@@ -140,16 +145,39 @@ async def engine_version(http: httpx.AsyncClient) -> str | None:
 
 
 # -- one repeat -----------------------------------------------------------------------------------
-async def _send_all(
-    http: httpx.AsyncClient, model: str, prompts: PromptSet, max_tokens: int, concurrency: int, extra: dict[str, Any]
-) -> list[RequestResult]:
-    sem = asyncio.Semaphore(concurrency)
+async def _time_repeat(
+    timer: RequestTimer, model: str, prompts: PromptSet, max_tokens: int, concurrency: int, extra: dict[str, Any], timeout_s: float
+) -> tuple[list[RequestResult], float, bool]:
+    """One repeat's requests, sent and timed by ``timer`` (off this event loop), as results; and
+    whether every time is the kernel's receive time."""
+    bodies = [chat_body(model, p, max_tokens, extra) for p in prompts.prompts]
+    batch = await timer.time_batch(bodies, concurrency, timeout_s)
+    results = [
+        result_from_events(p, rec.events, start=rec.start_s, error=rec.error)
+        for p, rec in zip(prompts.prompts, batch.records, strict=True)
+    ]
+    return results, batch.duration_s, all(rec.kernel_stamps for rec in batch.records)
 
-    async def one(p: Prompt) -> RequestResult:
-        async with sem:
-            return await stream_chat(http, model, p, max_tokens, extra)
 
-    return list(await asyncio.gather(*(one(p) for p in prompts.prompts)))
+async def _scrape_metrics(http: httpx.AsyncClient) -> str | None:
+    """``/metrics`` as text, or None when the server has none (the figures are then absent)."""
+    try:
+        r = await http.get("/metrics")
+    except httpx.HTTPError:
+        return None
+    return r.text if r.status_code == 200 else None
+
+
+def server_figures(latency: ServerLatency | None) -> dict[str, Any]:
+    """The server's own figures for one repeat, under names that say so."""
+    if latency is None:
+        return {}
+    return {
+        "server_mean_ttft_ms": _finite(latency.mean_ttft_ms),
+        "server_mean_itl_ms": _finite(latency.mean_itl_ms),
+        "server_requests": latency.requests,
+        "server_latency_source": latency.source,
+    }
 
 
 def aggregate(results: list[RequestResult], duration: float, acceptance: Acceptance | None) -> dict[str, Any]:
@@ -242,10 +270,14 @@ async def run_probe(
     ready_timeout_s: float = 600.0,
     request_timeout_s: float = 300.0,
     progress: Progress | None = None,
+    timer: RequestTimer | None = None,
 ) -> ProbeResult:
-    """Probe a running server. ``adapter`` reads acceptance the engine's way (None: no acceptance)."""
+    """Probe a running server. ``adapter`` reads acceptance and the server's latency histograms the
+    engine's way (None: neither). ``timer`` sends the timed requests (default: a separate process on
+    this machine against ``base_url``; over SSH, ``probe_run`` runs it on the server's host)."""
+    timer = timer or local_timer(base_url)
     try:
-        return await _run_probe(base_url, prompts, settings, adapter, experiment, identity, label, ready_timeout_s, request_timeout_s, progress)
+        return await _run_probe(base_url, prompts, settings, adapter, experiment, identity, label, ready_timeout_s, request_timeout_s, progress, timer)
     except httpx.HTTPError as exc:
         raise ServelabError(f"probe of {base_url} failed: {type(exc).__name__}: {' '.join(str(exc).split())}") from None
 
@@ -261,8 +293,10 @@ async def _run_probe(
     ready_timeout_s: float,
     request_timeout_s: float,
     progress: Progress | None,
+    timer: RequestTimer,
 ) -> ProbeResult:
     say = progress or (lambda _msg: None)
+    hist: LatencyHistograms | None = adapter.latency_histograms if adapter is not None else None
     timeout = httpx.Timeout(request_timeout_s, connect=10.0)
     async with httpx.AsyncClient(base_url=base_url, timeout=timeout, trust_env=False) as http:
         model = await wait_ready(http, ready_timeout_s, say)
@@ -274,6 +308,7 @@ async def _run_probe(
                 raise ServelabError(f"warm-up request failed: {warm.error}")
         repeats: list[dict[str, Any]] = []
         rows: list[dict[str, Any]] = []
+        kernel_clock = True
         for rep in range(settings.repeats):
             window: AcceptanceWindow = (
                 adapter.read_acceptance(http, experiment, prompts, settings.max_tokens)
@@ -282,20 +317,22 @@ async def _run_probe(
             )
             await window.start()
             extra = window.request_fields()
-            t0 = time.perf_counter()
-            results = await _send_all(http, model, prompts, settings.max_tokens, settings.concurrency, extra)
-            duration = time.perf_counter() - t0
+            before = await _scrape_metrics(http) if hist is not None else None
+            results, duration, kernel = await _time_repeat(timer, model, prompts, settings.max_tokens, settings.concurrency, extra, request_timeout_s)
+            after = await _scrape_metrics(http) if before is not None else None
+            kernel_clock = kernel_clock and kernel
             for res in results:
                 if res.ok:
                     window.note(res.last_payload)
             acceptance = await window.finish()
             agg = aggregate(results, duration, acceptance)
+            latency = latency_between(hist, before, after) if hist is not None and before is not None and after is not None else None
+            agg.update(server_figures(latency))
             agg["repeat"] = rep
             repeats.append(agg)
             for res in results:
                 row = res.record()
                 row["repeat"] = rep
-                row["start"] = row["start"] - t0
                 rows.append(row)
             failed = [r for r in results if not r.ok]
             say(
@@ -327,6 +364,8 @@ async def _run_probe(
         "prompt_set": prompts.name,
         "prompt_set_hash": prompts.hash,
         "itl_is_per_chunk": True,
+        "latency_source": f"{timer.where}; " + ("kernel receive time of each stream message" if kernel_clock else "time each stream message was read"),
+        "server_latency_source": next((r["server_latency_source"] for r in repeats if r.get("server_latency_source")), None),
         **combine(repeats),
         "per_category": per_category(rows),
         "per_repeat": repeats,

@@ -1,0 +1,230 @@
+"""Timed streamed requests sent from the host itself (standard library only), like ``vllm bench serve``.
+
+servelab's probe sends its timed requests from here, on the host that runs the server, so the
+figures do not depend on an SSH tunnel (which coalesces chunks) or on whatever else runs in
+servelab's own event loop (a dashboard, log following). Nothing else runs in this process while a
+request is timed: one blocking socket per request, one thread per concurrent slot.
+
+stdin: ``{"url": "http://127.0.0.1:PORT", "path": "/v1/chat/completions", "bodies": [{...}, ...],
+"concurrency": 1, "timeout": 300}``. stdout, last line: ``{"duration_s": ..., "records": [...]}``
+with one record per body, in order: ``start_s`` (from the batch start), ``status``, ``error``,
+``events`` = ``[[user_ms, kernel_ms, text], ...]`` per SSE ``data:`` line, where ``user_ms`` is when
+this script had the whole line and ``kernel_ms`` when the kernel received its last byte
+(SO_TIMESTAMPNS; null where the kernel does not say). Both count from the moment the request was
+about to be written. servelab turns the events into figures (engines/probe/client.py) so both
+routes share one timing rule.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import sys
+import threading
+import time
+from urllib.parse import urlsplit
+
+if sys.path and sys.path[0] in ("", "."):
+    del sys.path[0]  # `python -c` puts the working folder first: never import from it
+
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux value; absent on some builds
+SCM_TIMESTAMPNS = SO_TIMESTAMPNS
+RECV_SIZE = 65536
+
+
+class _Reader:
+    """Bytes from a socket with the kernel's receive time of the latest read."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.kernel_stamps = True
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        except OSError:
+            self.kernel_stamps = False
+        self.last_kernel: float | None = None
+
+    def recv(self) -> bytes:
+        if not self.kernel_stamps:
+            self.last_kernel = None
+            return self.sock.recv(RECV_SIZE)
+        data, anc, _flags, _addr = self.sock.recvmsg(RECV_SIZE, socket.CMSG_SPACE(16))
+        self.last_kernel = None
+        for level, kind, raw in anc:
+            if level == socket.SOL_SOCKET and kind == SCM_TIMESTAMPNS and len(raw) >= 16:
+                sec, nsec = struct.unpack("qq", raw[:16])
+                self.last_kernel = sec + nsec / 1e9
+        return data
+
+
+def _clock_pair() -> tuple[float, float]:
+    """(wall clock, perf_counter) read together, so kernel (wall) times convert to the request's clock."""
+    best = (0.0, 0.0, float("inf"))
+    for _ in range(5):
+        a = time.time()
+        t = time.perf_counter()
+        b = time.time()
+        if b - a < best[2]:
+            best = ((a + b) / 2, t, b - a)
+        if b - a < 20e-6:
+            break
+    return best[0], best[1]
+
+
+def _request_bytes(host: str, port: int, path: str, body: dict) -> bytes:
+    payload = json.dumps(body).encode("utf-8")
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"Accept: text/event-stream\r\nContent-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + payload
+
+
+def timed_request(url: str, path: str, body: dict, timeout: float, batch_t0: float) -> dict:
+    """Send one request and time each SSE data line; errors are recorded, never raised."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    rec: dict = {"start_s": 0.0, "status": None, "error": None, "events": [], "kernel_stamps": False}
+    wire = _request_bytes(host, port, path, body)
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout)
+    except OSError as exc:
+        rec["error"] = f"cannot connect to {host}:{port}: {exc}"
+        return rec
+    with sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        reader = _Reader(sock)
+        rec["kernel_stamps"] = reader.kernel_stamps
+        wall0, t0 = _clock_pair()
+        rec["start_s"] = t0 - batch_t0
+        try:
+            sock.sendall(wire)
+            _read_response(reader, rec, t0, wall0)
+        except (OSError, ValueError) as exc:
+            rec["error"] = f"{type(exc).__name__}: {exc}"
+    return rec
+
+
+def _read_response(reader: _Reader, rec: dict, t0: float, wall0: float) -> None:
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        data = reader.recv()
+        if not data:
+            raise ValueError("connection closed before the response headers")
+        buf += data
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    try:
+        rec["status"] = int(lines[0].split()[1])
+    except (IndexError, ValueError):
+        raise ValueError(f"not an HTTP response: {lines[0][:80]!r}") from None
+    headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
+    chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+    body = _Body(chunked)
+    text = b""
+    events = rec["events"]
+    pending = rest
+    while True:
+        if pending:
+            text += body.feed(pending)
+            pending = b""
+            while b"\n" in text:
+                line, _, text = text.partition(b"\n")
+                if line.startswith(b"data:"):
+                    user_ms = (time.perf_counter() - t0) * 1000.0
+                    k = reader.last_kernel
+                    kernel_ms = (k - wall0) * 1000.0 if k is not None else None
+                    events.append([user_ms, kernel_ms, line.decode("utf-8", "replace").rstrip("\r")])
+        if body.done:
+            break
+        data = reader.recv()
+        if not data:
+            break
+        pending = data
+    if rec["status"] != 200:
+        rec["error"] = f"HTTP {rec['status']}: {' '.join((body.raw + text).decode('utf-8', 'replace').split())[:300]}"
+
+
+class _Body:
+    """Undo HTTP/1.1 chunked transfer coding incrementally (or pass bytes through)."""
+
+    def __init__(self, chunked: bool) -> None:
+        self.chunked = chunked
+        self.done = False
+        self.raw = b""
+        self._buf = b""
+        self._left = -1  # bytes left in the current chunk; -1: expecting a size line
+
+    def feed(self, data: bytes) -> bytes:
+        if not self.chunked:
+            self.raw += data[:300] if len(self.raw) < 300 else b""
+            return data
+        self._buf += data
+        out = b""
+        while self._buf and not self.done:
+            if self._left < 0:
+                if b"\r\n" not in self._buf:
+                    break
+                size_line, _, self._buf = self._buf.partition(b"\r\n")
+                size = int(size_line.split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    self.done = True
+                    break
+                self._left = size
+            take = self._buf[: self._left]
+            out += take
+            self._buf = self._buf[len(take):]
+            self._left -= len(take)
+            if self._left == 0:
+                if len(self._buf) < 2:
+                    self._left = 0
+                    break
+                self._buf = self._buf[2:]  # the CRLF after each chunk
+                self._left = -1
+        if len(self.raw) < 300:
+            self.raw += out[:300]
+        return out
+
+
+def run(request: dict) -> dict:
+    url, path = str(request["url"]), str(request.get("path", "/v1/chat/completions"))
+    bodies = list(request["bodies"])
+    timeout = float(request.get("timeout", 300.0))
+    slots = max(1, int(request.get("concurrency", 1)))
+    records: list = [None] * len(bodies)
+    lock = threading.Lock()
+    todo = iter(range(len(bodies)))
+    t0 = time.perf_counter()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                i = next(todo, None)
+            if i is None:
+                return
+            try:
+                records[i] = timed_request(url, path, bodies[i], timeout, t0)
+            except Exception as exc:  # one bad request must not lose the others' records
+                records[i] = {"start_s": 0.0, "status": None, "error": f"{type(exc).__name__}: {exc}", "events": [], "kernel_stamps": False}
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(slots, len(bodies)) or 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {"duration_s": time.perf_counter() - t0, "records": records}
+
+
+def main() -> int:
+    try:
+        request = json.loads(sys.stdin.read())
+    except ValueError as exc:
+        print(json.dumps({"error": f"bad request on stdin: {exc}"}))
+        return 2
+    print(json.dumps(run(request)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

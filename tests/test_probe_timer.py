@@ -1,0 +1,96 @@
+"""The host-side timed client against a real local HTTP server, and the timing rule on its events."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from engines.errors import ServelabError
+from engines.probe.client import result_from_events
+from engines.probe.prompts import Prompt
+from engines.probe.timer import local_timer, parse_answer
+from tests.fixtures.engine import free_port
+
+PROMPT = Prompt("p", "math", ({"role": "user", "content": "hi"},))
+GAP_S = 0.03
+
+
+def sse(obj: object) -> bytes:
+    return f"data: {json.dumps(obj)}\n\n".encode()
+
+
+def chunk(delta: dict[str, str], finish: str | None = None) -> bytes:
+    return sse({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+
+
+class SlowStream(BaseHTTPRequestHandler):
+    """A chunked SSE stream: role + first token at once, then one token every GAP_S, then usage."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+    def _send(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self._send(chunk({"role": "assistant", "content": ""}) + chunk({"content": "a"}))
+        for piece in ("", "b", "c"):  # "" : a byte token held back, still a step
+            time.sleep(GAP_S)
+            self._send(chunk({"content": piece}))
+        self._send(chunk({"content": ""}, "length"))
+        self._send(sse({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 5}}) + b"data: [DONE]\n\n")
+        self.wfile.write(b"0\r\n\r\n")
+
+
+@pytest.fixture
+def slow_server() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SlowStream)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def test_timed_client_stamps_each_message_with_the_kernel_clock(slow_server: str) -> None:
+    batch = await local_timer(slow_server, sys.executable).time_batch([{"model": "m"}, {"model": "m"}], 2, 10)
+    assert len(batch.records) == 2 and batch.duration_s >= 3 * GAP_S
+    rec = batch.records[0]
+    assert rec.error is None and rec.kernel_stamps
+    assert len(rec.events) == 8  # role, a, "", b, c, finish, usage, [DONE]
+    assert all(k is not None and 0 <= k <= u + 1 for u, k, _ in rec.events)
+    res = result_from_events(PROMPT, rec.events, start=rec.start_s)
+    assert res.ok and res.output_tokens == 5
+    assert res.content_chunks == 5  # the role-only opening message is not a step; the empty delta is
+    assert res.ttft_ms is not None and res.ttft_ms < GAP_S * 1000
+    assert res.tpot_ms == pytest.approx(3 * GAP_S * 1000 / 4, rel=0.5)
+
+
+async def test_failures_are_recorded_per_request_not_raised() -> None:
+    batch = await local_timer(f"http://127.0.0.1:{free_port()}", sys.executable).time_batch([{}], 1, 5)
+    assert batch.records[0].error and "cannot connect" in batch.records[0].error
+    assert not result_from_events(PROMPT, batch.records[0].events, error=batch.records[0].error).ok
+    batch = await local_timer("http://127.0.0.1:99999", sys.executable).time_batch([{}, {}], 2, 5)
+    assert all(r.error and "port out of range" in r.error.lower() for r in batch.records)
+
+
+def test_a_malformed_helper_answer_is_one_line() -> None:
+    with pytest.raises(ServelabError, match="answered 1 records for 2 requests"):
+        parse_answer({"records": [{}]}, 2, "box")
+    with pytest.raises(ServelabError, match="bad request"):
+        parse_answer({"error": "bad request on stdin"}, 1, "box")
