@@ -23,6 +23,7 @@ import struct
 import sys
 import threading
 import time
+from typing import Any
 from urllib.parse import urlsplit
 
 if sys.path and sys.path[0] in ("", "."):
@@ -72,7 +73,7 @@ def _clock_pair() -> tuple[float, float]:
     return best[0], best[1]
 
 
-def _request_bytes(host: str, port: int, path: str, body: dict) -> bytes:
+def _request_bytes(host: str, port: int, path: str, body: dict[str, Any]) -> bytes:
     payload = json.dumps(body).encode("utf-8")
     head = (
         f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
@@ -81,11 +82,11 @@ def _request_bytes(host: str, port: int, path: str, body: dict) -> bytes:
     return head.encode("ascii") + payload
 
 
-def timed_request(url: str, path: str, body: dict, timeout: float, batch_t0: float) -> dict:
+def timed_request(url: str, path: str, body: dict[str, Any], timeout: float, batch_t0: float) -> dict[str, Any]:
     """Send one request and time each SSE data line; errors are recorded, never raised."""
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
-    rec: dict = {"start_s": 0.0, "status": None, "error": None, "events": [], "kernel_stamps": False}
+    rec: dict[str, Any] = {"start_s": 0.0, "status": None, "error": None, "events": [], "kernel_stamps": False}
     wire = _request_bytes(host, port, path, body)
     try:
         sock = socket.create_connection((host, port), timeout=timeout)
@@ -106,7 +107,7 @@ def timed_request(url: str, path: str, body: dict, timeout: float, batch_t0: flo
     return rec
 
 
-def _read_response(reader: _Reader, rec: dict, t0: float, wall0: float) -> None:
+def _read_response(reader: _Reader, rec: dict[str, Any], t0: float, wall0: float) -> None:
     buf = b""
     while b"\r\n\r\n" not in buf:
         data = reader.recv()
@@ -187,12 +188,12 @@ class _Body:
         return out
 
 
-def run(request: dict) -> dict:
+def run(request: dict[str, Any]) -> dict[str, Any]:
     url, path = str(request["url"]), str(request.get("path", "/v1/chat/completions"))
     bodies = list(request["bodies"])
     timeout = float(request.get("timeout", 300.0))
     slots = max(1, int(request.get("concurrency", 1)))
-    records: list = [None] * len(bodies)
+    records: list[dict[str, Any] | None] = [None] * len(bodies)
     lock = threading.Lock()
     todo = iter(range(len(bodies)))
     t0 = time.perf_counter()
