@@ -11,7 +11,9 @@ those requests:
 
 - ``before``: the old probe client, httpx in servelab's own event loop, through the route's URL;
 - ``after``: ``run_probe`` as servelab runs it now (timed client on the server's host);
-- ``plain``: a plain httpx client on the host (tests/fixtures/engine.py), no servelab code.
+- ``plain``: a plain httpx client on the host (tests/fixtures/engine.py), no servelab code;
+- ``on the wire``: the ``after`` requests themselves, by a passive capture of the loopback
+  interface (``WireTap``, needs root).
 
 Then the evidence for where the rest of the gap lies: single requests sent by
 ``engines/helpers/timed_client.py`` with the kernel's receive time of the first and last stream
@@ -42,7 +44,7 @@ from engines.probe.client import chat_body, stream_chat  # noqa: E402
 from engines.probe.metrics import LatencyHistograms, histogram_totals  # noqa: E402
 from engines.probe.runner import ProbeSettingsView, run_probe  # noqa: E402
 from engines.probe.timer import HostTimer, RequestTimer, local_timer  # noqa: E402
-from tests.fixtures.engine import plain_stream, start_tiny, stop_group  # noqa: E402
+from tests.fixtures.engine import WireTap, plain_stream, start_tiny, stop_group  # noqa: E402
 from tests.fixtures.sshd import start_sshd  # noqa: E402
 
 ENGINE_PYTHON = REPO / ".venv-engine" / "bin" / "python"
@@ -79,8 +81,16 @@ async def measure(route: str, url: str, host_url: str, timer: RequestTimer, ps: 
     ttft, tpot = await before_client(url, ps, max_tokens)
     b = await scrape(host_url)
     rows.append((route, "before (httpx in servelab's loop)", ttft, mean_ms(a, b, HIST.ttft), tpot, mean_ms(a, b, HIST.itl)))
-    s = (await run_probe(url, ps, ProbeSettingsView(max_tokens=max_tokens, concurrency=1, repeats=1, warmup=1), adapter=get_adapter("vllm"), timer=timer)).summary
+    tap = WireTap(int(host_url.rsplit(":", 1)[1]))
+    try:
+        s = (await run_probe(url, ps, ProbeSettingsView(max_tokens=max_tokens, concurrency=1, repeats=1, warmup=1), adapter=get_adapter("vllm"), timer=timer)).summary
+        await asyncio.sleep(0.5)
+        figs = [f for f in (r.figures() for r in tap.requests()[-len(ps):]) if f is not None]
+    finally:
+        tap.close()
     rows.append((route, "after (servelab probe)", s["mean_ttft_ms"], s["server_mean_ttft_ms"], s["mean_tpot_ms"], s["server_mean_itl_ms"]))
+    rows.append((route, "  the same requests on the wire", mean([f[0] for f in figs]), s["server_mean_ttft_ms"],
+                 mean([(f[1] - f[0]) / max(1, f[2] - 1) for f in figs]), s["server_mean_itl_ms"]))
     a = await scrape(host_url)
     seen = await asyncio.to_thread(plain_stream, host_url, [chat_body("tiny-llama", p, max_tokens) for p in ps.prompts])
     b = await scrape(host_url)
@@ -122,7 +132,7 @@ async def main_async(args: argparse.Namespace, server_url: str, server_port: int
             print(f"round {rnd + 1} done (load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at its start)", flush=True)
         print(f"\n{len(ps)} prompts ({ps.name}), max_tokens {args.max_tokens}, concurrency 1, {args.rounds} rounds; "
               f"load average now {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
-        print(f"| route | client | probe TTFT (ms) | server TTFT (ms) | probe TPOT (ms) | server ITL (ms) |\n|---|---|---|---|---|---|")
+        print("| route | client | probe TTFT (ms) | server TTFT (ms) | probe TPOT (ms) | server ITL (ms) |\n|---|---|---|---|---|---|")
         for route, client, ttft, sttft, tpot, sitl in rows:
             print(f"| {route} | {client} | {ttft:.1f} | {sttft:.1f} | {tpot:.2f} | {sitl:.2f} |")
         await evidence(server_url, ps, args.max_tokens)

@@ -82,6 +82,14 @@ def cmd_probe(args: argparse.Namespace) -> int:
             print(f"  {label:<22} {text}")
         if s.get("spec_decode_per_position_acceptance_rates"):
             print("  per-position           " + " ".join(f"{v:.2f}" for v in s["spec_decode_per_position_acceptance_rates"]))
+        if s.get("server_mean_ttft_ms") is not None or s.get("server_mean_itl_ms") is not None:
+            def ms(key: str, digits: int) -> str:
+                return "-" if s.get(key) is None else f"{s[key]:.{digits}f}"
+
+            print(f"  TTFT mean probe/server {ms('mean_ttft_ms', 1)} / {ms('server_mean_ttft_ms', 1)}  (server: its own histogram)")
+            print(f"  TPOT/ITL probe/server  {ms('mean_tpot_ms', 2)} / {ms('server_mean_itl_ms', 2)}")
+        if s.get("latency_source"):
+            print(f"  times from             {s['latency_source']}")
         if s.get("acceptance_source"):
             print(f"  acceptance from        {s['acceptance_source']}")
         elif s.get("acceptance"):
