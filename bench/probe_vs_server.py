@@ -15,9 +15,9 @@ those requests:
 - ``on the wire``: the ``after`` requests themselves, by a passive capture of the loopback
   interface (``WireTap``, needs root).
 
-Then the evidence for where the rest of the gap lies: single requests sent by
-``engines/helpers/timed_client.py`` with the kernel's receive time of the first and last stream
-message, beside the server's own TTFT and end-to-end latency for that one request.
+Then, for where the rest of the gap lies: single requests sent by
+``engines/helpers/timed_client.py`` with the client's (kernel receive) time of the first and last
+stream message beside the same request on the wire and the server's own TTFT / E2E for it.
 """
 
 from __future__ import annotations
@@ -102,16 +102,23 @@ async def evidence(url: str, ps: prompt_sets.PromptSet, max_tokens: int) -> None
     """Per request: when the kernel received the stream vs when the server says it made the tokens."""
     timer = local_timer(url, str(ENGINE_PYTHON))
     print("\nper request, one request per /metrics window (ms from sending it):")
-    print(f"  {'prompt':<15} {'msgs':>5} {'1st msg kernel':>15} {'last msg kernel':>16} {'spread':>8} {'server TTFT':>12} {'server E2E':>11} {'server ITL':>11}")
-    for p in ps.prompts[:6]:
-        a = await scrape(url)
-        batch = await timer.time_batch([chat_body("tiny-llama", p, max_tokens)], 1, 120)
-        b = await scrape(url)
-        ev = [e for e in batch.records[0].events if '"choices":[{' in e[2]]
-        k = [e[1] if e[1] is not None else e[0] for e in ev]
-        print(f"  {p.id:<15} {len(ev):>5} {k[0]:>15.1f} {k[-1]:>16.1f} {k[-1] - k[0]:>8.2f} "
-              f"{mean_ms(a, b, HIST.ttft):>12.1f} {mean_ms(a, b, E2E):>11.1f} {mean_ms(a, b, HIST.itl):>11.2f}")
-    print("  (a first message received after the server's own E2E means the server held the whole stream)")
+    print(f"  {'prompt':<15} {'msgs':>5} {'client 1st':>11} {'client last':>12} {'wire 1st':>9} {'wire last':>10} {'server TTFT':>12} {'server E2E':>11}")
+    tap = WireTap(int(url.rsplit(":", 1)[1]))
+    try:
+        for p in ps.prompts[:6]:
+            a = await scrape(url)
+            batch = await timer.time_batch([chat_body("tiny-llama", p, max_tokens)], 1, 120)
+            b = await scrape(url)
+            await asyncio.sleep(0.3)
+            wire = tap.requests()[-1].figures() or (float("nan"), float("nan"), 0)
+            ev = [e for e in batch.records[0].events if '"choices":[{' in e[2]]
+            k = [e[1] if e[1] is not None else e[0] for e in ev]
+            print(f"  {p.id:<15} {len(ev):>5} {k[0]:>11.1f} {k[-1]:>12.1f} {wire[0]:>9.1f} {wire[1]:>10.1f} "
+                  f"{mean_ms(a, b, HIST.ttft):>12.1f} {mean_ms(a, b, E2E):>11.1f}")
+    finally:
+        tap.close()
+    print("  (wire = passive capture of lo; the client reading a stream in one burst near its end while the")
+    print("   wire shows it token by token puts the gap between the server's send and the client's read)")
 
 
 async def main_async(args: argparse.Namespace, server_url: str, server_port: int, ssh_folder: Path) -> None:
