@@ -18,10 +18,13 @@ import pytest
 from engines.diagnosis.measure import SuiteSettings
 from engines.diagnosis.model import Diagnosis
 from engines.diagnosis.report import lines
+from engines.diagnosis.static import drafter_checks
 from engines.diagnosis.suite import diagnose_server
 from engines.experiment import Experiment
+from engines.hostsfile import HostConfig
+from engines.hosts.local import LocalHost
 from engines.probe.prompts import builtin
-from tests.conftest import TINY_MODEL
+from tests.conftest import ENGINE_PYTHON, TINY_MODEL
 from tests.fixtures.drafters import DRAFT_K, DraftedServer
 from tests.fixtures.engine import NGRAM, TinyServer
 
@@ -34,7 +37,13 @@ def experiment(speculative: dict[str, object]) -> Experiment:
 
 
 def run_diagnosis(url: str, exp: Experiment, drafter: str | None) -> Diagnosis:
-    diag = asyncio.run(diagnose_server(url, exp, builtin("mixed"), run=exp.name, model_path=str(TINY_MODEL), drafter_path=drafter, settings=SETTINGS))
+    async def both() -> Diagnosis:
+        host = LocalHost(HostConfig(name="local", python=str(ENGINE_PYTHON), workdir="/tmp"))
+        static = await drafter_checks(host, str(ENGINE_PYTHON), exp, str(TINY_MODEL), drafter)
+        return await diagnose_server(url, exp, builtin("mixed"), run=exp.name, model_path=str(TINY_MODEL), drafter_path=drafter,
+                                     settings=SETTINGS, static=static)
+
+    diag = asyncio.run(both())
     # The figures for the record (-s shows them), with the load they were taken under.
     print(f"\nload {os.getloadavg()[0]:.1f}; " + "\n".join(lines(diag)))
     return diag
@@ -68,6 +77,9 @@ def test_each_drafter_gets_its_own_cause(drafted_vllm: DraftedServer) -> None:
     else:
         assert o.rate <= 0.05 and o.per_position[0] <= 0.05
         assert top.code == "position-one-near-zero"
-        assert "untrained" in top.message and f"servelab drafter {drafted_vllm.drafter}" in top.next
+        # the drafter checks ran beside the suite and found no error: so the drafter is untrained
+        assert diag.static is not None and not [c for c in diag.static if c.severity == "error"]
+        assert "untrained or unrelated drafter" in top.message and "drafter checks: " in top.evidence
+        assert top.next.startswith("[speculative] draft_model = a drafter trained")
         # the suite ruled out the template and sampling: raw prompts and T=1 are dead too
         assert "not the chat template" in top.evidence

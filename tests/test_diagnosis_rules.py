@@ -115,15 +115,20 @@ def test_dead_start_with_a_drafter_check_fault_names_that_fault() -> None:
 
     o = arm("overall", 0.0, [0.0, 0.0, 0.0])
     bad = (StaticCheck("vocab-map-missing", "error", "draft vocab 32000 < 163840 and no d2t", "add d2t to the drafter's weights"),
-           StaticCheck("norm-flags-ignored", "info", "norm_before_fc is not read", "-"))
+           StaticCheck("aux-layers-convention", "warning", "ids differ from the default", "keep them if trained so"))
     f = diagnose(RunFacts("eagle3", 3, "/m/t", "/m/d", bad), meas(o), NO_COST, NO_REF)
     assert f[0].code == "position-one-near-zero"
     assert "configuration fault: vocab-map-missing" in f[0].message and f[0].next == "add d2t to the drafter's weights"
-    assert "drafter checks: vocab-map-missing" in f[0].evidence and "norm-flags-ignored" not in f[0].evidence
+    assert "drafter checks: vocab-map-missing" in f[0].evidence and "aux-layers-convention" not in f[0].evidence
 
 
 def test_dead_start_with_clean_drafter_checks_is_an_untrained_drafter() -> None:
     o = arm("overall", 0.0, [0.0, 0.0, 0.0])
     f = diagnose(RunFacts("eagle3", 3, "/m/t", "/m/d", ()), meas(o), NO_COST, NO_REF)
     assert "untrained or unrelated drafter" in f[0].message and "drafter checks: clean" in f[0].evidence
+    from engines.diagnosis.model import StaticCheck
+
+    warn = (StaticCheck("aux-layers-convention", "warning", "ids differ from the default", "keep them if trained so"),)
+    f = diagnose(RunFacts("eagle3", 3, "/m/t", "/m/d", warn), meas(o), NO_COST, NO_REF)
+    assert "untrained or unrelated drafter" in f[0].message and "warnings to rule out: aux-layers-convention" in f[0].evidence
     assert f[0].next.startswith("[speculative] draft_model = a drafter trained")

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from engines.diagnosis.measure import Progress, SuiteSettings
 from engines.diagnosis.model import Diagnosis, from_dict
+from engines.diagnosis.static import drafter_checks
 from engines.diagnosis.suite import Baseline, diagnose_server
 from engines.errors import ServelabError
 from engines.probe.artifacts import load_probe, run_experiment
@@ -85,10 +86,11 @@ async def diagnose_run(runs: Runs, run_id: str, *, progress: Progress | None = N
         temp, source = await serving_temperature(runs, rec)
         settings = SuiteSettings(serving_temperature=temp, temperature_source=source)
     plain, base_run, measured, note = await baseline_step(runs, run_id, exp.baseline, rec.model)
+    draft = drafter_path(runs, rec, exp.speculative.draft_model)
+    static = await drafter_checks(runs.host(rec.host), runs.catalog.host(rec.host).python, exp, rec.model, draft)
     diag = await diagnose_server(
-        await runs.base_url(run_id), exp, prompts, run=run_id, model_path=rec.model,
-        drafter_path=drafter_path(runs, rec, exp.speculative.draft_model), settings=settings,
-        baseline=Baseline(plain, base_run, measured, note), progress=progress,
+        await runs.base_url(run_id), exp, prompts, run=run_id, model_path=rec.model, drafter_path=draft, settings=settings,
+        baseline=Baseline(plain, base_run, measured, note), static=static, progress=progress,
     )
     await runs.write_artifact(run_id, DIAGNOSIS_JSON, (json.dumps(diag.to_dict(), indent=2) + "\n").encode("utf-8"))
     return diag

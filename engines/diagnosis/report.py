@@ -42,6 +42,8 @@ def lines(d: Diagnosis) -> list[str]:
         )
     else:
         out.append(f"  step cost: not measured ({c.note})")
+    if d.static is not None:
+        out.append("  drafter checks: " + (", ".join(f"{c.severity} {c.code}" for c in d.static) or "clean"))
     r = d.reference
     out.append(f"  reference: {r.figure} ({r.why}; {r.source})" if r.applies else f"  reference: {r.why}")
     return out

@@ -97,7 +97,8 @@ def diagnose(facts: RunFacts, m: Measurements, cost: StepCost, ref: ReferenceMat
                 ruled.append(f"every category at most {_pct(max(a.rate or 0.0 for a in m.categories))} (not a domain gap)")
             where = f"position 1 accepts {_pct(o.per_position[0] if o.per_position else rate)}: the drafter never agrees with the target"
             evidence = shape.text + ("; ruled out: " + "; ".join(ruled) if ruled else "")
-            faults = [c for c in facts.static or () if c.severity in ("error", "warning")]
+            faults = [c for c in facts.static or () if c.severity == "error"]
+            doubts = [c for c in facts.static or () if c.severity == "warning"]
             check_cmd = f"servelab drafter {facts.drafter or 'DRAFT'} --target {facts.model} --method {facts.method}"
             if facts.static is None:
                 message = f"{where} - a vocab-mapping, tokenizer or template fault, or an untrained drafter"
@@ -108,8 +109,8 @@ def diagnose(facts: RunFacts, m: Measurements, cost: StepCost, ref: ReferenceMat
                 evidence += "; drafter checks: " + ", ".join(c.code for c in faults)
                 nxt = faults[0].fix
             else:
-                message = f"{where} - the drafter checks find no mapping, vocab, aux-layer or token fault: an untrained or unrelated drafter"
-                evidence += "; drafter checks: clean"
+                message = f"{where} - the drafter checks find no mapping, vocab, aux-layer or token error: an untrained or unrelated drafter"
+                evidence += "; drafter checks: " + ("no errors; warnings to rule out: " + ", ".join(c.code for c in doubts) if doubts else "clean")
                 nxt = "[speculative] draft_model = a drafter trained on this target's outputs (e.g. SpecForge on the target's own generations)"
             out.append(Finding("position-one-near-zero", "error", message, evidence, nxt, 4.0))
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from engines.adapter import get_adapter
 from engines.diagnosis.cost import step_cost
 from engines.diagnosis.measure import Progress, SuiteSettings, measure
-from engines.diagnosis.model import Diagnosis
+from engines.diagnosis.model import Diagnosis, StaticCheck
 from engines.diagnosis.reference import closest
 from engines.diagnosis.rules import RunFacts, diagnose
 from engines.errors import ServelabError
@@ -44,9 +44,13 @@ async def diagnose_server(
     drafter_path: str | None,
     settings: SuiteSettings | None = None,
     baseline: Baseline | None = None,
+    static: tuple[StaticCheck, ...] | None = None,
     progress: Progress | None = None,
 ) -> Diagnosis:
-    """Measure, model the step cost, find the reference, rank the findings."""
+    """Measure, model the step cost, find the reference, rank the findings.
+
+    ``static``: what the drafter checks found (None when they did not run).
+    """
     t0 = time.monotonic()
     s = exp.speculative
     if s.method == "none":
@@ -55,9 +59,9 @@ async def diagnose_server(
     b = baseline or Baseline()
     cost = step_cost(meas.overall, s.num_tokens, b.plain_ms, b.run, b.measured_speedup, b.note if b.plain_ms is None else "")
     ref = closest(exp.model, s.draft_model, exp.engine, s.num_tokens, s.method)
-    findings = diagnose(RunFacts(s.method, s.num_tokens, model_path, drafter_path), meas, cost, ref)
+    findings = diagnose(RunFacts(s.method, s.num_tokens, model_path, drafter_path, static), meas, cost, ref)
     return Diagnosis(
         run=run, experiment=exp.name, engine=exp.engine, method=s.method, k=s.num_tokens,
         date=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), measurements=meas, cost=cost, reference=ref,
-        findings=findings, seconds=round(time.monotonic() - t0, 1),
+        findings=findings, seconds=round(time.monotonic() - t0, 1), static=None if static is None else list(static),
     )
