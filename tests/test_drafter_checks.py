@@ -242,3 +242,24 @@ async def test_a_two_gigabyte_drafter_costs_a_few_hundred_kilobytes_of_reads(kim
     rep = await check_drafter(h, get_adapter("vllm"), python=str(ENGINE_PYTHON), method="eagle3", draft_path=str(drafter), target_path=str(kimi))
     assert codes(rep.findings, "error") == set()
     assert h.read_total < 2_000_000  # d2t (256 KB) + t2d (160 KB) + headers + configs + engine sources
+
+
+@pytest.mark.ssh
+async def test_over_ssh_the_same_findings_come_from_ranged_sftp_reads(ssh_config: Any, kimi: Path, tmp_path: Path) -> None:
+    """The real OpenSSH server on 127.0.0.1: same findings as locally, and the 2 GB file is never pulled."""
+    need_engine()
+    from engines.hosts.ssh import SshHost
+
+    drafter = kimi_drafter(tmp_path, eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 29, 57]})
+    with open(drafter / "model.safetensors", "r+b") as f:
+        f.truncate(2 * 1024**3)
+    local = await check_drafter(LocalHost(HostConfig(name="local", python=str(ENGINE_PYTHON))), get_adapter("vllm"), python=str(ENGINE_PYTHON),
+                                method="eagle3", draft_path=str(drafter), target_path=str(kimi))
+    host = SshHost(HostConfig(name="t", ssh=ssh_config.alias, python=str(ENGINE_PYTHON), workdir=str(tmp_path / "work")))  # type: ignore[arg-type]
+    try:
+        remote = await check_drafter(host, get_adapter("vllm"), python=str(ENGINE_PYTHON), method="eagle3", draft_path=str(drafter), target_path=str(kimi))
+    finally:
+        await host.close()
+    assert [f.to_json() for f in remote.findings] == [f.to_json() for f in local.findings]
+    assert codes(remote.findings, "error") == set() and codes(remote.findings, "warning") == {"aux-layers-convention"}
+    assert remote.rules is not None and "vLLM 0.32.0" in remote.rules.source
