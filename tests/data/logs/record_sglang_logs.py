@@ -108,12 +108,6 @@ def _serve_then_stop(proc: subprocess.Popen[bytes], log: Path) -> None:
     os.killpg(proc.pid, signal.SIGTERM)
 
 
-def _stop_if_ready(proc: subprocess.Popen[bytes], log: Path) -> None:
-    """A case meant to fail: if it comes up anyway, stop it at once (the log then shows it did)."""
-    if _wait_for(log, b"The server is fired up and ready to roll", proc):
-        os.killpg(proc.pid, signal.SIGTERM)
-
-
 def _kill_scheduler_after_ready(proc: subprocess.Popen[bytes], log: Path) -> None:
     if not _wait_for(log, b"The server is fired up and ready to roll", proc):
         return
@@ -145,11 +139,10 @@ CASES: dict[str, Callable[[], None]] = {
     "bad-flag": lambda: _run("bad-flag", "an unknown flag", [*GOOD, "--no-such-flag", "1"]),
     "missing-model": lambda: _run("missing-model", "a model path that does not exist", [*BASE, "--model-path", "/nonexistent/models/tiny-llama"]),
     "bad-speculative-algorithm": lambda: _run("bad-speculative-algorithm", "an unknown speculative algorithm", [*GOOD, "--speculative-algorithm", "EAGLE9"]),
-    # Without --max-total-tokens SGLang sizes the KV cache from the memory the machine has free; with
-    # --mem-fraction-static 0.01 what the machine already uses is more than the fraction leaves.
-    "memory-too-high": lambda: _run(
-        "memory-too-high", "no --max-total-tokens and --mem-fraction-static 0.01: the memory already in use is more than the fraction leaves for the KV cache",
-        [*BASE[: BASE.index("--max-total-tokens")], "--model-path", str(MODEL), "--mem-fraction-static", "0.01"], during=_stop_if_ready),
+    # No "memory too high" case: on this CPU SGLang 0.5.23 does not fail its memory check safely. With
+    # --max-total-tokens it never profiles; without it, even --mem-fraction-static 0.01 came up (a
+    # 317815-token KV cache with 20.7 GB free), and a fraction large enough to fail would first take
+    # the shared machine's RAM. vLLM's recorded memory-too-high log covers the analyzer's rule.
     "port-in-use": _port_in_use,
     "crash-after-ready": lambda: _run(
         "crash-after-ready", "ready, served one request, then its scheduler process was killed (SIGKILL)", GOOD, during=_kill_scheduler_after_ready, timeout=600),
