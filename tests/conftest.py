@@ -23,6 +23,7 @@ pytest_plugins: list[str] = [
     "tests.fixtures.engine",
     "tests.fixtures.drafters",
     "tests.fixtures.fake_sglang",
+    "tests.fixtures.sglang_server",
     "tests.fixtures.state",
 ]
 

@@ -1,0 +1,149 @@
+"""A real SGLang 0.5.23 server on CPU, launched through servelab (tests/fixtures/sglang_server.py, one per session).
+
+In order: readiness and stage bars from the real log, locally and over the real sshd; the probe
+(no speculation, so no acceptance fields, and the probe says so); the cross-engine comparison with
+the tiny vLLM baseline and its verdict; no FakeSglKernel stand-in ever called; then stop, over SSH
+and locally, with nothing of either run left (scheduler, detokenizer and re-parented children included).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engines.compare import compare_runs, render
+from engines.hosts.registry import close_all
+from engines.probe.artifacts import PROBE_JSON, load_probe, probe_run
+from tests.conftest import REPO, SGLANG_PYTHON
+from tests.fixtures.sglang_server import Launched, SglangLab, run_processes, session_members
+
+pytestmark = [pytest.mark.engine, pytest.mark.ssh]
+
+
+def _stage(launched: Launched, name: str) -> str:
+    return next(s.status for s in launched.ready.stages if s.name == name)
+
+
+@pytest.mark.parametrize("where", ["local", "remote"])
+def test_launched_detached_it_reaches_ready_with_its_stages_from_the_real_log(sglang_lab: SglangLab, where: str) -> None:
+    launched: Launched = getattr(sglang_lab, where)
+    snap = launched.ready
+    assert snap.state == "ready" and snap.root_cause is None
+    for stage in ("process", "weights", "kv_cache", "warmup"):
+        assert _stage(launched, stage) == "done", [(s.name, s.status) for s in snap.stages]
+    weights = next(s for s in snap.stages if s.name == "weights")
+    assert weights.progress is not None and (weights.progress.done, weights.progress.total) == (1, 1)  # "Multi-thread loading shards" bar
+    kv = next(s for s in snap.stages if s.name == "kv_cache")
+    assert "2048" in kv.detail  # KV cache sized by --max-total-tokens, not from system memory
+    print(f"\n{where}: ready {launched.seconds_to_ready:.1f} s after launch")
+
+
+def test_status_over_ssh_sees_the_remote_server_alive(sglang_lab: SglangLab) -> None:
+    async def status() -> tuple[bool, str]:
+        runs = sglang_lab.runs(remote=True)
+        try:
+            st = await runs.status(sglang_lab.remote.run_id)
+            return st.alive, str(st.analysis.get("state"))
+        finally:
+            await close_all()
+
+    assert asyncio.run(status()) == (True, "ready")
+
+
+def test_probe_without_speculation_has_no_acceptance_and_says_so(sglang_lab: SglangLab) -> None:
+    run_id = sglang_lab.local.run_id
+    cli = subprocess.run(
+        [sys.executable, "-m", "tui.cli", "--dir", str(sglang_lab.folder), "probe", run_id],
+        capture_output=True, text=True, cwd=REPO, timeout=600, env={**__import__("os").environ, "SERVELAB_SSH_CONFIG": str(sglang_lab.ssh_config)},
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert "acceptance             not measured: tiny-cpu-sglang-baseline does not speculate" in cli.stdout, cli.stdout
+    summary = asyncio.run(_load(sglang_lab, run_id))
+    assert summary is not None
+    assert summary["identity"]["engine"] == "sglang" and summary["completed"] == summary["num_prompts"]  # per repeat, every prompt answered
+    assert summary["output_throughput"] > 0 and summary["median_ttft_ms"] > 0 and summary["median_tpot_ms"] > 0
+    assert not any(k.startswith("spec_decode_") for k in summary) and "acceptance_source" not in summary
+    assert (sglang_lab.workdir / "runs" / run_id / PROBE_JSON).is_file()
+
+
+async def _load(lab: SglangLab, run_id: str) -> dict[str, object] | None:
+    runs = lab.runs()
+    try:
+        return await load_probe(runs, run_id)
+    finally:
+        await close_all()
+
+
+def test_compared_with_the_tiny_vllm_baseline_it_gets_a_cross_engine_verdict(sglang_lab: SglangLab) -> None:
+    async def compare() -> str:
+        runs = sglang_lab.runs()
+        try:
+            if await load_probe(runs, sglang_lab.local.run_id) is None:
+                await probe_run(runs, sglang_lab.local.run_id)
+            await probe_run(runs, sglang_lab.vllm.run_id)
+            return render(await compare_runs(runs, [sglang_lab.vllm.run_id, sglang_lab.local.run_id]), "table")
+        finally:
+            await close_all()
+
+    table = asyncio.run(compare())
+    assert "no verdict across engines" not in table, table  # same model, prompts, max_tokens, concurrency
+    assert "engines: best configuration is " in table and " is WARRANTED" in table or " is NOT warranted" in table, table
+    assert "sglang" in table and "vllm" in table
+    print("\n" + table)
+
+
+def test_no_fake_sgl_kernel_stand_in_was_ever_called(sglang_lab: SglangLab) -> None:
+    """FakeSglKernel's stand-ins write a line to the server log when called; none may be in either log."""
+    marker = subprocess.run(
+        [str(SGLANG_PYTHON), "-c", "import sgl_kernel\ntry:\n    sgl_kernel.assign_req_to_token_pool_cpu()\nexcept sgl_kernel.FakeSglKernelCalled:\n    pass"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert marker.stderr.strip() == "FakeSglKernel: sgl_kernel.assign_req_to_token_pool_cpu was called"  # what a call leaves
+    for launched in (sglang_lab.local, sglang_lab.remote):
+        log = sglang_lab.log(launched).read_text(errors="replace")
+        assert "Prefill batch" in log or launched is sglang_lab.remote  # the local one really served
+        assert "FakeSglKernel:" not in log
+
+
+def test_stop_ends_the_whole_group_over_ssh_and_locally_with_nothing_left(sglang_lab: SglangLab) -> None:
+    local, remote = sglang_lab.local.run_id, sglang_lab.remote.run_id
+
+    async def session() -> int:
+        runs = sglang_lab.runs()
+        try:
+            st = await runs.status(local)
+            assert st.alive and st.record.pgid is not None
+            return st.record.pgid  # runctl's own session: its id is the run's group id
+        finally:
+            await close_all()
+
+    sid = asyncio.run(session())
+    before = session_members(sid)
+    assert {"sglang::scheduler", "sglang::detokenizer"} <= set(before.values()), before  # SGLang's children, by their own names
+
+    async def stop() -> list[bool]:
+        try:
+            out = []
+            for run_id, remote_run in ((remote, True), (local, False), (sglang_lab.vllm.run_id, False)):
+                st = await sglang_lab.runs(remote=remote_run).stop(run_id, grace=20)
+                sglang_lab.stopped.add(run_id)
+                out.append(st.alive)
+            return out
+        finally:
+            await close_all()
+
+    assert asyncio.run(stop()) == [False, False, False]
+    assert run_processes({local, remote, sglang_lab.vllm.run_id}) == []  # none left with the run's marker
+    assert session_members(sid) == {}  # nor any in the run's session: scheduler and detokenizer too, re-parented or not
+    assert [pid for pid in before if _alive(pid)] == []  # each one seen before the stop is gone
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
