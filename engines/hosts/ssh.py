@@ -153,7 +153,10 @@ class SshHost:
             if self._conn is not None:
                 return self._conn
             last: HostUnreachable | None = None
-            for delay in self._backoff:
+            # A host this process never reached gets a short retry (a one-shot command should say
+            # "unreachable" in about a second); a link that worked before gets the whole backoff.
+            backoff = self._backoff if self.connects else self._backoff[:2]
+            for delay in backoff:
                 if delay:
                     await asyncio.sleep(delay)
                 try:
