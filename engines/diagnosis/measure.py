@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from engines.diagnosis.degenerate import unique_bigram_share
+from engines.diagnosis.degenerate import unique_bigram_share, unique_char_share
 from engines.diagnosis.model import Arm, Measurements
 from engines.errors import ServelabError
 from engines.probe.client import stream_chat
@@ -56,7 +56,7 @@ def pick(prompts: PromptSet, per_category: int) -> dict[str, PromptSet]:
     return {cat: PromptSet(f"{prompts.name}#{cat}", tuple(ps)) for cat, ps in out.items()}
 
 
-def _arm(name: str, results: list[tuple[bool, str, list[float], str | None]], acc: Acceptance | None) -> Arm:
+def _arm(name: str, results: list[tuple[bool, str, list[float], str | None]], acc: Acceptance | None, share: float | None) -> Arm:
     ok = [r for r in results if r[0]]
     steps = [x for r in ok for x in r[2]]
     errors = [r[3] for r in results if r[3]]
@@ -70,7 +70,7 @@ def _arm(name: str, results: list[tuple[bool, str, list[float], str | None]], ac
         rate=acc.rate if acc else None,
         length=acc.length if acc else None,
         per_position=list(acc.per_position) if acc else [],
-        unique_bigrams=unique_bigram_share(r[1] for r in ok),
+        unique_bigrams=share,
         median_step_ms=median(steps) if steps else None,
         error=(errors[0] if errors else None) if not ok else None,
     )
@@ -79,6 +79,29 @@ def _arm(name: str, results: list[tuple[bool, str, list[float], str | None]], ac
 class _Suite:
     def __init__(self, http: httpx.AsyncClient, model: str, adapter: EngineAdapter, exp: Experiment, settings: SuiteSettings) -> None:
         self.http, self.model, self.adapter, self.exp, self.s = http, model, adapter, exp, settings
+        #: False once the server showed it has no ``/tokenize`` (then characters stand in for tokens).
+        self.can_tokenize = True
+
+    async def tokens(self, text: str) -> list[int] | None:
+        """The output's token ids by the server's own tokenizer (None: the server cannot say)."""
+        if not self.can_tokenize:
+            return None
+        try:
+            r = await self.http.post("/tokenize", json={"model": self.model, "prompt": text, "add_special_tokens": False})
+            ids = r.json().get("tokens") if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            ids = None
+        if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+            self.can_tokenize = False
+            return None
+        return ids
+
+    async def share(self, texts: list[str]) -> float | None:
+        """Distinct token bigrams (the degenerate-output measure), characters as the fallback."""
+        ids = [await self.tokens(t) for t in texts]
+        if self.can_tokenize and all(i is not None for i in ids):
+            return unique_bigram_share(i for i in ids if i is not None)
+        return unique_char_share(texts)
 
     async def chat_arm(self, name: str, prompts: PromptSet, extra: dict[str, Any]) -> Arm:
         window = self.adapter.read_acceptance(self.http, self.exp, prompts, self.s.max_tokens)
@@ -90,7 +113,8 @@ class _Suite:
             if res.ok:
                 window.note(res.last_payload)
             results.append((res.ok, res.text, res.chunk_itl_ms, res.error))
-        return _arm(name, results, await window.finish())
+        acc = await window.finish()  # before /tokenize: its requests are not in the window, but keep it tight
+        return _arm(name, results, acc, await self.share([r[1] for r in results if r[0]]))
 
     async def raw_arm(self, name: str, prompts: PromptSet) -> Arm:
         """The same texts without any template: ``/v1/completions`` with the bare user text."""
@@ -109,7 +133,8 @@ class _Suite:
                 results.append((True, str(payload["choices"][0].get("text") or ""), [], None))
             except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
                 results.append((False, "", [], f"{type(exc).__name__}: {exc}"))
-        return _arm(name, results, await window.finish())
+        acc = await window.finish()
+        return _arm(name, results, acc, await self.share([r[1] for r in results if r[0]]))
 
     async def template_has_thinking(self, prompt: Prompt) -> bool | None:
         """Whether the served template renders ``enable_thinking`` on and off differently (None: cannot tell)."""
