@@ -27,7 +27,6 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from engines.adapter import get_adapter
 from engines.catalog import Catalog
 from engines.errors import ServelabError
 from engines.experiment import SourcedExperiment
@@ -35,6 +34,9 @@ from engines.hosts.base import Host, HostUnreachable
 from engines.hosts.registry import open_host
 from engines.hosts.seen import HostSeen, SeenStore, clock, host_key
 from engines.hostsfile import HostConfig
+from engines.logs.analyzer import Analysis
+from engines.logs.live import LiveAnalyses
+from engines.preflight import run_preflight
 from engines.runstate import RunState
 
 RUNS_DIR = "runs"
@@ -122,15 +124,19 @@ class RunStatus:
     record: RunRecord
     alive: bool
     exit_code: int | None
-    #: The log analyzer's fields (empty when ``engines.logs.analyzer`` is not available).
-    analysis: dict[str, Any] = field(default_factory=dict)
+    #: What the log says (None when not asked for, or when the log could not be read).
+    analysis: Analysis | None = None
+    #: Why the analysis is missing when the analyzer failed (one line).
+    analysis_error: str | None = None
 
     @property
     def status(self) -> RunState:
         return self.record.status
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = dict(self.analysis)
+        out: dict[str, Any] = self.analysis.to_json() if self.analysis is not None else {}
+        if self.analysis_error is not None:
+            out["analysis_error"] = self.analysis_error
         out.update(
             {
                 "run": self.record.id,
@@ -201,8 +207,8 @@ class Runs:
         #: What this machine last saw of each host and its runs (``engines.hosts.seen``).
         self.seen = SeenStore()
         self._helpers: dict[str, str] = {}
-        #: Per run: an analyzer already fed the log up to an offset, so a status poll reads only new bytes.
-        self._analyzers: dict[str, _LiveAnalysis] = {}
+        #: One live analysis per run, shared by everyone who asks through this ``Runs``.
+        self.live = LiveAnalyses()
 
     # -- hosts and the helper ---------------------------------------------------------------------
     def host(self, name: str) -> Host:
@@ -300,17 +306,10 @@ class Runs:
 
         Returns the patch record (sha256 of every patch and patched file) for the run.
         """
-        try:
-            from engines.preflight import run_preflight
-        except ModuleNotFoundError as exc:
-            if exc.name == "engines.preflight":
-                return {}  # a checkout without preflight yet
-            raise
         report = await run_preflight(self.catalog, exp, cfg, progress=progress, apply=True)
         if not report.ok:
             raise ServelabError(report.summary())
-        patches = getattr(report, "patches", None)
-        return dict(patches.record()) if patches is not None else {}
+        return dict(report.patches.record()) if report.patches is not None else {}
 
     # -- look-ups ---------------------------------------------------------------------------------
     def _host_names(self, host: str | None) -> list[str]:
@@ -476,7 +475,16 @@ class Runs:
             self.seen.unreachable(self._seen_key(h.config), unreachable_reason(h.config, exc))
             raise self._run_unreachable(run_id, h.name, unreachable_reason(h.config, exc)) from None
         self.seen.answered(self._seen_key(h.config), [rec.to_json()])
-        analysis = await self._analysis(h, rec, alive, code) if analyze else {}
+        if not analyze:
+            return RunStatus(record=rec, alive=alive, exit_code=code)
+        try:
+            analysis = await self.live.get(rec.id, rec.engine).catch_up(h, rec.log_path, alive=alive, exit_code=code)
+        except HostUnreachable:
+            return RunStatus(record=rec, alive=alive, exit_code=code)
+        except Exception as exc:  # the analyzer must never break status
+            self.live.drop(rec.id)
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())
+            return RunStatus(record=rec, alive=alive, exit_code=code, analysis_error=why)
         return RunStatus(record=rec, alive=alive, exit_code=code, analysis=analysis)
 
     async def _liveness(self, h: Host, rec: RunRecord) -> tuple[bool, int | None]:
@@ -503,49 +511,6 @@ class Runs:
             rec.status = RunState.LOST
         rec.exit_code = code
         return alive, code
-
-    async def _analysis(self, h: Host, rec: RunRecord, alive: bool, exit_code: int | None) -> dict[str, Any]:
-        """The log analyzer's fields (``engines.logs.analyzer``).
-
-        The analyzer of each run is kept between polls and fed only the bytes added since (in a
-        thread, so a dashboard's event loop never stalls on a long log); a log that shrank is read
-        again from the start.
-        """
-        try:
-            from engines.logs.analyzer import LogAnalyzer
-        except ImportError:
-            return {}
-        live = self._analyzers.get(rec.id)
-        if live is None:
-            live = self._analyzers[rec.id] = _LiveAnalysis(lambda: LogAnalyzer(get_adapter(rec.engine).grammar))  # type: ignore[attr-defined,unused-ignore]
-        try:
-            async with live.lock:
-                try:
-                    size = await h.size(rec.log_path)
-                except FileNotFoundError:
-                    size = 0
-                if live.final and live.result is not None and size == live.offset and not alive:
-                    return dict(live.result)  # an ended run: its analysis does not change
-                if size < live.offset or live.final:
-                    live.reset()
-                while live.offset < size:
-                    chunk = await h.read_bytes(rec.log_path, live.offset, CHUNK)
-                    if not chunk:
-                        break
-                    await asyncio.to_thread(live.analyzer.feed, chunk)
-                    live.offset += len(chunk)
-                if not alive:
-                    live.analyzer.finish()
-                    live.analyzer.mark_exited(exit_code)
-                    live.final = True  # the next poll starts over: finish() closed the stream
-                out = live.analyzer.snapshot().to_json()
-                live.result = dict(out) if live.final else None
-        except HostUnreachable:
-            return {}
-        except Exception as exc:  # the analyzer must never break status
-            live.reset()
-            return {"analysis_error": " ".join(f"{type(exc).__name__}: {exc}".split())}
-        return dict(out) if isinstance(out, dict) else {}
 
     # -- the log ----------------------------------------------------------------------------------
     async def follow(self, run_id: str, offset: int = 0) -> AsyncIterator[tuple[int, bytes]]:
@@ -671,18 +636,3 @@ def _check_artifact(name: str, *, reading: bool = False) -> None:
 
 def _dump(data: dict[str, Any]) -> bytes:
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
-
-
-class _LiveAnalysis:
-    """One run's analyzer and how far into its log it has read."""
-
-    def __init__(self, make: Callable[[], Any]) -> None:
-        self._make = make
-        self.lock = asyncio.Lock()
-        self.reset()
-
-    def reset(self) -> None:
-        self.analyzer = self._make()
-        self.offset = 0
-        self.final = False
-        self.result: dict[str, Any] | None = None

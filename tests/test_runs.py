@@ -391,7 +391,8 @@ async def test_status_analysis_reads_only_new_bytes_and_restarts_on_truncation(l
     seen: list[int] = []
     while True:
         st = await runs.status(rec.id)
-        seen.append(st.analysis["lines"])
+        assert st.analysis is not None
+        seen.append(st.analysis.lines)
         if not st.alive:
             break
         time.sleep(0.3)
@@ -402,4 +403,4 @@ async def test_status_analysis_reads_only_new_bytes_and_restarts_on_truncation(l
     assert again.analysis == st.analysis  # an ended run's analysis is stable
     log.write_bytes(b"line a\nline b\n")  # replaced by something shorter: analysed from the start
     shrunk = await runs.status(rec.id)
-    assert shrunk.analysis["lines"] == 2
+    assert shrunk.analysis is not None and shrunk.analysis.lines == 2

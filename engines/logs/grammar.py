@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 __all__ = [
     "STAGES",
+    "STAGE_LABELS",
     "Header",
     "StageRule",
     "BarRule",
@@ -40,6 +41,19 @@ STAGES: tuple[str, ...] = (
     "warmup",
     "ready",
 )
+
+#: What the operator reads for each stage id (the run screen's bar labels, ``servelab status``).
+STAGE_LABELS: dict[str, str] = {
+    "process": "process",
+    "config": "config",
+    "weights": "weights",
+    "drafter": "drafter",
+    "compile": "compile",
+    "kv_cache": "KV cache",
+    "cuda_graphs": "CUDA graphs",
+    "warmup": "warm-up",
+    "ready": "ready",
+}
 
 
 class Header(NamedTuple):

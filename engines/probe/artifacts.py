@@ -20,6 +20,7 @@ from engines.experiment import Experiment
 from engines.probe.prompts import load as load_prompts
 from engines.probe.runner import ProbeResult, ProbeSettingsView, Progress, run_probe
 from engines.probe.timer import HostTimer
+from engines.runstate import RunState
 
 if TYPE_CHECKING:
     from engines.runs import RunRecord, Runs
@@ -127,7 +128,7 @@ async def probe_run(runs: Runs, run_id: str, *, progress: Progress | None = None
     )
     # Stage timings are final once the server is ready, so read them after the probe.
     after = await runs.status(run_id)
-    result.summary["load_stages_s"] = stage_seconds(after.analysis)
+    result.summary["load_stages_s"] = stage_seconds(after.analysis.to_json() if after.analysis is not None else {})
     result.summary["run"] = run_id
     result.summary["experiment"] = rec.experiment
     result.summary["baseline_experiment"] = exp.baseline
@@ -160,12 +161,12 @@ async def wait_for_ready(runs: Runs, run_id: str, timeout_s: float = 3600.0, pol
     deadline = loop.time() + timeout_s
     while True:
         st = await runs.status(run_id)
-        state = st.analysis.get("state")
-        if state == "ready" and st.alive:
+        state = st.analysis.state if st.analysis is not None else None
+        if state is RunState.READY and st.alive:
             return
-        if not st.alive or state in ("crashed", "exited"):
-            rc = st.analysis.get("root_cause")
-            cause = " ".join(f"{rc.get('exception') or ''}: {rc.get('message') or ''}".split()) if isinstance(rc, dict) else None
+        if not st.alive or state in (RunState.CRASHED, RunState.EXITED):
+            rc = st.analysis.root_cause if st.analysis is not None else None
+            cause = " ".join(f"{rc.exception or ''}: {rc.message or ''}".split()) if rc is not None else None
             raise ServelabError(f"run {run_id} ended before it was ready ({state or st.status}{': ' + cause if cause else ''})")
         if loop.time() > deadline:
             raise ServelabError(f"run {run_id} not ready after {timeout_s:.0f} s (state {state})")

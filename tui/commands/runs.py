@@ -17,6 +17,7 @@ from engines.catalog import load_catalog
 from engines.errors import ServelabError
 from engines.hosts.base import HostUnreachable
 from engines.hosts.registry import close_all
+from engines.logs.live import current_stage
 from engines.runs import CHUNK, RunRecord, Runs
 from engines.runstate import RunState
 
@@ -164,10 +165,18 @@ def cmd_status(args: argparse.Namespace) -> int:
         code = "-" if st.exit_code is None else str(st.exit_code)
         print(f"{st.record.id}  {st.record.status}  (host {st.record.host}, pid {st.record.pid or '-'}, alive {'yes' if st.alive else 'no'}, exit code {code})")
         print(f"log       {st.record.log_path}")
-        for key in ("state", "stage", "root_cause", "hint"):
-            value = data.get(key)
-            if value:
-                print(f"{key:<9} {value if isinstance(value, str) else json.dumps(value, default=str)}")
+        a = st.analysis
+        if a is not None:
+            print(f"{'state':<9} {a.state}")
+            stage = current_stage(a)
+            if stage is not None:
+                print(f"{'stage':<9} {stage.name} ({stage.status}{', ' + stage.detail if stage.detail else ''})")
+            if a.root_cause is not None:
+                print(f"{'root_cause':<9} {json.dumps(a.root_cause.to_json(), default=str)}")
+            if a.hint:
+                print(f"{'hint':<9} {a.hint}")
+        elif st.analysis_error:
+            print(f"{'analysis':<9} failed: {st.analysis_error}")
         return 0
 
     return _with_runs(args, body)

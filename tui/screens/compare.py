@@ -18,8 +18,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from engines.compare import Comparison, compare_runs, render
 from engines.errors import ServelabError
 from engines.hosts.base import HostUnreachable
-from engines.probe.artifacts import load_probe
-from engines.runs import Runs
+from engines.history import latest_probed
 
 _NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
 _LOWER_IS_BETTER = ("(ms)", "load:")
@@ -39,22 +38,6 @@ def best_column(label: str, values: list[str]) -> int | None:
         return None
     best = pick(numbers.values())
     return next(i for i, v in numbers.items() if v == best)
-
-
-async def latest_probed(runs: Runs, experiments: list[str]) -> tuple[list[str], list[str]]:
-    """The newest probed run of each experiment, and the experiments that have none."""
-    records = await runs.list()
-    chosen: list[str] = []
-    missing: list[str] = []
-    for name in experiments:
-        mine = sorted((r for r in records if r.experiment == name), key=lambda r: (r.started_at, r.id), reverse=True)
-        for rec in mine:
-            if await load_probe(runs, rec.id) is not None:
-                chosen.append(rec.id)
-                break
-        else:
-            missing.append(name)
-    return chosen, missing
 
 
 class CompareScreen(Screen[None]):

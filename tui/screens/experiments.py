@@ -27,7 +27,7 @@ from engines.catalog import Catalog, FileEntry, load_catalog
 from engines.errors import ServelabError
 from engines.hosts.seen import clock, now
 from engines.loader import display_path
-from tui.screens.latest import LatestRun, latest_runs
+from engines.history import LatestRun, latest_runs
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("sel", " "),
@@ -184,9 +184,9 @@ class ExperimentsScreen(Screen[None]):
         if latest is None:
             cells += [Text("-", style="dim"), Text(""), Text(""), Text("")]
         elif down:  # the last known state, greyed: the host cannot say what it is now
-            cells += [Text(f"{latest.state}?", style="dim"), Text(latest.load_text, style="dim"), Text(latest.accept_text, style="dim"), Text(latest.speedup_text, style="dim")]
+            cells += [Text(f"{latest.state}?", style="dim"), Text(load_text(latest), style="dim"), Text(accept_text(latest), style="dim"), Text(speedup_text(latest), style="dim")]
         else:
-            cells += [Text(latest.state, style=latest.state.style), Text(latest.load_text), Text(latest.accept_text), Text(latest.speedup_text)]
+            cells += [Text(latest.state, style=latest.state.style), Text(load_text(latest)), Text(accept_text(latest)), Text(speedup_text(latest))]
         return cells
 
     def refresh_latest(self) -> None:
@@ -200,7 +200,7 @@ class ExperimentsScreen(Screen[None]):
     @work(exclusive=True, group="latest", exit_on_error=False)
     async def _load_latest(self, catalog: Catalog) -> None:
         watcher = getattr(self.app, "watcher", None)
-        latest, unreachable = await latest_runs(catalog, watcher.views if watcher is not None else None)
+        latest, unreachable = await latest_runs(self.app.runs(), watcher.analyses if watcher is not None else None)
         known = self.app.runs().hosts_down() if unreachable else {}
         for exp in catalog.experiments:  # a host that does not answer keeps its experiments' last known run
             if exp.experiment.host in unreachable and exp.name not in latest and exp.name in self.latest:
@@ -350,6 +350,22 @@ class ExperimentsScreen(Screen[None]):
         except OSError as exc:
             self.notify(f"cannot start {argv[0]}: {exc.strerror or exc}", severity="error")
         self.action_reload()
+
+
+def load_text(latest: LatestRun) -> str:
+    if latest.load_s is None:
+        return ""
+    return f"{latest.load_s:.0f}s" if latest.load_s < 600 else f"{latest.load_s / 60:.0f}m"
+
+
+def accept_text(latest: LatestRun) -> str:
+    if latest.acceptance_length is not None:
+        return f"{latest.acceptance_length:.2f}"
+    return f"{latest.acceptance_rate:.0f}%" if latest.acceptance_rate is not None else ""
+
+
+def speedup_text(latest: LatestRun) -> str:
+    return f"{latest.speedup:.2f}x" if latest.speedup is not None else ""
 
 
 def detail_renderable(catalog: Catalog, entry: FileEntry, latest: LatestRun | None, down: tuple[str, str] | None = None) -> Group:

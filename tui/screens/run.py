@@ -26,8 +26,9 @@ from textual.widgets import Footer, Header, Static
 
 from engines.errors import ServelabError
 from engines.hosts.base import HostUnreachable
+from engines.history import earlier_stage_seconds, probe_of
+from engines.logs.live import LiveAnalysis
 from engines.runs import RunRecord, Runs, RunUnreachable
-from tui.screens.latest import read_probe
 from tui.widgets.line_index import LineIndex
 from tui.widgets.log_ingest import IngestUpdate, LogIngest
 from tui.widgets.log_view import LogPanel
@@ -56,44 +57,6 @@ def prune_spool(folder: Path, max_age_s: float = SPOOL_DAYS * 86400) -> None:
                 old.unlink()
         except OSError:
             continue
-
-
-def make_analyzer(engine: str) -> Any | None:
-    """The incremental log analyzer for an engine, or None when the analyzer is not available."""
-    try:
-        from engines.logs import analyzer as module  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:
-        return None
-    factory = getattr(module, "analyzer_for", None)
-    if factory is not None:
-        return factory(engine)
-    from engines.adapter import get_adapter
-
-    grammar = getattr(get_adapter(engine), "grammar", None) or getattr(get_adapter(engine), "GRAMMAR", None)
-    return module.LogAnalyzer(grammar)
-
-
-async def earlier_stage_seconds(runs: Runs, rec: RunRecord, limit: int = 3) -> dict[str, float]:
-    """Median seconds per stage over the newest ``limit`` probed runs of the same model and host."""
-    from statistics import median
-
-    from engines.probe.artifacts import load_probe
-
-    same = [r for r in await runs.list(rec.host) if r.id != rec.id and r.model == rec.model and r.host == rec.host]
-    durations: dict[str, list[float]] = {}
-    found = 0
-    for other in sorted(same, key=lambda r: (r.started_at, r.id), reverse=True):
-        probe = await load_probe(runs, other.id)
-        stages = (probe or {}).get("load_stages_s")
-        if not isinstance(stages, dict):
-            continue
-        for name, seconds in stages.items():
-            if isinstance(seconds, (int, float)):
-                durations.setdefault(str(name), []).append(float(seconds))
-        found += 1
-        if found >= limit:
-            break
-    return {name: median(values) for name, values in durations.items()}
 
 
 def with_history(stage: StageRow, earlier_s: float | None, running_for_s: float = 0.0) -> StageRow:
@@ -127,6 +90,9 @@ class RunScreen(Screen[None]):
         self.probe: dict[str, Any] | None = None
         self.ingest = LogIngest(self._fresh_spool(), self._ingest_update)
         self._analysing = False
+        #: The run's one live analysis, shared with the watcher and ``servelab status``: this screen
+        #: publishes what its ingest worker computes, so the run is not read or analysed twice.
+        self.live: LiveAnalysis | None = None
         self.stage_history: dict[str, float] = {}
         #: When this screen first saw each stage running (monotonic), for the history ETA.
         self._running_since: dict[str, float] = {}
@@ -197,14 +163,21 @@ class RunScreen(Screen[None]):
                         _host, self.record = await self.runs.find(self.run_id)
                     self.ingest.analyse(self.record.engine)
                     self._analysing = True
+                    self.live = self.runs.live.get(self.run_id, self.record.engine)
                     self._render_title()
-                async for new_offset, chunk in self.runs.follow(self.run_id, offset):
-                    if new_offset == 0 and not chunk:
-                        self._restart_log()
-                        offset = 0
-                        continue
-                    offset = new_offset
-                    await self._ingest(chunk)
+                live = self.live
+                assert live is not None
+                live.streams += 1
+                try:
+                    async for new_offset, chunk in self.runs.follow(self.run_id, offset):
+                        if new_offset == 0 and not chunk:
+                            self._restart_log()
+                            offset = 0
+                            continue
+                        offset = new_offset
+                        await self._ingest(chunk)
+                finally:
+                    live.streams -= 1
                 self._ingest_done()
                 return
             except (HostUnreachable, ServelabError, OSError) as exc:
@@ -222,6 +195,8 @@ class RunScreen(Screen[None]):
             return
         self.query_one(LogPanel).lines_added(update.rows)
         if update.analysis is not None:
+            if self.live is not None:
+                self.live.publish(update.analysis, self.ingest.analysed_bytes)
             self._set_view(view_from_analysis(update.analysis))
         if update.error is not None:
             self.notify(update.error, title="log ingest", severity="warning", timeout=8)
@@ -293,7 +268,7 @@ class RunScreen(Screen[None]):
     async def _probe_watch(self) -> None:
         while self.probe is None:
             try:
-                self.probe = await read_probe(self.runs, self.run_id)
+                self.probe = await probe_of(self.runs, self.run_id)
             except (HostUnreachable, ServelabError, OSError):
                 pass
             if self.probe is not None:

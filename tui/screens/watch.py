@@ -1,31 +1,30 @@
 """Watches every running run from the app, so the operator hears (bell) when one is ready or crashes.
 
-One light follower per running run feeds a log analyzer (no spool); a process that ends with a
-non-zero exit code also counts as a crash when the log did not say so.
+Each running run is polled through ``Runs.status``, whose analysis is the run's one shared
+:class:`~engines.logs.live.LiveAnalysis`: a run open on its screen is fed by that screen's log
+stream and not read again here. A process that ends with a non-zero exit code also counts as a
+crash when the log did not say so.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
 
 from engines.errors import ServelabError
 from engines.hosts.base import HostUnreachable
-from engines.runs import Runs
+from engines.logs.analyzer import Analysis
+from engines.runs import Runs, RunStatus
 from engines.runstate import RunState
-from tui.screens.run import make_analyzer
-from tui.widgets.run_view_model import RunView, view_from_analysis
 
 LIST_SECONDS = 5.0
+#: How often a running run's analysis is polled (it reads only the bytes added since).
+POLL_SECONDS = 1.0
+#: Polls after the process ended while a screen still streams the log's tail into the analysis.
+TAIL_POLLS = 10
 
 #: ``(run_id, experiment, event, detail)`` with event ``ready`` or ``crashed``.
 Announce = Callable[[str, str, str, str], None]
-
-
-def _feed(analyzer: Any, chunk: bytes) -> Any:
-    analyzer.feed(chunk)
-    return analyzer.snapshot()
 
 
 class RunWatcher:
@@ -37,7 +36,7 @@ class RunWatcher:
         self._watching: dict[str, asyncio.Task[None]] = {}
         self._announced: set[tuple[str, str]] = set()
         #: The latest analysis of every run followed, by run id (the experiments table reads it).
-        self.views: dict[str, RunView] = {}
+        self.analyses: dict[str, Analysis] = {}
 
     async def run_forever(self) -> None:
         """Poll the hosts' run lists; start a follower for every running run."""
@@ -61,7 +60,7 @@ class RunWatcher:
             await asyncio.sleep(LIST_SECONDS)
 
     async def _follow(self, runs: Runs, run_id: str, experiment: str, engine: str) -> None:
-        analyzer = make_analyzer(engine)
+        tail = 0
         try:
             # What the log held when this dashboard first saw the run is history: a run already ready
             # (or crashed) then is not news. Only changes seen from here on are announced.
@@ -70,26 +69,36 @@ class RunWatcher:
                 backlog = await host.size(rec.log_path)
             except FileNotFoundError:
                 backlog = 0
-            async for offset, chunk in runs.follow(run_id):
-                if analyzer is None or not chunk:
-                    continue
-                snapshot = await asyncio.to_thread(_feed, analyzer, chunk)
-                self._check(run_id, experiment, snapshot, quiet=offset <= backlog)
-            status = await runs.status(run_id, analyze=False)
         except (ServelabError, HostUnreachable, OSError):
             self._watching.pop(run_id, None)
             return
+        live = runs.live.get(run_id, engine)
+        while True:
+            try:
+                status = await runs.status(run_id)
+            except (ServelabError, HostUnreachable, OSError):
+                self._watching.pop(run_id, None)
+                return
+            if status.analysis is not None:
+                self._check(run_id, experiment, status.analysis, quiet=live.offset <= backlog)
+            if status.record.status.is_terminal:
+                if live.streams == 0 or live.final or tail >= TAIL_POLLS:
+                    break
+                tail += 1
+            await asyncio.sleep(POLL_SECONDS)
+        self._ended(run_id, experiment, status)
+
+    def _ended(self, run_id: str, experiment: str, status: RunStatus) -> None:
         if status.exit_code not in (None, 0) and status.record.status is not RunState.STOPPED:
             self._once(run_id, experiment, "crashed", f"exit code {status.exit_code}")
 
-    def _check(self, run_id: str, experiment: str, snapshot: Any, quiet: bool = False) -> None:
-        view = view_from_analysis(snapshot)
-        self.views[run_id] = view
-        if view.state is RunState.READY or getattr(snapshot, "was_ready", False):
+    def _check(self, run_id: str, experiment: str, analysis: Analysis, quiet: bool = False) -> None:
+        self.analyses[run_id] = analysis
+        if analysis.state is RunState.READY or analysis.was_ready:
             self._once(run_id, experiment, "ready", "", quiet)
-        if view.state is RunState.CRASHED:
-            rc = view.root_cause
-            detail = f"{rc.exception or 'error'}: {rc.message}" if rc else (view.hint or "")
+        if analysis.state is RunState.CRASHED:
+            rc = analysis.root_cause
+            detail = f"{rc.exception or 'error'}: {rc.message}" if rc else (analysis.hint or "")
             self._once(run_id, experiment, "crashed", detail, quiet)
 
     def _once(self, run_id: str, experiment: str, event: str, detail: str, quiet: bool = False) -> None:

@@ -10,6 +10,8 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from engines.logs.analyzer import SpecFigures
+
 
 def _fmt(value: Any, spec: str, suffix: str = "") -> str:
     return f"{value:{spec}}{suffix}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
@@ -46,28 +48,28 @@ def probe_renderable(probe: dict[str, Any]) -> Group:
     return Group(*parts)
 
 
-def live_renderable(spec: dict[str, Any]) -> Group:
+def live_renderable(spec: SpecFigures) -> Group:
     """Speculative-decoding figures the engine logs while serving (before or without a probe)."""
-    rate = spec.get("acceptance_rate")
+    rate = spec.acceptance_rate
     head = Text.assemble(
         ("FROM THE LOG ", "bold"),
-        f"acceptance {_fmt(rate * 100 if isinstance(rate, (int, float)) else None, '.1f', '%')}",
-        f" · length {_fmt(spec.get('mean_acceptance_length'), '.2f')}",
+        f"acceptance {_fmt(rate * 100 if rate is not None else None, '.1f', '%')}",
+        f" · length {_fmt(spec.mean_acceptance_length, '.2f')}",
     )
-    per_position = [r for r in spec.get("per_position") or [] if isinstance(r, (int, float))]
+    per_position = list(spec.per_position)
     return Group(head, acceptance_bars(per_position)) if per_position else Group(head)
 
 
 class ProbePanel(Static):
     """Hidden until the run has probe results."""
 
-    def show(self, probe: dict[str, Any] | None, progress: str | None = None, live: dict[str, Any] | None = None) -> None:
+    def show(self, probe: dict[str, Any] | None, progress: str | None = None, live: SpecFigures | None = None) -> None:
         parts: list[object] = []
         if probe:
             parts.append(probe_renderable(probe))
         elif progress:
             parts.append(Text(f"PROBE {progress}", style="bold cyan"))
-        if not probe and live and (live.get("acceptance_rate") is not None or live.get("mean_acceptance_length") is not None):
+        if not probe and live is not None and (live.acceptance_rate is not None or live.mean_acceptance_length is not None):
             parts.append(live_renderable(live))
         if not parts:
             self.remove_class("-shown")

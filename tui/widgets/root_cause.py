@@ -6,10 +6,10 @@ from rich.console import Group
 from rich.text import Text
 from textual.widgets import Static
 
-from tui.widgets.run_view_model import RootCauseView
+from engines.logs.analyzer import RootCause
 
 
-def root_cause_renderable(cause: RootCauseView, hint: str | None, *, excerpt_lines: int = 4, message_chars: int = 180) -> Group:
+def root_cause_renderable(cause: RootCause, hint: str | None, *, excerpt_lines: int = 4, message_chars: int = 180) -> Group:
     """Exception and message first, then the hint, then where, then a few lines of the traceback."""
     message = " ".join(cause.message.split())
     if len(message) > message_chars:
@@ -30,7 +30,7 @@ def root_cause_renderable(cause: RootCauseView, hint: str | None, *, excerpt_lin
 class RootCausePanel(Static):
     """Hidden until the run has a root cause; then pinned above the log."""
 
-    def show(self, cause: RootCauseView | None, hint: str | None) -> None:
+    def show(self, cause: RootCause | None, hint: str | None) -> None:
         if cause is None and not hint:
             self.remove_class("-shown")
             return

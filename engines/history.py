@@ -1,0 +1,180 @@
+"""Run history: what earlier runs say about an experiment, for the dashboard and the CLI alike.
+
+- :func:`latest_runs`: each experiment's newest run with its state, load time and probe figures;
+- :func:`display_state`: the one word a run's state is shown as (the log's word while it runs);
+- :func:`load_seconds` / :func:`stage_seconds`: how long a load took, by the log's own clock;
+- :func:`earlier_stage_seconds`: median stage durations of earlier loads, for ETAs;
+- :func:`latest_probed`: the newest run of each experiment that has a probe to compare.
+
+These are decisions about runs, so they live in the core; ``tui/`` only draws what they return.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from statistics import median
+from typing import Any
+
+from engines.compare import baseline_speedup
+from engines.errors import ServelabError
+from engines.logs.analyzer import Analysis, Stage
+from engines.probe.artifacts import load_probe
+from engines.runs import RunRecord, Runs
+from engines.runstate import RunState
+
+#: Timestamp shapes engines print (vLLM ``11-29 11:08:09``, SGLang ``2026-11-29 11:08:09``...).
+_TS_FORMATS = ("%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%m-%d %H:%M:%S", "%H:%M:%S")
+
+
+@dataclass
+class LatestRun:
+    """The newest run of one experiment, with the figures the experiments table shows."""
+
+    run_id: str
+    state: RunState
+    load_s: float | None = None
+    acceptance_rate: float | None = None  # percent
+    acceptance_length: float | None = None
+    output_throughput: float | None = None
+    speedup: float | None = None
+
+
+def parse_log_time(value: str | None) -> datetime | None:
+    """A log's timestamp (fractions dropped), None when missing or not a known shape."""
+    if not value:
+        return None
+    text = value.strip().split(".")[0].split(",")[0]
+    for fmt in _TS_FORMATS:
+        try:
+            return datetime.strptime(text, fmt)
+        except ValueError:
+            continue
+    return None
+
+
+def log_span_s(started: str | None, ended: str | None) -> float | None:
+    """Seconds between two log timestamps (None when either is missing or unparsable)."""
+    a, b = parse_log_time(started), parse_log_time(ended)
+    if a is None or b is None:
+        return None
+    return (b - a).total_seconds()
+
+
+def stage_seconds(stage: Stage) -> float | None:
+    """How long a stage took (or has taken so far, when its end is not logged yet: None)."""
+    return log_span_s(stage.started_at, stage.ended_at)
+
+
+def display_state(record_status: RunState, exit_code: int | None, analysis: Analysis | None) -> RunState:
+    """One word: the live analysis while the process runs, else what the process did."""
+    if analysis is not None and analysis.state is not RunState.STARTING and record_status.is_active:
+        return analysis.state
+    if analysis is not None and analysis.state is RunState.CRASHED:
+        return RunState.CRASHED
+    if record_status is RunState.EXITED and exit_code not in (None, 0):
+        return RunState.CRASHED
+    return record_status
+
+
+def load_seconds(analysis: Analysis | None, probe: Mapping[str, Any] | None) -> float | None:
+    """Seconds from start to ready: the probe's stage timings, else the live analysis."""
+    if probe and isinstance(probe.get("load_stages_s"), dict):
+        values = [v for v in probe["load_stages_s"].values() if isinstance(v, (int, float))]
+        if values:
+            return float(sum(values))
+    if analysis is not None:
+        ready = next((s for s in analysis.stages if s.name == "ready"), None)
+        if ready is not None and ready.status == "done":
+            return sum(stage_seconds(s) or 0.0 for s in analysis.stages if s.status == "done")
+    return None
+
+
+async def probe_of(runs: Runs, run_id: str) -> dict[str, Any] | None:
+    """The run's ``probe.json``, or None when it has none or it cannot be read."""
+    try:
+        return await load_probe(runs, run_id)
+    except ServelabError:
+        return None
+
+
+async def latest_runs(runs: Runs, live: Mapping[str, Analysis] | None = None) -> tuple[dict[str, LatestRun], dict[str, str]]:
+    """``{experiment: LatestRun}`` and ``{host: why unreachable}``.
+
+    Never reads whole logs: the state comes from the live analyses already made (``live``, else
+    the ones ``runs`` holds) or the process's exit, the figures from ``probe.json``.
+    """
+    try:
+        records = await runs.list()
+    except ServelabError as exc:
+        return {}, {"hosts": str(exc)}
+    newest: dict[str, RunRecord] = {}
+    for rec in records:  # oldest first: the last one wins
+        newest[rec.experiment] = rec
+    known = dict(live or {})
+    results = await asyncio.gather(*(_one(runs, rec, known.get(rec.id) or _held(runs, rec)) for rec in newest.values()), return_exceptions=True)
+    for res in results:
+        if isinstance(res, BaseException) and not isinstance(res, Exception):
+            raise res
+    out: dict[str, LatestRun] = {}
+    for rec, res in zip(newest.values(), results, strict=True):
+        out[rec.experiment] = res if isinstance(res, LatestRun) else LatestRun(rec.id, rec.status)
+    return out, dict(runs.unreachable)
+
+
+def _held(runs: Runs, rec: RunRecord) -> Analysis | None:
+    return runs.live.get(rec.id, rec.engine).analysis if rec.id in runs.live else None
+
+
+async def _one(runs: Runs, rec: RunRecord, analysis: Analysis | None) -> LatestRun:
+    latest = LatestRun(rec.id, display_state(rec.status, rec.exit_code, analysis))
+    probe = await probe_of(runs, rec.id)
+    latest.load_s = load_seconds(analysis, probe)
+    if probe:
+        latest.acceptance_rate = _num(probe.get("spec_decode_acceptance_rate"))
+        latest.acceptance_length = _num(probe.get("spec_decode_acceptance_length"))
+        latest.output_throughput = _num(probe.get("output_throughput"))
+        sp = await baseline_speedup(runs, rec.id, probe)
+        latest.speedup = sp.value if sp is not None else None
+    return latest
+
+
+async def earlier_stage_seconds(runs: Runs, rec: RunRecord, limit: int = 3) -> dict[str, float]:
+    """Median seconds per stage over the newest ``limit`` probed runs of the same model and host."""
+    same = [r for r in await runs.list(rec.host) if r.id != rec.id and r.model == rec.model and r.host == rec.host]
+    durations: dict[str, list[float]] = {}
+    found = 0
+    for other in sorted(same, key=lambda r: (r.started_at, r.id), reverse=True):
+        probe = await load_probe(runs, other.id)
+        stages = (probe or {}).get("load_stages_s")
+        if not isinstance(stages, dict):
+            continue
+        for name, seconds in stages.items():
+            if isinstance(seconds, (int, float)):
+                durations.setdefault(str(name), []).append(float(seconds))
+        found += 1
+        if found >= limit:
+            break
+    return {name: median(values) for name, values in durations.items()}
+
+
+async def latest_probed(runs: Runs, experiments: list[str]) -> tuple[list[str], list[str]]:
+    """The newest probed run of each experiment, and the experiments that have none."""
+    records = await runs.list()
+    chosen: list[str] = []
+    missing: list[str] = []
+    for name in experiments:
+        mine = sorted((r for r in records if r.experiment == name), key=lambda r: (r.started_at, r.id), reverse=True)
+        for rec in mine:
+            if await load_probe(runs, rec.id) is not None:
+                chosen.append(rec.id)
+                break
+        else:
+            missing.append(name)
+    return chosen, missing
+
+
+def _num(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
