@@ -33,7 +33,7 @@ from engines.hostsfile import HostConfig  # noqa: E402
 from engines.patches import PatchFile, apply_patches, check_patches, revert_patches  # noqa: E402
 from engines.preflight import run_preflight  # noqa: E402
 from tests.conftest import ENGINE_PYTHON, EXPERIMENTS  # noqa: E402
-from tests.test_patches_engine import DEEPSEEK, IMPORT_BLOCK, ONE_LINE, campaign_patches, diff_of, engine_site_packages, make_overlay  # noqa: E402
+from tests.fixtures.patching import DEEPSEEK, IMPORT_BLOCK, ONE_LINE, campaign_patches, diff_of, engine_site_packages, make_overlay  # noqa: E402
 
 
 def _load() -> str:

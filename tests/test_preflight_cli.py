@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_patches import udiff
+from tests.fixtures.patching import udiff
 from tui.cli import main
 
 CONFIG = b"SUPPORTED = [\n    'llama',\n    'qwen',\n]\n"

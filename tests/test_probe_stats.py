@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -34,7 +35,12 @@ def test_unstable_when_mad_exceeds_ten_percent() -> None:
 
 
 @given(st.lists(st.floats(min_value=-1e6, max_value=1e6), min_size=1, max_size=30))
-def test_median_lies_within_range(xs: list[float]) -> None:
+def test_median_lies_within_range_and_half_the_values_within_one_mad(xs: list[float]) -> None:
     m = stats.median(xs)
     assert min(xs) <= m <= max(xs)
-    assert stats.mad(xs) >= 0
+    d = stats.mad(xs)
+    assert 0 <= d <= max(xs) - min(xs)
+    # The MAD is the median distance to the median: at least half the values lie within it.
+    slack = 1e-9 * (1 + abs(m) + d)
+    assert 2 * sum(1 for x in xs if abs(x - m) <= d + slack) >= len(xs)
+    assert stats.mad([x + 1000.0 for x in xs]) == pytest.approx(d, abs=1e-6 * (1 + d))  # a shift does not move it

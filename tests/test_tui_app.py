@@ -9,16 +9,11 @@ from rich.console import Console
 
 import pytest
 
-from tests.fixtures.tui import TuiFolder
+from tests.fixtures.tui import TuiFolder, screen_text
 from tui.app import HIGH_CONTRAST, ServelabApp, known_binding_ids, run_app
 from tui.screens.experiments import ExperimentsScreen
 from tui.screens.help import HelpScreen
 from engines.errors import ServelabError
-
-
-def screen_text(app: ServelabApp) -> str:
-    """What the terminal shows now, as plain text."""
-    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
 
 
 def static_text(widget) -> str:  # type: ignore[no-untyped-def]

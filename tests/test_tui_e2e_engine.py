@@ -13,8 +13,8 @@ import pytest
 from tests.conftest import ENGINE_PYTHON, TINY_MODEL, need_engine
 from tests.fixtures.engine import free_port
 from tests.fixtures.tui import TuiFolder
-from tests.test_tui_app import screen_text
-from tests.test_tui_run_screen import wait_for
+from tests.fixtures.tui import screen_text
+from tests.fixtures.tui import wait_for
 from tui.app import ServelabApp
 from tui.screens.compare import CompareScreen
 from tui.screens.confirm import ConfirmScreen

@@ -6,7 +6,7 @@ import pytest
 
 from tests.fixtures.tui import SHARED_LOGS
 from tests.fixtures.tui import TuiFolder
-from tests.test_tui_app import screen_text
+from tests.fixtures.tui import screen_text
 from tui.app import ServelabApp
 from tui.screens import watch
 from tui.screens.run import RunScreen, with_history
@@ -15,16 +15,6 @@ from tui.widgets.log_view import LogPanel
 
 WHITELIST_CRASH = SHARED_LOGS / "vllm-eagle3-whitelist-gemma3-32765.log"
 NGRAM_SERVE = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
-
-
-async def wait_for(pilot, predicate, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
-    """Pause until ``predicate()`` holds (the run is a real process: no fixed sleeps)."""
-    steps = int(timeout / 0.1)
-    for _ in range(steps):
-        if predicate():
-            return
-        await pilot.pause(0.1)
-    raise AssertionError("condition not reached in time")
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ from engines.catalog import load_catalog
 from engines.runs import Runs
 from tests.fixtures.tui import SHARED_LOGS
 from tests.fixtures.tui import TuiFolder
-from tests.test_tui_app import screen_text
-from tests.test_tui_run_screen import wait_for
+from tests.fixtures.tui import screen_text
+from tests.fixtures.tui import wait_for
 from tui.app import ServelabApp
 from tui.screens.compare import CompareScreen, best_column
 from tui.screens.confirm import ConfirmScreen

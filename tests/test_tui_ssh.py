@@ -12,8 +12,8 @@ import pytest
 
 from tests.fixtures.sshd import SshServer
 from tests.fixtures.tui import SHARED_LOGS, TuiFolder
-from tests.test_tui_app import screen_text
-from tests.test_tui_run_screen import wait_for
+from tests.fixtures.tui import screen_text
+from tests.fixtures.tui import wait_for
 from tui.app import ServelabApp
 from tui.screens.run import RunScreen
 

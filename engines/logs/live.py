@@ -21,7 +21,9 @@ from collections.abc import Callable
 from engines.adapter import get_adapter
 from engines.hosts.base import Host
 from engines.logs.analyzer import Analysis, LogAnalyzer, Stage
-from engines.logs.grammar import LogGrammar
+from engines.logs.grammar import STAGE_LABELS, STAGES, LogGrammar
+
+__all__ = ["STAGES", "STAGE_LABELS", "LiveAnalyses", "LiveAnalysis", "analyzer_for", "current_stage"]
 
 #: Bytes read from the host per request when catching up.
 CHUNK = 1 << 20

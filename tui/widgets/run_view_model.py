@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from engines.history import stage_seconds
 from engines.logs.analyzer import Analysis, RootCause, SpecFigures, Stage
-from engines.logs.grammar import STAGE_LABELS, STAGES
+from engines.logs.live import STAGE_LABELS, STAGES
 from engines.runstate import RunState
 
 
