@@ -96,3 +96,22 @@ def test_status_prints_the_stage_the_run_is_in(tui_folder: TuiFolder, capsys: py
     out = capsys.readouterr().out
     assert "state     crashed" in out
     assert "stage     kv_cache (failed" in out
+
+
+async def test_an_analysis_published_by_a_worker_is_shared_then_adopted_at_the_end(tmp_path: Path) -> None:
+    host = LocalHost(HostConfig(name="local"))
+    log = tmp_path / "engine.log"
+    data = KV_TOO_SMALL.read_bytes()
+    log.write_bytes(data)
+    worker = analyze_bytes(data, "vllm")  # what the run screen's ingest worker computed
+    live = LiveAnalysis("vllm")
+    live.streams = 1
+    live.publish(worker, len(data))
+    assert await live.feed_at(0, data) is None  # the worker owns the analysis while it streams
+    assert await live.catch_up(host, str(log), alive=True, exit_code=None) is worker
+    live.streams = 0
+    assert await live.catch_up(host, str(log), alive=False, exit_code=1) is worker and live.final
+    other = LiveAnalysis("vllm")
+    other.publish(analyze_bytes(data[:4000], "vllm"), 4000)  # the screen closed half-way: read it again here
+    again = await other.catch_up(host, str(log), alive=False, exit_code=1)
+    assert again.state is RunState.CRASHED and other.offset == len(data)
