@@ -6,7 +6,7 @@ import pytest
 
 from tests.fixtures.tui import SHARED_LOGS
 from tests.fixtures.tui import TuiFolder
-from tests.fixtures.tui import screen_text
+from tests.fixtures.tui import screen_text, wait_for
 from tui.app import ServelabApp
 from tui.screens import watch
 from tui.screens.run import RunScreen, with_history
