@@ -117,13 +117,28 @@ def speedup(run: dict[str, Any], base: dict[str, Any], base_run: str) -> Speedup
 
 @dataclass
 class Row:
+    """One line of the comparison: the cells as shown, and for a figure its numbers and direction."""
+
     label: str
     values: list[str]
     kind: str  # identity | metric
+    #: The figure of each run as shown (rounded like the cell), None where the run has none.
+    numbers: list[float | None] = field(default_factory=list)
+    #: Which way is better: "higher", "lower", or None when the row has no direction.
+    better: str | None = None
 
     @property
     def differs(self) -> bool:
         return len(set(self.values)) > 1
+
+    def best(self) -> int | None:
+        """Index of the best run of a figure (None without a direction, or with fewer than two distinct numbers)."""
+        known = {i: v for i, v in enumerate(self.numbers) if v is not None}
+        if self.better is None or len(known) < 2 or len(set(known.values())) < 2:
+            return None
+        pick = max if self.better == "higher" else min
+        top = pick(known.values())
+        return next(i for i, v in known.items() if v == top)
 
 
 @dataclass
@@ -147,6 +162,13 @@ def _fmt(value: Any, digits: int = 2) -> str:
     if isinstance(value, dict):
         return ", ".join(f"{k}={str(v)[:12]}" for k, v in sorted(value.items())) if value else "-"
     return str(value)
+
+
+def _shown(value: object, digits: int) -> float | None:
+    """A number as its cell shows it (so two equal-looking cells tie), None when not a number."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+        return None
+    return round(float(value), digits)
 
 
 def _metric(summary: dict[str, Any], key: str, digits: int = 2, scale: float = 1.0) -> str:
@@ -183,23 +205,24 @@ IDENTITY_ROWS: tuple[tuple[str, str], ...] = (
     ("probed at", "date"),
 )
 
-METRIC_ROWS: tuple[tuple[str, str, int, float], ...] = (
-    ("acceptance rate (%)", "spec_decode_acceptance_rate", 1, 1.0),
-    ("acceptance length", "spec_decode_acceptance_length", 2, 1.0),
-    ("output tok/s", "output_throughput", 1, 1.0),
-    ("requests/s", "request_throughput", 2, 1.0),
-    ("TPOT p50 (ms)", "median_tpot_ms", 2, 1.0),
-    ("TPOT p99 (ms)", "p99_tpot_ms", 2, 1.0),
-    ("TTFT p50 (ms)", "median_ttft_ms", 1, 1.0),
-    ("TTFT p99 (ms)", "p99_ttft_ms", 1, 1.0),
+#: (label, probe.json key, digits, scale, which way is better).
+METRIC_ROWS: tuple[tuple[str, str, int, float, str | None], ...] = (
+    ("acceptance rate (%)", "spec_decode_acceptance_rate", 1, 1.0, "higher"),
+    ("acceptance length", "spec_decode_acceptance_length", 2, 1.0, "higher"),
+    ("output tok/s", "output_throughput", 1, 1.0, "higher"),
+    ("requests/s", "request_throughput", 2, 1.0, "higher"),
+    ("TPOT p50 (ms)", "median_tpot_ms", 2, 1.0, "lower"),
+    ("TPOT p99 (ms)", "p99_tpot_ms", 2, 1.0, "lower"),
+    ("TTFT p50 (ms)", "median_ttft_ms", 1, 1.0, "lower"),
+    ("TTFT p99 (ms)", "p99_ttft_ms", 1, 1.0, "lower"),
     # The same window by source: the probe's timed client, then the server's own histograms.
-    ("TTFT mean, probe (ms)", "mean_ttft_ms", 1, 1.0),
-    ("TTFT mean, server histogram (ms)", "server_mean_ttft_ms", 1, 1.0),
-    ("TPOT mean, probe (ms)", "mean_tpot_ms", 2, 1.0),
-    ("ITL mean, server histogram (ms)", "server_mean_itl_ms", 2, 1.0),
-    ("ITL per chunk p50 (ms)", "median_itl_ms", 2, 1.0),
-    ("tokens per chunk", "mean_tokens_per_chunk", 2, 1.0),
-    ("requests ended by EOS", "eos_fraction", 2, 1.0),
+    ("TTFT mean, probe (ms)", "mean_ttft_ms", 1, 1.0, "lower"),
+    ("TTFT mean, server histogram (ms)", "server_mean_ttft_ms", 1, 1.0, "lower"),
+    ("TPOT mean, probe (ms)", "mean_tpot_ms", 2, 1.0, "lower"),
+    ("ITL mean, server histogram (ms)", "server_mean_itl_ms", 2, 1.0, "lower"),
+    ("ITL per chunk p50 (ms)", "median_itl_ms", 2, 1.0, "lower"),
+    ("tokens per chunk", "mean_tokens_per_chunk", 2, 1.0, "higher"),
+    ("requests ended by EOS", "eos_fraction", 2, 1.0, None),
 )
 
 
@@ -220,9 +243,12 @@ def build(columns: Sequence[tuple[str, dict[str, Any]]], speedups: dict[str, Spe
             if name not in stages:
                 stages.append(name)
     for name in stages:
-        rows.append(Row(f"load: {name} (s)", [_fmt((s.get("load_stages_s") or {}).get(name), 1) for s in sums], "metric"))
-    for label, key, digits, scale in METRIC_ROWS:
-        rows.append(Row(label, [_metric(s, key, digits, scale) for s in sums], "metric"))
+        secs = [(s.get("load_stages_s") or {}).get(name) for s in sums]
+        rows.append(Row(f"load: {name} (s)", [_fmt(v, 1) for v in secs], "metric", [_shown(v, 1) for v in secs], "lower"))
+    for label, key, digits, scale, better in METRIC_ROWS:
+        figures = [_figure(s, key)[0] for s in sums]
+        shown = [_shown(m * scale if m is not None else None, digits) for m in figures]
+        rows.append(Row(label, [_metric(s, key, digits, scale) for s in sums], "metric", shown, better))
     rows.append(Row("per-position acceptance", [_fmt(s.get("spec_decode_per_position_acceptance_rates")) for s in sums], "metric"))
     cats: list[str] = []
     for s in sums:
@@ -242,7 +268,8 @@ def build(columns: Sequence[tuple[str, dict[str, Any]]], speedups: dict[str, Spe
             sp_vals.append(sp.reason)
         else:
             sp_vals.append(f"{sp.value:.2f}x ±{sp.band:.2f}")
-    rows.append(Row("speedup vs baseline", sp_vals, "metric"))
+    sp_nums = [_shown(sp.value, 2) if sp is not None else None for sp in (speedups.get(run) for run in runs)]
+    rows.append(Row("speedup vs baseline", sp_vals, "metric", sp_nums, "higher"))
     comp = Comparison(runs=runs, rows=rows, speedups=speedups)
     comp.verdict = verdict(columns, speedups)
     return comp

@@ -13,7 +13,8 @@ from tests.fixtures.tui import TuiFolder
 from tests.fixtures.tui import screen_text
 from tests.fixtures.tui import wait_for
 from tui.app import ServelabApp
-from tui.screens.compare import CompareScreen, best_column
+from engines.compare import Row, build
+from tui.screens.compare import CompareScreen
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.preflight import PreflightScreen
 from tui.screens.run import RunScreen
@@ -50,11 +51,21 @@ async def probed_pair(folder: TuiFolder) -> tuple[str, str]:
 
 
 def test_best_column_knows_the_direction_of_each_metric() -> None:
-    assert best_column("output tok/s", ["40.0 ±0.4", "80.0 ±0.8"]) == 1
-    assert best_column("TPOT p50 (ms)", ["25.00", "12.50"]) == 1
-    assert best_column("TTFT p50 (ms)", ["100.0", "300.0"]) == 0
+    """The comparison's rows carry numbers and a direction: the screen never parses its cells."""
+    assert best_column("output tok/s", [40.0, 80.0]) == 1
+    assert best_column("TPOT p50 (ms)", [25.0, 12.5]) == 1
+    assert best_column("TTFT p50 (ms)", [100.0, 300.0]) == 0
     assert best_column("engine", ["vllm", "sglang"]) is None
-    assert best_column("output tok/s", ["-", "80.0"]) is None  # one number: nothing to pick
+    assert best_column("output tok/s", [None, 80.0]) is None  # one number: nothing to pick
+
+
+def best_column(label: str, values: list[float | None] | list[str]) -> int | None:
+    """The best cell of a row as the core builds it (``engines.compare.build``)."""
+    summaries = [{"output_throughput": v, "median_tpot_ms": v, "median_ttft_ms": v} for v in values]
+    comp = build([(f"r{i}", s) for i, s in enumerate(summaries)], {}) if label != "engine" else None
+    if comp is None:
+        return Row(label, [str(v) for v in values], "identity").best()
+    return next(r for r in comp.rows if r.label == label).best()
 
 
 async def test_compare_highlights_best_toggles_diff_and_exports_markdown(tui_folder: TuiFolder, tmp_path: Path) -> None:

@@ -3,7 +3,6 @@ highlighted, a diff-only toggle, and a Markdown export for a chat or an issue.""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import ClassVar
 
@@ -19,26 +18,6 @@ from engines.compare import Comparison, compare_runs, render
 from engines.errors import ServelabError
 from engines.hosts.base import HostUnreachable
 from engines.history import latest_probed
-
-_NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
-_LOWER_IS_BETTER = ("(ms)", "load:")
-_HIGHER_IS_BETTER = ("tok/s", "requests/s", "acceptance rate", "acceptance length", "tokens per chunk", "speedup")
-
-
-def best_column(label: str, values: list[str]) -> int | None:
-    """Index of the best value of a metric row (None when the row has no direction or < 2 numbers)."""
-    if any(k in label for k in _LOWER_IS_BETTER):
-        pick = min
-    elif any(k in label for k in _HIGHER_IS_BETTER):
-        pick = max
-    else:
-        return None
-    numbers = {i: float(m.group(1)) for i, v in enumerate(values) if (m := _NUMBER.match(v))}
-    if len(numbers) < 2 or len(set(numbers.values())) < 2:
-        return None
-    best = pick(numbers.values())
-    return next(i for i, v in numbers.items() if v == best)
-
 
 class CompareScreen(Screen[None]):
     """Runs side by side."""
@@ -95,7 +74,7 @@ class CompareScreen(Screen[None]):
         for row in comp.rows:
             if self.diff_only and row.kind == "identity" and not row.differs:
                 continue
-            best = best_column(row.label, row.values) if row.kind == "metric" else None
+            best = row.best() if row.kind == "metric" else None
             cells = []
             for i, value in enumerate(row.values):
                 style = "bold reverse green" if i == best else ("yellow" if row.kind == "identity" and row.differs else "")
