@@ -72,7 +72,7 @@ def diagnose(facts: RunFacts, m: Measurements, cost: StepCost, ref: ReferenceMat
         out.append(Finding(
             "degenerate-output", "warning",
             f"acceptance {_pct(rate)} is built on repetitive output: not a figure to praise",
-            f"only {_pct(share)} of output word bigrams are distinct (natural text > 80 %, degenerate < {DEGENERATE_BELOW:.0%}); "
+            f"only {_pct(share)} of output token bigrams are distinct (natural text > 80 %, degenerate < {DEGENERATE_BELOW:.0%}); "
             "a loop is trivially predictable, so any drafter scores high on it",
             "[probe] prompts = \"specbench:question.jsonl\" (real prompts) and a target that answers them; judge acceptance only on non-looping output",
             2.0 + rate,
