@@ -39,13 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dir", help="experiments folder (default: $SERVELAB_EXPERIMENTS or ./experiments)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue  # a command group not built yet
-            raise
-        module.register(sub)
+        importlib.import_module(name).register(sub)
     dash = sub.add_parser("dashboard", help="open the dashboard (the default)")
     dash.add_argument("--readonly", action="store_true", help="hide launch and stop: for someone watching")
     dash.set_defaults(func=_dashboard)

@@ -15,15 +15,16 @@ import json
 import os
 import platform
 import sys
+from typing import Any
 
 if sys.path and sys.path[0] in ("", "."):
     del sys.path[0]  # `python -c` puts the working folder first: never import from it
 
 
-def package_facts(name: str) -> dict:
+def package_facts(name: str) -> dict[str, Any]:
     import importlib.util
 
-    facts: dict = {"package": name, "version": None, "root": None, "error": None}
+    facts: dict[str, Any] = {"package": name, "version": None, "root": None, "error": None}
     try:
         spec = importlib.util.find_spec(name)
     except (ImportError, ValueError) as exc:
@@ -62,7 +63,7 @@ def dist_version(name: str, root: str | None = None) -> str | None:
     return None
 
 
-def cpu_build_facts() -> dict | None:
+def cpu_build_facts() -> dict[str, Any] | None:
     """torch's facts from ``torch/version.py`` when it is a CPU-only build (no CUDA, ROCm or XPU):
     then there is no GPU to count and importing torch (seconds) would tell nothing more. The
     engine's own argument check imports torch anyway, so a torch that cannot import still fails
@@ -111,11 +112,11 @@ def _beside(name: str, root: str) -> str | None:
     return None
 
 
-def torch_facts() -> dict:
+def torch_facts() -> dict[str, Any]:
     static = cpu_build_facts()
     if static is not None:
         return static
-    facts: dict = {"torch": None, "cuda": None, "cuda_available": False, "gpus": 0, "gpu_names": [], "torch_error": None}
+    facts: dict[str, Any] = {"torch": None, "cuda": None, "cuda_available": False, "gpus": 0, "gpu_names": [], "torch_error": None}
     try:
         import torch
     except Exception as exc:
@@ -136,7 +137,7 @@ def main(argv: list[str]) -> int:
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # anything torch prints goes to stderr, not into the answer
     name = argv[1] if len(argv) > 1 else "vllm"
-    answer = {
+    answer: dict[str, Any] = {
         "python": platform.python_version(),
         "executable": sys.executable,
         "hostname": platform.node(),

@@ -23,12 +23,7 @@ def all_binding_classes() -> list[type]:
     """Every screen and widget class with BINDINGS (for the keymap check and the help screen)."""
     classes: list[type] = []
     for name in BINDING_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise
+        module = importlib.import_module(name)
         for value in vars(module).values():
             if isinstance(value, type) and value.__module__ == name and "BINDINGS" in vars(value):
                 classes.append(value)
