@@ -48,7 +48,7 @@ class Arm:
 
     ``rate`` is accepted / drafted tokens (0..1), ``per_position[i]`` accepted at position i / drafts
     (an n-gram drafter may propose fewer than K tokens, so the two need not agree).
-    ``unique_bigrams`` is the share of distinct word bigrams in the outputs (low = looping).
+    ``unique_bigrams`` is the share of distinct token bigrams in the outputs (low = looping).
     """
 
     name: str
