@@ -47,7 +47,7 @@ def test_status_over_ssh_sees_the_remote_server_alive(sglang_lab: SglangLab) -> 
         runs = sglang_lab.runs(remote=True)
         try:
             st = await runs.status(sglang_lab.remote.run_id)
-            return st.alive, str(st.analysis.get("state"))
+            return st.alive, str(st.analysis.state if st.analysis else None)
         finally:
             await close_all()
 
