@@ -200,15 +200,16 @@ def unreachable_reason(cfg: HostConfig, exc: BaseException) -> str:
 class Runs:
     """Runs of one experiments folder, on every host its hosts.toml names."""
 
-    def __init__(self, catalog: Catalog) -> None:
+    def __init__(self, catalog: Catalog, live: LiveAnalyses | None = None) -> None:
         self.catalog = catalog
         #: Hosts the last :meth:`list` could not reach, with the one-line reason.
         self.unreachable: dict[str, str] = {}
         #: What this machine last saw of each host and its runs (``engines.hosts.seen``).
         self.seen = SeenStore()
         self._helpers: dict[str, str] = {}
-        #: One live analysis per run, shared by everyone who asks through this ``Runs``.
-        self.live = LiveAnalyses()
+        #: One live analysis per run, shared by everyone who asks through this ``Runs``; pass the
+        #: previous one's when the folder is reloaded, so a run's followers keep sharing one.
+        self.live = live if live is not None else LiveAnalyses()
 
     # -- hosts and the helper ---------------------------------------------------------------------
     def host(self, name: str) -> Host:

@@ -57,3 +57,12 @@ def test_step_cost_without_a_baseline_says_why() -> None:
     c = step_cost(arm, 1, plain_ms=None, baseline_run=None, measured=None, note="no probed baseline")
     assert c.ratio is None and c.estimated_speedup is None
     assert c.note == "no probed baseline"
+
+
+def test_server_step_time_wins_over_burst_read_chunk_gaps() -> None:
+    """A loaded client reads chunks in bursts (median gap 0): the server's own per-step time is used."""
+    arm = Arm("overall", 12, 12, drafts=100, rate=0.5, length=2.5, per_position=[0.8, 0.5, 0.2], median_step_ms=0.0)
+    assert step_cost(arm, 3, plain_ms=10.0, baseline_run="b", measured=1.2).ratio is None  # a zero gap is no step time
+    c = step_cost(arm, 3, plain_ms=10.0, baseline_run="b", measured=1.2, server_step_ms=20.0)
+    assert c.step_ms == 20.0 and c.ratio == pytest.approx(2.0)
+    assert c.estimated_speedup == pytest.approx(2.5 / 2.0)

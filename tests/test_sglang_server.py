@@ -96,6 +96,29 @@ def test_compared_with_the_tiny_vllm_baseline_it_gets_a_cross_engine_verdict(sgl
     print("\n" + table)
 
 
+async def test_the_dashboard_puts_the_two_engines_side_by_side(sglang_lab: SglangLab, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The new user's view: the compare screen on both runs just probed, with the cross-engine verdict."""
+    from tests.fixtures.tui import pilot_wait, shown_text
+    from tui.app import ServelabApp
+    from tui.screens.compare import CompareScreen
+
+    monkeypatch.setenv("SERVELAB_SSH_CONFIG", str(sglang_lab.ssh_config))
+    app = ServelabApp(sglang_lab.folder, readonly=True)  # watching only: it starts, stops and probes nothing
+    app.watch_runs = False
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause()
+        await app.push_screen(CompareScreen(run_ids=[sglang_lab.vllm.run_id, sglang_lab.local.run_id]))
+        screen = app.screen
+        assert isinstance(screen, CompareScreen)
+        await pilot_wait(pilot, lambda: screen.comparison is not None, timeout=120)
+        await pilot.pause()
+        text = shown_text(app)
+    assert sglang_lab.vllm.run_id[:20] in text and sglang_lab.local.run_id[:20] in text, text
+    assert "sglang" in text and "vllm" in text
+    assert "no verdict across engines" not in text
+    assert "WARRANTED" in text or "NOT warranted" in text, text
+
+
 def test_no_fake_sgl_kernel_stand_in_was_ever_called(sglang_lab: SglangLab) -> None:
     """FakeSglKernel's stand-ins write a line to the server log when called; none may be in either log."""
     marker = subprocess.run(

@@ -71,6 +71,7 @@ class ServelabApp(App[int]):
         self.keymap_problems: list[str] = []
         self.catalog: Catalog | None = None
         self._runs: Runs | None = None
+        self._watch_runs: Runs | None = None
         self.watcher: RunWatcher | None = None
         #: Probes this app runs now (run id -> latest progress line), their results and failures.
         self.probing: dict[str, str] = {}
@@ -99,6 +100,16 @@ class ServelabApp(App[int]):
             self._watch_runs()
             self._watch_hosts()
 
+    def _watcher_runs(self) -> Runs:
+        """The watcher's own ``Runs``: it follows every running run's log itself, so a ready or a
+        crash is heard whichever screen is open (a run screen's published analysis is not relied on)."""
+        from engines.runs import Runs
+
+        catalog = self.runs().catalog
+        if self._watch_runs is None or self._watch_runs.catalog is not catalog:
+            self._watch_runs = Runs(catalog)
+        return self._watch_runs
+
     def runs(self) -> Runs:
         """The run lifecycle for the folder as last loaded (loads it on first use)."""
         from engines.runs import Runs
@@ -106,14 +117,16 @@ class ServelabApp(App[int]):
         if self.catalog is None:
             self.catalog = load_catalog(self.folder)
         if self._runs is None or self._runs.catalog is not self.catalog:
-            self._runs = Runs(self.catalog)
+            # A reloaded folder keeps the live analyses: the watcher and an open run screen must
+            # keep sharing one per run, or the watcher polls an analysis nobody feeds any more.
+            self._runs = Runs(self.catalog, live=self._runs.live if self._runs is not None else None)
         return self._runs
 
     @work(exclusive=True, group="watch-runs", exit_on_error=False)
     async def _watch_runs(self) -> None:
         from tui.screens.watch import RunWatcher
 
-        watcher = RunWatcher(self.runs, self.announce)
+        watcher = RunWatcher(self._watcher_runs, self.announce)
         self.watcher = watcher
         try:
             await watcher.run_forever()

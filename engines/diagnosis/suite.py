@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import httpx
+
 from engines.adapter import get_adapter
 from engines.diagnosis.cost import step_cost
 from engines.diagnosis.measure import Progress, SuiteSettings, measure
@@ -18,10 +20,21 @@ from engines.diagnosis.model import Diagnosis, StaticCheck
 from engines.diagnosis.reference import closest
 from engines.diagnosis.rules import RunFacts, diagnose
 from engines.errors import ServelabError
+from engines.probe.metrics import latency_between
 from engines.probe.prompts import PromptSet
 
 if TYPE_CHECKING:
     from engines.experiment import Experiment
+
+
+async def _scrape(base_url: str) -> str | None:
+    """``/metrics`` as text, or None when the server has none (the client's chunk gaps are used then)."""
+    try:
+        async with httpx.AsyncClient(base_url=base_url, timeout=30.0) as http:
+            r = await http.get("/metrics")
+    except httpx.HTTPError:
+        return None
+    return r.text if r.status_code == 200 else None
 
 
 @dataclass(frozen=True)
@@ -55,9 +68,14 @@ async def diagnose_server(
     s = exp.speculative
     if s.method == "none":
         raise ServelabError(f"{run} does not speculate ([speculative] method = \"none\"): nothing to diagnose")
-    meas = await measure(base_url, get_adapter(exp.engine), exp, prompts, settings or SuiteSettings(), progress=progress)
+    adapter = get_adapter(exp.engine)
+    hist = adapter.latency_histograms
+    before = await _scrape(base_url) if hist is not None else None
+    meas = await measure(base_url, adapter, exp, prompts, settings or SuiteSettings(), progress=progress)
+    after = await _scrape(base_url) if before is not None else None
+    server_step = latency_between(hist, before, after).mean_itl_ms if hist is not None and before is not None and after is not None else None
     b = baseline or Baseline()
-    cost = step_cost(meas.overall, s.num_tokens, b.plain_ms, b.run, b.measured_speedup, b.note if b.plain_ms is None else "")
+    cost = step_cost(meas.overall, s.num_tokens, b.plain_ms, b.run, b.measured_speedup, b.note if b.plain_ms is None else "", server_step_ms=server_step)
     ref = closest(exp.model, s.draft_model, exp.engine, s.num_tokens, s.method)
     findings = diagnose(RunFacts(s.method, s.num_tokens, model_path, drafter_path, static), meas, cost, ref)
     return Diagnosis(
