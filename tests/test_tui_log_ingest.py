@@ -39,7 +39,7 @@ async def test_worker_classifies_and_analyses_like_the_inline_path(tmp_path: Pat
         ingest.finish()
         index = ingest.index
         assert index.line_count == data.count(b"\n")  # offsets are there at once
-        await until(lambda: index.unclassified == 0 and ingest.analysed_bytes() == len(data))
+        await until(lambda: index.unclassified == 0 and ingest.analysed_bytes == len(data))
         await until(lambda: any(u.analysis is not None and u.analysis.exit_code == 1 for u in updates))
         inline = LineIndex(tmp_path / "inline.log")
         inline.append(data)

@@ -71,7 +71,6 @@ class ServelabApp(App[int]):
         self.keymap_problems: list[str] = []
         self.catalog: Catalog | None = None
         self._runs: Runs | None = None
-        self._watch_runs: Runs | None = None
         self.watcher: RunWatcher | None = None
         #: Probes this app runs now (run id -> latest progress line), their results and failures.
         self.probing: dict[str, str] = {}
@@ -100,16 +99,6 @@ class ServelabApp(App[int]):
             self._watch_runs()
             self._watch_hosts()
 
-    def _watcher_runs(self) -> Runs:
-        """The watcher's own ``Runs``: it follows every running run's log itself, so a ready or a
-        crash is heard whichever screen is open (a run screen's published analysis is not relied on)."""
-        from engines.runs import Runs
-
-        catalog = self.runs().catalog
-        if self._watch_runs is None or self._watch_runs.catalog is not catalog:
-            self._watch_runs = Runs(catalog)
-        return self._watch_runs
-
     def runs(self) -> Runs:
         """The run lifecycle for the folder as last loaded (loads it on first use)."""
         from engines.runs import Runs
@@ -126,7 +115,7 @@ class ServelabApp(App[int]):
     async def _watch_runs(self) -> None:
         from tui.screens.watch import RunWatcher
 
-        watcher = RunWatcher(self._watcher_runs, self.announce)
+        watcher = RunWatcher(self.runs, self.announce)
         self.watcher = watcher
         try:
             await watcher.run_forever()

@@ -122,6 +122,7 @@ class LogIngest:
     def worker_pid(self) -> int:
         return self._proc.pid
 
+    @property
     def analysed_bytes(self) -> int:
         """Spool bytes the analyzer has seen (it may lag behind the index while catching up)."""
         return self._analysed
