@@ -11,7 +11,6 @@ line 1, how the file was made. The broken-engine case runs against a copy of the
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import signal
 import subprocess
@@ -24,6 +23,9 @@ from pathlib import Path
 import httpx
 
 REPO = Path(__file__).resolve().parents[3]
+
+from recorder import During, record  # noqa: E402  (beside this script)
+
 OUT = Path(__file__).resolve().parent
 PY = REPO / ".venv-engine" / "bin" / "python"
 MODEL = REPO / ".models" / "tiny-llama"
@@ -32,37 +34,10 @@ BASE = ["-m", "vllm.entrypoints.openai.api_server", "--dtype", "float32", "--max
 NGRAM = '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4,"prompt_lookup_min":2}'
 
 
-def _run(name: str, why: str, args: list[str], env: dict[str, str] | None = None, during: Callable[[subprocess.Popen[bytes], Path], None] | None = None, timeout: float = 240) -> None:
-    path = OUT / f"vllm-cpu-{name}.log"
-    tmp = path.with_suffix(".tmp")
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "VLLM_LOGGING_COLOR": "0", **(env or {})}
-    argv = [str(PY), *args]
-    stopped = ""
-    with tmp.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=full_env, start_new_session=True, cwd=REPO)
-        try:
-            if during is not None:
-                during(proc, tmp)
-            proc.wait(timeout=timeout)
-        except (subprocess.TimeoutExpired, KeyboardInterrupt):
-            pass
-        finally:
-            if proc.poll() is None:
-                stopped = f"; still running after {timeout:.0f} s, stopped by the recorder (SIGTERM to its group"
-                os.killpg(proc.pid, signal.SIGTERM)  # our own process group only
-                try:
-                    proc.wait(timeout=30)
-                    stopped += ")"
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-                    stopped += ", then SIGKILL after 30 s)"
-    shown = " ".join(shlex.quote(a) for a in ["python", *args]).replace(str(REPO), ".")
-    extra = " ".join(f"{k}={v}" for k, v in (env or {}).items() if k != "PYTHONPATH")
-    head = f"# made by: tests/data/logs/record_logs.py {name}: vllm-cpu 0.32.0 {why}; exit code {proc.returncode}{stopped}; command: {extra + ' ' if extra else ''}{shown}\n"
-    path.write_bytes(head.encode() + tmp.read_bytes().replace(str(REPO).encode(), b"."))
-    tmp.unlink()
-    print(f"{path.name}: exit {proc.returncode}, {path.stat().st_size} bytes")
+def _run(name: str, why: str, args: list[str], env: dict[str, str] | None = None, during: During | None = None, timeout: float = 240) -> None:
+    record(OUT / f"vllm-cpu-{name}.log", f"tests/data/logs/record_logs.py {name}: vllm-cpu 0.32.0 {why}", PY, args,
+           env={"PYTHONUNBUFFERED": "1", "VLLM_LOGGING_COLOR": "0", **(env or {})},
+           shown_env={k: v for k, v in (env or {}).items() if k != "PYTHONPATH"}, during=during, timeout=timeout)
 
 
 def _serve_then_stop(proc: subprocess.Popen[bytes], log: Path) -> None:

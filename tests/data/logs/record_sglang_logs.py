@@ -11,7 +11,6 @@ how the file was made. Every server binds 127.0.0.1 and sizes its KV cache by ``
 from __future__ import annotations
 
 import os
-import shlex
 import signal
 import socket
 import subprocess
@@ -23,6 +22,12 @@ from pathlib import Path
 import httpx
 
 REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO))
+
+from recorder import During, record  # noqa: E402  (beside this script)
+
+from tests.fixtures.procs import members  # noqa: E402
+
 OUT = Path(__file__).resolve().parent
 PY = REPO / ".venv-sglang" / "bin" / "python"
 MODEL = REPO / ".models" / "tiny-llama"
@@ -30,23 +35,6 @@ PORT = 8792
 BASE = ["-m", "sglang.launch_server", "--device", "cpu", "--host", "127.0.0.1", "--port", str(PORT), "--max-total-tokens", "2048"]
 GOOD = [*BASE, "--model-path", str(MODEL), "--mem-fraction-static", "0.8", "--decode-log-interval", "10"]
 ENV = {"SGLANG_USE_CPU_ENGINE": "1"}
-
-
-def _group_children(leader: int) -> dict[int, str]:
-    """pid -> process title of every live process in ``leader``'s process group (ours)."""
-    out: dict[int, str] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{name}/stat").read_text()
-            cmd = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if int(fields[2]) == leader and fields[0] not in ("Z", "X"):
-            out[int(name)] = cmd
-    return out
 
 
 def _wait_for(log: Path, needle: bytes, proc: subprocess.Popen[bytes], timeout: float = 600) -> bool:
@@ -58,40 +46,9 @@ def _wait_for(log: Path, needle: bytes, proc: subprocess.Popen[bytes], timeout: 
     return False
 
 
-def _run(name: str, why: str, args: list[str], during: Callable[[subprocess.Popen[bytes], Path], None] | None = None, timeout: float = 300) -> None:
-    path = OUT / f"sglang-cpu-{name}.log"
-    tmp = path.with_suffix(".tmp")
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "NO_COLOR": "1", **ENV}
-    stopped = ""
-    with tmp.open("wb") as out:
-        proc = subprocess.Popen([str(PY), *args], stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd="/")
-        try:
-            if during is not None:
-                during(proc, tmp)
-            proc.wait(timeout=timeout)
-        except (subprocess.TimeoutExpired, KeyboardInterrupt):
-            pass
-        finally:
-            if proc.poll() is None:
-                stopped = f"; still running after {timeout:.0f} s, stopped by the recorder (SIGTERM to its group"
-                os.killpg(proc.pid, signal.SIGTERM)  # our own process group only
-                try:
-                    proc.wait(timeout=30)
-                    stopped += ")"
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-                    stopped += ", then SIGKILL after 30 s)"
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # children SGLang left behind, ours only
-            except ProcessLookupError:
-                pass
-    shown = " ".join(shlex.quote(a) for a in ["python", *args]).replace(str(REPO), ".")
-    extra = " ".join(f"{k}={v}" for k, v in ENV.items())
-    head = f"# made by: tests/data/logs/record_sglang_logs.py {name}: sglang 0.5.23 (CPU, FakeSglKernel) {why}; exit code {proc.returncode}{stopped}; command: {extra} {shown}\n"
-    path.write_bytes(head.encode() + tmp.read_bytes().replace(str(REPO).encode(), b"."))
-    tmp.unlink()
-    print(f"{path.name}: exit {proc.returncode}, {path.stat().st_size} bytes", flush=True)
+def _run(name: str, why: str, args: list[str], during: During | None = None, timeout: float = 300) -> None:
+    record(OUT / f"sglang-cpu-{name}.log", f"tests/data/logs/record_sglang_logs.py {name}: sglang 0.5.23 (CPU, FakeSglKernel) {why}", PY, args,
+           env={"PYTHONUNBUFFERED": "1", "NO_COLOR": "1", **ENV}, shown_env=ENV, during=during, timeout=timeout, cwd="/")
 
 
 def _serve(n: int = 4) -> None:
@@ -112,7 +69,7 @@ def _kill_scheduler_after_ready(proc: subprocess.Popen[bytes], log: Path) -> Non
     if not _wait_for(log, b"The server is fired up and ready to roll", proc):
         return
     _serve(1)
-    schedulers = [pid for pid, cmd in _group_children(proc.pid).items() if "sglang::scheduler" in cmd]
+    schedulers = [pid for pid, cmd in members(pgrp=proc.pid).items() if "sglang::scheduler" in cmd]
     for pid in schedulers:
         os.kill(pid, signal.SIGKILL)  # a child of the server this recorder started
     try:
