@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
+from textual.dom import DOMNode
+from textual.message_pump import MessagePump
 from textual.screen import Screen
 from textual.theme import Theme
 
@@ -53,9 +55,9 @@ class ServelabApp(App[int]):
     """The dashboard. ``readonly`` hides every action that starts or stops something."""
 
     TITLE = "servelab"
-    CSS_PATH: ClassVar[list[str | Path]] = ["app.tcss", "high_contrast.tcss"]
+    CSS_PATH = ["app.tcss", "high_contrast.tcss"]
     ENABLE_COMMAND_PALETTE = True
-    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (140, "-wide")]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (140, "-wide")]
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("question_mark,f1", "help", "Help", id="app.help"),
@@ -84,7 +86,7 @@ class ServelabApp(App[int]):
         if readonly:
             self.sub_title = "read-only"
 
-    def get_default_screen(self) -> Screen:
+    def get_default_screen(self) -> Screen[Any]:
         from tui.screens.experiments import ExperimentsScreen
 
         return ExperimentsScreen()
@@ -233,7 +235,7 @@ class ServelabApp(App[int]):
             return
         self.push_screen(HelpScreen(self.active_bindings, readonly=self.readonly))
 
-    def action_back(self) -> None:
+    async def action_back(self) -> None:
         """Leave the current screen; on the first screen, quit."""
         if len(self.screen_stack) > 1:
             self.pop_screen()
@@ -249,7 +251,7 @@ class ServelabApp(App[int]):
         if not isinstance(self.screen, RunsScreen):
             self.push_screen(RunsScreen())
 
-    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         yield SystemCommand("Help: keys", "Every key of this screen, with its binding id", self.action_help)
         yield SystemCommand("High contrast", "Toggle the high-contrast theme (shared screens)", self.action_toggle_contrast)
@@ -257,12 +259,26 @@ class ServelabApp(App[int]):
         yield from getattr(screen, "palette_commands", lambda: [])()
 
 
+def servelab_app(node: MessagePump) -> ServelabApp:
+    """The dashboard ``node`` is mounted in, typed as such.
+
+    Textual types ``node.app`` as a plain ``App``, so a screen reading ``readonly`` or calling
+    ``runs()`` through it is not checked: a typo, or an attribute shadowing a method, fails only
+    when the line runs. Screens reach the app through this instead.
+    """
+    app = node.app
+    if not isinstance(app, ServelabApp):
+        raise TypeError(f"{type(node).__name__} belongs to the servelab dashboard, not to {type(app).__name__}")
+    return app
+
+
 def known_binding_ids() -> set[str]:
     """Every binding id users may rebind (collected from the app, screens and widgets)."""
     from tui.screens import all_binding_classes
 
     ids: set[str] = set()
-    for cls in (ServelabApp, *all_binding_classes()):
+    classes: list[type[DOMNode]] = [ServelabApp, *all_binding_classes()]
+    for cls in classes:
         for binding in cls.BINDINGS:
             if isinstance(binding, Binding) and binding.id:
                 ids.add(binding.id)

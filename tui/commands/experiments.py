@@ -6,6 +6,7 @@ import argparse
 import json
 import shlex
 import sys
+from typing import Any
 
 from engines.adapter import speculative_flags
 from engines.campaign.check import campaign_files, check_campaign, find_campaign
@@ -30,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def cmd_list(args: argparse.Namespace) -> int:
     cat = load_catalog(args.dir)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for exp in cat.experiments:
         e = exp.experiment
         rows.append(

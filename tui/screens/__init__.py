@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
+if TYPE_CHECKING:
+    from textual.dom import DOMNode
 
 #: Modules whose classes carry rebindable ``Binding``s (imported lazily: Textual is heavy).
 BINDING_MODULES: tuple[str, ...] = (
@@ -19,12 +22,14 @@ BINDING_MODULES: tuple[str, ...] = (
 )
 
 
-def all_binding_classes() -> list[type]:
+def all_binding_classes() -> list[type[DOMNode]]:
     """Every screen and widget class with BINDINGS (for the keymap check and the help screen)."""
-    classes: list[type] = []
+    from textual.dom import DOMNode
+
+    classes: list[type[DOMNode]] = []
     for name in BINDING_MODULES:
         module = importlib.import_module(name)
         for value in vars(module).values():
-            if isinstance(value, type) and value.__module__ == name and "BINDINGS" in vars(value):
+            if isinstance(value, type) and issubclass(value, DOMNode) and value.__module__ == name and "BINDINGS" in vars(value):
                 classes.append(value)
     return classes

@@ -18,6 +18,7 @@ from engines.compare import Comparison, compare_runs, render
 from engines.errors import ServelabError
 from engines.hosts.base import HostUnreachable
 from engines.history import latest_probed
+from tui.app import servelab_app
 
 class CompareScreen(Screen[None]):
     """Runs side by side."""
@@ -49,7 +50,7 @@ class CompareScreen(Screen[None]):
 
     @work(exclusive=True, group="compare", exit_on_error=False)
     async def _load(self) -> None:
-        runs = self.app.runs()
+        runs = servelab_app(self).runs()
         try:
             run_ids = list(self.run_ids)
             if not run_ids:

@@ -12,7 +12,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 from textual import on, work
@@ -28,6 +28,7 @@ from engines.errors import ServelabError
 from engines.hosts.seen import clock, now
 from engines.loader import display_path
 from engines.history import LatestRun, latest_runs
+from tui.app import servelab_app
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("sel", " "),
@@ -124,7 +125,7 @@ class ExperimentsScreen(Screen[None]):
 
     # -- readonly --------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("launch", "edit") and self.app.readonly:
+        if action in ("launch", "edit") and servelab_app(self).readonly:
             return False
         return True
 
@@ -135,7 +136,7 @@ class ExperimentsScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="catalog")
     def _load(self) -> None:
         try:
-            catalog = load_catalog(self.app.folder)
+            catalog = load_catalog(servelab_app(self).folder)
         except ServelabError as exc:
             self.app.call_from_thread(self._show_error, str(exc))
             return
@@ -147,7 +148,7 @@ class ExperimentsScreen(Screen[None]):
 
     def _show_catalog(self, catalog: Catalog) -> None:
         self.catalog = catalog
-        self.app.catalog = catalog
+        servelab_app(self).catalog = catalog
         self.rows = [Row(entry) for entry in catalog.entries]
         self.selected &= {r.key for r in self.rows}
         self._fill_table()
@@ -173,7 +174,7 @@ class ExperimentsScreen(Screen[None]):
             why = f"line {problem.line}: {problem.path}: {problem.message}" if problem else "invalid"
             return [sel, Text(row.name, style="bold red"), Text("invalid", style="red"), Text(why[:60], style="red"), *[Text("")] * 6]
         e = exp.experiment
-        spec = e.speculative.method if e.speculative.method != "none" else "-"
+        spec: str = e.speculative.method if e.speculative.method != "none" else "-"
         if e.speculative.num_tokens:
             spec += f" k={e.speculative.num_tokens}"
         name_style = "bold yellow" if row.entry.problems else "bold"
@@ -199,9 +200,10 @@ class ExperimentsScreen(Screen[None]):
 
     @work(exclusive=True, group="latest", exit_on_error=False)
     async def _load_latest(self, catalog: Catalog) -> None:
-        watcher = getattr(self.app, "watcher", None)
-        latest, unreachable = await latest_runs(self.app.runs(), watcher.analyses if watcher is not None else None)
-        known = self.app.runs().hosts_down() if unreachable else {}
+        app = servelab_app(self)
+        runs = app.runs()
+        latest, unreachable = await latest_runs(runs, app.watcher.analyses if app.watcher is not None else None)
+        known = runs.hosts_down() if unreachable else {}
         for exp in catalog.experiments:  # a host that does not answer keeps its experiments' last known run
             if exp.experiment.host in unreachable and exp.name not in latest and exp.name in self.latest:
                 latest[exp.name] = self.latest[exp.name]
@@ -217,7 +219,8 @@ class ExperimentsScreen(Screen[None]):
 
     def _show_subtitle(self) -> None:
         down = "".join(f" · {host} unreachable since {since}" for host, (since, _) in sorted(self.down.items()))
-        self.sub_title = f"experiments in {display_path(self.app.folder)}" + (" · read-only" if self.app.readonly else "") + down
+        app = servelab_app(self)
+        self.sub_title = f"experiments in {display_path(app.folder)}" + (" · read-only" if app.readonly else "") + down
 
     # -- the detail pane ---------------------------------------------------------------------------
     @on(DataTable.RowHighlighted)
@@ -280,7 +283,7 @@ class ExperimentsScreen(Screen[None]):
             return
         latest = self.latest.get(row.name)
         if latest is None:
-            self.notify(f"{row.name} has no run yet" + ("" if self.app.readonly else ": press l to launch"), timeout=4)
+            self.notify(f"{row.name} has no run yet" + ("" if servelab_app(self).readonly else ": press l to launch"), timeout=4)
             return
         from tui.screens.run import RunScreen
 
@@ -296,7 +299,7 @@ class ExperimentsScreen(Screen[None]):
 
     def action_launch(self) -> None:
         row = self._valid_current()
-        if row is None or self.catalog is None or self.app.readonly:
+        if row is None or self.catalog is None or servelab_app(self).readonly:
             return
         from tui.screens.preflight import PreflightScreen
 
@@ -333,7 +336,7 @@ class ExperimentsScreen(Screen[None]):
 
     def action_edit(self) -> None:
         row = self.current()
-        if row is None or self.app.readonly:
+        if row is None or servelab_app(self).readonly:
             return
         editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
         try:
@@ -370,7 +373,7 @@ def speedup_text(latest: LatestRun) -> str:
 
 def detail_renderable(catalog: Catalog, entry: FileEntry, latest: LatestRun | None, down: tuple[str, str] | None = None) -> Group:
     """The resolved command line, environment, patches and probe settings (or the file's problems)."""
-    parts: list[object] = []
+    parts: list[RenderableType] = []
     exp = entry.experiment
     if exp is None or entry.problems:
         parts.append(Text(f"{display_path(entry.path)}", style="bold"))

@@ -5,7 +5,7 @@ The drafter check's findings come as one line each under its check (severity, co
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.table import Table
 from rich.text import Text
@@ -20,6 +20,7 @@ from engines.catalog import Catalog
 from engines.errors import ServelabError
 from engines.hosts.base import HostUnreachable
 from engines.preflight import CHECK_NAMES, Check, run_preflight
+from tui.app import servelab_app
 
 #: How each finding severity is marked.
 SEVERITY_MARKS: dict[str, tuple[str, str]] = {"error": ("✗", "bold red"), "warning": ("!", "yellow"), "info": ("i", "dim")}
@@ -102,7 +103,7 @@ class PreflightScreen(ModalScreen[str | None]):
     async def _launch(self) -> None:
         """A launch runs its own preflight (which also applies the patch set): one pass, checks shown as they end."""
         try:
-            record: Any = await self.app.runs().launch(self.experiment, progress=self._progress)
+            record = await servelab_app(self).runs().launch(self.experiment, progress=self._progress)
         except (ServelabError, HostUnreachable, OSError) as exc:
             self.outcome = f"✗ launch refused: {exc}"
             self._show(running=False)

@@ -29,6 +29,7 @@ from engines.hosts.base import HostUnreachable
 from engines.history import earlier_stage_seconds, probe_of
 from engines.logs.live import LiveAnalysis
 from engines.runs import RunRecord, Runs, RunUnreachable
+from tui.app import servelab_app
 from tui.widgets.line_index import LineIndex
 from tui.widgets.log_ingest import IngestUpdate, LogIngest
 from tui.widgets.log_view import LogPanel
@@ -121,7 +122,7 @@ class RunScreen(Screen[None]):
 
     @property
     def runs(self) -> Runs:
-        return self.app.runs()
+        return servelab_app(self).runs()
 
     def on_mount(self) -> None:
         self.title = "run"
@@ -146,7 +147,7 @@ class RunScreen(Screen[None]):
         self.ingest.close()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("stop", "probe") and self.app.readonly:
+        if action in ("stop", "probe") and servelab_app(self).readonly:
             return False
         if action == "stop" and self.alive is False:
             return None
@@ -316,7 +317,7 @@ class RunScreen(Screen[None]):
 
     def _render_probe(self) -> None:
         """Stored probe results, else the app's probe in progress, else live figures from the log."""
-        app = self.app
+        app = servelab_app(self)
         if self.probe is None and self.run_id in app.probe_results:
             self.probe = app.probe_results[self.run_id]
         progress = app.probing.get(self.run_id)
@@ -363,7 +364,7 @@ class RunScreen(Screen[None]):
 
     # -- actions ---------------------------------------------------------------------------------
     def action_stop(self) -> None:
-        if self.app.readonly:
+        if servelab_app(self).readonly:
             return
         from tui.screens.confirm import ConfirmScreen
 
@@ -389,9 +390,10 @@ class RunScreen(Screen[None]):
         self.notify(f"{self.run_id} stopped", timeout=4)
 
     def action_probe(self) -> None:
-        if self.app.readonly:
+        app = servelab_app(self)
+        if app.readonly:
             return
-        if not self.app.start_probe(self.run_id):
+        if not app.start_probe(self.run_id):
             self.notify("a probe of this run is already running", timeout=3)
         self._render_probe()
 

@@ -16,6 +16,7 @@ from engines.hosts.base import HostUnreachable
 from engines.hosts.seen import HostSeen
 from engines.runs import KnownRun, RunRecord
 from engines.runstate import RunState
+from tui.app import servelab_app
 
 REFRESH_SECONDS = 5.0
 
@@ -54,7 +55,7 @@ class RunsScreen(Screen[None]):
         self._poll()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("stop", "cleanup") and self.app.readonly:
+        if action in ("stop", "cleanup") and servelab_app(self).readonly:
             return False
         return True
 
@@ -67,7 +68,7 @@ class RunsScreen(Screen[None]):
             await asyncio.sleep(REFRESH_SECONDS)
 
     async def _load(self) -> None:
-        runs = self.app.runs()
+        runs = servelab_app(self).runs()
         try:
             known = await runs.list_known()
         except (ServelabError, HostUnreachable, OSError) as exc:
@@ -103,10 +104,10 @@ class RunsScreen(Screen[None]):
         if self.records:
             table.move_cursor(row=min(max(keep, 0), len(self.records) - 1))
         hosts = Text(f"{len(self.records)} run(s)")
-        for host, why in self.unreachable.items():
-            since = self.down[host].since if host in self.down else ""
+        for name, why in self.unreachable.items():
+            since = self.down[name].since if name in self.down else ""
             state = f" since {since} (last known runs greyed)" if since else ""
-            hosts.append(f" · {host} unreachable{state}: {why}", style="yellow")
+            hosts.append(f" · {name} unreachable{state}: {why}", style="yellow")
         self.query_one("#runs-hosts", Static).update(hosts)
 
     def current(self) -> RunRecord | None:
@@ -137,7 +138,7 @@ class RunsScreen(Screen[None]):
 
     def action_stop(self) -> None:
         rec = self.current()
-        if rec is None or self.app.readonly:
+        if rec is None or servelab_app(self).readonly:
             return
         if rec.status is not RunState.RUNNING:
             self.notify(f"{rec.id} is not running ({rec.status})", timeout=3)
@@ -153,7 +154,7 @@ class RunsScreen(Screen[None]):
     @work(group="runs-stop", exit_on_error=False)
     async def _stop(self, run_id: str) -> None:
         try:
-            await self.app.runs().stop(run_id)
+            await servelab_app(self).runs().stop(run_id)
         except (ServelabError, HostUnreachable, OSError) as exc:
             self.notify(str(exc), title="stop failed", severity="error", timeout=8)
             return
@@ -161,12 +162,12 @@ class RunsScreen(Screen[None]):
         await self._load()
 
     def action_cleanup(self) -> None:
-        if not self.app.readonly:
+        if not servelab_app(self).readonly:
             self._cleanup()
 
     @work(group="runs-cleanup", exit_on_error=False)
     async def _cleanup(self) -> None:
-        runs = self.app.runs()
+        runs = servelab_app(self).runs()
         try:
             leftovers = await runs.cleanup(dry_run=True)
         except (ServelabError, HostUnreachable, OSError) as exc:

@@ -19,6 +19,7 @@ from engines.diagnosis.artifacts import diagnose_run, load_diagnosis
 from engines.diagnosis.report import lines
 from engines.errors import ServelabError
 from engines.hosts.base import HostUnreachable
+from tui.app import servelab_app
 
 _SEVERITY_STYLE = {"[error]": "bold red", "[warning]": "bold yellow", "[info]": "cyan"}
 
@@ -63,7 +64,7 @@ class WhyScreen(Screen[None]):
 
     @work(exclusive=True, group="why", exit_on_error=False)
     async def _load(self) -> None:
-        runs = self.app.runs()  # type: ignore[attr-defined]
+        runs = servelab_app(self).runs()
         for run_id in self.run_ids:
             try:
                 diag = await load_diagnosis(runs, run_id)
@@ -73,14 +74,14 @@ class WhyScreen(Screen[None]):
         self._show()
 
     def action_diagnose(self) -> None:
-        if getattr(self.app, "readonly", False):
+        if servelab_app(self).readonly:
             self.notify("read-only: diagnosing sends requests to the server", timeout=3)
             return
         self._diagnose()
 
     @work(exclusive=True, group="why-run", exit_on_error=False)
     async def _diagnose(self) -> None:
-        runs = self.app.runs()  # type: ignore[attr-defined]
+        runs = servelab_app(self).runs()
         for run_id in self.run_ids:
             def say(msg: str, run_id: str = run_id) -> None:
                 self.texts[run_id] = [f"{run_id}: diagnosing… {msg}"]

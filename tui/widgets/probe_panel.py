@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
@@ -38,7 +38,7 @@ def probe_renderable(probe: dict[str, Any]) -> Group:
         f" · acceptance {_fmt(probe.get('spec_decode_acceptance_rate'), '.1f', '%')}",
         f" · length {_fmt(probe.get('spec_decode_acceptance_length'), '.2f')}",
     )
-    parts: list[object] = [head]
+    parts: list[RenderableType] = [head]
     unstable = probe.get("unstable") or []
     if unstable:
         parts.append(Text(f"unstable across repeats: {', '.join(unstable)}", style="yellow"))
@@ -64,7 +64,7 @@ class ProbePanel(Static):
     """Hidden until the run has probe results."""
 
     def show(self, probe: dict[str, Any] | None, progress: str | None = None, live: SpecFigures | None = None) -> None:
-        parts: list[object] = []
+        parts: list[RenderableType] = []
         if probe:
             parts.append(probe_renderable(probe))
         elif progress:

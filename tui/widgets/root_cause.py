@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.text import Text
 from textual.widgets import Static
 
@@ -16,7 +16,7 @@ def root_cause_renderable(cause: RootCause, hint: str | None, *, excerpt_lines: 
         message = message[: message_chars - 1] + "…"
     title = Text("ROOT CAUSE", style="bold reverse red")
     head = Text.assemble(title, " ", ((cause.exception or "unfinished traceback") + ": ", "bold"), message)
-    parts: list[object] = [head]
+    parts: list[RenderableType] = [head]
     if hint:
         parts.append(Text.assemble(("HINT", "bold reverse yellow"), " ", (hint, "bold")))
     origin = [p for p in (cause.process and f"in {cause.process}", cause.where and f"at {cause.where}", cause.line is not None and f"log line {cause.line}") if p]

@@ -29,6 +29,7 @@ def stage_table(stages: list[StageRow], *, header: Text | None = None) -> Table:
     for stage in stages:
         mark, style = MARKS.get(stage.status, MARKS["pending"])
         name = Text(stage.label, style=style if stage.status != "pending" else "dim")
+        bar: ProgressBar | Text
         if stage.total:
             done = stage.done or 0.0
             bar = ProgressBar(total=stage.total, completed=min(done, stage.total), width=BAR_WIDTH,
@@ -80,7 +81,7 @@ class StageTimeline(Static):
             return
         console = self.app.console
         lines = console.render_lines(stage_table(self._stages, header=self._header), console.options.update_width(width), pad=False)
-        text = Text("\n").join(Text.assemble(*((seg.text, seg.style) for seg in line if not seg.control)) for line in lines)
+        text = Text("\n").join(Text.assemble(*((seg.text, seg.style or "") for seg in line if not seg.control)) for line in lines)
         # A screen layout only when the table's height changes: live figures redraw in place.
         self.update(text, layout=len(lines) != self._height)
         self._height = len(lines)
