@@ -182,6 +182,7 @@ async def measure(args: argparse.Namespace, tmp: Path, rss_start: float) -> None
         t_open, cpu_open = time.perf_counter(), cpu_s()
         await app.push_screen(RunScreen(run_id))
         screen = app.screen
+        assert isinstance(screen, RunScreen)
         view = screen.query_one(LogView)
         t_first = None
         while time.perf_counter() - t_open < 120:
@@ -208,12 +209,10 @@ async def measure(args: argparse.Namespace, tmp: Path, rss_start: float) -> None
         first = f"{t_first:.2f} s" if t_first is not None else "not within 120 s"
         print(f"first screen (the log's last line drawn) after {first} (target < 1 s); "
               f"all {args.lines:,} lines indexed after {t_full:.2f} s (target < 5 s); load average {load()}")
-        worker = getattr(getattr(screen, "ingest", None), "worker_pid", None)
-        analysed = getattr(getattr(screen, "ingest", None), "analysed_bytes", None)
-        if analysed is not None:
-            while analysed() < screen.index.size and time.perf_counter() - t_open < 300:
-                await asyncio.sleep(0.05)
-            print(f"analysis caught up after {time.perf_counter() - t_open:.2f} s (in the ingest worker)")
+        worker = screen.ingest.worker_pid
+        while screen.ingest.analysed_bytes < screen.index.size and time.perf_counter() - t_open < 300:
+            await asyncio.sleep(0.05)
+        print(f"analysis caught up after {time.perf_counter() - t_open:.2f} s (in the ingest worker)")
         print(f"CPU to open and index: dashboard process {cpu_opening:.2f} s")
         print(f"spool {screen.index.size / 1e6:.0f} MB, RSS {rss_mb():.0f} MB (started at {rss_start:.0f} MB)"
               + (f", ingest worker RSS {rss_mb(worker):.0f} MB" if worker else ""))
