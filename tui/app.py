@@ -117,7 +117,7 @@ class ServelabApp(App[int]):
     async def _watch_runs(self) -> None:
         from tui.screens.watch import RunWatcher
 
-        watcher = RunWatcher(self.runs, self.announce)
+        watcher = RunWatcher(self.runs, self.announce, self.follower_failed)
         self.watcher = watcher
         try:
             await watcher.run_forever()
@@ -170,6 +170,14 @@ class ServelabApp(App[int]):
             self.notify(f"{experiment} is ready ({run_id})", title="run ready", timeout=10)
         else:
             self.notify(f"{experiment} crashed: {detail or run_id}", title="run crashed", severity="error", timeout=20)
+
+    def follower_failed(self, run_id: str, exc: BaseException) -> None:
+        """A run's follower broke on something unexpected: say so (the watcher starts it again)."""
+        import traceback
+
+        self.log.error("".join(traceback.format_exception(exc)))
+        self.notify(f"following {run_id} failed ({type(exc).__name__}: {exc}); retrying at the next listing",
+                    title="run watcher", severity="warning", timeout=10)
 
     def watch_theme(self, theme: str) -> None:
         self.set_class(theme == HIGH_CONTRAST.name, "-high-contrast")

@@ -3,7 +3,8 @@
 Each running run is polled through ``Runs.status``, whose analysis is the run's one shared
 :class:`~engines.logs.live.LiveAnalysis`: a run open on its screen is fed by that screen's log
 stream and not read again here. A process that ends with a non-zero exit code also counts as a
-crash when the log did not say so.
+crash when the log did not say so. A follower that fails on something unexpected is reported
+(``on_error``) and forgotten, so the next listing starts it again rather than the run going quiet.
 """
 
 from __future__ import annotations
@@ -25,16 +26,24 @@ TAIL_POLLS = 10
 
 #: ``(run_id, experiment, event, detail)`` with event ``ready`` or ``crashed``.
 Announce = Callable[[str, str, str, str], None]
+#: ``(run_id, exception)``: a follower ended on an exception nobody expected (a bug, not a host down).
+OnError = Callable[[str, BaseException], None]
 
 
 class RunWatcher:
     """Announces each run's ready and crash once."""
 
-    def __init__(self, runs: Callable[[], Runs], announce: Announce) -> None:
+    def __init__(self, runs: Callable[[], Runs], announce: Announce, on_error: OnError) -> None:
         self._runs = runs
         self._announce = announce
+        self._on_error = on_error
         self._watching: dict[str, asyncio.Task[None]] = {}
         self._announced: set[tuple[str, str]] = set()
+        #: Log size when this dashboard first saw each run: what it held then is history, also for
+        #: a follower started again after a failure (it must not take news it missed for history).
+        self._backlog: dict[str, int] = {}
+        #: Failures already reported, ``(run_id, error)``: a follower failing at every listing says so once.
+        self._reported: set[tuple[str, str]] = set()
         #: The latest analysis of every run followed, by run id (the experiments table reads it).
         self.analyses: dict[str, Analysis] = {}
 
@@ -50,7 +59,7 @@ class RunWatcher:
                 records = []
             for rec in records:
                 if rec.status.is_active and rec.id not in self._watching:
-                    self._watching[rec.id] = asyncio.create_task(self._follow(runs, rec.id, rec.experiment, rec.engine))
+                    self._start(runs, rec.id, rec.experiment, rec.engine)
                 elif not rec.status.is_active and rec.id not in seen_ended:
                     seen_ended.add(rec.id)
                     # An old ended run is history; a run ended while we watched was handled by its follower.
@@ -59,19 +68,37 @@ class RunWatcher:
             first = False
             await asyncio.sleep(LIST_SECONDS)
 
+    def _start(self, runs: Runs, run_id: str, experiment: str, engine: str) -> None:
+        task = asyncio.create_task(self._follow(runs, run_id, experiment, engine), name=f"follow {run_id}")
+        self._watching[run_id] = task
+        task.add_done_callback(lambda done: self._follower_done(run_id, done))
+
+    def _follower_done(self, run_id: str, task: asyncio.Task[None]) -> None:
+        """A follower that raised is forgotten (the next listing starts it again) and reported once."""
+        if task.cancelled() or (exc := task.exception()) is None:
+            return
+        if self._watching.get(run_id) is task:
+            del self._watching[run_id]
+        key = (run_id, f"{type(exc).__name__}: {exc}")
+        if key not in self._reported:
+            self._reported.add(key)
+            self._on_error(run_id, exc)
+
     async def _follow(self, runs: Runs, run_id: str, experiment: str, engine: str) -> None:
         tail = 0
-        try:
-            # What the log held when this dashboard first saw the run is history: a run already ready
-            # (or crashed) then is not news. Only changes seen from here on are announced.
-            host, rec = await runs.find(run_id)
+        if run_id not in self._backlog:
             try:
-                backlog = await host.size(rec.log_path)
-            except FileNotFoundError:
-                backlog = 0
-        except (ServelabError, HostUnreachable, OSError):
-            self._watching.pop(run_id, None)
-            return
+                # What the log held when this dashboard first saw the run is history: a run already ready
+                # (or crashed) then is not news. Only changes seen from here on are announced.
+                host, rec = await runs.find(run_id)
+                try:
+                    self._backlog[run_id] = await host.size(rec.log_path)
+                except FileNotFoundError:
+                    self._backlog[run_id] = 0
+            except (ServelabError, HostUnreachable, OSError):
+                self._watching.pop(run_id, None)
+                return
+        backlog = self._backlog[run_id]
         live = runs.live.get(run_id, engine)
         while True:
             try:

@@ -1,0 +1,63 @@
+"""The run watcher (tui/screens/watch.py) on a real replayed run, without the app around it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+from engines.catalog import load_catalog
+from engines.runs import Runs, RunStatus
+from engines.runstate import RunState
+from tests.fixtures.tui import SHARED_LOGS, TuiFolder
+from tui.screens import watch
+from tui.screens.watch import RunWatcher
+
+NGRAM_SERVE = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
+
+
+class FakeRunsFailingOnceAtReady(Runs):
+    """Real ``Runs``, except that ``status`` raises a plain RuntimeError once: the first time the
+    run reads ready, so the follower dies holding the very news it should announce (a bug in a
+    follower, not a host down: nothing in the watcher expects it)."""
+
+    failures = 0
+
+    async def status(self, run_id: str, *, analyze: bool = True) -> RunStatus:
+        status = await super().status(run_id, analyze=analyze)
+        analysis = status.analysis
+        if not self.failures and analysis is not None and (analysis.state is RunState.READY or analysis.was_ready):
+            self.failures += 1
+            raise RuntimeError("status broke once")
+        return status
+
+
+async def _until(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
+    for _ in range(int(timeout / 0.05)):
+        if predicate():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+async def test_a_follower_that_fails_is_reported_started_again_and_the_run_still_announced_ready(
+    tui_folder: TuiFolder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(watch, "LIST_SECONDS", 0.3)
+    monkeypatch.setattr(watch, "POLL_SECONDS", 0.2)
+    runs = FakeRunsFailingOnceAtReady(load_catalog(tui_folder.folder))
+    # The log starts after the watcher first saw the run: its ready is news, to be announced.
+    run_id = tui_folder.replay("tiny-cpu-vllm-ngram", NGRAM_SERVE, rate=400, hold_s=30.0, delay_s=1.0)
+    announced: list[tuple[str, str, str, str]] = []
+    failed: list[tuple[str, BaseException]] = []
+    watcher = RunWatcher(lambda: runs, lambda *event: announced.append(event), lambda rid, exc: failed.append((rid, exc)))
+    task = asyncio.create_task(watcher.run_forever())
+    try:
+        await _until(lambda: bool(announced))
+    finally:
+        task.cancel()
+        watcher.cancel()
+    assert runs.failures == 1
+    assert [(rid, type(exc), str(exc)) for rid, exc in failed] == [(run_id, RuntimeError, "status broke once")]
+    assert announced == [(run_id, "tiny-cpu-vllm-ngram", "ready", "")]
