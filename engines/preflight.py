@@ -28,7 +28,7 @@ from engines.drafter.findings import Finding
 from engines.drafter.run import DrafterReport, check_drafter
 from engines.errors import ServelabError
 from engines.experiment import SourcedExperiment
-from engines.helpers import HelperError, helper_argv, last_json, last_line, run_helper
+from engines.helpers import HelperError, helper_script, last_json, last_line, run_helper, run_script
 from engines.hosts.base import Host, HostUnreachable
 from engines.hostsfile import HostConfig
 from engines.patches import PatchReport, apply_patches, check_patches, load_patch_set
@@ -334,7 +334,7 @@ async def run_preflight(
         v = adapter.validation(e, model, draft)
         env = catalog.launch_spec(sourced, cfg).env  # the server's own environment can change its parsing
         request = v.request(adapter.name)
-        argv = helper_argv(python, "validate_args.py")
+        argv = helper_script("validate_args.py").argv(cfg, python)  # names the frame's content hash
         facts = await quick()
         key = None
         if facts.get("root"):
@@ -350,7 +350,7 @@ async def run_preflight(
                     f"{flags} flags accepted by {v.label}" + "".join(f"; warning: {w}" for w in cached_warnings)
                     + f" (cached {hit.age()} ago: same flags, engine, patches and model/drafter files)"
                 ), cached_warnings
-        r = await h.run(argv, input=json.dumps(request).encode(), env=env, timeout=VALIDATE_TIMEOUT)
+        r = await run_script(h, python, "validate_args.py", input=json.dumps(request).encode(), env=env, timeout=VALIDATE_TIMEOUT)
         answer = last_json(r)
         if answer is None:
             return False, f"argument check crashed: {last_line(r.stderr) or f'exit code {r.exit_code}'}", ()

@@ -18,19 +18,18 @@ from __future__ import annotations
 import asyncio
 import builtins
 import datetime as dt
-import hashlib
 import json
 import re
 import secrets
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 from typing import Any
 
 from engines.catalog import Catalog
 from engines.errors import ServelabError
 from engines.experiment import SourcedExperiment
-from engines.hosts.base import Host, HostUnreachable
+from engines.helpers import run_script
+from engines.hosts.base import Host, HostUnreachable, host_workdir
 from engines.hosts.registry import open_host
 from engines.hosts.seen import HostSeen, SeenStore, clock, host_key
 from engines.hostsfile import HostConfig
@@ -40,7 +39,6 @@ from engines.preflight import run_preflight
 from engines.runstate import RunState
 
 RUNS_DIR = "runs"
-HELPER_DIR = ".servelab"
 LOG_NAME = "engine.log"
 RUN_JSON = "run.json"
 EXIT_CODE = "exit_code"
@@ -55,23 +53,10 @@ CHUNK = 1 << 20
 FOLLOW_UNREACHABLE_SECONDS = 120.0
 
 
-def helper_source() -> bytes:
-    """The host-side run control script shipped with servelab."""
-    return (Path(__file__).resolve().parent / "helpers" / "runctl.py").read_bytes()
-
-
 def new_run_id(experiment: str, now: dt.datetime | None = None) -> str:
     """``<experiment>-<YYYYmmdd-HHMMSS>-<4 hex>``."""
     now = now or dt.datetime.now()
     return f"{experiment}-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
-
-
-def host_workdir(host: HostConfig) -> str:
-    """The workdir as a path the host accepts: over SSH, ``~/x`` is ``x`` (SFTP and commands start in home)."""
-    workdir = host.workdir.rstrip("/") or "/"
-    if not host.is_local and workdir.startswith("~/"):
-        return workdir[2:] or "."
-    return workdir
 
 
 def runs_root(host: HostConfig) -> str:
@@ -206,7 +191,6 @@ class Runs:
         self.unreachable: dict[str, str] = {}
         #: What this machine last saw of each host and its runs (``engines.hosts.seen``).
         self.seen = SeenStore()
-        self._helpers: dict[str, str] = {}
         #: One live analysis per run, shared by everyone who asks through this ``Runs``; pass the
         #: previous one's when the folder is reloaded, so a run's followers keep sharing one.
         self.live = live if live is not None else LiveAnalyses()
@@ -215,26 +199,9 @@ class Runs:
     def host(self, name: str) -> Host:
         return open_host(self.catalog.host(name))
 
-    async def _helper_path(self, host: Host) -> str:
-        """Where runctl.py lives on the host (uploaded once per content version)."""
-        if host.name in self._helpers:
-            return self._helpers[host.name]
-        source = helper_source()
-        digest = hashlib.sha256(source).hexdigest()[:12]
-        path = f"{host_workdir(host.config)}/{HELPER_DIR}/runctl-{digest}.py"
-        if not await host.exists(path):
-            await host.write_bytes(path, source)
-        self._helpers[host.name] = path
-        return path
-
     async def _ctl(self, host: Host, *args: str, timeout: float = 60.0) -> dict[str, Any]:
-        """Run a runctl.py command on the host with the host's Python; its JSON answer."""
-        helper = await self._helper_path(host)
-        done = await host.run([host.config.python, helper, *args], timeout=timeout)
-        if done.exit_code == 2 and b"can't open file" in done.stderr:  # someone removed it: upload again
-            self._helpers.pop(host.name, None)
-            helper = await self._helper_path(host)
-            done = await host.run([host.config.python, helper, *args], timeout=timeout)
+        """Run a runctl.py command on the host with the host's Python (a host script); its JSON answer."""
+        done = await run_script(host, host.config.python, "runctl.py", *args, timeout=timeout)
         if not done.ok:
             err = done.stderr.decode("utf-8", "replace").strip().splitlines()
             why = err[-1] if err else f"exit code {done.exit_code}"

@@ -46,6 +46,11 @@ async def test_env_cwd_input_and_exit_code(host: Host, tmp_path: Path) -> None:
     assert done.text().split() == ["a", "b;$(x)", str(tmp_path), "fed"]
 
 
+async def test_empty_input_is_an_empty_stdin_not_a_wait(host: Host) -> None:
+    done = await host.run([sys.executable, "-c", "import sys; print(repr(sys.stdin.read()))"], input=b"", timeout=20)
+    assert done.ok and done.text().strip() == "''"
+
+
 async def test_missing_program_is_127(host: Host) -> None:
     done = await host.run(["/nonexistent/servelab-no-such-program"])
     assert done.exit_code == 127

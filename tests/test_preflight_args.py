@@ -9,10 +9,9 @@ checked.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,7 +20,9 @@ import pytest
 from engines.adapter import ENGINE_MODULES, ArgValidation, all_adapters, get_adapter
 from engines.catalog import load_catalog
 from engines.sglang import ARGCHECK as SGLANG_ARGCHECK
-from engines.helpers import helper_argv
+from engines.helpers import run_script
+from engines.hosts.local import LocalHost
+from engines.hostsfile import HostConfig
 from tests.conftest import EXPERIMENTS, SGLANG_PYTHON, TINY_MODEL, need_sglang
 from tests.fixtures.sglang import validate_many
 
@@ -72,14 +73,13 @@ def fake_sglang_old_release(tmp_path: Path) -> Path:
     return root
 
 
-def run_frame(request: dict[str, object], python: str = sys.executable, pythonpath: Path | None = None) -> dict[str, object]:
-    """The frame exactly as preflight runs it: ``python -c <validate_args.py>``, the request on stdin."""
-    env = {**os.environ}
-    if pythonpath is not None:
-        env["PYTHONPATH"] = str(pythonpath)
-    done = subprocess.run(helper_argv(python, "validate_args.py"), input=json.dumps(request).encode(), capture_output=True, env=env, timeout=120)
+def run_frame(request: dict[str, object], workdir: Path, python: str = sys.executable, pythonpath: Path | None = None) -> dict[str, object]:
+    """The frame exactly as preflight runs it: the host script ``validate_args.py``, the request on stdin."""
+    env = {"PYTHONPATH": str(pythonpath)} if pythonpath is not None else None
+    host = LocalHost(HostConfig(python=python, workdir=str(workdir / "host")))
+    done = asyncio.run(run_script(host, python, "validate_args.py", input=json.dumps(request).encode(), env=env, timeout=120))
     answer: dict[str, object] = json.loads(done.stdout.decode().splitlines()[-1])
-    assert done.returncode == (0 if answer["ok"] else 1)
+    assert done.exit_code == (0 if answer["ok"] else 1)
     return answer
 
 
@@ -119,15 +119,15 @@ def test_each_engines_check_is_one_file_beside_its_adapter_that_defines_check() 
 
 
 def test_the_frame_reports_a_check_file_it_cannot_use_in_one_line(tmp_path: Path) -> None:
-    answer = run_frame({"engine": "tensorrt", "check": "x = 1\n", "flags": []})
+    answer = run_frame({"engine": "tensorrt", "check": "x = 1\n", "flags": []}, tmp_path)
     assert (answer["ok"], answer["stage"], answer["by"]) == (False, "select", "servelab")
     assert answer["message"] == "the argument check for 'tensorrt' defines no check(flags)"
-    answer = run_frame({"engine": "tensorrt", "check": "def check(flags):\n    return [1 / 0]\n", "flags": []})
+    answer = run_frame({"engine": "tensorrt", "check": "def check(flags):\n    return [1 / 0]\n", "flags": []}, tmp_path)
     assert answer["message"] == "the argument check for 'tensorrt' crashed: ZeroDivisionError: division by zero"
 
 
 def test_without_sglang_installed_the_import_fails_in_one_line(tmp_path: Path) -> None:
-    answer = run_frame(sglang_request(["--model-path", "/m"]), pythonpath=tmp_path)  # the app venv has no sglang
+    answer = run_frame(sglang_request(["--model-path", "/m"]), tmp_path, pythonpath=tmp_path)  # the app venv has no sglang
     assert not answer["ok"] and answer["stage"] == "import"
     assert str(answer["message"]).startswith("cannot import SGLang's server arguments: ModuleNotFoundError")
 
@@ -135,13 +135,13 @@ def test_without_sglang_installed_the_import_fails_in_one_line(tmp_path: Path) -
 def test_a_release_without_resolve_once_is_judged_by_its_post_init(tmp_path: Path) -> None:
     old = fake_sglang_old_release(tmp_path)
     good = ["--model-path", str(TINY_MODEL), "--speculative-algorithm", "NGRAM"]
-    answer = run_frame(sglang_request(good), pythonpath=old)
+    answer = run_frame(sglang_request(good), tmp_path, pythonpath=old)
     assert answer["ok"] and answer["stage"] == "done", answer
     bad = ["--model-path", "/m", "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "7"]
-    answer = run_frame(sglang_request(bad), pythonpath=old)
+    answer = run_frame(sglang_request(bad), tmp_path, pythonpath=old)
     assert (answer["stage"], answer["by"]) == ("config", "engine")
     assert answer["message"] == "ValueError: speculative_num_draft_tokens must be speculative_num_steps + 1 when topk is 1"
-    answer = run_frame(sglang_request(["--model-path", "/m", "--contxt-length", "4"]), pythonpath=old)
+    answer = run_frame(sglang_request(["--model-path", "/m", "--contxt-length", "4"]), tmp_path, pythonpath=old)
     assert answer["stage"] == "parse" and answer["message"] == "sglang.launch_server: error: unrecognized arguments: --contxt-length 4"
 
 

@@ -1,9 +1,10 @@
 """Small scripts servelab runs on a host with the host's own Python, and the one way to run them.
 
-Each helper (``hostinfo.py``, ``validate_args.py``, ``patchtool.py``) uses the standard library only
-and never imports servelab, because the host has only the engine's environment. It is sent as the
-text of ``python -c`` (nothing is installed on the host), takes a JSON request on stdin and prints
-one JSON answer as the last line of stdout; whatever the engine prints while imported goes to stderr.
+Each helper (``runctl.py``, ``hostinfo.py``, ``validate_args.py``, ``patchtool.py``, ``timed_client.py``)
+uses the standard library only and never imports servelab, because the host has only the engine's
+environment. It reaches the host as a host script (``engines/hosts/scripts.py``: uploaded once per
+content hash, run as ``python <path> ARGS``), takes a JSON request on stdin and prints one JSON
+answer as the last line of stdout; whatever the engine prints while imported goes to stderr.
 """
 
 from __future__ import annotations
@@ -14,24 +15,34 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from engines.errors import ServelabError
 from engines.hosts.base import Completed, Host
+from engines.hosts.scripts import SCRIPTS, HostScript, ScriptUploadError
 
 FOLDER = Path(__file__).resolve().parent
 
 
-class HelperError(Exception):
+class HelperError(ServelabError):
     """A helper that could not run or gave no answer. The message is one line."""
 
 
 @cache
-def helper_source(name: str) -> str:
-    """The text of ``engines/helpers/<name>``."""
-    return (FOLDER / name).read_text(encoding="utf-8")
+def helper_script(name: str) -> HostScript:
+    """``engines/helpers/<name>`` as a host script (read once per process)."""
+    return HostScript(name, (FOLDER / name).read_bytes())
 
 
-def helper_argv(python: str, name: str, *args: str) -> list[str]:
-    """``python -c <helper text> ARGS...``: one literal argument each, no shell."""
-    return [python, "-c", helper_source(name), *args]
+async def run_script(
+    host: Host,
+    python: str,
+    name: str,
+    *args: str,
+    input: bytes | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float | None = 120.0,
+) -> Completed:
+    """Run helper ``name`` on ``host`` as ``python <uploaded path> ARGS``; the finished command."""
+    return await SCRIPTS.run(host, python, helper_script(name), *args, input=input, env=env, timeout=timeout)
 
 
 def last_json(done: Completed) -> dict[str, Any] | None:
@@ -60,12 +71,15 @@ async def run_helper(
     name: str,
     *args: str,
     request: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
     timeout: float = 120.0,
 ) -> dict[str, Any]:
     """Run a helper on ``host`` and return its JSON answer; HelperError when there is none."""
     data = json.dumps(request).encode() if request is not None else None
     try:
-        done = await host.run(helper_argv(python, name, *args), input=data, timeout=timeout)
+        done = await run_script(host, python, name, *args, input=data, env=env, timeout=timeout)
+    except ScriptUploadError as exc:
+        raise HelperError(str(exc)) from None
     except (TimeoutError, asyncio.TimeoutError):
         raise HelperError(f"{name} did not answer on {host.name} within {timeout:g} s") from None
     answer = last_json(done)

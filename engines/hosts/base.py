@@ -31,6 +31,14 @@ class Completed:
         return self.stdout.decode("utf-8", "replace")
 
 
+def host_workdir(host: HostConfig) -> str:
+    """The workdir as a path the host accepts: over SSH, ``~/x`` is ``x`` (SFTP and commands start in home)."""
+    workdir = host.workdir.rstrip("/") or "/"
+    if not host.is_local and workdir.startswith("~/"):
+        return workdir[2:] or "."
+    return workdir
+
+
 class HostUnreachable(Exception):
     """The host cannot be reached now (refused, timed out, unknown host key...). Message is one line."""
 

@@ -228,7 +228,13 @@ class SshHost:
             try:
                 async with asyncio.timeout(timeout):
                     pid = bytes(await proc.stderr.readline()).decode("ascii", "replace").strip()
-                    out, err = await proc.communicate(input)
+                    if input is not None:  # communicate() sends no EOF for empty input: the command would wait on stdin
+                        try:
+                            proc.stdin.write(input)
+                            proc.stdin.write_eof()
+                        except BrokenPipeError:
+                            pass  # it exited (or closed stdin) before reading: its output and status still come
+                    out, err = await proc.communicate()
             except (asyncio.TimeoutError, TimeoutError, asyncio.CancelledError):
                 # Timed out, or the user interrupted (Ctrl-C): what servelab started on the host must
                 # not run on. Closing the channel alone leaves the remote process running.

@@ -1,0 +1,147 @@
+"""Host scripts: uploaded once per host and content, run as ``python <path>``, put back when removed.
+
+Each behaviour is checked on the local host and on the real OpenSSH server (tests/fixtures/sshd.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from engines.errors import ServelabError
+from engines.helpers import HelperError, helper_script, run_helper
+from engines.hosts.base import Host
+from engines.hosts.local import LocalHost
+from engines.hosts.scripts import SCRIPTS, SCRIPTS_DIR, HostScript, HostScripts, ScriptUploadError
+from engines.hosts.ssh import SshHost
+from engines.hostsfile import HostConfig
+from tests.fixtures.sshd import SshServer
+
+#: Echoes its arguments and its stdin, and says which file it runs from.
+ECHO = b"import json, sys\nprint(json.dumps({'args': sys.argv[1:], 'stdin': sys.stdin.read(), 'file': __file__}))\n"
+
+
+def _config(kind: str, workdir: Path, server: SshServer | None = None) -> HostConfig:
+    if kind == "local":
+        return HostConfig(name="box", python=sys.executable, workdir=str(workdir))
+    assert server is not None
+    return HostConfig(name="box", ssh=server.alias, python=sys.executable, workdir=str(workdir))
+
+
+@pytest.fixture(params=["local", pytest.param("ssh", marks=pytest.mark.ssh)])
+async def host(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Host]:
+    if request.param == "local":
+        h: Host = LocalHost(_config("local", tmp_path / "work"))
+    else:
+        request.getfixturevalue("ssh_config")
+        h = SshHost(_config("ssh", tmp_path / "work", request.getfixturevalue("sshd")))
+    yield h
+    await h.close()
+
+
+def _uploads(tmp_path: Path) -> list[Path]:
+    return sorted((tmp_path / "work" / SCRIPTS_DIR).glob("*.py"))
+
+
+async def test_a_script_is_uploaded_once_and_reused(host: Host, tmp_path: Path) -> None:
+    scripts = HostScripts()
+    echo = HostScript("echo.py", ECHO)
+    nasty = ["$(touch PWNED)", "a; b", "it's", ""]
+    for i in range(8):
+        done = await scripts.run(host, sys.executable, echo, str(i), *nasty, input=b"fed")
+        assert done.ok, done.stderr
+        answer = json.loads(done.text())
+        assert answer == {"args": [str(i), *nasty], "stdin": "fed", "file": echo.path_on(host.config)}
+        assert done.argv == [sys.executable, echo.path_on(host.config), str(i), *nasty]  # not ``-c <source>``
+        if i == 0:
+            inode = (tmp_path / "work" / SCRIPTS_DIR / f"echo-{echo.sha12}.py").stat().st_ino
+    assert (scripts.uploads, scripts.checks) == (1, 1)
+    [only] = _uploads(tmp_path)
+    assert only.name == f"echo-{echo.sha12}.py" and only.read_bytes() == ECHO and only.stat().st_ino == inode
+    assert not (tmp_path / "PWNED").exists()
+
+
+async def test_concurrent_first_calls_upload_once(host: Host, tmp_path: Path) -> None:
+    scripts = HostScripts()
+    echo = HostScript("echo.py", ECHO)
+    results = await asyncio.gather(*(scripts.run(host, sys.executable, echo, str(i), input=b"") for i in range(6)))
+    assert [json.loads(r.text())["args"] for r in results] == [[str(i)] for i in range(6)]
+    assert scripts.uploads == 1 and len(_uploads(tmp_path)) == 1
+
+
+async def test_a_changed_script_is_a_new_file(host: Host, tmp_path: Path) -> None:
+    scripts = HostScripts()
+    old, new = HostScript("tool.py", b"print('old')\n"), HostScript("tool.py", b"print('new')\n")
+    assert (await scripts.run(host, sys.executable, old)).text() == "old\n"
+    assert (await scripts.run(host, sys.executable, new)).text() == "new\n"
+    assert (await scripts.run(host, sys.executable, old)).text() == "old\n"
+    assert [p.name for p in _uploads(tmp_path)] == sorted([f"tool-{old.sha12}.py", f"tool-{new.sha12}.py"])
+    assert scripts.uploads == 2
+
+
+async def test_a_removed_upload_is_put_back_once_and_the_call_succeeds(host: Host, tmp_path: Path) -> None:
+    scripts = HostScripts()
+    echo = HostScript("echo.py", ECHO)
+    assert (await scripts.run(host, sys.executable, echo, "1", input=b"a")).ok
+    [path] = _uploads(tmp_path)
+    path.unlink()  # the workdir was wiped (or was a tmpfs, and the host rebooted)
+    done = await scripts.run(host, sys.executable, echo, "2", input=b"b")
+    assert done.ok, done.stderr
+    assert json.loads(done.text())["args"] == ["2"] and json.loads(done.text())["stdin"] == "b"  # stdin sent again
+    assert path.read_bytes() == ECHO and scripts.uploads == 2
+
+
+async def test_a_script_that_still_cannot_be_opened_is_retried_once_not_forever(host: Host, tmp_path: Path) -> None:
+    """An interpreter that never finds its script (here a shell script that says so, and counts its calls)."""
+    calls = tmp_path / "calls"
+    blind = tmp_path / "python-that-cannot-open"
+    blind.write_text(f"#!/bin/sh\necho x >> {calls}\necho \"python: can't open file '$1': [Errno 2] No such file or directory\" >&2\nexit 2\n")
+    blind.chmod(0o755)
+    scripts = HostScripts()
+    done = await scripts.run(host, str(blind), HostScript("echo.py", ECHO), input=b"")
+    assert done.exit_code == 2 and b"can't open file" in done.stderr  # the caller reports it, once
+    assert calls.read_text().count("x") == 2  # the call and one retry after checking the upload
+    assert (scripts.uploads, scripts.checks) == (1, 2)
+
+
+async def test_an_upload_that_cannot_be_written_is_one_line(host: Host, tmp_path: Path) -> None:
+    (tmp_path / "work").write_text("a file where the workdir should be\n")
+    scripts = HostScripts()
+    with pytest.raises(ScriptUploadError) as info:
+        await scripts.run(host, sys.executable, HostScript("echo.py", ECHO))
+    message = str(info.value)
+    assert isinstance(info.value, ServelabError) and "\n" not in message
+    assert message.startswith(f"box: cannot upload echo.py to {tmp_path}/work/{SCRIPTS_DIR}/echo-")
+    # through the helpers' entry point it is the HelperError every caller already handles
+    with pytest.raises(HelperError, match=r"^box: cannot upload hostinfo.py to "):
+        await run_helper(host, sys.executable, "hostinfo.py", "json", "--quick")
+
+
+async def test_helpers_run_as_uploaded_files(host: Host, tmp_path: Path) -> None:
+    before = SCRIPTS.uploads
+    answers = [await run_helper(host, sys.executable, "hostinfo.py", "json", "--quick") for _ in range(5)]
+    assert all(a["root"] == str(Path(json.__file__).parent.parent) for a in answers)
+    assert SCRIPTS.uploads - before == 1
+    assert [p.name for p in _uploads(tmp_path)] == [f"hostinfo-{helper_script('hostinfo.py').sha12}.py"]
+
+
+async def test_the_cache_is_per_host_a_local_and_an_ssh_host_never_share_it(ssh_config: SshServer, tmp_path: Path) -> None:
+    """Same name, same workdir: the SSH host still asks its own side once (it may be another machine)."""
+    scripts = HostScripts()
+    echo = HostScript("echo.py", ECHO)
+    local = LocalHost(_config("local", tmp_path / "work"))
+    remote = SshHost(_config("ssh", tmp_path / "work", ssh_config))
+    try:
+        for _ in range(3):
+            assert (await scripts.run(local, sys.executable, echo)).ok
+        assert scripts.checks == 1
+        for _ in range(3):
+            assert (await scripts.run(remote, sys.executable, echo)).ok
+        assert scripts.checks == 2 and scripts.uploads == 1  # the file was there: the SSH side found it
+    finally:
+        await remote.close()
