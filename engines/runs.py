@@ -21,7 +21,7 @@ import datetime as dt
 import json
 import re
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -481,7 +481,7 @@ class Runs:
         return alive, code
 
     # -- the log ----------------------------------------------------------------------------------
-    async def follow(self, run_id: str, offset: int = 0) -> AsyncIterator[tuple[int, bytes]]:
+    async def follow(self, run_id: str, offset: int = 0) -> AsyncGenerator[tuple[int, bytes], None]:
         """The engine log from ``offset``: yields ``(new_offset, chunk)`` until the run has ended.
 
         Survives dropped connections (it keeps asking the host). When the log shrinks below
