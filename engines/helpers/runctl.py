@@ -11,8 +11,8 @@ lives, in one round trip, with no shell involved:
   ``SERVELAB_RUN_ID`` marker in the environment guard against pid reuse). Prints JSON.
 - ``stop RUN_DIR GRACE``: SIGTERM to the run's process group, SIGKILL after GRACE seconds; only
   processes carrying this run's marker are ever signalled. Prints JSON.
-- ``cleanup RUNS_ROOT [--apply]``: leftover processes of finished runs and the shared-memory files
-  they left in /dev/shm. Prints JSON (what would be / was removed).
+- ``cleanup RUNS_ROOT [--apply] [--run RUN_ID]``: leftover processes of finished runs (or of that
+  one run) and the shared-memory files they left in /dev/shm. Prints JSON (what would be / was removed).
 - ``holders PORT``: who listens on a port. Prints JSON.
 """
 
@@ -479,12 +479,16 @@ def shm_in_use() -> set[str]:
     return used
 
 
-def cmd_cleanup(root: str, apply: bool) -> dict[str, Any]:
-    """Stale leftovers of servelab runs only: marked processes of finished runs, their /dev/shm files."""
+def cmd_cleanup(root: str, apply: bool, only: str | None = None) -> dict[str, Any]:
+    """Stale leftovers of servelab runs only: marked processes of finished runs, their /dev/shm files.
+
+    ``only``: that one run's leftovers (what a campaign cleans after each load)."""
     processes = []
     shm = []
     ended = []
     for run_dir in run_dirs(root):
+        if only is not None and os.path.basename(run_dir) != only:
+            continue
         state = run_state(run_dir)
         if state is None or state["alive"] or not state.get("pid"):
             continue
@@ -555,7 +559,9 @@ def main(argv: list[str]) -> int:
     elif cmd == "stop":
         out = cmd_stop(argv[2], float(argv[3]))
     elif cmd == "cleanup":
-        out = cmd_cleanup(argv[2], "--apply" in argv[3:])
+        rest = argv[3:]
+        only = rest[rest.index("--run") + 1] if "--run" in rest[:-1] else None
+        out = cmd_cleanup(argv[2], "--apply" in rest, only)
     elif cmd == "holders":
         out = {"holders": [{"pid": p, "command": c} for p, c in port_holders(int(argv[2]))]}
     else:

@@ -1,22 +1,76 @@
-"""``servelab campaign plan``: a campaign's points, its loads and their engine flags."""
+"""``servelab campaign plan|start|status|stop|resume``: a campaign's plan, and its queue on the host.
+
+Thin: planning is ``engines.campaign.plan``, the queue is ``engines.campaign.control`` (which
+starts the supervisor on the host). Every expected failure is a ``ServelabError`` (one line, exit 1).
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
+from engines.campaign import control
 from engines.campaign.check import load_checked
+from engines.campaign.control import CampaignStatus
 from engines.campaign.plan import describe, plan
-from engines.catalog import load_catalog
+from engines.catalog import Catalog, load_catalog
+from engines.errors import ServelabError
+from engines.hosts.base import HostUnreachable
+from engines.hosts.registry import close_all
+
+T = TypeVar("T")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("campaign", help="campaigns: a matrix of experiments run as one queue")
+    p = sub.add_parser("campaign", help="campaigns: a matrix of experiments run as one queue on the host")
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True, parser_class=type(p))
     q = verbs.add_parser("plan", help="the points, the loads they share, and the estimated duration")
     q.add_argument("campaign", metavar="FILE", help="a file in experiments/campaigns/, or its name")
     q.add_argument("--json", action="store_true", help="print {points, loads, estimate_s, problems}")
     q.set_defaults(func=cmd_plan)
+
+    q = verbs.add_parser("start", help="preflight every load, then run the queue detached on the host")
+    q.add_argument("campaign", metavar="FILE", help="a file in experiments/campaigns/, or its name")
+    q.add_argument("--skip-preflight", action="store_true", help="launch the loads without the preflight checks")
+    q.add_argument("--json", action="store_true", help="print the status document")
+    q.set_defaults(func=cmd_start)
+
+    for verb, helptext, func in (
+        ("status", "where the queue is: each load and point, and whether the supervisor lives", cmd_status),
+        ("stop", "stop the supervisor and its current run (resume continues later)", cmd_stop),
+        ("resume", "continue after the supervisor was killed or the host rebooted (finished points are kept)", cmd_resume),
+    ):
+        q = verbs.add_parser(verb, help=helptext)
+        q.add_argument("campaign", metavar="FILE|ID", help="a campaign file or name (its latest run), or a campaign id")
+        q.add_argument("--json", action="store_true", help="print the status document")
+        q.set_defaults(func=func)
+
+
+def _run(args: argparse.Namespace, body: Callable[[Catalog], Awaitable[T]]) -> T:
+    async def main() -> T:
+        try:
+            return await body(load_catalog(args.dir))
+        except HostUnreachable as exc:
+            raise ServelabError(str(exc)) from None
+        except OSError as exc:
+            where = f": {exc.filename}" if exc.filename else ""
+            raise ServelabError(f"{exc.strerror or exc}{where}") from None
+        finally:
+            await close_all()
+
+    return asyncio.run(main())
+
+
+def _show(args: argparse.Namespace, st: CampaignStatus) -> int:
+    if args.json:
+        print(json.dumps(st.to_json(), indent=2))
+    else:
+        print("\n".join(control.describe_status(st)))
+    return 0
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -27,3 +81,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         print("\n".join(describe(result)))
     return 1 if result.problems else 0
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    say = (lambda m: print(m, file=sys.stderr)) if args.json else print
+    st = _run(args, lambda cat: control.start(cat, args.campaign, skip_preflight=args.skip_preflight, progress=say))
+    return _show(args, st)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    return _show(args, _run(args, lambda cat: control.status(cat, args.campaign)))
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    return _show(args, _run(args, lambda cat: control.stop(cat, args.campaign)))
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    return _show(args, _run(args, lambda cat: control.resume(cat, args.campaign)))

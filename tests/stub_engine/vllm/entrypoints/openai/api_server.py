@@ -7,6 +7,9 @@ environment variables (an experiment's ``[env]`` table):
 
 STUB_LINES (default: forever), STUB_INTERVAL (s, 0.01), STUB_CHILDREN (0), STUB_STUBBORN (1: a child
 ignores SIGTERM), STUB_HTTP (1: serve GET / on --port), STUB_EXIT (exit code after the lines), STUB_SHM (1: leave a /dev/shm file behind, as engines do).
+With STUB_HTTP it also answers /v1/models, /metrics and streamed POST /v1/chat/completions (one
+token per chunk, STUB_TOKEN_S apart, usage last), and exits with code 3 on request
+STUB_DIE_AFTER_REQUESTS + 1 (an engine crashing mid-probe).
 """
 
 from __future__ import annotations
@@ -25,14 +28,64 @@ def _port(argv: list[str]) -> int:
     return int(argv[argv.index("--port") + 1]) if "--port" in argv else 8000
 
 
+_served = {"requests": 0}
+
+
+def _chat_stream(handler: http.server.BaseHTTPRequestHandler) -> None:
+    """A streamed chat completion in the OpenAI SSE shape: ``max_tokens`` one-token chunks, then usage."""
+    length = int(handler.headers.get("Content-Length") or 0)
+    req = json.loads(handler.rfile.read(length) or b"{}")
+    _served["requests"] += 1
+    die_after = int(os.environ.get("STUB_DIE_AFTER_REQUESTS", "0"))
+    if die_after and _served["requests"] > die_after:
+        os._exit(3)  # the engine crashing mid-probe
+    n = int(req.get("max_tokens") or 16)
+    pause = float(os.environ.get("STUB_TOKEN_S", "0.001"))
+    if not req.get("stream"):
+        body = json.dumps({"choices": [{"message": {"role": "assistant", "content": "x" * n}, "finish_reason": "length"}], "usage": {"prompt_tokens": 3, "completion_tokens": n}}).encode()
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+        return
+    handler.send_response(200)
+    handler.send_header("Content-Type", "text/event-stream")
+    handler.send_header("Connection", "close")
+    handler.end_headers()
+
+    def send(payload: object) -> None:
+        handler.wfile.write(b"data: " + (payload if isinstance(payload, bytes) else json.dumps(payload).encode()) + b"\n\n")
+        handler.wfile.flush()
+
+    send({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+    for i in range(n):
+        time.sleep(pause)
+        last = i == n - 1
+        send({"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": "length" if last else None}]})
+    send({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": n}})
+    send(b"[DONE]")
+    handler.close_connection = True
+
+
 def _serve(port: int) -> None:
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            body = json.dumps({"stub": True, "pid": os.getpid()}).encode()
+            info: dict[str, object] = {"stub": True, "pid": os.getpid()}
+            if self.path == "/v1/models":
+                info["data"] = [{"id": "stub-model"}]
+            body = json.dumps(info).encode()
+            if self.path == "/metrics":  # Prometheus text, as engines expose it
+                body = f"# TYPE stub_requests counter\nstub_requests_total {_served['requests']}\n".encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+
+        def do_POST(self) -> None:  # noqa: N802
+            if self.path != "/v1/chat/completions":
+                self.send_error(404)
+                return
+            _chat_stream(self)
 
         def log_message(self, *args: object) -> None:
             return

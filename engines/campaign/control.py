@@ -1,0 +1,431 @@
+"""Start, follow, stop and resume a campaign whose queue runs on the host (``helpers/campaignctl.py``).
+
+servelab's side of a campaign is short: preflight every load (a failure skips every point of that
+load), write the plan document (each load's exact launch argv/env and run record as a run gets
+them, each point's probe settings and request bodies) to ``<workdir>/campaigns/<id>/plan.json`` on
+the host, and start the supervisor there detached. Everything after that happens on the host;
+``status`` reads ``state.json`` back, ``stop`` asks the supervisor to stop, ``resume`` starts a new
+supervisor on the same plan, which skips finished points.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import tomlkit
+
+from engines.adapter import get_adapter
+from engines.campaign.check import load_checked
+from engines.campaign.plan import Plan, Point, plan, point_name
+from engines.catalog import Catalog
+from engines.errors import ServelabError
+from engines.experiment import Experiment, SourcedExperiment
+from engines.helpers import FOLDER as HELPERS_FOLDER
+from engines.hosts.base import Host, HostUnreachable
+from engines.hosts.registry import open_host
+from engines.hostsfile import HostConfig
+from engines.preflight import run_preflight
+from engines.probe.client import chat_body
+from engines.probe.prompts import load as load_prompts
+from engines.runs import HELPER_DIR, RunRecord, host_workdir, runs_root
+from engines.runstate import RunState
+
+CAMPAIGNS_DIR = "campaigns"
+PLAN_JSON = "plan.json"
+STATE_JSON = "state.json"
+FORMAT = "servelab-campaign/1"
+CTL = "campaignctl.py"
+#: Host scripts the supervisor runs (uploaded beside runctl.py, one file per content version).
+HOST_SCRIPTS = ("campaignctl.py", "runctl.py", "timed_client.py")
+#: How long the supervisor waits for a load to answer before calling it crashed.
+READY_TIMEOUT_S = 1800.0
+REQUEST_TIMEOUT_S = 300.0
+Progress = Callable[[str], None]
+
+
+def campaigns_root(cfg: HostConfig) -> str:
+    return f"{host_workdir(cfg)}/{CAMPAIGNS_DIR}"
+
+
+def new_campaign_id(name: str, now: dt.datetime | None = None) -> str:
+    now = now or dt.datetime.now()
+    return f"{name}-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+async def upload_scripts(host: Host) -> dict[str, str]:
+    """Each host script at ``<workdir>/.servelab/<stem>-<sha256[:12]>.py`` (the path runs.py uses for runctl)."""
+    out: dict[str, str] = {}
+    for name in HOST_SCRIPTS:
+        source = (HELPERS_FOLDER / name).read_bytes()
+        stem = name.removesuffix(".py")
+        path = f"{host_workdir(host.config)}/{HELPER_DIR}/{stem}-{hashlib.sha256(source).hexdigest()[:12]}.py"
+        if not await host.exists(path):
+            await host.write_bytes(path, source)
+        out[stem] = path
+    return out
+
+
+# -- the state as servelab reads it ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class PointState:
+    name: str
+    load: int
+    status: str
+    error: str | None = None
+    result: str | None = None
+
+
+@dataclass(frozen=True)
+class LoadState:
+    index: int
+    status: str
+    run_id: str | None = None
+    error: str | None = None
+    exit_code: int | None = None
+    load_s: float | None = None
+
+
+@dataclass
+class CampaignStatus:
+    """One campaign on its host: what ``state.json`` says and whether its supervisor lives."""
+
+    id: str
+    campaign: str
+    host: str
+    dir: str
+    #: running, waiting (for the GPU set), done, stopped, failed, or interrupted (supervisor gone).
+    status: str
+    supervisor_alive: bool
+    loads: list[LoadState] = field(default_factory=list)
+    points: list[PointState] = field(default_factory=list)
+    current: dict[str, Any] | None = None
+    waiting_for: Any = None
+    error: str | None = None
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for p in self.points:
+            out[p.status] = out.get(p.status, 0) + 1
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "campaign": self.campaign,
+            "host": self.host,
+            "dir": self.dir,
+            "status": self.status,
+            "supervisor_alive": self.supervisor_alive,
+            "current": self.current,
+            "waiting_for": self.waiting_for,
+            "error": self.error,
+            "counts": self.counts(),
+            "loads": [vars(ld) for ld in self.loads],
+            "points": [vars(p) for p in self.points],
+        }
+
+
+def status_from_answer(answer: dict[str, Any], host: str, camp_dir: str, camp_id: str) -> CampaignStatus:
+    """campaignctl's ``status`` answer as a typed status."""
+    state = answer.get("state")
+    alive = bool(answer.get("supervisor_alive"))
+    if not isinstance(state, dict):
+        return CampaignStatus(camp_id, camp_id.rsplit("-", 3)[0], host, camp_dir, "starting" if alive else "not started", alive)
+    status = str(state.get("status") or "unknown")
+    if status in ("running", "waiting") and not alive:
+        status = "interrupted"
+    loads = [
+        LoadState(int(ld["index"]), str(ld.get("status")), ld.get("run_id"), ld.get("error"), ld.get("exit_code"), ld.get("load_s"))
+        for ld in state.get("loads") or []
+    ]
+    points = [
+        PointState(name, int(p.get("load", 0)), str(p.get("status")), p.get("error"), p.get("result"))
+        for name, p in (state.get("points") or {}).items()
+    ]
+    return CampaignStatus(
+        id=str(state.get("id") or camp_id),
+        campaign=str(state.get("campaign") or ""),
+        host=host,
+        dir=camp_dir,
+        status=status,
+        supervisor_alive=alive,
+        loads=loads,
+        points=points,
+        current=state.get("current"),
+        waiting_for=state.get("waiting_for"),
+        error=state.get("error"),
+    )
+
+
+def describe_status(st: CampaignStatus) -> list[str]:
+    """The status as terminal lines."""
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(st.counts().items())) or "no points"
+    lines = [f"campaign {st.id} on {st.host}: {st.status} ({counts})"]
+    if st.status == "interrupted":
+        lines.append(f"  the supervisor is gone: servelab campaign resume {st.id}")
+    if st.waiting_for:
+        lines.append(f"  waiting for the GPU set, held by {st.waiting_for}")
+    if st.error:
+        lines.append(f"  error: {st.error}")
+    for ld in st.loads:
+        extra = f", loaded in {ld.load_s:.0f} s" if ld.load_s is not None else ""
+        run = f" run {ld.run_id}" if ld.run_id else ""
+        why = f": {ld.error}" if ld.error else ""
+        lines.append(f"  load {ld.index + 1}: {ld.status}{run}{extra}{why}")
+        for p in st.points:
+            if p.load == ld.index:
+                now = " <- now" if st.current and st.current.get("point") == p.name else ""
+                lines.append(f"    - {p.name}: {p.status}{': ' + p.error if p.error else ''}{now}")
+    return lines
+
+
+# -- the plan document ---------------------------------------------------------------------------------
+def _host_of(p: Plan) -> str:
+    hosts = sorted({pt.experiment.host for pt in p.points})
+    if len(hosts) != 1:
+        raise ServelabError(f"campaign {p.campaign}: its points run on {', '.join(hosts) or 'no host'}; a campaign runs on one host")
+    return hosts[0]
+
+
+def load_name(p: Plan, point: Point) -> str:
+    """A load's experiment name: the point's name without its probe-only values."""
+    values = {k: v for k, v in point.values.items() if not k.startswith("probe.")}
+    return point_name(p.campaign, point.base, values)
+
+
+def _toml(exp: Experiment) -> str:
+    return tomlkit.dumps(exp.model_dump(mode="json", exclude_none=True, exclude_defaults=True) | {"engine": exp.engine, "model": exp.model})
+
+
+def _sourced(catalog: Catalog, base: str, exp: Experiment) -> SourcedExperiment:
+    """A derived experiment as if it were a file beside its base (relative paths resolve the same)."""
+    origin = catalog.get(base)
+    return SourcedExperiment(experiment=exp, path=origin.path, text=_toml(exp))
+
+
+def _record(catalog: Catalog, sourced: SourcedExperiment, cfg: HostConfig, patches: dict[str, Any]) -> dict[str, Any]:
+    """The run record a load's run starts from (the supervisor adds id, folder and start time)."""
+    spec = catalog.launch_spec(sourced, cfg)
+    e = sourced.experiment
+    rec = RunRecord(
+        id="",
+        experiment=e.name,
+        engine=e.engine,
+        host=cfg.name,
+        argv=list(spec.argv),
+        env=dict(spec.env),
+        port=e.port,
+        model=catalog.host_path(sourced, e.model, cfg),
+        run_dir="",
+        log_path="",
+        patch_hashes={p.file: d for p, d in sourced.patch_hashes() if d is not None},
+        identity=sourced.identity_hash(),
+        patches=patches,
+        status=RunState.LAUNCHING,
+    )
+    return rec.to_json()
+
+
+async def _point_doc(catalog: Catalog, pt: Point) -> dict[str, Any]:
+    settings = pt.experiment.probe
+    prompts = load_prompts(settings.prompts, base=catalog.folder)
+    async with httpx.AsyncClient(base_url="http://127.0.0.1") as idle:  # never used: the fields are static
+        extra = get_adapter(pt.experiment.engine).read_acceptance(idle, pt.experiment, prompts, settings.max_tokens).request_fields()
+    return {
+        "name": pt.name,
+        "load": pt.load,
+        "base": pt.base,
+        "engine": pt.experiment.engine,
+        "values": pt.values,
+        "baseline_point": pt.baseline_point,
+        "probe": {"prompts": settings.prompts, "max_tokens": settings.max_tokens, "concurrency": settings.concurrency, "repeats": settings.repeats, "warmup": settings.warmup},
+        "prompt_ids": [p.id for p in prompts.prompts],
+        "bodies": [chat_body("", p, settings.max_tokens, extra) for p in prompts.prompts],
+        "timeout_s": REQUEST_TIMEOUT_S,
+    }
+
+
+async def build_document(
+    catalog: Catalog,
+    p: Plan,
+    cfg: HostConfig,
+    camp_id: str,
+    scripts: dict[str, str],
+    *,
+    skip_preflight: bool = False,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """``plan.json``: loads with their run records (preflight first, unless skipped), points with their bodies."""
+    say = progress or (lambda _m: None)
+    by_name = {pt.name: pt for pt in p.points}
+    loads: list[dict[str, Any]] = []
+    for load in p.loads:
+        first = by_name[load.points[0]]
+        exp = load.experiment.model_copy(update={"name": load_name(p, first)})
+        sourced = _sourced(catalog, first.base, exp)
+        skip: str | None = None
+        patches: dict[str, Any] = {}
+        if not skip_preflight:
+            say(f"preflight of load {load.index + 1} ({exp.name})")
+            report = await run_preflight(catalog, sourced, cfg, apply=True)
+            if report.ok:
+                patches = dict(report.patches.record()) if report.patches is not None else {}
+            else:
+                skip = f"preflight failed: {report.summary()}"
+                say(f"load {load.index + 1}: {skip} (its {len(load.points)} point(s) are skipped)")
+        record = _record(catalog, sourced, cfg, patches)
+        loads.append(
+            {
+                "index": load.index,
+                "key": load.key,
+                "experiment": exp.name,
+                "experiment_toml": sourced.text,
+                "record": record,
+                "gpus": record["env"].get("CUDA_VISIBLE_DEVICES"),
+                "points": list(load.points),
+                "speculative_flags": load.speculative_flags,
+                "skip": skip,
+            }
+        )
+    root = campaigns_root(cfg)
+    return {
+        "format": FORMAT,
+        "id": camp_id,
+        "campaign": p.campaign,
+        "host": cfg.name,
+        "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "runs_root": runs_root(cfg),
+        "lock_dir": root,
+        "helpers": {"runctl": scripts["runctl"], "timed_client": scripts["timed_client"]},
+        "ready_timeout_s": READY_TIMEOUT_S,
+        "loads": loads,
+        "points": [await _point_doc(catalog, pt) for pt in p.points],
+    }
+
+
+# -- the commands ---------------------------------------------------------------------------------------
+async def _ctl(host: Host, script: str, *args: str, timeout: float = 120.0) -> dict[str, Any]:
+    try:
+        done = await host.run([host.config.python, script, *args], timeout=timeout)
+    except HostUnreachable as exc:
+        raise ServelabError(str(exc)) from None
+    for line in reversed(done.stdout.decode("utf-8", "replace").splitlines()):
+        if line.startswith("{"):
+            try:
+                value = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                return value
+    err = [ln for ln in done.stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
+    raise ServelabError(f"{host.name}: campaign control failed: {err[-1] if err else f'exit code {done.exit_code}'}")
+
+
+@dataclass(frozen=True)
+class Located:
+    """A campaign run found on its host."""
+
+    host: Host
+    id: str
+    dir: str
+
+
+async def start(catalog: Catalog, name: str, *, skip_preflight: bool = False, progress: Progress | None = None) -> CampaignStatus:
+    """Preflight, write the plan on the host, start the detached supervisor; the status right after."""
+    campaign = load_checked(catalog, name)
+    p = plan(campaign, catalog)
+    if p.problems:
+        raise ServelabError(f"{p.problems[0]} (and {len(p.problems) - 1} more: servelab check {name})" if len(p.problems) > 1 else str(p.problems[0]))
+    if not p.points:
+        raise ServelabError(f"campaign {p.campaign} has no points to run")
+    cfg = catalog.host(_host_of(p))
+    host = open_host(cfg)
+    camp_id = new_campaign_id(p.campaign)
+    camp_dir = f"{campaigns_root(cfg)}/{camp_id}"
+    try:
+        scripts = await upload_scripts(host)
+        doc = await build_document(catalog, p, cfg, camp_id, scripts, skip_preflight=skip_preflight, progress=progress)
+        await host.write_bytes(f"{camp_dir}/{PLAN_JSON}", (json.dumps(doc, indent=1) + "\n").encode())
+    except HostUnreachable as exc:
+        raise ServelabError(str(exc)) from None
+    return await _start_supervisor(Located(host, camp_id, camp_dir), scripts["campaignctl"])
+
+
+async def _start_supervisor(where: Located, script: str) -> CampaignStatus:
+    answer = await _ctl(where.host, script, "start", where.dir)
+    if not answer.get("ok"):
+        raise ServelabError(f"cannot start campaign {where.id} on {where.host.name}: {answer.get('error')}")
+    return await _status(where, script)
+
+
+async def _status(where: Located, script: str) -> CampaignStatus:
+    answer = await _ctl(where.host, script, "status", where.dir)
+    return status_from_answer(answer, where.host.name, where.dir, where.id)
+
+
+async def locate(catalog: Catalog, ref: str) -> Located:
+    """A campaign run by id, or the latest run of a campaign by its file or name."""
+    candidates: list[tuple[HostConfig, str | None]] = []
+    try:
+        campaign = load_checked(catalog, ref)
+    except ServelabError:
+        campaign = None
+    if campaign is not None:
+        p = plan(campaign, catalog)
+        candidates.append((catalog.host(_host_of(p)), p.campaign))
+    else:
+        candidates += [(catalog.host(n), None) for n in catalog.hosts.names()]
+    reasons: list[str] = []
+    for cfg, prefix in candidates:
+        host = open_host(cfg)
+        root = campaigns_root(cfg)
+        try:
+            names = await host.listdir(root) if await host.exists(root) else []
+        except HostUnreachable as exc:
+            reasons.append(str(exc))
+            continue
+        if prefix is None:
+            if ref in names:
+                return Located(host, ref, f"{root}/{ref}")
+            continue
+        mine = sorted(n for n in names if n.startswith(prefix + "-") and n[len(prefix) + 1 :].count("-") == 2)
+        if mine:
+            return Located(host, mine[-1], f"{root}/{mine[-1]}")
+        raise ServelabError(f"campaign {prefix} was never started on {cfg.name} (servelab campaign start {ref})")
+    extra = f" (unreachable: {'; '.join(reasons)})" if reasons else ""
+    raise ServelabError(f"no campaign {ref!r}: not a campaign file or name, and no started campaign has that id{extra}")
+
+
+async def status(catalog: Catalog, ref: str) -> CampaignStatus:
+    where = await locate(catalog, ref)
+    scripts = await upload_scripts(where.host)
+    return await _status(where, scripts["campaignctl"])
+
+
+async def stop(catalog: Catalog, ref: str, grace: float = 90.0) -> CampaignStatus:
+    """SIGTERM to the campaign's supervisor (verified on the host), which stops its current run."""
+    where = await locate(catalog, ref)
+    scripts = await upload_scripts(where.host)
+    answer = await _ctl(where.host, scripts["campaignctl"], "stop", where.dir, f"{grace:g}", timeout=grace + 60)
+    if answer.get("remaining"):
+        raise ServelabError(f"campaign {where.id}: the supervisor is still alive {grace:g} s after SIGTERM")
+    return await _status(where, scripts["campaignctl"])
+
+
+async def resume(catalog: Catalog, ref: str) -> CampaignStatus:
+    """A new supervisor on the same plan: finished points are skipped, an interrupted load relaunched."""
+    where = await locate(catalog, ref)
+    scripts = await upload_scripts(where.host)
+    current = await _status(where, scripts["campaignctl"])
+    if current.supervisor_alive:
+        raise ServelabError(f"campaign {where.id} is still running on {where.host.name} (supervisor alive); nothing to resume")
+    if current.status == "done":
+        raise ServelabError(f"campaign {where.id} is done; nothing to resume")
+    return await _start_supervisor(where, scripts["campaignctl"])
