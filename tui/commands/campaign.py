@@ -1,4 +1,4 @@
-"""``servelab campaign plan|start|status|stop|resume``: a campaign's plan, and its queue on the host.
+"""``servelab campaign plan|start|status|stop|resume|report``: a campaign's plan, and its queue on the host.
 
 Thin: planning is ``engines.campaign.plan``, the queue is ``engines.campaign.control`` (which
 starts the supervisor on the host). Every expected failure is a ``ServelabError`` (one line, exit 1).
@@ -17,6 +17,7 @@ from engines.campaign import control
 from engines.campaign.check import load_checked
 from engines.campaign.control import CampaignStatus
 from engines.campaign.plan import describe, plan
+from engines.campaign.report import FORMATS, build_report, render
 from engines.catalog import Catalog, load_catalog
 from engines.errors import ServelabError
 from engines.hosts.base import HostUnreachable
@@ -48,6 +49,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         q.add_argument("campaign", metavar="FILE|ID", help="a campaign file or name (its latest run), or a campaign id")
         q.add_argument("--json", action="store_true", help="print the status document")
         q.set_defaults(func=func)
+
+
+    q = verbs.add_parser("report", help="every point: acceptance, output tok/s with its band, TTFT/TPOT, load time, speedup")
+    q.add_argument("campaign", metavar="FILE|ID", help="a campaign file or name (its latest run), or a campaign id")
+    q.add_argument("--format", choices=FORMATS, default="table")
+    q.add_argument("--json", action="store_true", help="same as --format json")
+    q.set_defaults(func=cmd_report)
 
 
 def _run(args: argparse.Namespace, body: Callable[[Catalog], Awaitable[T]]) -> T:
@@ -99,3 +107,9 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     return _show(args, _run(args, lambda cat: control.resume(cat, args.campaign)))
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    report = _run(args, lambda cat: build_report(cat, args.campaign))
+    print(render(report, "json" if args.json else args.format))
+    return 0

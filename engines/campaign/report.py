@@ -1,0 +1,293 @@
+"""A campaign's results: one row per point, figures made from the records the supervisor saved.
+
+The supervisor only stores raw timed events and the server's ``/metrics`` text around each repeat
+(``points/<point>.json``); the figures are made here with the probe's own rules, so a campaign
+point and ``servelab probe`` agree: ``probe.client.result_from_events`` per request,
+``probe.runner.aggregate``/``combine`` per repeat and over repeats (median, MAD), acceptance
+through the engine adapter's own window replayed over the recorded ``/metrics`` texts, and the
+server's latency histograms through ``probe.metrics.latency_between``. The noise band of a figure
+is ``MAD_TO_SIGMA x MAD`` over the repeats (``probe.stats``); a speedup's band adds the two
+relative bands in quadrature.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import httpx
+from pydantic import ValidationError
+
+from engines.adapter import get_adapter
+from engines.campaign.control import PLAN_JSON, STATE_JSON, Located, locate
+from engines.catalog import Catalog
+from engines.errors import ServelabError
+from engines.experiment import Experiment
+from engines.hosts.base import HostUnreachable
+from engines.probe.metrics import Acceptance
+from engines.probe.prompts import Prompt, PromptSet
+from engines.probe.prompts import load as load_prompts
+from engines.probe.runner import aggregate, combine, server_figures
+from engines.probe.metrics import latency_between
+from engines.probe.client import result_from_events
+from engines.probe.stats import MAD_TO_SIGMA
+
+FORMATS = ("table", "markdown", "csv", "json")
+
+
+@dataclass(frozen=True)
+class PointRow:
+    """One point of the results table."""
+
+    point: str
+    load: int
+    engine: str
+    label: str
+    status: str
+    error: str | None
+    baseline_point: str | None
+    output_tps: float | None = None
+    output_tps_band: float | None = None
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    acceptance_rate: float | None = None
+    acceptance_length: float | None = None
+    per_position: tuple[float, ...] = ()
+    load_s: float | None = None
+    speedup: float | None = None
+    speedup_band: float | None = None
+    unstable: tuple[str, ...] = ()
+    k: int | None = None
+    concurrency: int | None = None
+
+
+@dataclass
+class CampaignReport:
+    id: str
+    campaign: str
+    status: str
+    rows: list[PointRow]
+    recommendation: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "campaign": self.campaign, "status": self.status, "recommendation": self.recommendation, "points": [asdict(r) for r in self.rows]}
+
+
+# -- figures of one point ---------------------------------------------------------------------------
+class _RecordedMetrics:
+    """The server's ``/metrics`` as recorded before and after one repeat, served in that order.
+
+    The engine's own acceptance window asks for ``/metrics`` at its start and at its finish; here
+    it reads the two recorded texts, so acceptance is computed by exactly the live probe's code.
+    """
+
+    def __init__(self, before: str | None, after: str | None) -> None:
+        self.texts = [before, after]
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/metrics" and self.texts:
+            text = self.texts.pop(0)
+            if text is not None:
+                return httpx.Response(200, text=text)
+        return httpx.Response(404, text="not recorded")
+
+
+async def _acceptance(exp: Experiment, prompts: PromptSet, max_tokens: int, repeat: Mapping[str, Any], payloads: list[dict[str, Any]]) -> Acceptance | None:
+    if exp.speculative.method == "none":
+        return None
+    transport = httpx.MockTransport(_RecordedMetrics(repeat.get("metrics_before"), repeat.get("metrics_after")))
+    async with httpx.AsyncClient(transport=transport, base_url="http://recorded") as http:
+        window = get_adapter(exp.engine).read_acceptance(http, exp, prompts, max_tokens)
+        try:
+            await window.start()
+            for payload in payloads:
+                window.note(payload)
+            return await window.finish()
+        except (httpx.HTTPError, ValueError, KeyError, RuntimeError):
+            return None  # not recorded (no /metrics): acceptance stays absent, not zero
+
+
+async def point_summary(exp: Experiment, point: Mapping[str, Any], data: Mapping[str, Any], prompts: PromptSet) -> dict[str, Any]:
+    """``combine`` over the point's repeats: medians at the top, ``stats`` with MAD per figure."""
+    by_id = {p.id: p for p in prompts.prompts}
+    order = [by_id.get(i) or Prompt(i, "unknown", ()) for i in point["prompt_ids"]]
+    max_tokens = int(point["probe"]["max_tokens"])
+    hist = get_adapter(exp.engine).latency_histograms
+    repeats: list[dict[str, Any]] = []
+    for rep in data.get("repeats") or []:
+        records = rep.get("records") or []
+        results = [
+            result_from_events(p, [(float(e[0]), None if e[1] is None else float(e[1]), str(e[2])) for e in r.get("events") or []], start=float(r.get("start_s") or 0.0), error=r.get("error"))
+            for p, r in zip(order, records, strict=False)
+        ]
+        acc = await _acceptance(exp, prompts, max_tokens, rep, [r.last_payload for r in results if r.ok])
+        agg = aggregate(results, float(rep.get("duration_s") or 0.0), acc)
+        before, after = rep.get("metrics_before"), rep.get("metrics_after")
+        if hist is not None and before and after:
+            try:
+                agg.update(server_figures(latency_between(hist, before, after)))
+            except ValueError:
+                pass
+        repeats.append(agg)
+    return combine(repeats) if repeats else {}
+
+
+def _band(summary: Mapping[str, Any], key: str) -> float | None:
+    fig = (summary.get("stats") or {}).get(key)
+    if not isinstance(fig, dict) or fig.get("mad") is None or fig["mad"] != fig["mad"]:
+        return None
+    return float(fig["mad"]) * MAD_TO_SIGMA
+
+
+def _speedup(row: PointRow, base: PointRow | None) -> tuple[float | None, float | None]:
+    if base is None or not row.output_tps or not base.output_tps:
+        return None, None
+    s = row.output_tps / base.output_tps
+    ra = (row.output_tps_band or 0.0) / row.output_tps
+    rb = (base.output_tps_band or 0.0) / base.output_tps
+    return s, s * math.hypot(ra, rb)
+
+
+# -- the report --------------------------------------------------------------------------------------
+async def _read_json(where: Located, name: str) -> Any:
+    try:
+        raw = await where.host.read_bytes(f"{where.dir}/{name}")
+    except FileNotFoundError:
+        return None
+    except HostUnreachable as exc:
+        raise ServelabError(str(exc)) from None
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise ServelabError(f"campaign {where.id}: {name} is not valid JSON") from None
+
+
+def _experiment(load: Mapping[str, Any]) -> Experiment:
+    try:
+        return Experiment.model_validate(tomllib.loads(str(load["experiment_toml"])))
+    except (tomllib.TOMLDecodeError, ValidationError, KeyError) as exc:
+        raise ServelabError(f"plan.json: load {load.get('index')} has no valid experiment ({type(exc).__name__})") from None
+
+
+async def build_report(catalog: Catalog, ref: str) -> CampaignReport:
+    """Every point of a campaign run (the latest of a campaign file, or by id) with its figures."""
+    where = await locate(catalog, ref)
+    plan_doc = await _read_json(where, PLAN_JSON)
+    state = await _read_json(where, STATE_JSON) or {}
+    if not isinstance(plan_doc, dict):
+        raise ServelabError(f"campaign {where.id}: no plan.json on {where.host.name}")
+    loads = {int(ld["index"]): ld for ld in plan_doc["loads"]}
+    load_states = {int(ld["index"]): ld for ld in state.get("loads") or []}
+    exps = {i: _experiment(ld) for i, ld in loads.items()}
+    prompt_sets: dict[str, PromptSet] = {}
+    rows: dict[str, PointRow] = {}
+    for point in plan_doc["points"]:
+        name = point["name"]
+        ps = (state.get("points") or {}).get(name, {})
+        exp = exps[int(point["load"])]
+        values = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in (point.get("values") or {}).items())
+        spec = exp.speculative
+        label = str(point.get("base")) + (f" {spec.method} K={spec.num_tokens}" if spec.method != "none" else "") + (f" ({values})" if values else "")
+        fields: dict[str, Any] = {
+            "point": name, "load": int(point["load"]), "engine": point["engine"], "label": label,
+            "status": str(ps.get("status") or "pending"), "error": ps.get("error"), "baseline_point": point.get("baseline_point"),
+            "load_s": load_states.get(int(point["load"]), {}).get("load_s"),
+            "k": exp.speculative.num_tokens if exp.speculative.method != "none" else None,
+            "concurrency": int(point["probe"]["concurrency"]),
+        }
+        if ps.get("status") == "done" and ps.get("result"):
+            data = await _read_json(where, str(ps["result"]))
+            prompt_spec = str(point["probe"]["prompts"])
+            if prompt_spec not in prompt_sets:
+                prompt_sets[prompt_spec] = load_prompts(prompt_spec, base=catalog.folder)
+            summary = await point_summary(exp, point, data or {}, prompt_sets[prompt_spec])
+            rate = summary.get("spec_decode_acceptance_rate")
+            fields.update(
+                output_tps=summary.get("output_throughput"),
+                output_tps_band=_band(summary, "output_throughput"),
+                ttft_ms=summary.get("median_ttft_ms"),
+                tpot_ms=summary.get("median_tpot_ms"),
+                acceptance_rate=rate / 100.0 if rate is not None else None,
+                acceptance_length=summary.get("spec_decode_acceptance_length"),
+                per_position=tuple(summary.get("spec_decode_per_position_acceptance_rates") or ()),
+                unstable=tuple(summary.get("unstable") or ()),
+            )
+        rows[name] = PointRow(**fields)
+    out: list[PointRow] = []
+    for row in rows.values():
+        s, band = _speedup(row, rows.get(row.baseline_point) if row.baseline_point else None)
+        out.append(PointRow(**{**asdict(row), "speedup": s, "speedup_band": band, "per_position": row.per_position, "unstable": row.unstable}))
+    return CampaignReport(where.id, str(plan_doc.get("campaign")), str(state.get("status") or "not started"), out, recommend(out))
+
+
+def recommend(rows: list[PointRow]) -> str | None:
+    """The best measured speedup with its band, and what the next K adds over it (same engine and concurrency)."""
+    scored = [r for r in rows if r.speedup is not None and r.k is not None]
+    if not scored:
+        return None
+    best = max(scored, key=lambda r: r.speedup or 0.0)
+    band = f" ±{best.speedup_band:.2f}" if best.speedup_band is not None else ""
+    text = f"{best.engine} {best.label}: {best.speedup:.2f}x{band} over baseline"
+    if best.speedup is not None and best.speedup_band is not None and best.speedup - best.speedup_band <= 1.0:
+        text += " (within the noise band of no gain)"
+    nxt = sorted((r for r in scored if r.engine == best.engine and r.concurrency == best.concurrency and (r.k or 0) > (best.k or 0)), key=lambda r: r.k or 0)
+    n = nxt[0] if nxt else None
+    if n is not None and n.acceptance_length is not None and best.acceptance_length is not None and n.tpot_ms and best.tpot_ms:
+        gain = n.acceptance_length - best.acceptance_length
+        cost = (n.tpot_ms / best.tpot_ms - 1.0) * 100.0
+        text += f"; K={n.k} adds {gain:+.2f} tokens per step for {cost:+.0f}% time per output token"
+    return text
+
+
+# -- formats ----------------------------------------------------------------------------------------
+COLUMNS = ("point", "status", "accept", "accept_len", "per_position", "tok/s", "±", "ttft_ms", "tpot_ms", "load_s", "speedup", "±x")
+
+
+def _cells(r: PointRow) -> list[str]:
+    def f(x: float | None, fmt: str) -> str:
+        return "" if x is None or x != x else format(x, fmt)
+
+    return [
+        f"{r.engine} {r.label}",
+        r.status + (f" ({r.error})" if r.error and r.status != "done" else ""),
+        f(r.acceptance_rate * 100.0 if r.acceptance_rate is not None else None, ".0f") + ("%" if r.acceptance_rate is not None else ""),
+        f(r.acceptance_length, ".2f"),
+        " ".join(f"{p:.2f}" for p in r.per_position),
+        f(r.output_tps, ".1f"),
+        f(r.output_tps_band, ".1f"),
+        f(r.ttft_ms, ".0f"),
+        f(r.tpot_ms, ".1f"),
+        f(r.load_s, ".0f"),
+        f(r.speedup, ".2f") + ("x" if r.speedup is not None else ""),
+        f(r.speedup_band, ".2f"),
+    ]
+
+
+def render(report: CampaignReport, fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise ServelabError(f"unknown report format {fmt!r} (formats: {', '.join(FORMATS)})")
+    if fmt == "json":
+        return json.dumps(report.to_json(), indent=2)
+    rows = [_cells(r) for r in report.rows]
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(COLUMNS)
+        w.writerows(rows)
+        return buf.getvalue().rstrip("\n")
+    head = f"campaign {report.id}: {report.status}"
+    tail = [f"recommendation: {report.recommendation}"] if report.recommendation else []
+    if fmt == "markdown":
+        lines = [f"**{head}**", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+        return "\n".join(lines + ([""] + tail if tail else []))
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(COLUMNS)]
+    lines = [head, "  ".join(h.ljust(w) for h, w in zip(COLUMNS, widths, strict=True))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    return "\n".join(lines + tail)
