@@ -43,6 +43,7 @@ PLAN = "plan.json"
 STATE = "state.json"
 PID = "supervisor.pid"
 LOG = "supervisor.log"
+CHILD = "helper.pid"
 POINTS = "points"
 #: Point states that are final: resume never runs these again.
 FINAL_POINT = ("done", "failed", "skipped", "blocked")
@@ -255,6 +256,22 @@ class Supervisor:
         self.child: subprocess.Popen[bytes] | None = None
         self.run_dir: str | None = None
         os.makedirs(os.path.join(self.dir, POINTS), exist_ok=True)
+        self.end_orphan()
+
+    def end_orphan(self) -> None:
+        """A killed supervisor's last helper (a timed client still sending) would skew the rerun point: end it.
+
+        Only that very process: same pid, same start time, same command line as recorded."""
+        rec = read_json(os.path.join(self.dir, CHILD))
+        if not isinstance(rec, dict) or not rec.get("pid"):
+            return
+        pid = int(rec["pid"])
+        if proc_start_time(pid) == rec.get("start_time") and proc_argv(pid)[:2] == rec.get("argv"):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                log("ended helper %d left by the previous supervisor" % pid)
+            except OSError:
+                pass
 
     # host scripts
     def runctl(self, *args: str, timeout: float = 120.0) -> dict[str, Any]:
@@ -267,6 +284,7 @@ class Supervisor:
 
     def _child(self, argv: list[str], data: bytes | None, timeout: float) -> dict[str, Any]:
         self.child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        write_json(os.path.join(self.dir, CHILD), {"pid": self.child.pid, "start_time": proc_start_time(self.child.pid), "argv": argv[:2]})
         try:
             out, err = self.child.communicate(data, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -297,6 +315,14 @@ class Supervisor:
         runs = answer.get("runs") or []
         return runs[0] if runs else {"alive": False, "status": "missing", "exit_code": None}
 
+    def ended_state(self, run_dir: str, st: dict[str, Any]) -> dict[str, Any]:
+        """An engine just gone: its run's own supervisor writes the exit code a moment later; wait for it."""
+        deadline = time.monotonic() + 5.0
+        while not st.get("alive") and st.get("exit_code") is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+            st = self.run_state(run_dir)
+        return st
+
     def launch(self, load: dict[str, Any]) -> tuple[str | None, str | None]:
         """(run_dir, None) once started, (None, why) when runctl refused or failed."""
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -323,7 +349,11 @@ class Supervisor:
         while time.monotonic() < deadline:
             st = self.run_state(run_dir)
             if not st.get("alive"):
-                return None, "engine exited with code %s before it was ready" % st.get("exit_code")
+                st = self.ended_state(run_dir, st)
+                code = st.get("exit_code")
+                if code is None:
+                    return None, "engine gone before it was ready, without an exit code (%s)" % st.get("status")
+                return None, "engine exited with code %s before it was ready" % code
             if stage == "health":
                 code, _ = http_get(base + "/health", 5)
                 if code == 200:
@@ -453,7 +483,7 @@ class Supervisor:
         self.state.data["current"] = {"load": index, "point": None, "step": "loading"}
         model, why = self.wait_ready(load, run_dir)
         if model is None:
-            st = self.run_state(run_dir)
+            st = self.ended_state(run_dir, self.run_state(run_dir))
             for name in runnable:
                 self.state.set_point(name, "failed", error="load %d crashed: %s" % (index + 1, why))
             self.stop_run(run_dir)
