@@ -11,7 +11,6 @@ supervisor on the same plan, which skips finished points.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import secrets
 from collections.abc import Callable
@@ -27,14 +26,15 @@ from engines.campaign.plan import Plan, Point, plan, point_name
 from engines.catalog import Catalog
 from engines.errors import ServelabError
 from engines.experiment import Experiment, SourcedExperiment
-from engines.helpers import FOLDER as HELPERS_FOLDER
-from engines.hosts.base import Host, HostUnreachable
+from engines.helpers import helper_script
+from engines.hosts.base import Host, HostUnreachable, host_workdir
 from engines.hosts.registry import open_host
+from engines.hosts.scripts import SCRIPTS
 from engines.hostsfile import HostConfig
 from engines.preflight import run_preflight
 from engines.probe.client import chat_body
 from engines.probe.prompts import load as load_prompts
-from engines.runs import HELPER_DIR, RunRecord, host_workdir, runs_root
+from engines.runs import RunRecord, runs_root
 from engines.runstate import RunState
 
 CAMPAIGNS_DIR = "campaigns"
@@ -60,16 +60,8 @@ def new_campaign_id(name: str, now: dt.datetime | None = None) -> str:
 
 
 async def upload_scripts(host: Host) -> dict[str, str]:
-    """Each host script at ``<workdir>/.servelab/<stem>-<sha256[:12]>.py`` (the path runs.py uses for runctl)."""
-    out: dict[str, str] = {}
-    for name in HOST_SCRIPTS:
-        source = (HELPERS_FOLDER / name).read_bytes()
-        stem = name.removesuffix(".py")
-        path = f"{host_workdir(host.config)}/{HELPER_DIR}/{stem}-{hashlib.sha256(source).hexdigest()[:12]}.py"
-        if not await host.exists(path):
-            await host.write_bytes(path, source)
-        out[stem] = path
-    return out
+    """Each host script's path on the host (``engines/hosts/scripts.py``: uploaded once per content hash)."""
+    return {name.removesuffix(".py"): await SCRIPTS.ensure(host, helper_script(name)) for name in HOST_SCRIPTS}
 
 
 # -- the state as servelab reads it ---------------------------------------------------------------------
@@ -312,8 +304,9 @@ async def build_document(
 
 # -- the commands ---------------------------------------------------------------------------------------
 async def _ctl(host: Host, script: str, *args: str, timeout: float = 120.0) -> dict[str, Any]:
+    """One campaignctl.py command (``script`` is kept for the call sites; the path is the host-script cache's)."""
     try:
-        done = await host.run([host.config.python, script, *args], timeout=timeout)
+        done = await SCRIPTS.run(host, host.config.python, helper_script(CTL), *args, timeout=timeout)
     except HostUnreachable as exc:
         raise ServelabError(str(exc)) from None
     for line in reversed(done.stdout.decode("utf-8", "replace").splitlines()):
