@@ -411,7 +411,8 @@ class LogAnalyzer:
             buf = _cut_long_lines(buf)
         cut = buf.rfind(b"\n")
         if cut >= 0:
-            self._text(_decode(buf[self._tail_seen : cut + 1]))
+            raw = buf[self._tail_seen : cut + 1]
+            self._text(_decode(raw), raw if raw.isascii() else None)
             buf = buf[cut + 1 :]
             self._tail_seen = 0
         self._tail = buf
@@ -459,12 +460,17 @@ class LogAnalyzer:
         self._exit_code = exit_code
 
     # -- per chunk, per physical line, per segment ---------------------------------------------
-    def _text(self, text: str) -> None:
-        """Complete physical lines (``text`` ends with a newline), the first maybe already begun."""
+    def _text(self, text: str, ascii_raw: bytes | None = None) -> None:
+        """Complete physical lines (``text`` ends with a newline), the first maybe already begun.
+
+        ``ascii_raw``: the same text as the bytes it was decoded from, when they are all ASCII (the
+        chunk scan reads them as they are, with no copy of the text).
+        """
         if "\x1b" in text:
             text = _ANSI_TEXT.sub("", text)
+            ascii_raw = None
         # CRLF needs no pass of its own: a line ending in "\r" is read as its segments, the last empty
-        hits = self._pre.line_starts(text)
+        hits = self._pre.line_starts(text, ascii_raw)
         bulk_from = (0, self._number) if self._bulk else None
         h = 0
         pos = 0
@@ -503,7 +509,7 @@ class LogAnalyzer:
             if self._rescan:
                 # the rules changed on this line: the rest of the chunk is scanned with the new ones
                 self._rescan = False
-                hits = [pos + k for k in self._pre.line_starts(text[pos:])]
+                hits = [pos + k for k in self._pre.line_starts(text[pos:], ascii_raw[pos:] if ascii_raw is not None else None)]
                 nh = len(hits)
                 h = 0
                 if self._bulk and bulk_from is None:

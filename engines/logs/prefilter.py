@@ -173,10 +173,15 @@ class Prefilter:
                 return True
         return False
 
-    def line_starts(self, text: str) -> list[int]:
-        """Sorted offsets of the starts of lines in ``text`` (lines end with ``\\n``) that match."""
+    def line_starts(self, text: str, ascii_bytes: bytes | None = None) -> list[int]:
+        """Sorted offsets of the starts of lines in ``text`` (lines end with ``\\n``) that match.
+
+        ``ascii_bytes``: ``text`` as ASCII bytes, when the caller has them (saves encoding it).
+        """
         if self._db is None:
             return self._re_line_starts(text)
+        if ascii_bytes is not None:
+            return self._hs_line_starts(ascii_bytes)
         if self._ascii_proxy or text.isascii():
             # Hyperscan reads bytes. Each non-ASCII character becomes one "?": the offsets stay the
             # characters' offsets, and no pattern tells "?" from a non-ASCII character (classes are
