@@ -187,3 +187,24 @@ async def test_unknown_campaign_is_one_clear_line(lab: Lab) -> None:
     two_load_campaign(lab)
     with pytest.raises(ServelabError, match="never started"):
         await control.status(load_catalog(lab.folder), "sweep")
+
+
+async def test_resume_after_a_reboot_relaunches_the_load_whose_run_is_gone(lab: Lab) -> None:
+    two_load_campaign(lab, tokens="0.01")
+    st = await control.start(load_catalog(lab.folder), "sweep", skip_preflight=True)
+    pid = json.loads((Path(st.dir) / "supervisor.pid").read_text())["pid"]
+    t0 = time.monotonic()
+    while not any(p["status"] == "running" for p in json.loads((Path(st.dir) / "state.json").read_text())["points"].values()):
+        assert time.monotonic() - t0 < 60
+        await asyncio.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)  # a reboot: the supervisor and the engine are both gone
+    mid = await control.status(load_catalog(lab.folder), st.id)
+    gone = mid.loads[0].run_id
+    assert gone is not None
+    await lab.runs().stop(gone, grace=2)
+    assert marked({gone}) == []
+    await control.resume(load_catalog(lab.folder), st.id)
+    final = await _until(lab, st.id)
+    assert final.status == "done" and [p.status for p in final.points] == ["done"] * 4
+    assert final.loads[0].run_id not in (None, gone)  # launched again
+    assert json.loads((lab.workdir / "runs" / gone / "run.json").read_text())["status"] == "stopped"  # the old run kept as it was
