@@ -21,9 +21,12 @@ same files in the same loop, so old and new figures come from one run on one mac
 line is what ``servelab analyze`` costs before it reads a byte (it is in every figure). The last line calibrates the machine: the time of a bare Python loop
 iteration (load from other work slows it).
 
-Figures on this 2-core machine (best of 3, CPU time):
-  before the Hyperscan prefilter (b893032): cycle 1M 297k lines/cpu-s, long-run 1M 427k lines/cpu-s,
-  peak RSS 114 MiB, analyze/grep 21-27x (load 1.5-2.2).
+Figures on this shared 2-core machine, ``--repeat 3 --against b893032`` (load 4.2-5.3, 70 ns per bare
+loop iteration against 30 ns when quiet, so CPU time is the fairer figure):
+  cycle 1M     old 285,679 lines/cpu-s (149k/s wall), new 378,688 lines/cpu-s (210k/s wall)
+  long-run 1M  old 400,224 lines/cpu-s (232k/s wall), new 779,813 lines/cpu-s (413k/s wall)
+  peak RSS 114.7 MiB at 250k, 500k and 1M lines; analyze/grep -E 27.7x -> 19.7x (cycle), 18.0x -> 10.1x
+  (long-run). About 0.4 s of every run is the CLI's start (interpreter and imports).
 """
 
 from __future__ import annotations
