@@ -23,13 +23,16 @@ def fast_watch(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def test_crash_pins_root_cause_and_hint_and_rings(tui_folder: TuiFolder, fast_watch: None) -> None:
-    run_id = tui_folder.replay("kimi-k25-vllm-eagle3", WHITELIST_CRASH, rate=50, exit_code=1, hold_s=5.0, delay_s=3.0)  # news: written after the dashboard opened
+    gate = tui_folder.workdir / "go"
+    run_id = tui_folder.replay("kimi-k25-vllm-eagle3", WHITELIST_CRASH, rate=50, exit_code=1, hold_s=5.0, gate=gate)
     app = ServelabApp(tui_folder.folder)
     bells: list[int] = []
     app.bell = lambda: bells.append(1)  # type: ignore[method-assign]
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.pause()
         await app.push_screen(RunScreen(run_id))
+        await wait_for(pilot, lambda: app.watcher is not None and app.watcher.has_seen(run_id))
+        gate.touch()  # news: written after the dashboard saw the run
         screen = app.screen
         assert isinstance(screen, RunScreen)
         await wait_for(pilot, lambda: screen.view.state == "crashed" and "exit code 1" in screen.liveness)
@@ -49,13 +52,16 @@ async def test_crash_pins_root_cause_and_hint_and_rings(tui_folder: TuiFolder, f
 
 
 async def test_ready_run_shows_stage_bars_and_announces_ready(tui_folder: TuiFolder, fast_watch: None) -> None:
-    run_id = tui_folder.replay("tiny-cpu-vllm-ngram", NGRAM_SERVE, rate=400, exit_code=0, hold_s=6.0, delay_s=3.0)  # news: written after the dashboard opened
+    gate = tui_folder.workdir / "go"
+    run_id = tui_folder.replay("tiny-cpu-vllm-ngram", NGRAM_SERVE, rate=400, exit_code=0, hold_s=6.0, gate=gate)
     app = ServelabApp(tui_folder.folder)
     bells: list[int] = []
     app.bell = lambda: bells.append(1)  # type: ignore[method-assign]
     async with app.run_test(size=(100, 40)) as pilot:
         await pilot.pause()
         await app.push_screen(RunScreen(run_id))
+        await wait_for(pilot, lambda: app.watcher is not None and app.watcher.has_seen(run_id))
+        gate.touch()  # news: written after the dashboard saw the run
         screen = app.screen
         assert isinstance(screen, RunScreen)
         await wait_for(pilot, lambda: screen.index.line_count >= NGRAM_SERVE.read_bytes().count(b"\n"))
@@ -77,7 +83,9 @@ async def test_readonly_run_screen_hides_stop_and_probe(tui_folder: TuiFolder) -
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.pause()
         await app.push_screen(RunScreen(run_id))
-        await wait_for(pilot, lambda: "alive" in app.screen.liveness or "exit" in app.screen.liveness)
+        screen = app.screen
+        assert isinstance(screen, RunScreen)
+        await wait_for(pilot, lambda: "alive" in screen.liveness or "exit" in screen.liveness)
         await pilot.pause(0.2)
         await pilot.pause()
         footer = screen_text(app).splitlines()[-1]

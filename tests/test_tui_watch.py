@@ -47,13 +47,15 @@ async def test_a_follower_that_fails_is_reported_started_again_and_the_run_still
     monkeypatch.setattr(watch, "LIST_SECONDS", 0.3)
     monkeypatch.setattr(watch, "POLL_SECONDS", 0.2)
     runs = FakeRunsFailingOnceAtReady(load_catalog(tui_folder.folder))
-    # The log starts after the watcher first saw the run: its ready is news, to be announced.
-    run_id = tui_folder.replay("tiny-cpu-vllm-ngram", NGRAM_SERVE, rate=400, hold_s=30.0, delay_s=1.0)
+    gate = tui_folder.workdir / "go"
+    run_id = tui_folder.replay("tiny-cpu-vllm-ngram", NGRAM_SERVE, rate=400, hold_s=30.0, gate=gate)
     announced: list[tuple[str, str, str, str]] = []
     failed: list[tuple[str, BaseException]] = []
     watcher = RunWatcher(lambda: runs, lambda *event: announced.append(event), lambda rid, exc: failed.append((rid, exc)))
     task = asyncio.create_task(watcher.run_forever())
     try:
+        await _until(lambda: watcher.has_seen(run_id))
+        gate.touch()  # the log starts after the watcher first saw the run: its ready is news
         await _until(lambda: bool(announced))
     finally:
         task.cancel()

@@ -47,6 +47,10 @@ class RunWatcher:
         #: The latest analysis of every run followed, by run id (the experiments table reads it).
         self.analyses: dict[str, Analysis] = {}
 
+    def has_seen(self, run_id: str) -> bool:
+        """This watcher knows where the run's news begins (what its log held when first seen is history)."""
+        return run_id in self._backlog
+
     async def run_forever(self) -> None:
         """Poll the hosts' run lists; start a follower for every running run."""
         seen_ended: set[str] = set()
