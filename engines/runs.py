@@ -43,7 +43,7 @@ LOG_NAME = "engine.log"
 RUN_JSON = "run.json"
 EXIT_CODE = "exit_code"
 #: Files the lifecycle owns; artifacts may not overwrite them.
-RESERVED = frozenset({RUN_JSON, LOG_NAME, EXIT_CODE, "experiment.toml", "stop_requested", "shm-before.json"})
+RESERVED = frozenset({RUN_JSON, LOG_NAME, EXIT_CODE, "experiment.toml", "stop_requested", "shm-owned.json"})
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*-\d{8}-\d{6}-[0-9a-f]{4}$")
 ARTIFACT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 #: How often follow() looks for new bytes when the log is idle (liveness is known within 2 s).

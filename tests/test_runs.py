@@ -249,14 +249,18 @@ async def test_list_reports_an_unreachable_host(lab: Lab) -> None:
 
 
 async def test_cleanup_removes_only_leftovers_of_ended_runs(lab: Lab) -> None:
-    lab.experiment("leaky", env={"STUB_LINES": "3", "STUB_CHILDREN": "2", "STUB_SHM": "1"})
+    # Lives about 3 s, so the supervisor sees what it holds in /dev/shm.
+    lab.experiment("leaky", env={"STUB_LINES": "3", "STUB_INTERVAL": "1", "STUB_CHILDREN": "2", "STUB_SHM": "1"})
     lab.experiment("alive", env={"STUB_CHILDREN": "1", "STUB_SHM": "1"})
     unrelated = Path(f"/dev/shm/servelab-test-unrelated-{os.getpid()}")
+    # Another user's engine, named like ours and made while the run lives, held by nobody right now.
+    other_engine = Path(f"/dev/shm/psm_servelab-test-other-user-{os.getpid()}")
     runs = lab.runs()
     leaky = await runs.launch("leaky", skip_preflight=True)
     live = None
     try:
         unrelated.write_bytes(b"x")  # another program's file, made while the run lives
+        other_engine.write_bytes(b"x")
         log = await _collect(runs, leaky.id)
         time.sleep(1.1)  # /dev/shm times are compared with a second of slack
         live = await runs.launch("alive", skip_preflight=True)
@@ -274,11 +278,12 @@ async def test_cleanup_removes_only_leftovers_of_ended_runs(lab: Lab) -> None:
         await runs.cleanup(dry_run=False)
         wait_for(lambda: not any(is_running(p) for p in orphans), 3)
         assert not Path(shm).exists()
-        assert unrelated.exists()
+        assert unrelated.exists() and other_engine.exists()
         assert (await runs.status(live.id, analyze=False)).alive
         assert await runs.cleanup(dry_run=True) == []
     finally:
         unrelated.unlink(missing_ok=True)
+        other_engine.unlink(missing_ok=True)
         if live is not None:
             await runs.stop(live.id, grace=1)
         for p in Path("/dev/shm").glob("psm_servelabstub*"):

@@ -12,7 +12,9 @@ lives, in one round trip, with no shell involved:
 - ``stop RUN_DIR GRACE``: SIGTERM to the run's process group, SIGKILL after GRACE seconds; only
   processes carrying this run's marker are ever signalled. Prints JSON.
 - ``cleanup RUNS_ROOT [--apply] [--run RUN_ID]``: leftover processes of finished runs (or of that
-  one run) and the shared-memory files they left in /dev/shm. Prints JSON (what would be / was removed).
+  one run) and the shared-memory files they left in /dev/shm: only files the run's own processes
+  were seen holding while it ran (the supervisor samples them), never another program's or another
+  user's. Prints JSON (what would be / was removed).
 - ``holders PORT``: who listens on a port. Prints JSON.
 """
 
@@ -34,7 +36,10 @@ RUN_JSON = "run.json"
 LOG = "engine.log"
 EXIT_CODE = "exit_code"
 STOP_REQUESTED = "stop_requested"
-SHM_BEFORE = "shm-before.json"
+#: /dev/shm files a run's own processes were seen holding (open or mapped) while it ran.
+SHM_OWNED = "shm-owned.json"
+#: How often the supervisor looks at what the run's processes hold in /dev/shm.
+SHM_SAMPLE_S = 1.0
 SHM_DIR = "/dev/shm"
 #: Names engines give their shared memory (Python multiprocessing, torch, NCCL, vLLM, SGLang).
 #: Cleanup only ever considers these, never another program's files.
@@ -343,7 +348,17 @@ def supervise(run_dir: str, rec: dict[str, Any], report_fd: int) -> int:
     )
     os.write(report_fd, json.dumps({"ok": True, "record": started}).encode())
     os.close(report_fd)
-    code = proc.wait()
+    owned: set[str] = set()
+    while True:
+        try:
+            note_owned_shm(run_dir, proc.pid, owned)
+        except OSError:
+            pass
+        try:
+            code = proc.wait(timeout=SHM_SAMPLE_S)
+            break
+        except subprocess.TimeoutExpired:
+            continue
     write_atomic(os.path.join(run_dir, EXIT_CODE), ("%d\n" % code).encode())
     stopped = os.path.exists(os.path.join(run_dir, STOP_REQUESTED))
     update_record(run_dir, status="stopped" if stopped else "exited", exit_code=code)
@@ -362,7 +377,6 @@ def cmd_start(run_dir: str) -> dict[str, Any]:
         if reasons:
             shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran: leave no run behind
             return {"ok": False, "refused": reasons}
-        write_atomic(os.path.join(run_dir, SHM_BEFORE), json.dumps(shm_names()).encode())
         r, w = os.pipe()
         child = os.fork()
         if child == 0:  # first child: new session, then fork the supervisor and leave
@@ -453,10 +467,10 @@ def cmd_stop(run_dir: str, grace: float) -> dict[str, Any]:
 
 
 # -- cleanup ----------------------------------------------------------------------------------------------------
-def shm_in_use() -> set[str]:
-    """Paths under /dev/shm that a live process has open or mapped."""
+def shm_held(pids: list[int]) -> set[str]:
+    """Paths under /dev/shm that these processes have open or mapped."""
     used = set()
-    for pid in all_pids():
+    for pid in pids:
         fd_dir = "/proc/%d/fd" % pid
         try:
             for fd in os.listdir(fd_dir):
@@ -479,6 +493,30 @@ def shm_in_use() -> set[str]:
     return used
 
 
+def shm_in_use() -> set[str]:
+    """Paths under /dev/shm that any live process has open or mapped."""
+    return shm_held(all_pids())
+
+
+def session_pids(sid: int) -> list[int]:
+    """Live processes of a session: a run's engine and every child that did not leave it (SGLang's
+    children rename themselves, which hides the marker but not the session)."""
+    out = []
+    for pid in all_pids():
+        st = proc_stat(pid)
+        if st is not None and st[0] not in ("Z", "X") and st[2] == sid:
+            out.append(pid)
+    return out
+
+
+def note_owned_shm(run_dir: str, sid: int, owned: set[str]) -> None:
+    """Add what the run's processes hold in /dev/shm now to ``shm-owned.json`` (only when it grew)."""
+    held = {p for p in shm_held(session_pids(sid)) if os.path.basename(p).startswith(ENGINE_SHM_PREFIXES)}
+    if not held <= owned:
+        owned |= held
+        write_atomic(os.path.join(run_dir, SHM_OWNED), json.dumps(sorted(owned)).encode())
+
+
 def cmd_cleanup(root: str, apply: bool, only: str | None = None) -> dict[str, Any]:
     """Stale leftovers of servelab runs only: marked processes of finished runs, their /dev/shm files.
 
@@ -495,37 +533,21 @@ def cmd_cleanup(root: str, apply: bool, only: str | None = None) -> dict[str, An
         ended.append((run_dir, state))
         for pid in members(state["id"]):
             processes.append({"run": state["id"], "pid": pid, "command": cmdline(pid)})
-    used = shm_in_use()
+    # Only files this run's own processes were seen holding: on a shared host another user's
+    # engine makes files in /dev/shm at the same time, and those are never ours to remove.
+    names = set(shm_names())
+    # Held by a live process other than the leftovers about to be killed (listed first, so a file
+    # made meanwhile and held is never claimed).
+    doomed = {p["pid"] for p in processes}
+    used = shm_held([pid for pid in all_pids() if pid not in doomed])
     claimed = set()
-    # A file made after a live run started may be that run's: never claim it for an ended run.
-    live_since = []
-    for run_dir in run_dirs(root):
-        state = run_state(run_dir)
-        if state is not None and state["alive"]:
-            try:
-                live_since.append(os.stat(os.path.join(run_dir, SHM_BEFORE)).st_mtime)
-            except OSError:
-                live_since.append(0.0)
     for run_dir, state in ended:
-        before = read_json(os.path.join(run_dir, SHM_BEFORE))
-        if before is None:
-            continue
-        try:
-            started = os.stat(os.path.join(run_dir, SHM_BEFORE)).st_mtime
-            end_stat = os.stat(os.path.join(run_dir, EXIT_CODE)).st_mtime if state["exit_code"] is not None else time.time()
-        except OSError:
-            continue
-        for name in sorted(set(shm_names()) - set(before)):
-            if not name.startswith(ENGINE_SHM_PREFIXES):
+        owned = read_json(os.path.join(run_dir, SHM_OWNED)) or []
+        for path in owned:
+            name = os.path.basename(path)
+            if os.path.dirname(path) != SHM_DIR or name not in names or not name.startswith(ENGINE_SHM_PREFIXES):
                 continue
-            path = os.path.join(SHM_DIR, name)
-            try:
-                created = os.stat(path).st_ctime
-            except OSError:
-                continue
-            if path in used or path in claimed or not (started - 1 <= created <= end_stat + 1):
-                continue
-            if any(created >= since - 1 for since in live_since):
+            if path in used or path in claimed:
                 continue
             claimed.add(path)
             shm.append({"run": state["id"], "path": path})

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import mmap
 import os
 import signal
 import subprocess
@@ -94,6 +95,10 @@ def _serve(port: int) -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
 
 
+#: Shared memory this stub keeps mapped until it exits.
+_HELD: list[mmap.mmap] = []
+
+
 def main() -> int:
     argv = sys.argv[1:]
     print("STUB argv " + json.dumps(argv), flush=True)
@@ -105,8 +110,10 @@ def main() -> int:
     print("STUB children " + json.dumps([c.pid for c in children]), flush=True)
     if os.environ.get("STUB_SHM") == "1":
         shm = f"/dev/shm/psm_servelabstub{os.getpid()}"  # named like Python's shared_memory blocks
-        with open(shm, "wb") as f:
+        with open(shm, "w+b") as f:
             f.write(b"\0" * 4096)
+            f.flush()
+            _HELD.append(mmap.mmap(f.fileno(), 4096))  # mapped while the engine lives, as engines do
         print("STUB shm " + shm, flush=True)
     if os.environ.get("STUB_HTTP") == "1":
         _serve(_port(argv))
