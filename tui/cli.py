@@ -27,6 +27,30 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+#: Which module registers each command, so ``servelab analyze LOG`` imports the analyze command
+#: alone (importing all of them cost 0.4 s CPU before the first byte was read).
+#: tests/test_cli_dispatch.py holds it equal to what the modules register.
+COMMAND_MODULE: dict[str, str] = {
+    "list": "tui.commands.experiments",
+    "show": "tui.commands.experiments",
+    "check": "tui.commands.experiments",
+    "analyze": "tui.commands.analyze",
+    "launch": "tui.commands.runs",
+    "runs": "tui.commands.runs",
+    "status": "tui.commands.runs",
+    "logs": "tui.commands.runs",
+    "stop": "tui.commands.runs",
+    "cleanup": "tui.commands.runs",
+    "probe": "tui.commands.probe",
+    "compare": "tui.commands.probe",
+    "diagnose": "tui.commands.diagnose",
+    "preflight": "tui.commands.preflight",
+    "patches": "tui.commands.preflight",
+    "campaign": "tui.commands.campaign",
+    "drafter": "tui.commands.drafter",
+}
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that reports a wrong flag in one line and exits 2, without the usage block."""
 
@@ -34,11 +58,24 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (try: {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The command word of ``argv`` (the first word that is not ``--dir``'s or an option)."""
+    it = iter(argv)
+    for word in it:
+        if word == "--dir":
+            next(it, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The whole parser; given ``argv`` naming a known command, only that command's module."""
     parser = _Parser(prog="servelab", description="LLM serving experiments: vLLM vs SGLang, patches, speculative decoding, over SSH.")
     parser.add_argument("--dir", help="experiments folder (default: $SERVELAB_EXPERIMENTS or ./experiments)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in COMMAND_MODULES:
+    one = COMMAND_MODULE.get(_command_in(argv) or "") if argv is not None else None
+    for name in (one,) if one is not None else COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     dash = sub.add_parser("dashboard", help="open the dashboard (the default)")
     dash.add_argument("--readonly", action="store_true", help="hide launch and stop: for someone watching")
@@ -53,8 +90,9 @@ def _dashboard(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(words)
+    args = parser.parse_args(words)
     if args.command is None:
         args.readonly = False
         args.func = _dashboard
