@@ -63,3 +63,25 @@ async def test_a_follower_that_fails_is_reported_started_again_and_the_run_still
     assert runs.failures == 1
     assert [(rid, type(exc), str(exc)) for rid, exc in failed] == [(run_id, RuntimeError, "status broke once")]
     assert announced == [(run_id, "tiny-cpu-vllm-ngram", "ready", "")]
+
+
+async def test_the_dashboard_warns_once_when_a_follower_fails_and_still_says_ready(
+    tui_folder: TuiFolder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.fixtures.tui import wait_for
+    from tui.app import ServelabApp
+
+    monkeypatch.setattr(watch, "LIST_SECONDS", 0.3)
+    monkeypatch.setattr(watch, "POLL_SECONDS", 0.2)
+    runs = FakeRunsFailingOnceAtReady(load_catalog(tui_folder.folder))
+    gate = tui_folder.workdir / "go"
+    run_id = tui_folder.replay("tiny-cpu-vllm-ngram", NGRAM_SERVE, rate=400, hold_s=30.0, gate=gate)
+    app = ServelabApp(tui_folder.folder)
+    monkeypatch.setattr(app, "runs", lambda: runs)  # every part of the app asks this one Runs
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_for(pilot, lambda: app.watcher is not None and app.watcher.has_seen(run_id))
+        gate.touch()
+        await wait_for(pilot, lambda: any(n.title == "run ready" for n in app._notifications))
+        warnings = [n for n in app._notifications if n.title == "run watcher"]
+        assert len(warnings) == 1 and warnings[0].severity == "warning"
+        assert run_id in warnings[0].message and "RuntimeError: status broke once" in warnings[0].message
