@@ -249,13 +249,18 @@ def recommend(rows: list[PointRow]) -> str | None:
 COLUMNS = ("point", "status", "accept", "accept_len", "per_position", "tok/s", "±", "ttft_ms", "tpot_ms", "load_s", "speedup", "±x")
 
 
+def _short(text: str, width: int = 90) -> str:
+    """A table cell keeps the end of a long reason (where the cause is); --format json has it whole."""
+    return text if len(text) <= width else "..." + text[-(width - 3):]
+
+
 def _cells(r: PointRow) -> list[str]:
     def f(x: float | None, fmt: str) -> str:
         return "" if x is None or x != x else format(x, fmt)
 
     return [
         f"{r.engine} {r.label}",
-        r.status + (f" ({r.error})" if r.error and r.status != "done" else ""),
+        r.status + (f" ({_short(r.error)})" if r.error and r.status != "done" else ""),
         f(r.acceptance_rate * 100.0 if r.acceptance_rate is not None else None, ".0f") + ("%" if r.acceptance_rate is not None else ""),
         f(r.acceptance_length, ".2f"),
         " ".join(f"{p:.2f}" for p in r.per_position),
