@@ -21,7 +21,8 @@ import httpx
 import tomlkit
 
 from engines.adapter import get_adapter
-from engines.campaign.check import load_checked
+from engines.campaign.check import campaign_files, load_checked
+from engines.campaign.definition import load_campaign
 from engines.campaign.plan import Plan, Point, plan, point_name
 from engines.catalog import Catalog
 from engines.errors import ServelabError
@@ -373,8 +374,18 @@ async def locate(catalog: Catalog, ref: str) -> Located:
     if campaign is not None:
         p = plan(campaign, catalog)
         candidates.append((catalog.host(_host_of(p)), p.campaign))
-    else:
-        candidates += [(catalog.host(n), None) for n in catalog.hosts.names()]
+    else:  # an id: the host of the campaign it names is asked first, so a down host elsewhere costs nothing
+        names = catalog.hosts.names()
+        for path in campaign_files(catalog.folder):
+            found, _ = load_campaign(path)
+            if found is not None and ref.startswith(found.name + "-"):
+                try:
+                    first = _host_of(plan(found, catalog))
+                except ServelabError:
+                    break
+                names = [first] + [n for n in names if n != first]
+                break
+        candidates += [(catalog.host(n), None) for n in names]
     reasons: list[str] = []
     for cfg, prefix in candidates:
         host = open_host(cfg)
