@@ -29,7 +29,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported inside measure() at run time: the RSS before Textual loads is a figure
+    from rich.console import RenderableType
+    from textual.screen import Screen
+
+    from tui.screens.run import RunScreen
+    from tui.widgets.log_view import LogView
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -137,7 +146,7 @@ def last_marker(lines: int) -> str:
     return f"step {i}"
 
 
-def shows(screen, view, marker: str) -> bool:  # type: ignore[no-untyped-def]
+def shows(screen: RunScreen, view: LogView, marker: str) -> bool:
     index = screen.index
     top = int(view.scroll_offset.y)
     for row in range(top, min(top + view.size.height, index.row_count)):
@@ -146,8 +155,8 @@ def shows(screen, view, marker: str) -> bool:  # type: ignore[no-untyped-def]
     return False
 
 
-def fully_indexed(screen, lines: int) -> bool:  # type: ignore[no-untyped-def]
-    return bool(screen.index.line_count >= lines and getattr(screen.index, "unclassified", 0) == 0)
+def fully_indexed(screen: RunScreen, lines: int) -> bool:
+    return screen.index.line_count >= lines and screen.index.unclassified == 0
 
 
 async def measure(args: argparse.Namespace, tmp: Path, rss_start: float) -> None:
@@ -168,7 +177,7 @@ async def measure(args: argparse.Namespace, tmp: Path, rss_start: float) -> None
     frames: list[float] = []
     original_display = app._display
 
-    def display(screen, renderable):  # type: ignore[no-untyped-def]
+    def display(screen: Screen[Any], renderable: RenderableType | None) -> None:
         frames.append(time.perf_counter())
         original_display(screen, renderable)
 
@@ -201,7 +210,7 @@ async def measure(args: argparse.Namespace, tmp: Path, rss_start: float) -> None
         for name in ("action_scroll_up", "action_bottom"):
             original = getattr(view, name)
 
-            def hooked(original=original):  # type: ignore[no-untyped-def]
+            def hooked(original: Callable[[], None] = original) -> None:
                 original()
                 acted.append(time.perf_counter())
 

@@ -11,6 +11,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from engines.errors import ServelabError
 
@@ -54,7 +55,7 @@ COMMAND_MODULE: dict[str, str] = {
 class _Parser(argparse.ArgumentParser):
     """argparse that reports a wrong flag in one line and exits 2, without the usage block."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message} (try: {self.prog} --help)\n")
 
 

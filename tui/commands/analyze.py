@@ -13,7 +13,7 @@ from engines.logs.analyzer import Analysis, analyze_file
 from engines.runstate import RunState
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("analyze", help="post-mortem of a saved engine log: stages, state, root cause and hint")
     p.add_argument("log", metavar="LOG", help="the log file")
     p.add_argument("--engine", choices=sorted(ENGINE_MODULES), help="the engine that wrote it (default: guessed from the log)")

@@ -26,7 +26,7 @@ from engines.hosts.registry import close_all
 T = TypeVar("T")
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("campaign", help="campaigns: a matrix of experiments run as one queue on the host")
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True, parser_class=type(p))
     q = verbs.add_parser("plan", help="the points, the loads they share, and the estimated duration")

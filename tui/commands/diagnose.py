@@ -11,7 +11,7 @@ from engines.diagnosis.report import lines
 from tui.commands.probe import _run
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("diagnose", help="probe suite on a live speculative run: ranked causes of its acceptance and the next setting to try")
     p.add_argument("run")
     p.add_argument("--json", action="store_true", help=f"print {DIAGNOSIS_JSON} instead of the findings")

@@ -19,7 +19,7 @@ from engines.hosts.base import HostUnreachable
 METHODS = ("eagle3", "eagle", "draft_model", "mtp")
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("drafter", help="check a drafter against its target on a host: configs, vocab map, aux layers, engine rules")
     p.add_argument("draft", metavar="DRAFT", help="the drafter folder, as the host sees it")
     p.add_argument("--target", required=True, metavar="MODEL", help="the target model folder, as the host sees it")

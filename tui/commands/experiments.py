@@ -14,7 +14,7 @@ from engines.catalog import check, load_catalog
 from engines.loader import display_path
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("list", help="list the experiments")
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(func=cmd_list)

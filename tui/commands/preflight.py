@@ -19,7 +19,7 @@ from engines.patches import PatchReport, apply_patches, check_patches, load_patc
 from engines.preflight import Check, PreflightReport, read_hostinfo, run_preflight
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("preflight", help="check an experiment on its host before launch (seconds, not minutes)")
     p.add_argument("experiment", metavar="EXP")
     _common(p)

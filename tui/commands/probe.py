@@ -26,7 +26,7 @@ SUMMARY: tuple[tuple[str, str, int], ...] = (
 )
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("probe", help="measure acceptance and speed of a running server; results go to the run's folder")
     p.add_argument("run")
     p.add_argument("--json", action="store_true", help="print probe.json instead of a summary")

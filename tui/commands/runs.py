@@ -24,7 +24,7 @@ from engines.runstate import RunState
 T = TypeVar("T")
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("launch", help="start an experiment detached on its host (preflight first)")
     p.add_argument("experiment")
     p.add_argument("--host", help="run on this host instead of the experiment's")

@@ -30,9 +30,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from tui.widgets.line_index import Classified, LineClassifier, LineIndex
+
+if TYPE_CHECKING:  # the worker process imports the analyzer; the dashboard only receives its snapshots
+    from engines.logs.analyzer import Analysis, LogAnalyzer
 
 #: Bytes the worker classifies or analyses between two looks at its input.
 BLOCK = 1 << 20
@@ -52,7 +55,7 @@ class IngestUpdate:
     """What changed since the last update, for the UI thread."""
 
     rows: int
-    analysis: Any | None = None
+    analysis: Analysis | None = None
     error: str | None = None
 
 
@@ -93,7 +96,7 @@ class LogIngest:
         self._on_update = on_update
         self._lock = threading.RLock()
         self._rows = 0
-        self._analysis: Any | None = None
+        self._analysis: Analysis | None = None
         self._error: str | None = None
         self._scheduled = False
         self._last_delivery = 0.0
@@ -259,11 +262,11 @@ class LogIngest:
 
 
 # -- the worker process ---------------------------------------------------------------------------------
-def _make_analyzer(engine: str) -> Any:
+def _make_analyzer(engine: str) -> LogAnalyzer:
     from engines.adapter import get_adapter
     from engines.logs.analyzer import LogAnalyzer
 
-    return LogAnalyzer(get_adapter(engine).grammar)  # type: ignore[attr-defined,unused-ignore]
+    return LogAnalyzer(get_adapter(engine).grammar)
 
 
 class _Worker:
@@ -276,7 +279,7 @@ class _Worker:
         self.classified = 0  # spool offset of the first unclassified line
         self.complete = 0  # spool offset after the last whole line
         self.size = 0  # spooled bytes
-        self.analyzer: Any | None = None
+        self.analyzer: LogAnalyzer | None = None
         self.analysed = 0
         self.marks: list[tuple[Any, ...]] = []
         self.dirty = False

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from rich.segment import Segment
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.cache import LRUCache
@@ -384,7 +384,7 @@ class LogPanel(Vertical):
         self.view.focus()
         self._apply_search(compile_search(event.value.strip()))
 
-    def on_key(self, event) -> None:  # type: ignore[no-untyped-def]
+    def on_key(self, event: events.Key) -> None:
         if event.key == "escape" and self.has_class("-searching"):
             event.stop()
             self.remove_class("-searching")
