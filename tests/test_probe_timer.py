@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -94,3 +95,17 @@ def test_a_malformed_helper_answer_is_one_line() -> None:
         parse_answer({"records": [{}]}, 2, "box")
     with pytest.raises(ServelabError, match="bad request"):
         parse_answer({"error": "bad request on stdin"}, 1, "box")
+
+
+async def test_the_client_asks_for_real_time_priority_and_reports_its_cpu_wait(slow_server: str) -> None:
+    """The fix of issue 15: the timed client does not queue for a CPU behind a busy engine."""
+    cpu = min(os.sched_getaffinity(0))
+    batch = await local_timer(slow_server, sys.executable, cpus=[cpu]).time_batch([{"model": "m"}], 1, 10)
+    if os.geteuid() == 0:
+        assert batch.priority == f"real-time priority (SCHED_FIFO 1), on CPUs {cpu}"
+    else:  # a user without CAP_SYS_NICE: said so, and the request is still timed
+        assert batch.priority.startswith("normal priority (real-time refused: ") and batch.priority.endswith(f"on CPUs {cpu}")
+    rec = batch.records[0]
+    assert rec.error is None and rec.cpu_wait_ms is not None and 0.0 <= rec.cpu_wait_ms < 3 * GAP_S * 1000
+    plain = await local_timer(slow_server, sys.executable, realtime=False).time_batch([{"model": "m"}], 1, 10)
+    assert plain.priority == "normal priority" and plain.records[0].error is None

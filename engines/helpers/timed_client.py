@@ -5,19 +5,32 @@ figures do not depend on an SSH tunnel (which coalesces chunks) or on whatever e
 servelab's own event loop (a dashboard, log following). Nothing else runs in this process while a
 request is timed: one blocking socket per request, one thread per concurrent slot.
 
+It must not queue for a CPU behind the engine. A CPU engine busy-waits: vLLM's EngineCore spins
+(``sched_yield``) on the core its OpenMP worker leaves free, and that yield does not reach a process
+in another session (the kernel's autogroups share the CPU between sessions first), so on a small
+host a plain client read its stream late, in bursts (issue 15: ~100 ms of CPU wait per request on
+2 cores). So it asks for the lowest real-time priority (SCHED_FIFO 1) when the host allows it
+(root or CAP_SYS_NICE); it sleeps in ``recv`` almost always and runs a few microseconds per chunk,
+so it takes next to nothing from the engine. ``cpus`` pins it (e.g. to the cores the engine's
+compute threads are kept off). The answer says what it got (``priority``).
+
 stdin: ``{"url": "http://127.0.0.1:PORT", "path": "/v1/chat/completions", "bodies": [{...}, ...],
-"concurrency": 1, "timeout": 300}``. stdout, last line: ``{"duration_s": ..., "records": [...]}``
-with one record per body, in order: ``start_s`` (from the batch start), ``status``, ``error``,
+"concurrency": 1, "timeout": 300, "realtime": true, "cpus": null}``. stdout, last line:
+``{"duration_s": ..., "priority": "...", "records": [...]}`` with one record per body, in order: ``start_s`` (from the batch start), ``status``, ``error``,
 ``events`` = ``[[user_ms, kernel_ms, text], ...]`` per SSE ``data:`` line, where ``user_ms`` is when
 this script had the whole line and ``kernel_ms`` when the kernel received its last byte
 (SO_TIMESTAMPNS; null where the kernel does not say). Both count from the moment the request was
-about to be written. servelab turns the events into figures (engines/probe/client.py) so both
-routes share one timing rule.
+about to be written. ``cpu_wait_ms`` is how long this request's thread sat runnable without a CPU
+while the request was timed (``/proc/thread-self/schedstat``; null where the kernel does not say):
+a client that waits for a CPU reads late, and the kernel merges the chunks that queue up meanwhile
+into one read stamped with the latest arrival, so the figures are only as good as this is small.
+servelab turns the events into figures (engines/probe/client.py) so both routes share one timing rule.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import struct
 import sys
@@ -59,6 +72,15 @@ class _Reader:
         return data
 
 
+def _cpu_wait_ns() -> int | None:
+    """Nanoseconds this thread has spent runnable but not running (None: the kernel does not say)."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            return int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _clock_pair() -> tuple[float, float]:
     """(wall clock, perf_counter) read together, so kernel (wall) times convert to the request's clock."""
     best = (0.0, 0.0, float("inf"))
@@ -86,7 +108,7 @@ def timed_request(url: str, path: str, body: dict[str, Any], timeout: float, bat
     """Send one request and time each SSE data line; errors are recorded, never raised."""
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
-    rec: dict[str, Any] = {"start_s": 0.0, "status": None, "error": None, "events": [], "kernel_stamps": False}
+    rec: dict[str, Any] = {"start_s": 0.0, "status": None, "error": None, "events": [], "kernel_stamps": False, "cpu_wait_ms": None}
     wire = _request_bytes(host, port, path, body)
     try:
         sock = socket.create_connection((host, port), timeout=timeout)
@@ -99,11 +121,15 @@ def timed_request(url: str, path: str, body: dict[str, Any], timeout: float, bat
         rec["kernel_stamps"] = reader.kernel_stamps
         wall0, t0 = _clock_pair()
         rec["start_s"] = t0 - batch_t0
+        wait0 = _cpu_wait_ns()
         try:
             sock.sendall(wire)
             _read_response(reader, rec, t0, wall0)
         except (OSError, ValueError) as exc:
             rec["error"] = f"{type(exc).__name__}: {exc}"
+        wait1 = _cpu_wait_ns()
+        if wait0 is not None and wait1 is not None:
+            rec["cpu_wait_ms"] = (wait1 - wait0) / 1e6
     return rec
 
 
@@ -188,7 +214,29 @@ class _Body:
         return out
 
 
+def claim_cpu(realtime: bool, cpus: list[int] | None) -> str:
+    """Pin and raise this process (threads started later inherit both); what it got, in words."""
+    said = []
+    if cpus:
+        try:
+            os.sched_setaffinity(0, set(cpus))
+            said.append("on CPUs " + ",".join(str(c) for c in sorted(set(cpus))))
+        except (OSError, ValueError) as exc:
+            said.append(f"not pinned to CPUs {cpus} ({exc.strerror if isinstance(exc, OSError) else exc})")
+    if not realtime:
+        said.insert(0, "normal priority")
+    else:
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+            said.insert(0, "real-time priority (SCHED_FIFO 1)")
+        except (OSError, AttributeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else "not on this system"
+            said.insert(0, f"normal priority (real-time refused: {why})")
+    return ", ".join(said)
+
+
 def run(request: dict[str, Any]) -> dict[str, Any]:
+    priority = claim_cpu(bool(request.get("realtime", True)), [int(c) for c in request.get("cpus") or []] or None)
     url, path = str(request["url"]), str(request.get("path", "/v1/chat/completions"))
     bodies = list(request["bodies"])
     timeout = float(request.get("timeout", 300.0))
@@ -207,14 +255,14 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
             try:
                 records[i] = timed_request(url, path, bodies[i], timeout, t0)
             except Exception as exc:  # one bad request must not lose the others' records
-                records[i] = {"start_s": 0.0, "status": None, "error": f"{type(exc).__name__}: {exc}", "events": [], "kernel_stamps": False}
+                records[i] = {"start_s": 0.0, "status": None, "error": f"{type(exc).__name__}: {exc}", "events": [], "kernel_stamps": False, "cpu_wait_ms": None}
 
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(slots, len(bodies)) or 1)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return {"duration_s": time.perf_counter() - t0, "records": records}
+    return {"duration_s": time.perf_counter() - t0, "priority": priority, "records": records}
 
 
 def main() -> int:

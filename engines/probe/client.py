@@ -47,6 +47,8 @@ class RequestResult:
     chunk_itl_ms: list[float] = field(default_factory=list)
     finish_reason: str | None = None
     eos: bool = False
+    #: How long the timed client waited for a CPU during this request (its figures are late by up to this).
+    client_cpu_wait_ms: float | None = None
     text: str = ""
     #: The last payload seen (usage and engine extras), for acceptance windows.
     last_payload: dict[str, Any] = field(default_factory=dict, repr=False)

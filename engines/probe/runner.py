@@ -47,6 +47,7 @@ REPEAT_FIGURES: tuple[str, ...] = (
     "spec_decode_acceptance_rate", "spec_decode_acceptance_length",
     "spec_decode_num_drafts", "spec_decode_draft_tokens", "spec_decode_accepted_tokens",
     "server_mean_ttft_ms", "server_mean_itl_ms", "server_requests",
+    "client_mean_cpu_wait_ms",
 )
 
 Progress = Callable[[str], None]
@@ -145,18 +146,27 @@ async def engine_version(http: httpx.AsyncClient) -> str | None:
 
 
 # -- one repeat -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Repeat:
+    results: list[RequestResult]
+    duration_s: float
+    kernel_clock: bool
+    priority: str
+
+
 async def _time_repeat(
     timer: RequestTimer, model: str, prompts: PromptSet, max_tokens: int, concurrency: int, extra: dict[str, Any], timeout_s: float
-) -> tuple[list[RequestResult], float, bool]:
-    """One repeat's requests, sent and timed by ``timer`` (off this event loop), as results; and
-    whether every time is the kernel's receive time."""
+) -> _Repeat:
+    """One repeat's requests, sent and timed by ``timer`` (off this event loop), as results; with
+    whether every time is the kernel's receive time and the scheduling the client got."""
     bodies = [chat_body(model, p, max_tokens, extra) for p in prompts.prompts]
     batch = await timer.time_batch(bodies, concurrency, timeout_s)
-    results = [
-        result_from_events(p, rec.events, start=rec.start_s, error=rec.error)
-        for p, rec in zip(prompts.prompts, batch.records, strict=True)
-    ]
-    return results, batch.duration_s, all(rec.kernel_stamps for rec in batch.records)
+    results = []
+    for p, rec in zip(prompts.prompts, batch.records, strict=True):
+        res = result_from_events(p, rec.events, start=rec.start_s, error=rec.error)
+        res.client_cpu_wait_ms = rec.cpu_wait_ms
+        results.append(res)
+    return _Repeat(results, batch.duration_s, all(rec.kernel_stamps for rec in batch.records), batch.priority)
 
 
 async def _scrape_metrics(http: httpx.AsyncClient) -> str | None:
@@ -187,6 +197,7 @@ def aggregate(results: list[RequestResult], duration: float, acceptance: Accepta
     tpots = [r.tpot_ms for r in ok if r.tpot_ms is not None]
     itls = [x for r in ok for x in r.chunk_itl_ms]
     e2els = [r.e2el_ms for r in ok if r.e2el_ms is not None]
+    waits = [r.client_cpu_wait_ms for r in ok if r.client_cpu_wait_ms is not None]
     tpcs = [r.tokens_per_chunk for r in ok if r.tokens_per_chunk is not None]
     total_in = sum(int(r.prompt_tokens or 0) for r in ok)
     total_out = sum(r.output_tokens for r in ok)
@@ -201,6 +212,8 @@ def aggregate(results: list[RequestResult], duration: float, acceptance: Accepta
         "total_token_throughput": (total_in + total_out) / duration if duration > 0 else None,
         "mean_tokens_per_chunk": _finite(mean(tpcs)),
         "eos_fraction": (sum(1 for r in ok if r.eos) / len(ok)) if ok else None,
+        # Per request, how long the client sat runnable without a CPU: its reads are late by up to this.
+        "client_mean_cpu_wait_ms": _finite(mean(waits)) if waits else None,
     }
     for name, values in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", e2els)):
         out[f"mean_{name}_ms"] = _finite(mean(values))
@@ -309,6 +322,7 @@ async def _run_probe(
         repeats: list[dict[str, Any]] = []
         rows: list[dict[str, Any]] = []
         kernel_clock = True
+        priorities: set[str] = set()
         for rep in range(settings.repeats):
             window: AcceptanceWindow = (
                 adapter.read_acceptance(http, experiment, prompts, settings.max_tokens)
@@ -318,9 +332,12 @@ async def _run_probe(
             await window.start()
             extra = window.request_fields()
             before = await _scrape_metrics(http) if hist is not None else None
-            results, duration, kernel = await _time_repeat(timer, model, prompts, settings.max_tokens, settings.concurrency, extra, request_timeout_s)
+            timed = await _time_repeat(timer, model, prompts, settings.max_tokens, settings.concurrency, extra, request_timeout_s)
+            results, duration = timed.results, timed.duration_s
             after = await _scrape_metrics(http) if before is not None else None
-            kernel_clock = kernel_clock and kernel
+            kernel_clock = kernel_clock and timed.kernel_clock
+            if timed.priority:
+                priorities.add(timed.priority)
             for res in results:
                 if res.ok:
                     window.note(res.last_payload)
@@ -364,7 +381,8 @@ async def _run_probe(
         "prompt_set": prompts.name,
         "prompt_set_hash": prompts.hash,
         "itl_is_per_chunk": True,
-        "latency_source": f"{timer.where}; " + ("kernel receive time of each stream message" if kernel_clock else "time each stream message was read"),
+        "latency_source": f"{timer.where}; " + ("kernel receive time of each stream message" if kernel_clock else "time each stream message was read")
+        + (f"; client at {' / '.join(sorted(priorities))}" if priorities else ""),
         "server_latency_source": next((r["server_latency_source"] for r in repeats if r.get("server_latency_source")), None),
         **combine(repeats),
         "per_category": per_category(rows),

@@ -30,6 +30,8 @@ class TimedRecord:
     error: str | None
     events: list[tuple[float, float | None, str]] = field(default_factory=list)
     kernel_stamps: bool = False
+    #: How long the client sat runnable without a CPU during this request (None: the host does not say).
+    cpu_wait_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,8 @@ class TimedBatch:
 
     duration_s: float
     records: list[TimedRecord]
+    #: The scheduling the client got on its host, in words (``real-time priority (SCHED_FIFO 1)``).
+    priority: str = ""
 
 
 class RequestTimer(Protocol):
@@ -50,16 +54,26 @@ class RequestTimer(Protocol):
 
 
 class HostTimer:
-    """Runs ``timed_client.py`` on ``host`` with ``python`` against the server at ``url`` as seen there."""
+    """Runs ``timed_client.py`` on ``host`` with ``python`` against the server at ``url`` as seen there.
 
-    def __init__(self, host: Host, python: str, url: str) -> None:
+    The client asks for real-time priority (``realtime``) so it never queues for a CPU behind a
+    busy-waiting engine on the same host, and can be pinned to ``cpus``; ``realtime=False`` is the
+    plain client, for comparison (bench/probe_vs_server.py).
+    """
+
+    def __init__(self, host: Host, python: str, url: str, *, realtime: bool = True, cpus: list[int] | None = None) -> None:
         self.host = host
         self.python = python
         self.url = url
+        self.realtime = realtime
+        self.cpus = cpus
         self.where = f"timed client on host {host.name} ({url})"
 
     async def time_batch(self, bodies: list[dict[str, Any]], concurrency: int, timeout_s: float) -> TimedBatch:
-        request = {"url": self.url, "path": "/v1/chat/completions", "bodies": bodies, "concurrency": concurrency, "timeout": timeout_s}
+        request = {
+            "url": self.url, "path": "/v1/chat/completions", "bodies": bodies, "concurrency": concurrency,
+            "timeout": timeout_s, "realtime": self.realtime, "cpus": self.cpus,
+        }
         budget = timeout_s * max(1, -(-len(bodies) // max(1, concurrency))) + 60.0
         try:
             answer = await run_helper(self.host, self.python, HELPER, request=request, timeout=budget)
@@ -68,11 +82,11 @@ class HostTimer:
         return parse_answer(answer, len(bodies), self.host.name)
 
 
-def local_timer(url: str, python: str | None = None) -> HostTimer:
+def local_timer(url: str, python: str | None = None, *, realtime: bool = True, cpus: list[int] | None = None) -> HostTimer:
     """The timer for a server reached directly from this machine (``run_probe`` given only a URL)."""
     from engines.hosts.local import LocalHost
 
-    return HostTimer(LocalHost(HostConfig()), python or sys.executable, url)
+    return HostTimer(LocalHost(HostConfig()), python or sys.executable, url, realtime=realtime, cpus=cpus)
 
 
 def parse_answer(answer: dict[str, Any], expected: int, host: str) -> TimedBatch:
@@ -87,5 +101,7 @@ def parse_answer(answer: dict[str, Any], expected: int, host: str) -> TimedBatch
         if not isinstance(r, dict):
             raise ServelabError(f"timed client on {host} answered a record that is not an object")
         events = [(float(e[0]), None if e[1] is None else float(e[1]), str(e[2])) for e in r.get("events") or []]
-        records.append(TimedRecord(float(r.get("start_s") or 0.0), r.get("error"), events, bool(r.get("kernel_stamps"))))
-    return TimedBatch(float(answer.get("duration_s") or 0.0), records)
+        wait = r.get("cpu_wait_ms")
+        records.append(TimedRecord(float(r.get("start_s") or 0.0), r.get("error"), events, bool(r.get("kernel_stamps")),
+                                   float(wait) if isinstance(wait, (int, float)) else None))
+    return TimedBatch(float(answer.get("duration_s") or 0.0), records, str(answer.get("priority") or ""))
