@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -15,8 +16,11 @@ import pytest
 from engines.errors import ServelabError
 from engines.probe.client import result_from_events
 from engines.probe.prompts import Prompt
-from engines.probe.timer import local_timer, parse_answer
+from engines.probe import prompts
+from engines.probe.runner import CPU_WAIT_NOTE_MS, ProbeSettingsView, run_probe
+from engines.probe.timer import TimedBatch, local_timer, parse_answer
 from tests.fixtures.engine import free_port
+from tests.fixtures.fake_sglang import FakeSglangServer
 
 PROMPT = Prompt("p", "math", ({"role": "user", "content": "hi"},))
 GAP_S = 0.03
@@ -109,3 +113,27 @@ async def test_the_client_asks_for_real_time_priority_and_reports_its_cpu_wait(s
     assert rec.error is None and rec.cpu_wait_ms is not None and 0.0 <= rec.cpu_wait_ms < 3 * GAP_S * 1000
     plain = await local_timer(slow_server, sys.executable, realtime=False).time_batch([{"model": "m"}], 1, 10)
     assert plain.priority == "normal priority" and plain.records[0].error is None
+
+
+class FakeStarvedTimer:
+    """The real local timer, with each record's CPU wait replaced (a starved client cannot be made on demand)."""
+
+    def __init__(self, url: str, wait_ms: float) -> None:
+        self.inner = local_timer(url, sys.executable)
+        self.where = self.inner.where
+        self.wait_ms = wait_ms
+
+    async def time_batch(self, bodies: list[dict[str, object]], concurrency: int, timeout_s: float) -> TimedBatch:
+        batch = await self.inner.time_batch(bodies, concurrency, timeout_s)
+        return replace(batch, records=[replace(r, cpu_wait_ms=self.wait_ms) for r in batch.records])
+
+
+@pytest.mark.parametrize("wait_ms", [0.3, 40.0])
+async def test_the_probe_says_when_its_client_waited_for_a_cpu(wait_ms: float) -> None:
+    with FakeSglangServer("openai") as server:
+        s = (await run_probe(server.url, prompts.builtin("mixed"), ProbeSettingsView(max_tokens=8, concurrency=1, repeats=1, warmup=0),
+                             timer=FakeStarvedTimer(server.url, wait_ms))).summary
+    assert s["client_mean_cpu_wait_ms"] == pytest.approx(wait_ms)
+    assert ("real-time priority" in s["latency_source"]) == (os.geteuid() == 0)
+    said = f"the client waited {wait_ms:.1f} ms a request for a CPU"
+    assert (said in s["latency_source"]) == (wait_ms > CPU_WAIT_NOTE_MS), s["latency_source"]

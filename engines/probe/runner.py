@@ -51,6 +51,8 @@ REPEAT_FIGURES: tuple[str, ...] = (
 )
 
 Progress = Callable[[str], None]
+#: A timed client that waited longer than this for a CPU per request gets it said in ``latency_source``.
+CPU_WAIT_NOTE_MS = 2.0
 
 
 @dataclass(frozen=True)
@@ -364,6 +366,12 @@ async def _run_probe(
     ident["served_model"] = model
     ident["prompt_set"] = prompts.name
     ident["prompt_set_hash"] = prompts.hash
+    combined = combine(repeats)
+    source = f"{timer.where}; " + ("kernel receive time of each stream message" if kernel_clock else "time each stream message was read")
+    source += f"; client at {' / '.join(sorted(priorities))}" if priorities else ""
+    wait = combined.get("client_mean_cpu_wait_ms")
+    if wait is not None and wait > CPU_WAIT_NOTE_MS:
+        source += f"; the client waited {wait:.1f} ms a request for a CPU, so its TTFT is high and its TPOT low by up to that"
     summary: dict[str, Any] = {
         "format": f"servelab-probe/{FORMAT_VERSION}",
         "date": datetime.now(UTC).strftime("%Y%m%d-%H%M%S"),
@@ -381,10 +389,9 @@ async def _run_probe(
         "prompt_set": prompts.name,
         "prompt_set_hash": prompts.hash,
         "itl_is_per_chunk": True,
-        "latency_source": f"{timer.where}; " + ("kernel receive time of each stream message" if kernel_clock else "time each stream message was read")
-        + (f"; client at {' / '.join(sorted(priorities))}" if priorities else ""),
+        "latency_source": source,
         "server_latency_source": next((r["server_latency_source"] for r in repeats if r.get("server_latency_source")), None),
-        **combine(repeats),
+        **combined,
         "per_category": per_category(rows),
         "per_repeat": repeats,
         "identity": ident,
