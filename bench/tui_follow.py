@@ -16,6 +16,9 @@ ended by the bench), as another engineer's job on a 2-core machine would. The be
 machine's load average before and after: timings are only comparable at similar loads.
 
     .venv/bin/python bench/tui_follow.py [--lines 1000000] [--rate 5000] [--seconds 30] [--burn]
+
+Where memory goes: ``--tracemalloc 4`` prints the Python allocations that grew in the second half
+of the growing phase (by allocation site), and the RSS split into heap / files / shared memory.
 """
 
 from __future__ import annotations
@@ -93,6 +96,16 @@ def rss_mb(pid: int | str = "self") -> float:
             if row.startswith("VmRSS:"):
                 return int(row.split()[1]) / 1024
     return float("nan")
+
+
+def rss_parts_mb(pid: int | str = "self") -> dict[str, float]:
+    """RSS split into anonymous memory (the heap), mapped files and shared memory."""
+    parts: dict[str, float] = {}
+    with open(f"/proc/{pid}/status") as f:
+        for row in f:
+            if row.startswith(("RssAnon:", "RssFile:", "RssShmem:")):
+                parts[row.split(":")[0][3:].lower()] = int(row.split()[1]) / 1024
+    return parts
 
 
 def start_run(tmp: Path, lines: int, rate: int, seconds: float) -> tuple[Path, str, Path]:
@@ -226,6 +239,12 @@ async def measure(args: argparse.Namespace, tmp: Path, rss_start: float) -> None
         print(f"spool {screen.index.size / 1e6:.0f} MB, RSS {rss_mb():.0f} MB (started at {rss_start:.0f} MB)"
               + (f", ingest worker RSS {rss_mb(worker):.0f} MB" if worker else ""))
         go.touch()
+        traced = None
+        traced_at = (0, 0.0)
+        if args.tracemalloc:
+            import tracemalloc
+
+            tracemalloc.start(args.tracemalloc)
         profiler = None
         if args.profile:
             import cProfile
@@ -235,6 +254,7 @@ async def measure(args: argparse.Namespace, tmp: Path, rss_start: float) -> None
         grow_start = time.perf_counter()
         cpu_start = (cpu_s(), cpu_s(worker) if worker else 0.0)
         key = "k"
+        parts_start = rss_parts_mb()
         while time.perf_counter() - grow_start < args.seconds - 1:
             before_frames, before_acted = len(frames), len(acted)
             t0 = time.perf_counter()
@@ -249,14 +269,37 @@ async def measure(args: argparse.Namespace, tmp: Path, rss_start: float) -> None
                 latencies.append((drawn - t0) * 1000)
                 waits.append((t_act - t0) * 1000)
             samples.append((screen.index.line_count, rss_mb(), rss_mb(worker) if worker else 0.0))
+            if args.tracemalloc and traced is None and time.perf_counter() - grow_start > args.seconds / 2:
+                # at half time, once caches and the latest analysis have been replaced by traced copies
+                traced = tracemalloc.take_snapshot()
+                traced_at = (screen.index.line_count, rss_mb())
             key = "G" if key == "k" else "k"
             await asyncio.sleep(0.2)
         follow_ok = view.follow or key == "G"
         grown_s = time.perf_counter() - grow_start
+        parts_end = rss_parts_mb()
+        if args.trim:  # how much of the RSS is heap the process freed but glibc kept
+            import ctypes
+
+            before_trim = rss_mb()
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+            print(f"malloc_trim(0) after growing: RSS {before_trim:.1f} -> {rss_mb():.1f} MB")
         cpu_ui, cpu_worker = cpu_s() - cpu_start[0], (cpu_s(worker) - cpu_start[1]) if worker else 0.0
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(args.profile)
+        if traced is not None:
+            import tracemalloc
+
+            grown = tracemalloc.take_snapshot().compare_to(traced, "traceback")
+            tracemalloc.stop()
+            lines_then, rss_then = traced_at
+            print(f"tracemalloc, second half ({screen.index.line_count - lines_then:,} lines): Python allocations "
+                  f"{sum(d.size_diff for d in grown) / 1e6:+.2f} MB, RSS {rss_mb() - rss_then:+.1f} MB; largest growers "
+                  "(allocation site first):")
+            for diff in grown[:args.tracemalloc_top]:
+                print(f"  {diff.size_diff / 1e3:+9.1f} kB {diff.count_diff:+7d} blocks  "
+                      + " <- ".join(f"{Path(f.filename).name}:{f.lineno}" for f in reversed(diff.traceback)))
     latencies.sort()
     p99 = latencies[min(len(latencies) - 1, int(round(0.99 * (len(latencies) - 1))))] if latencies else float("nan")
     target = "100 ms with a CPU burner" if args.burn else "50 ms on a quiet machine"
@@ -275,6 +318,7 @@ async def measure(args: argparse.Namespace, tmp: Path, rss_start: float) -> None
         if l1 - half_lines >= 10_000:  # caches (strips, texts) fill early on and then stay bounded
             growth += f"; second half {(m1 - half_mb) / ((l1 - half_lines) / 100_000):+.2f} MB per 100k lines"
     print(growth)
+    print("  RSS change by kind: " + ", ".join(f"{k} {parts_end[k] - parts_start.get(k, 0.0):+.1f} MB" for k in parts_end))
     print(f"CPU while growing: dashboard process {cpu_ui / grown_s * 100:.0f}% of a core (incl. this bench's key loop)"
           + (f", ingest worker {cpu_worker / grown_s * 100:.0f}%" if worker else ""))
     print(f"following at the end: {follow_ok}")
@@ -287,5 +331,9 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--burn", action="store_true", help="run a CPU-bound process beside the dashboard")
     parser.add_argument("--profile", metavar="FILE", help="cProfile the UI thread while the log grows, into FILE")
+    parser.add_argument("--tracemalloc", type=int, default=0, metavar="FRAMES",
+                        help="trace Python allocations while the log grows (FRAMES deep) and print the largest growers")
+    parser.add_argument("--trim", action="store_true", help="glibc only: after growing, print how much RSS malloc_trim returns")
+    parser.add_argument("--tracemalloc-top", type=int, default=12, help="how many growers --tracemalloc prints")
     parser.add_argument("--switch-interval", type=float, default=None, help="override the app's GIL switch interval (s)")
     asyncio.run(main(parser.parse_args()))

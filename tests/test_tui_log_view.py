@@ -139,3 +139,28 @@ async def test_following_survives_rows_folded_away_under_it(tmp_path: Path) -> N
         assert index.row_count < unfolded
         assert view.follow and view.scroll_offset.y == view.max_scroll_y
         assert "following" in status(app)
+
+
+async def test_plain_lines_draw_as_rich_draws_them(tmp_path: Path) -> None:
+    """The direct one-segment strip of a plain line is exactly what rich renders for it."""
+    index = LineIndex(tmp_path / "spool.log")
+    samples = [
+        b"(APIServer pid=41) INFO 11-29 10:25:35 [loggers.py:335] Avg generation throughput: 812.4 tokens/s",
+        b"",
+        b"tab\tseparated\tcolumns",
+        "wide \u6a21\u578b\u52a0\u8f7d and \u00e9\u00e8 accents".encode(),
+        b"a bell \x07 and a backspace \x08 in it",
+        b"\x1b[32mgreen\x1b[0m then plain",
+        b"bar  40%|####      | 2/5 [00:01<00:02]\rbar 100%|##########| 5/5 [00:03<00:00]",
+        b"ERROR 11-29 10:25:36 [core.py:1] boom",
+    ]
+    index.append(b"\n".join(samples) + b"\n" + NGRAM_LOG.read_bytes())
+    app = LogApp(index)
+    async with app.run_test(size=(100, 20)) as pilot:
+        await pilot.pause()
+        view = app.query_one(LogView)
+        lines = range(index.line_count)
+        assert any(view._line_strip(i).cell_length > 90 for i in lines)  # the long lines are in
+        for line in lines:
+            assert view._line_strip(line) == view._rich_strip(line), index.text(line)
+            assert view._line_strip(line).cell_length == view._rich_strip(line).cell_length

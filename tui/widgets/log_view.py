@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
+from rich.cells import cell_len
+from rich.control import strip_control_codes
 from rich.segment import Segment
 from rich.text import Text
 from textual import events, on, work
@@ -35,6 +37,13 @@ _KIND_CLASS: dict[LineKind, str] = {
     LineKind.WARNING: "logview--warning",
     LineKind.PROGRESS: "logview--progress",
 }
+
+
+#: Rendered lines kept (full width). A few screens' worth, so a scroll by a line or a page redraws
+#: mostly from it. Each entry also holds the strips Textual derives from it (crops, styles: about
+#: 5 kB a line in all); 2,000 of them were 10-20 MB, and while a followed log grew they filled at
+#: ~+12 MB per 100k lines, the whole of the dashboard's memory growth in bench/tui_follow.py.
+STRIP_CACHE_LINES = 256
 
 
 def compile_search(term: str) -> re.Pattern[str] | None:
@@ -92,7 +101,7 @@ class LogView(ScrollView, can_focus=True):
         self._end_pending = False
         self._wrap_cache: tuple[tuple[object, ...], list[Strip]] | None = None
         #: Rendered lines (full width), by (line, is cursor, style epoch); bounded LRU.
-        self._strips: LRUCache[tuple[int, bool, int], Strip] = LRUCache(2000)
+        self._strips: LRUCache[tuple[int, bool, int], Strip] = LRUCache(STRIP_CACHE_LINES)
         self._style_epoch = 0
         self._search_seen: object = None
 
@@ -239,12 +248,31 @@ class LogView(ScrollView, can_focus=True):
         key = (line, line == self.cursor_line, self._style_epoch)
         strip = self._strips.get(key) if line < self.index.line_count else None
         if strip is None:
-            text = self._styled(line)
-            segments = [Segment(s.text, base + s.style if s.style else base) for s in text.render(self.app.console)]
-            strip = Strip(segments, text.cell_len)
+            strip = self._line_strip(line)
             if line < self.index.line_count:  # the unfinished tail changes: never cached
                 self._strips[key] = strip
         return strip.crop_extend(scroll_x, scroll_x + width, base)
+
+    def _line_strip(self, line: int) -> Strip:
+        """One line, full width, in the view's style.
+
+        Following a growing log, nearly every row of a frame is a line not drawn before, and
+        nearly all of them are plain (no kind colour, no cursor, no search): those are one
+        segment, built directly (what :meth:`_rich_strip` gives, ~5x cheaper: less of the UI
+        thread per frame, so a key finds it free sooner).
+        """
+        index = self.index
+        if index.search is None and line != self.cursor_line and index.kind(line) not in _KIND_CLASS:
+            text = strip_control_codes(index.text(line))
+            return Strip([Segment(text, self.rich_style)], cell_len(text))
+        return self._rich_strip(line)
+
+    def _rich_strip(self, line: int) -> Strip:
+        """Any line through rich: kind colour, cursor, search highlights."""
+        base = self.rich_style
+        text = self._styled(line)
+        segments = [Segment(s.text, base + s.style if s.style else base) for s in text.render(self.app.console)]
+        return Strip(segments, text.cell_len)
 
     def _wrapped(self, scroll_y: int, width: int) -> list[Strip]:
         """Rows of the viewport with long lines wrapped; bottom-anchored while following."""
