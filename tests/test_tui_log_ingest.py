@@ -10,7 +10,7 @@ from pathlib import Path
 from engines.logs.analyzer import analyze_bytes
 from tests.fixtures.tui import SHARED_LOGS
 from tui.widgets.line_index import LineIndex
-from tui.widgets.log_ingest import IngestUpdate, LogIngest
+from tui.widgets.log_ingest import SLICE_ITEMS, IngestUpdate, LogIngest, pack_analysis, unpack_analysis
 
 NGRAM_LOG = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
 CRASH_LOG = SHARED_LOGS / "vllm-eagle3-whitelist-gemma3-32765.log"
@@ -85,3 +85,17 @@ async def test_a_dead_worker_is_reported_once_and_lines_are_classified_here(tmp_
         assert len(errors) == 1 and "classifying lines here" in errors[0]
     finally:
         ingest.close()
+
+
+def test_an_analysis_crosses_in_slices_and_arrives_whole() -> None:
+    """A long throughput series goes as pickled slices (short GIL holds in the UI) and comes back equal."""
+    stats = b"".join(
+        b"(APIServer pid=41) INFO 11-29 10:25:%02d [loggers.py:335] Engine 000: Avg prompt throughput: %d.0 tokens/s, "
+        b"Avg generation throughput: %d.4 tokens/s, Running: 4 reqs, Waiting: 0 reqs, KV cache usage: 3.1%%\n"
+        % (i % 60, i % 97, 800 + i % 13) for i in range(3 * SLICE_ITEMS + 7)
+    )
+    analysis = analyze_bytes(NGRAM_LOG.read_bytes() + stats, "vllm")
+    assert len(analysis.throughput_series) > 3 * SLICE_ITEMS
+    light, parts = pack_analysis(analysis)
+    assert light.throughput_series == [] and len(parts["throughput_series"]) == 4
+    assert unpack_analysis(light, parts) == analysis

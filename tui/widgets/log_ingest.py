@@ -19,6 +19,7 @@ Run as ``python -m tui.widgets.log_ingest`` (by :class:`LogIngest` only).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import pickle
 import select
@@ -46,6 +47,11 @@ SNAPSHOT_QUIET_S = 0.2
 #: Seconds between two updates of the screen from the ingest (new rows, kinds, analysis): a
 #: following view repaints at most this often, so keys find the UI thread free.
 UPDATE_EVERY_S = 0.1
+#: Items of a long list in an analysis (the throughput series: up to 4,096 points) pickled per
+#: message part. The dashboard's reader thread unpickles an analysis; one ``pickle.loads`` is one
+#: C call that holds the GIL throughout (a whole snapshot: 15-50 ms, once a second, stalling the
+#: event loop and so any key). In parts, the UI thread gets the GIL back between two of them.
+SLICE_ITEMS = 256
 _HEADER = struct.Struct("!I")
 _ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,6 +69,31 @@ def _send(out: IO[bytes], message: tuple[Any, ...]) -> None:
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     out.write(_HEADER.pack(len(data)) + data)
     out.flush()
+
+
+def pack_analysis(analysis: Any) -> tuple[Any, dict[str, list[bytes]]]:
+    """The analysis without its long lists, and those lists as pickled slices (see SLICE_ITEMS)."""
+    if not dataclasses.is_dataclass(analysis) or isinstance(analysis, type):
+        return analysis, {}
+    parts: dict[str, list[bytes]] = {}
+    for field in dataclasses.fields(analysis):
+        value = getattr(analysis, field.name)
+        if isinstance(value, list) and len(value) > SLICE_ITEMS:
+            parts[field.name] = [pickle.dumps(value[i : i + SLICE_ITEMS], protocol=pickle.HIGHEST_PROTOCOL)
+                                 for i in range(0, len(value), SLICE_ITEMS)]
+    return (dataclasses.replace(analysis, **{name: [] for name in parts}) if parts else analysis), parts
+
+
+def unpack_analysis(light: Any, parts: dict[str, list[bytes]]) -> Any:
+    """The analysis :func:`pack_analysis` split, whole again; one short GIL hold per slice."""
+    if not parts:
+        return light
+    whole: dict[str, list[Any]] = {}
+    for name, slices in parts.items():
+        items = whole[name] = []
+        for blob in slices:
+            items.extend(pickle.loads(blob))
+    return dataclasses.replace(light, **whole)
 
 
 def _read_exact(read: Callable[[int], bytes], size: int) -> bytes | None:
@@ -196,9 +227,10 @@ class LogIngest:
                 with self._lock:
                     self._rows += rows
             elif kind == "analysis":
+                analysis = unpack_analysis(message[2], message[3])
                 with self._lock:
                     self._analysed = message[1]
-                    self._analysis = message[2]
+                    self._analysis = analysis
             elif kind == "error":
                 with self._lock:
                     self._error = str(message[1])
@@ -349,7 +381,7 @@ class _Worker:
 
     def _snapshot(self) -> None:
         assert self.analyzer is not None
-        _send(self.out, ("analysis", self.analysed, self.analyzer.snapshot()))
+        _send(self.out, ("analysis", self.analysed, *pack_analysis(self.analyzer.snapshot())))
         self.last_snapshot = time.monotonic()
         self.dirty = False
 
