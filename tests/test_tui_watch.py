@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from engines.catalog import load_catalog
-from engines.runs import Runs, RunStatus
+from engines.runs import RunRecord, Runs, RunStatus
 from engines.runstate import RunState
 from tests.fixtures.tui import SHARED_LOGS, TuiFolder
 from tui.screens import watch
@@ -31,6 +31,19 @@ class FakeRunsFailingOnceAtReady(Runs):
             self.failures += 1
             raise RuntimeError("status broke once")
         return status
+
+
+class FakeRunsListingFailsOnce(Runs):
+    """Real ``Runs``, except that the first ``list`` raises a plain RuntimeError (a bug in the
+    listing, not a host down)."""
+
+    failures = 0
+
+    async def list(self, host: str | None = None) -> list[RunRecord]:
+        if not self.failures:
+            self.failures += 1
+            raise RuntimeError("listing broke once")
+        return await super().list(host)
 
 
 async def _until(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
@@ -85,3 +98,26 @@ async def test_the_dashboard_warns_once_when_a_follower_fails_and_still_says_rea
         warnings = [n for n in app._notifications if n.title == "run watcher"]
         assert len(warnings) == 1 and warnings[0].severity == "warning"
         assert run_id in warnings[0].message and "RuntimeError: status broke once" in warnings[0].message
+
+
+async def test_a_listing_that_fails_is_reported_once_and_the_watcher_keeps_listing(
+    tui_folder: TuiFolder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(watch, "LIST_SECONDS", 0.3)
+    monkeypatch.setattr(watch, "POLL_SECONDS", 0.2)
+    runs = FakeRunsListingFailsOnce(load_catalog(tui_folder.folder))
+    gate = tui_folder.workdir / "go"
+    run_id = tui_folder.replay("tiny-cpu-vllm-ngram", NGRAM_SERVE, rate=400, hold_s=30.0, gate=gate)
+    announced: list[tuple[str, str, str, str]] = []
+    failed: list[tuple[str, BaseException]] = []
+    watcher = RunWatcher(lambda: runs, lambda *event: announced.append(event), lambda rid, exc: failed.append((rid, exc)))
+    task = asyncio.create_task(watcher.run_forever())
+    try:
+        await _until(lambda: watcher.has_seen(run_id))
+        gate.touch()
+        await _until(lambda: bool(announced))
+    finally:
+        task.cancel()
+        watcher.cancel()
+    assert [(rid, str(exc)) for rid, exc in failed] == [("", "listing broke once")]
+    assert [(rid, event) for rid, _exp, event, _detail in announced] == [(run_id, "ready")]

@@ -176,7 +176,8 @@ class ServelabApp(App[int]):
         import traceback
 
         self.log.error("".join(traceback.format_exception(exc)))
-        self.notify(f"following {run_id} failed ({type(exc).__name__}: {exc}); retrying at the next listing",
+        what = f"following {run_id}" if run_id else "listing the runs"
+        self.notify(f"{what} failed ({type(exc).__name__}: {exc}); retrying at the next listing",
                     title="run watcher", severity="warning", timeout=10)
 
     def watch_theme(self, theme: str) -> None:

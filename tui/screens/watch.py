@@ -61,6 +61,9 @@ class RunWatcher:
                 records = await runs.list()
             except (ServelabError, HostUnreachable, OSError):
                 records = []
+            except Exception as exc:  # a bug of ours in the listing: report it once, keep listing
+                self._report("", exc)
+                records = []
             for rec in records:
                 if rec.status.is_active and rec.id not in self._watching:
                     self._start(runs, rec.id, rec.experiment, rec.engine)
@@ -83,6 +86,10 @@ class RunWatcher:
             return
         if self._watching.get(run_id) is task:
             del self._watching[run_id]
+        self._report(run_id, exc)
+
+    def _report(self, run_id: str, exc: BaseException) -> None:
+        """Tell ``on_error`` once per run and distinct error (``run_id`` empty: the listing itself)."""
         key = (run_id, f"{type(exc).__name__}: {exc}")
         if key not in self._reported:
             self._reported.add(key)
