@@ -150,6 +150,7 @@ async def test_plain_lines_draw_as_rich_draws_them(tmp_path: Path) -> None:
         b"tab\tseparated\tcolumns",
         "wide \u6a21\u578b\u52a0\u8f7d and \u00e9\u00e8 accents".encode(),
         b"a bell \x07 and a backspace \x08 in it",
+        b"a \x01 control rich keeps, zero cells wide",
         b"\x1b[32mgreen\x1b[0m then plain",
         b"bar  40%|####      | 2/5 [00:01<00:02]\rbar 100%|##########| 5/5 [00:03<00:00]",
         b"ERROR 11-29 10:25:36 [core.py:1] boom",

@@ -263,7 +263,12 @@ class LogView(ScrollView, can_focus=True):
         """
         index = self.index
         if index.search is None and line != self.cursor_line and index.kind(line) not in _KIND_CLASS:
-            text = strip_control_codes(index.text(line))
+            text = index.text(line)
+            if text.isprintable() and text.isascii():
+                # one cell a character; rich's cell_len would keep each line in its 4,096-entry
+                # cache (~1 MB of log text, besides the index's own text cache)
+                return Strip([Segment(text, self.rich_style)], len(text))
+            text = strip_control_codes(text)
             return Strip([Segment(text, self.rich_style)], cell_len(text))
         return self._rich_strip(line)
 
