@@ -12,7 +12,7 @@ These are decisions about runs, so they live in the core; ``tui/`` only draws wh
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from statistics import median
@@ -158,6 +158,28 @@ async def earlier_stage_seconds(runs: Runs, rec: RunRecord, limit: int = 3) -> d
         if found >= limit:
             break
     return {name: median(values) for name, values in durations.items()}
+
+
+async def load_estimates(runs: Runs, hosts: Iterable[str], limit: int = 3) -> dict[tuple[str, str], float]:
+    """Median start-to-ready seconds of the newest ``limit`` probed runs of each (host, model path as
+    that host sees it) on these hosts: what a campaign's loads will take. A host that cannot be
+    reached gives no estimate (``runs.unreachable`` names it), not an error."""
+    by_key: dict[tuple[str, str], list[RunRecord]] = {}
+    for host in sorted(set(hosts)):
+        for rec in await runs.list(host):
+            by_key.setdefault((rec.host, rec.model), []).append(rec)
+    out: dict[tuple[str, str], float] = {}
+    for key, recs in by_key.items():
+        seconds: list[float] = []
+        for rec in sorted(recs, key=lambda r: (r.started_at, r.id), reverse=True):
+            found = load_seconds(None, await probe_of(runs, rec.id))
+            if found is not None:
+                seconds.append(found)
+            if len(seconds) >= limit:
+                break
+        if seconds:
+            out[key] = median(seconds)
+    return out
 
 
 async def latest_probed(runs: Runs, experiments: list[str]) -> tuple[list[str], list[str]]:

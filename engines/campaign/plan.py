@@ -22,6 +22,7 @@ import itertools
 import json
 import re
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,9 +31,12 @@ from pydantic import ValidationError
 from engines.adapter import ENGINE_MODULES, get_adapter, speculative_flags
 from engines.campaign.definition import PROBE_KEYS, AxisValue, Campaign
 from engines.catalog import Catalog
-from engines.errors import Problem
+from engines.errors import Problem, ServelabError
 from engines.experiment import Experiment, SourcedExperiment
 from engines.loader import display_path, locate
+
+if TYPE_CHECKING:
+    from engines.runs import Runs
 
 #: Keys that never change what is loaded.
 _NOT_SERVED = ("name", "description", "tags", "baseline", "probe")
@@ -209,6 +213,23 @@ def _derive(base: SourcedExperiment, name: str, values: dict[str, AxisValue]) ->
     return exp, None
 
 
+def _host_model(catalog: Catalog, base: SourcedExperiment, model: str) -> str:
+    """The model path as its host sees it (how run records name it), or as written if the host is unknown."""
+    try:
+        return catalog.host_path(base, model)
+    except ServelabError:
+        return model
+
+
+async def plan_with_history(campaign: Campaign, catalog: Catalog, runs: Runs) -> Plan:
+    """The plan, each load estimated from earlier probed loads of its model on its host."""
+    from engines.history import load_estimates
+
+    hosts = {load.experiment.host for load in plan(campaign, catalog).loads}
+    seconds = await load_estimates(runs, hosts)
+    return plan(campaign, catalog, lambda host, model: seconds.get((host, model)))
+
+
 def plan(campaign: Campaign, catalog: Catalog, estimate: LoadEstimate | None = None) -> Plan:
     """Expand a campaign against the experiments of ``catalog``."""
     spec = campaign.spec
@@ -241,7 +262,7 @@ def plan(campaign: Campaign, catalog: Catalog, estimate: LoadEstimate | None = N
             key = serve_key(exp)
             load = by_key.get(key)
             if load is None:
-                est = estimate(exp.host, exp.model) if estimate else None
+                est = estimate(exp.host, _host_model(catalog, base, exp.model)) if estimate else None
                 load = Load(len(by_key), key, exp, [], speculative_flags(exp), est)
                 by_key[key] = load
             load.points.append(name)

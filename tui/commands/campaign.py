@@ -16,7 +16,7 @@ from typing import TypeVar
 from engines.campaign import control
 from engines.campaign.check import load_checked
 from engines.campaign.control import CampaignStatus
-from engines.campaign.plan import describe, plan
+from engines.campaign.plan import Plan, describe, plan_with_history
 from engines.campaign.report import FORMATS, build_report, render
 from engines.catalog import Catalog, load_catalog
 from engines.errors import ServelabError
@@ -82,8 +82,16 @@ def _show(args: argparse.Namespace, st: CampaignStatus) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    catalog = load_catalog(args.dir)
-    result = plan(load_checked(catalog, args.campaign), catalog)
+    async def body(catalog: Catalog) -> Plan:
+        from engines.runs import Runs
+
+        runs = Runs(catalog)
+        planned = await plan_with_history(load_checked(catalog, args.campaign), catalog, runs)
+        for host, why in runs.unreachable.items():
+            print(f"servelab: no load-time estimate from {host}: {why}", file=sys.stderr)
+        return planned
+
+    result = _run(args, body)
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:

@@ -1,0 +1,65 @@
+"""A campaign plan estimates each load from earlier probed loads of its model on its host (engines/history.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from engines.campaign.check import load_checked
+from engines.campaign.plan import describe, plan_with_history
+from engines.catalog import load_catalog
+from engines.history import load_estimates
+from engines.runs import Runs
+from tests.fixtures.runlab import Lab, wait_for
+
+
+async def _ended_run(runs: Runs, experiment: str, load_stages_s: dict[str, float] | None) -> str:
+    """A real (StubEngine) run that ended; ``load_stages_s`` becomes its probe.json, as a probe writes it.
+
+    Runs are ordered by their start second (a real load takes minutes), so each starts a second later."""
+    await asyncio.sleep(1.05)
+    rec = await runs.launch(experiment, skip_preflight=True)
+    wait_for(lambda: (Path(rec.run_dir) / "exit_code").exists(), 20)
+    if load_stages_s is not None:
+        (Path(rec.run_dir) / "probe.json").write_text(json.dumps({"load_stages_s": load_stages_s}))
+    return rec.id
+
+
+async def test_loads_are_estimated_from_the_newest_probed_runs_of_the_same_model_and_host(lab: Lab) -> None:
+    lab.experiment("base", env={"STUB_LINES": "1"})
+    other = lab.experiment("other-model", env={"STUB_LINES": "1"})
+    toml = lab.folder / "other-model.toml"
+    toml.write_text(toml.read_text().replace("no-model", "another-model"))
+    (lab.folder / "campaigns").mkdir()
+    (lab.folder / "campaigns" / "sweep.toml").write_text('base = ["base"]\n[axes]\n"probe.concurrency" = [1, 4]\n')
+    runs = lab.runs()
+
+    await _ended_run(runs, "base", {"weights": 500.0, "ready": 100.0})  # the oldest: beyond the newest 3
+    await _ended_run(runs, "base", {"weights": 50.0, "ready": 10.0})  # 60 s
+    await _ended_run(runs, "base", None)  # never probed: no load time to go by
+    await _ended_run(runs, "base", {"weights": 100.0, "ready": 20.0})  # 120 s
+    await _ended_run(runs, "base", {"weights": 80.0, "ready": 10.0})  # 90 s
+    await _ended_run(runs, "other-model", {"weights": 1.0})
+    assert other
+
+    estimates = await load_estimates(runs, ["local"])
+    model = str(lab.folder / "no-model")
+    assert estimates[("local", model)] == 90.0  # the median of 60, 120 and 90
+    assert estimates[("local", str(lab.folder / "another-model"))] == 1.0
+
+    catalog = load_catalog(lab.folder)
+    planned = await plan_with_history(load_checked(catalog, "sweep"), catalog, Runs(catalog))
+    assert [load.estimate_s for load in planned.loads] == [90.0]
+    assert planned.estimate_s == 90.0
+    assert "estimated loading time: 2 min" in describe(planned)
+
+
+async def test_a_host_without_earlier_runs_leaves_the_estimate_unknown(lab: Lab) -> None:
+    lab.experiment("base")
+    (lab.folder / "campaigns").mkdir()
+    (lab.folder / "campaigns" / "sweep.toml").write_text('base = ["base"]\n[axes]\n"probe.concurrency" = [1, 4]\n')
+    catalog = load_catalog(lab.folder)
+    planned = await plan_with_history(load_checked(catalog, "sweep"), catalog, Runs(catalog))
+    assert [load.estimate_s for load in planned.loads] == [None]
+    assert any("unknown" in line for line in describe(planned))
