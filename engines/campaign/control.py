@@ -27,7 +27,7 @@ from engines.campaign.plan import Plan, Point, plan, point_name
 from engines.catalog import Catalog
 from engines.errors import ServelabError
 from engines.experiment import Experiment, SourcedExperiment
-from engines.helpers import helper_script
+from engines.helpers import helper_script, last_json, last_line
 from engines.hosts.base import Host, HostUnreachable, host_workdir
 from engines.hosts.registry import open_host
 from engines.hosts.scripts import SCRIPTS
@@ -304,22 +304,16 @@ async def build_document(
 
 
 # -- the commands ---------------------------------------------------------------------------------------
-async def _ctl(host: Host, script: str, *args: str, timeout: float = 120.0) -> dict[str, Any]:
-    """One campaignctl.py command (``script`` is kept for the call sites; the path is the host-script cache's)."""
+async def _ctl(host: Host, *args: str, timeout: float = 120.0) -> dict[str, Any]:
+    """One campaignctl.py command and its JSON answer (the script is run through the host-script cache)."""
     try:
         done = await SCRIPTS.run(host, host.config.python, helper_script(CTL), *args, timeout=timeout)
     except HostUnreachable as exc:
         raise ServelabError(str(exc)) from None
-    for line in reversed(done.stdout.decode("utf-8", "replace").splitlines()):
-        if line.startswith("{"):
-            try:
-                value = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(value, dict):
-                return value
-    err = [ln for ln in done.stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
-    raise ServelabError(f"{host.name}: campaign control failed: {err[-1] if err else f'exit code {done.exit_code}'}")
+    answer = last_json(done)
+    if answer is None:
+        raise ServelabError(f"{host.name}: campaign control failed: {last_line(done.stderr) or f'exit code {done.exit_code}'}")
+    return answer
 
 
 @dataclass(frozen=True)
@@ -349,18 +343,18 @@ async def start(catalog: Catalog, name: str, *, skip_preflight: bool = False, pr
         await host.write_bytes(f"{camp_dir}/{PLAN_JSON}", (json.dumps(doc, indent=1) + "\n").encode())
     except HostUnreachable as exc:
         raise ServelabError(str(exc)) from None
-    return await _start_supervisor(Located(host, camp_id, camp_dir), scripts["campaignctl"])
+    return await _start_supervisor(Located(host, camp_id, camp_dir))
 
 
-async def _start_supervisor(where: Located, script: str) -> CampaignStatus:
-    answer = await _ctl(where.host, script, "start", where.dir)
+async def _start_supervisor(where: Located) -> CampaignStatus:
+    answer = await _ctl(where.host, "start", where.dir)
     if not answer.get("ok"):
         raise ServelabError(f"cannot start campaign {where.id} on {where.host.name}: {answer.get('error')}")
-    return await _status(where, script)
+    return await _status(where)
 
 
-async def _status(where: Located, script: str) -> CampaignStatus:
-    answer = await _ctl(where.host, script, "status", where.dir)
+async def _status(where: Located) -> CampaignStatus:
+    answer = await _ctl(where.host, "status", where.dir)
     return status_from_answer(answer, where.host.name, where.dir, where.id)
 
 
@@ -408,28 +402,25 @@ async def locate(catalog: Catalog, ref: str) -> Located:
 
 
 async def status(catalog: Catalog, ref: str) -> CampaignStatus:
-    where = await locate(catalog, ref)
-    scripts = await upload_scripts(where.host)
-    return await _status(where, scripts["campaignctl"])
+    return await _status(await locate(catalog, ref))
 
 
 async def stop(catalog: Catalog, ref: str, grace: float = 90.0) -> CampaignStatus:
     """SIGTERM to the campaign's supervisor (verified on the host), which stops its current run."""
     where = await locate(catalog, ref)
-    scripts = await upload_scripts(where.host)
-    answer = await _ctl(where.host, scripts["campaignctl"], "stop", where.dir, f"{grace:g}", timeout=grace + 60)
+    answer = await _ctl(where.host, "stop", where.dir, f"{grace:g}", timeout=grace + 60)
     if answer.get("remaining"):
         raise ServelabError(f"campaign {where.id}: the supervisor is still alive {grace:g} s after SIGTERM")
-    return await _status(where, scripts["campaignctl"])
+    return await _status(where)
 
 
 async def resume(catalog: Catalog, ref: str) -> CampaignStatus:
     """A new supervisor on the same plan: finished points are skipped, an interrupted load relaunched."""
     where = await locate(catalog, ref)
-    scripts = await upload_scripts(where.host)
-    current = await _status(where, scripts["campaignctl"])
+    await upload_scripts(where.host)  # the plan names runctl's and timed_client's paths: put back any removed
+    current = await _status(where)
     if current.supervisor_alive:
         raise ServelabError(f"campaign {where.id} is still running on {where.host.name} (supervisor alive); nothing to resume")
     if current.status == "done":
         raise ServelabError(f"campaign {where.id} is done; nothing to resume")
-    return await _start_supervisor(where, scripts["campaignctl"])
+    return await _start_supervisor(where)
