@@ -7,7 +7,6 @@ starts the supervisor on the host). Every expected failure is a ``ServelabError`
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable
@@ -20,8 +19,7 @@ from engines.campaign.plan import Plan, describe, plan_with_history
 from engines.campaign.report import FORMATS, build_report, render
 from engines.catalog import Catalog, load_catalog
 from engines.errors import ServelabError
-from engines.hosts.base import HostUnreachable
-from engines.hosts.registry import close_all
+from tui.commands.hostloop import run_on_hosts
 
 T = TypeVar("T")
 
@@ -59,18 +57,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run(args: argparse.Namespace, body: Callable[[Catalog], Awaitable[T]]) -> T:
-    async def main() -> T:
-        try:
-            return await body(load_catalog(args.dir))
-        except HostUnreachable as exc:
-            raise ServelabError(str(exc)) from None
-        except OSError as exc:
-            where = f": {exc.filename}" if exc.filename else ""
-            raise ServelabError(f"{exc.strerror or exc}{where}") from None
-        finally:
-            await close_all()
-
-    return asyncio.run(main())
+    return run_on_hosts(lambda: body(load_catalog(args.dir)))
 
 
 def _show(args: argparse.Namespace, st: CampaignStatus) -> int:

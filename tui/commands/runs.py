@@ -7,7 +7,6 @@ before it returns. Every expected failure is a ``ServelabError`` (one line, exit
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable
@@ -15,11 +14,10 @@ from typing import Any, TypeVar
 
 from engines.catalog import load_catalog
 from engines.errors import ServelabError
-from engines.hosts.base import HostUnreachable
-from engines.hosts.registry import close_all
 from engines.logs.live import current_stage
 from engines.runs import CHUNK, RunRecord, Runs
 from engines.runstate import RunState
+from tui.commands.hostloop import run_on_hosts
 
 T = TypeVar("T")
 
@@ -62,20 +60,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _with_runs(args: argparse.Namespace, body: Callable[[Runs], Awaitable[T]]) -> T:
     """Run ``body`` in a fresh event loop and close every host it opened."""
-
-    async def main() -> T:
-        runs = Runs(load_catalog(args.dir))
-        try:
-            return await body(runs)
-        except HostUnreachable as exc:
-            raise ServelabError(str(exc)) from None
-        except OSError as exc:
-            where = f": {exc.filename}" if exc.filename else ""
-            raise ServelabError(f"{exc.strerror or exc}{where}") from None
-        finally:
-            await close_all()
-
-    return asyncio.run(main())
+    return run_on_hosts(lambda: body(Runs(load_catalog(args.dir))))
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
