@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from engines.probe.artifacts import PROBE_JSON, REQUESTS_JSONL, load_probe, prob
 from engines.runs import Runs
 from tests.conftest import ENGINE_PYTHON, EXPERIMENTS, REPO, TINY_MODEL, need_engine
 from tests.fixtures.engine import free_port
+from tests.fixtures.procs import marked
 
 pytestmark = pytest.mark.engine
 BASELINE, NGRAM = "tiny-cpu-vllm-baseline", "tiny-cpu-vllm-ngram"
@@ -59,20 +59,7 @@ async def watch_until_ready(runs: Runs, run_id: str) -> list[str]:
 
 def run_processes(run_ids: set[str]) -> list[int]:
     """Live processes carrying one of these runs' SERVELAB_RUN_ID marker."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            env = Path(f"/proc/{name}/environ").read_bytes().split(b"\0")
-            state = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state in ("Z", "X"):
-            continue
-        if any(e.startswith(b"SERVELAB_RUN_ID=") and e.split(b"=", 1)[1].decode() in run_ids for e in env):
-            found.append(int(name))
-    return found
+    return [pid for pid, _ppid, _title in marked(run_ids)]
 
 
 def test_tiny_baseline_vs_ngram(tmp_path: Path) -> None:
