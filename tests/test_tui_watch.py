@@ -54,12 +54,9 @@ async def _until(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
     raise AssertionError("condition not reached in time")
 
 
-async def test_a_follower_that_fails_is_reported_started_again_and_the_run_still_announced_ready(
-    tui_folder: TuiFolder, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(watch, "LIST_SECONDS", 0.3)
-    monkeypatch.setattr(watch, "POLL_SECONDS", 0.2)
-    runs = FakeRunsFailingOnceAtReady(load_catalog(tui_folder.folder))
+async def _watch_replay(tui_folder: TuiFolder, runs: Runs) -> tuple[str, list[tuple[str, str, str, str]], list[tuple[str, BaseException]]]:
+    """Watch the n-gram replay with a bare RunWatcher until it announces something: (run id, announced, failed).
+    The log starts only once the watcher has seen the run, so its ready is news."""
     gate = tui_folder.workdir / "go"
     run_id = tui_folder.replay("tiny-cpu-vllm-ngram", NGRAM_SERVE, rate=400, hold_s=30.0, gate=gate)
     announced: list[tuple[str, str, str, str]] = []
@@ -68,11 +65,21 @@ async def test_a_follower_that_fails_is_reported_started_again_and_the_run_still
     task = asyncio.create_task(watcher.run_forever())
     try:
         await _until(lambda: watcher.has_seen(run_id))
-        gate.touch()  # the log starts after the watcher first saw the run: its ready is news
+        gate.touch()
         await _until(lambda: bool(announced))
     finally:
         task.cancel()
         watcher.cancel()
+    return run_id, announced, failed
+
+
+async def test_a_follower_that_fails_is_reported_started_again_and_the_run_still_announced_ready(
+    tui_folder: TuiFolder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(watch, "LIST_SECONDS", 0.3)
+    monkeypatch.setattr(watch, "POLL_SECONDS", 0.2)
+    runs = FakeRunsFailingOnceAtReady(load_catalog(tui_folder.folder))
+    run_id, announced, failed = await _watch_replay(tui_folder, runs)
     assert runs.failures == 1
     assert [(rid, type(exc), str(exc)) for rid, exc in failed] == [(run_id, RuntimeError, "status broke once")]
     assert announced == [(run_id, "tiny-cpu-vllm-ngram", "ready", "")]
@@ -106,18 +113,6 @@ async def test_a_listing_that_fails_is_reported_once_and_the_watcher_keeps_listi
     monkeypatch.setattr(watch, "LIST_SECONDS", 0.3)
     monkeypatch.setattr(watch, "POLL_SECONDS", 0.2)
     runs = FakeRunsListingFailsOnce(load_catalog(tui_folder.folder))
-    gate = tui_folder.workdir / "go"
-    run_id = tui_folder.replay("tiny-cpu-vllm-ngram", NGRAM_SERVE, rate=400, hold_s=30.0, gate=gate)
-    announced: list[tuple[str, str, str, str]] = []
-    failed: list[tuple[str, BaseException]] = []
-    watcher = RunWatcher(lambda: runs, lambda *event: announced.append(event), lambda rid, exc: failed.append((rid, exc)))
-    task = asyncio.create_task(watcher.run_forever())
-    try:
-        await _until(lambda: watcher.has_seen(run_id))
-        gate.touch()
-        await _until(lambda: bool(announced))
-    finally:
-        task.cancel()
-        watcher.cancel()
+    run_id, announced, failed = await _watch_replay(tui_folder, runs)
     assert [(rid, str(exc)) for rid, exc in failed] == [("", "listing broke once")]
     assert [(rid, event) for rid, _exp, event, _detail in announced] == [(run_id, "ready")]
