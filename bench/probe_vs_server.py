@@ -63,7 +63,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -78,7 +77,7 @@ from engines.probe.client import chat_body, stream_chat  # noqa: E402
 from engines.probe.metrics import LatencyHistograms, histogram_totals  # noqa: E402
 from engines.probe.runner import ProbeSettingsView, run_probe  # noqa: E402
 from engines.probe.timer import HostTimer  # noqa: E402
-from tests.fixtures.engine import TinyServer, WireTap, free_port, plain_stream, stop_group, tiny_vllm_argv, wait_healthy  # noqa: E402
+from tests.fixtures.engine import TinyServer, WireTap, plain_stream, start_tiny, stop_group  # noqa: E402
 from tests.fixtures.sshd import start_sshd  # noqa: E402
 
 ENGINE_PYTHON = REPO / ".venv-engine" / "bin" / "python"
@@ -179,20 +178,7 @@ async def main_async(args: argparse.Namespace, server: TinyServer, ssh_folder: P
 
 
 def start_engine(log: Path, engine_cpus: str | None) -> tuple[subprocess.Popen[bytes], TinyServer]:
-    port = free_port()
-    argv = tiny_vllm_argv(port, None)
-    if engine_cpus:
-        argv = ["taskset", "-c", engine_cpus, *argv]
-    env: dict[str, Any] = {**os.environ, "PYTHONUNBUFFERED": "1", "VLLM_LOGGING_COLOR": "0", "NO_COLOR": "1"}
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc, log)
-    except BaseException:
-        stop_group(proc)
-        raise
-    return proc, TinyServer(url=url, port=port, pid=proc.pid, log=log)
+    return start_tiny(log, None, ["taskset", "-c", engine_cpus] if engine_cpus else None)
 
 
 def main() -> int:
