@@ -165,9 +165,12 @@ async def load_estimates(runs: Runs, hosts: Iterable[str], limit: int = 3) -> di
     that host sees it) on these hosts: what a campaign's loads will take. A host that cannot be
     reached gives no estimate (``runs.unreachable`` names it), not an error."""
     by_key: dict[tuple[str, str], list[RunRecord]] = {}
+    missed: dict[str, str] = {}
     for host in sorted(set(hosts)):
         for rec in await runs.list(host):
             by_key.setdefault((rec.host, rec.model), []).append(rec)
+        missed.update(runs.unreachable)  # each list() starts its own account
+    runs.unreachable = missed
     out: dict[tuple[str, str], float] = {}
     for key, recs in by_key.items():
         seconds: list[float] = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from pathlib import Path
 
 from engines.campaign.check import load_checked
@@ -63,3 +64,15 @@ async def test_a_host_without_earlier_runs_leaves_the_estimate_unknown(lab: Lab)
     planned = await plan_with_history(load_checked(catalog, "sweep"), catalog, Runs(catalog))
     assert [load.estimate_s for load in planned.loads] == [None]
     assert any("unknown" in line for line in describe(planned))
+
+
+async def test_every_host_that_could_not_be_asked_is_named(lab: Lab) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    with (lab.folder / "hosts.toml").open("a") as f:
+        f.write(f'\n[hosts.gone]\nssh = "127.0.0.1:{closed}"\nconnect_timeout = 2.0\n')
+    runs = lab.runs()
+    # "gone" is listed before "local": its reason must survive the later listing.
+    assert await load_estimates(runs, ["local", "gone"]) == {}
+    assert set(runs.unreachable) == {"gone"} and "cannot connect" in runs.unreachable["gone"]
