@@ -65,6 +65,7 @@ class PointRow:
     unstable: tuple[str, ...] = ()
     k: int | None = None
     concurrency: int | None = None
+    method: str | None = None  # the speculative method; None for a baseline point
 
 
 @dataclass
@@ -200,6 +201,7 @@ async def build_report(catalog: Catalog, ref: str) -> CampaignReport:
             "load_s": load_states.get(int(point["load"]), {}).get("load_s"),
             "k": exp.speculative.num_tokens if exp.speculative.method != "none" else None,
             "concurrency": int(point["probe"]["concurrency"]),
+            "method": spec.method if spec.method != "none" else None,
         }
         if ps.get("status") == "done" and ps.get("result"):
             data = await _read_json(where, str(ps["result"]))

@@ -10,12 +10,14 @@ import argparse
 import json
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TypeVar
 
 from engines.campaign import control
 from engines.campaign.check import load_checked
 from engines.campaign.control import CampaignStatus
 from engines.campaign.plan import Plan, describe, plan_with_history
+from engines.campaign.plots import plot_series, write_plots
 from engines.campaign.report import FORMATS, build_report, render
 from engines.catalog import Catalog, load_catalog
 from engines.errors import ServelabError
@@ -53,6 +55,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     q.add_argument("campaign", metavar="FILE|ID", help="a campaign file or name (its latest run), or a campaign id")
     q.add_argument("--format", choices=FORMATS, default="table")
     q.add_argument("--json", action="store_true", help="same as --format json")
+    q.add_argument("--plots", metavar="DIR", help="also write speedup/acceptance/throughput charts as DIR/<chart>.svg and .png")
     q.set_defaults(func=cmd_report)
 
 
@@ -106,5 +109,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     report = _run(args, lambda cat: build_report(cat, args.campaign))
+    written = write_plots(plot_series(report), Path(args.plots)) if args.plots else []
     print(render(report, "json" if args.json else args.format))
+    for path in written:  # stderr: stdout stays the report in its format
+        print(f"plot: {path}", file=sys.stderr)
     return 0
