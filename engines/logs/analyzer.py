@@ -23,7 +23,7 @@ from typing import Any, Generic, TypeVar
 from engines.adapter import all_adapters, get_adapter
 from engines.logs.grammar import STAGES, Header, LogGrammar, is_primary_process
 from engines.logs.hints import find_hint
-from engines.logs.lines import Line
+from engines.logs.lines import Line, strip_ansi
 from engines.logs.prefilter import Prefilter
 from engines.logs.rootcause import FRAMES_STATE, STALE_LINES, TB_START, RootCause, TracebackTracker
 from engines.runstate import RunState
@@ -48,7 +48,6 @@ SERIES_POINTS = 4096
 _KEY = 6
 #: Lines read one by one at the start of a log, until the first timestamp (then only lines that matter).
 EAGER_LINES = 2000
-_ANSI_TEXT = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 
 
 #: A physical line longer than this is read as several lines of this size (memory stays bounded
@@ -354,7 +353,7 @@ class LogAnalyzer:
         self._tb = TracebackTracker(grammar)
         self._open_tb = self._tb.open_processes  # the tracker's dict of open tracebacks (truthy: one is open)
         self._hdr: tuple[tuple[str, str, str, str, str], str] | None = None  # the last line read, parsed
-        self._run_rx: dict[tuple[str, str], re.Pattern[str]] = {}
+        self._run_rx: dict[tuple[str, str], re.Pattern[bytes]] = {}
         self._stages = [Stage(n) for n in STAGES]
         self._furthest = -1
         self._last_ts: str | None = None
@@ -373,7 +372,7 @@ class LogAnalyzer:
             for r in self._rules
             if r.kind == _METRIC
         ]
-        self._figure_needles = tuple(dict.fromkeys(f[1] for f in self._figures))
+        self._figure_needles_b = tuple(dict.fromkeys(f[1].encode() for f in self._figures))
         self._bulk = False  # figures lines are read in bulk (the run is up)
         self._text_now = ""  # the line being read (kept with a figures line)
         self._settings: dict[str, float] = {}
@@ -412,7 +411,7 @@ class LogAnalyzer:
         cut = buf.rfind(b"\n")
         if cut >= 0:
             raw = buf[self._tail_seen : cut + 1]
-            self._text(_decode(raw), raw if raw.isascii() else None)
+            self._text(raw)
             buf = buf[cut + 1 :]
             self._tail_seen = 0
         self._tail = buf
@@ -446,7 +445,7 @@ class LogAnalyzer:
         if self._finished:
             return
         if self._tail:
-            self._text(_decode(self._tail[self._tail_seen :]) + "\n")
+            self._text(self._tail[self._tail_seen :] + b"\n")
             self._tail = b""
             self._tail_seen = 0
         elif self._pending:
@@ -460,23 +459,23 @@ class LogAnalyzer:
         self._exit_code = exit_code
 
     # -- per chunk, per physical line, per segment ---------------------------------------------
-    def _text(self, text: str, ascii_raw: bytes | None = None) -> None:
-        """Complete physical lines (``text`` ends with a newline), the first maybe already begun.
+    def _text(self, raw: bytes) -> None:
+        """Complete physical lines (``raw`` ends with a newline), the first maybe already begun.
 
-        ``ascii_raw``: the same text as the bytes it was decoded from, when they are all ASCII (the
-        chunk scan reads them as they are, with no copy of the text).
+        The chunk stays bytes: the scan reads it as it is, and only the lines that reach Python are
+        decoded, each on its own (UTF-8 resynchronises at every newline, so a line decodes to what it
+        would inside the whole chunk). ANSI sequences are removed from the bytes, as the
+        :class:`~engines.logs.lines.LineSplitter` does.
         """
-        if "\x1b" in text:
-            text = _ANSI_TEXT.sub("", text)
-            ascii_raw = None
-        # CRLF needs no pass of its own: a line ending in "\r" is read as its segments, the last empty
-        hits = self._pre.line_starts(text, ascii_raw)
+        if b"\x1b" in raw:
+            raw = strip_ansi(raw)
+        hits = self._pre.byte_line_starts(raw)
         bulk_from = (0, self._number) if self._bulk else None
         h = 0
         pos = 0
-        n = len(text)
-        count = text.count
-        find = text.find
+        n = len(raw)
+        count = raw.count
+        find = raw.find
         nh = len(hits)
         while pos < n:
             while h < nh and hits[h] < pos:
@@ -484,54 +483,56 @@ class LogAnalyzer:
             if not (self._eager or self._open_tb):
                 # jump to the next line worth reading (lines in between move nothing)
                 if h == nh:
-                    self._number += count("\n", pos)
+                    self._number += count(b"\n", pos)
                     self._partial = False
                     break
                 nxt = hits[h]
                 if nxt > pos:
-                    self._number += count("\n", pos, nxt)
+                    self._number += count(b"\n", pos, nxt)
                     self._partial = False
                     pos = nxt
-            end = find("\n", pos)
-            line = text[pos:end]
-            if "\r" in line:
-                for seg in line.split("\r"):
+            end = find(b"\n", pos)
+            cr = find(b"\r", pos, end)
+            # a CRLF line reads as its segments, the last one empty (skipped): the same as the line
+            # without its "\r", which takes the one-line path (and its frame runs)
+            if cr != -1 and cr != end - 1:
+                for seg in _decode(raw[pos:end]).split("\r"):
                     self._segment(seg)
                 self._end_physical()
                 pos = end + 1
             else:
                 self._hdr = None
-                self._segment(line, h < nh and hits[h] == pos, True)
+                self._segment(_decode(raw[pos : end if cr == -1 else cr]), h < nh and hits[h] == pos, True)
                 self._end_physical()
                 pos = end + 1
                 if self._hdr is not None and self._open_tb and not self._eager:
-                    pos = self._frames_run(text, pos)
+                    pos = self._frames_run(raw, pos)
             if self._rescan:
                 # the rules changed on this line: the rest of the chunk is scanned with the new ones
                 self._rescan = False
-                hits = [pos + k for k in self._pre.line_starts(text[pos:], ascii_raw[pos:] if ascii_raw is not None else None)]
+                hits = [pos + k for k in self._pre.byte_line_starts(raw[pos:])]
                 nh = len(hits)
                 h = 0
                 if self._bulk and bulk_from is None:
                     bulk_from = (pos, self._number)
         if bulk_from is not None:
-            self._bulk_figures(text, *bulk_from)
+            self._bulk_figures(raw, *bulk_from)
 
-    def _bulk_figures(self, text: str, start: int, number: int) -> None:
-        """Keep the figures lines of ``text[start:]`` (``number`` is the line at ``start``): a C-speed
+    def _bulk_figures(self, raw: bytes, start: int, number: int) -> None:
+        """Keep the figures lines of ``raw[start:]`` (``number`` is the line at ``start``): a C-speed
         find per needle locates them; each is only kept, to be parsed if it is still among the newest
         at snapshot time. A needle counts at a segment's start or after a header (``] ``, ``) ``)."""
-        find = text.find
-        rfind = text.rfind
+        find = raw.find
+        rfind = raw.rfind
         at: list[int] = []
-        for needle in self._figure_needles:
+        for needle in self._figure_needles_b:
             # from the end: only the newest SERIES_POINTS of a chunk can still be in a series
             kept = 0
             i = rfind(needle, start)
             back = len(needle) - 1
             while i != -1:
-                c = text[i - 2 : i] if i - 2 >= start else ""
-                if i == start or text[i - 1] in "\n\r" or c == "] " or c == ") ":
+                c = raw[i - 2 : i] if i - 2 >= start else b""
+                if i == start or raw[i - 1] in (10, 13) or c == b"] " or c == b") ":
                     at.append(i)
                     kept += 1
                     if kept == SERIES_POINTS:
@@ -540,27 +541,27 @@ class LogAnalyzer:
         if not at:
             return
         at.sort()
-        count = text.count
+        count = raw.count
         seen = -1
         last = start
         for p in at:
-            s0 = max(rfind("\n", start, p) + 1, start)
-            s0 = max(rfind("\r", s0, p) + 1, s0)  # a segment after a \r (searched within the line only)
+            s0 = max(rfind(b"\n", start, p) + 1, start)
+            s0 = max(rfind(b"\r", s0, p) + 1, s0)  # a segment after a \r (searched within the line only)
             if s0 <= seen:
                 continue
             seen = s0
-            e = find("\n", p)
-            r = find("\r", p, e)
-            number += count("\n", last, s0)
+            e = find(b"\n", p)
+            r = find(b"\r", p, e)
+            number += count(b"\n", last, s0)
             last = s0
-            self._figure_segment(number, text[s0 : r if r != -1 else e])
+            self._figure_segment(number, _decode(raw[s0 : r if r != -1 else e]))
 
     def _figure_segment(self, number: int, seg: str) -> None:
         for probes, needle, rule, series in self._figures:
             if probes[0] in seg or probes[1] in seg or seg.startswith(needle):
                 series.add((number, seg, rule))
 
-    def _frames_run(self, text: str, pos: int) -> int:
+    def _frames_run(self, raw: bytes, pos: int) -> int:
         """Consume, in one regex call, the frame lines that follow a traceback line of the only open
         traceback; returns the new position. Exactly what reading them one by one would do (the
         frames kept, the innermost frames, the last timestamp), only without a Python pass per line.
@@ -593,18 +594,20 @@ class LogAnalyzer:
         if rx is None:
             if len(self._run_rx) > 256:
                 self._run_rx.clear()
+            k0, k1 = re.escape(key[0].encode()), re.escape(key[1].encode())
+            # each line: the same header, then an indented message; a CRLF's "\r" may end it
             if level:
-                one = re.escape(key[0]) + r"(\d\d-\d\d \d\d:\d\d:\d\d)" + re.escape(key[1]) + r"[ \t][^\n\r]*\n"
+                one = k0 + rb"(\d\d-\d\d \d\d:\d\d:\d\d)" + k1 + rb"[ \t][^\n\r]*\r?\n"
             else:
-                one = re.escape(key[0]) + r"()[ \t][^\n\r]*\n"
-            rx = self._run_rx[key] = re.compile("(?:" + one + ")+")
-        m = rx.match(text, pos)
+                one = k0 + rb"()[ \t][^\n\r]*\r?\n"
+            rx = self._run_rx[key] = re.compile(b"(?:" + one + b")+")
+        m = rx.match(raw, pos)
         if m is None:
             return pos
-        run = text[pos : m.end()]
-        if "Traceback (most recent" in run or "cluster]\n" in run:
+        run = raw[pos : m.end()]
+        if b"Traceback (most recent" in run or b"cluster]\r\n" in run or b"cluster]\n" in run:
             return pos
-        lines = run.split("\n")
+        lines = _decode(run).split("\n")
         lines.pop()
         if len(self._open_tb) > 1:
             # other open tracebacks age while this one runs: a staleness check inside the run
@@ -619,7 +622,7 @@ class LogAnalyzer:
                     lines = lines[: n - first]
             if not lines:
                 return pos
-            end = pos + sum(len(ln) + 1 for ln in lines)
+            end = pos + len("\n".join(lines).encode()) + 1
             if lines and m.group(1):
                 tsm = _RUN_TS.search(lines[-1]) if level else None
             else:
@@ -650,7 +653,7 @@ class LogAnalyzer:
             if tsm is not None:
                 self._last_ts = tsm.group(0)
         elif m.group(1):
-            self._last_ts = m.group(1)
+            self._last_ts = m.group(1).decode()
         if len(self._open_tb) == 1 and self._number // 8 != (self._number - len(lines)) // 8:
             self._tb.expire(self._number - 1)
         return end

@@ -138,7 +138,9 @@ class Prefilter:
             tuple(a + prefix + "(?:" + _trie_alternation(opt) + ")" for a in anchors) if opt else (),
         )
         self._compiled: tuple[tuple[re.Pattern[str], ...], tuple[re.Pattern[str], ...]] | None = None
+        self._compiled_b: tuple[tuple[re.Pattern[bytes], ...], tuple[re.Pattern[bytes], ...]] | None = None
         self._anywhere = tuple(dict.fromkeys(anywhere))
+        self._anywhere_b = tuple(a.encode() for a in self._anywhere)
         #: Whether the ``optional`` needles count.
         self.optional_on = bool(opt)
         self._db: Any = None
@@ -189,6 +191,17 @@ class Prefilter:
             return self._hs_line_starts(text.encode("ascii", "replace"))
         return self._re_line_starts(text)
 
+    def byte_line_starts(self, data: bytes) -> list[int]:
+        """:meth:`line_starts` over the raw UTF-8 bytes of a chunk: byte offsets, no decoding.
+
+        Every class is ASCII and every needle a literal, so a non-ASCII character (or a byte that
+        does not decode) reads the same as one byte or several: the lines found are the lines whose
+        decoded text :meth:`matches`.
+        """
+        if self._db is not None:
+            return self._hs_line_starts(data)
+        return self._re_byte_line_starts(data)
+
     def _hs_line_starts(self, data: bytes) -> list[int]:
         # Matches come in order of their end: the first one in a line names the line, and the rest of
         # that line's matches are skipped with one comparison each (any order would still be right).
@@ -219,6 +232,30 @@ class Prefilter:
 
         self._db.scan(data, match_event_handler=on_match)
         return sorted(set(starts)) if unsorted else starts
+
+    def _re_byte_line_starts(self, data: bytes) -> list[int]:
+        if self._compiled_b is None:
+            self._compiled_b = (
+                tuple(re.compile(x.encode(), re.MULTILINE) for x in self._sources[0]),
+                tuple(re.compile(x.encode(), re.MULTILINE) for x in self._sources[1]),
+            )
+        regexes = self._compiled_b[0] + self._compiled_b[1] if self.optional_on else self._compiled_b[0]
+        starts: set[int] = set()
+        rfind = data.rfind
+        src = b"\n" + data
+        for rx in regexes:
+            for m in rx.finditer(src):
+                starts.add(rfind(b"\n", 0, m.start()) + 1)
+        find = data.find
+        for a in self._anywhere_b:
+            i = find(a)
+            while i != -1:
+                starts.add(rfind(b"\n", 0, i) + 1)
+                e = find(b"\n", i)
+                if e == -1:
+                    break
+                i = find(a, e)
+        return sorted(starts)
 
     def _re_line_starts(self, text: str) -> list[int]:
         starts: set[int] = set()
