@@ -127,6 +127,11 @@ class EngineAdapter(Protocol):
         """
         ...
 
+    def batch_size_schedule(self, exp: Experiment, best_k: list[tuple[int, int]]) -> str | None:
+        """Ready-to-paste flags that make the server choose K by batch size, from measured
+        ``(concurrency, best K)`` pairs (K 0: no speculation there); None when the engine has no such setting."""
+        ...
+
 
 def get_adapter(name: str) -> EngineAdapter:
     """The adapter for an engine name; ``KeyError`` with the known names when there is none."""

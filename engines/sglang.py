@@ -297,6 +297,10 @@ class SglangAdapter:
     def read_acceptance(self, http: httpx.AsyncClient, exp: Experiment | None, prompts: PromptSet, max_tokens: int) -> SglangAcceptanceWindow:
         return SglangAcceptanceWindow(http, exp, prompts, max_tokens)
 
+    def batch_size_schedule(self, exp: Experiment, best_k: list[tuple[int, int]]) -> str | None:
+        """SGLang 0.5.23 has no per-batch-size draft length setting (one ``--speculative-num-steps``)."""
+        return None
+
 
 def draft_tokens_per_step(exp: Experiment | None) -> int | None:
     """Tokens SGLang drafts per verify step on a chain (None when not known)."""

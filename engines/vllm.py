@@ -8,6 +8,7 @@ Speculative decoding goes into one ``--speculative-config`` JSON object with vLL
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -253,6 +254,20 @@ class VllmAdapter:
             cfg.setdefault(key, value)
         return cfg
 
+    def batch_size_schedule(self, exp: Experiment, best_k: list[tuple[int, int]]) -> str | None:
+        """``--speculative-config`` with ``num_speculative_tokens_per_batch_size`` (vLLM >= 0.32:
+        ``list[tuple[int, int, int]]``, inclusive ``(range_start, range_end, K)`` batch-size ranges,
+        the first from 1; vLLM keeps the last K beyond the last range and clamps each K to
+        ``num_speculative_tokens``, which is therefore the largest K of the table)."""
+        table = batch_size_ranges(best_k)
+        top = max((k for _, _, k in table), default=0)
+        if exp.speculative.method == "none" or top == 0:
+            return None
+        at_top = exp.model_copy(update={"speculative": exp.speculative.model_copy(update={"num_tokens": top})})
+        cfg = self.speculative_config(at_top, exp.speculative.draft_model) or {}
+        cfg["num_speculative_tokens_per_batch_size"] = table
+        return shlex.join(["--speculative-config", json.dumps(cfg, separators=(",", ":"))])
+
     def engine_flags(self, exp: Experiment, model: str, draft_model: str | None) -> list[str]:
         flags = ["--model", model, "--port", str(exp.port)]
         if exp.served_model_name:
@@ -385,3 +400,21 @@ class VllmCounterWindow:
 
 
 ADAPTER = VllmAdapter()
+
+
+def batch_size_ranges(best_k: list[tuple[int, int]]) -> list[list[int]]:
+    """Measured ``(concurrency, K)`` pairs as vLLM's inclusive ``[lo, hi, K]`` batch-size ranges.
+
+    The first range starts at 1 (vLLM requires it), each runs to the next measured concurrency
+    minus one, the last ends at the last measured one (vLLM keeps its K above), and neighbours
+    with the same K merge. Concurrency stands in for the running batch size.
+    """
+    points = sorted(dict(best_k).items())
+    out: list[list[int]] = []
+    for i, (c, k) in enumerate(points):
+        hi = points[i + 1][0] - 1 if i + 1 < len(points) else c
+        if out and out[-1][2] == k:
+            out[-1][1] = hi
+        else:
+            out.append([1 if not out else c, hi, k])
+    return out

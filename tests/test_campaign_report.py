@@ -6,14 +6,20 @@ import asyncio
 import csv
 import io
 import json
+import shlex
+import subprocess
 import time
 
+import pytest
+
 from engines.campaign import control
-from engines.campaign.report import PointRow, _acceptance, build_report, recommend, render
+from engines.campaign.report import PointRow, _acceptance, batch_size_tables, best_k_per_concurrency, build_report, recommend, render
 from engines.catalog import load_catalog
 from engines.experiment import Experiment
 from engines.probe.prompts import builtin
-from tests.fixtures.campaignlab import two_load_campaign
+from engines.vllm import batch_size_ranges
+from tests.conftest import ENGINE_PYTHON, need_engine
+from tests.fixtures.campaignlab import recorded_campaign, two_load_campaign
 from tests.fixtures.runlab import Lab
 
 VLLM_BEFORE = """# TYPE vllm:spec_decode_num_drafts counter
@@ -85,3 +91,65 @@ async def test_report_of_a_finished_campaign_in_every_format(lab: Lab) -> None:
     assert md[2].startswith("| point |") and len([ln for ln in md if ln.startswith("| vllm")]) == 4
     table = render(report, "table").splitlines()
     assert table[0] == f"campaign {st.id}: done" and len(table) >= 6
+
+
+# -- the per-batch-size K table ---------------------------------------------------------------------
+def _spec_row(k: int, c: int, speedup: float, engine: str = "vllm") -> PointRow:
+    return PointRow(f"p{k}-{c}", {2: 1, 4: 2}[k], engine, f"K={k}", "done", None, f"b{c}", speedup=speedup, k=k, concurrency=c, method="ngram")
+
+
+def test_best_k_per_concurrency_is_the_best_speedup_or_none_when_nothing_beats_the_baseline() -> None:
+    rows = [_spec_row(2, 1, 1.30), _spec_row(4, 1, 1.50), _spec_row(2, 4, 1.10), _spec_row(4, 4, 0.90), _spec_row(2, 16, 0.8), _spec_row(4, 16, 0.7)]
+    assert best_k_per_concurrency(rows) == {("vllm", "ngram"): [(1, 4), (4, 2), (16, 0)]}
+    assert best_k_per_concurrency([_spec_row(2, 1, 1.3), _spec_row(4, 1, 1.5)]) == {}  # one concurrency: no table
+
+
+def test_vllm_table_is_its_speculative_config_with_inclusive_ranges() -> None:
+    assert batch_size_ranges([(1, 4), (4, 2), (16, 0)]) == [[1, 3, 4], [4, 15, 2], [16, 16, 0]]
+    assert batch_size_ranges([(2, 3), (8, 3), (32, 1)]) == [[1, 31, 3], [32, 32, 1]]  # from 1; equal neighbours merge
+    rows = [_spec_row(2, 1, 1.30), _spec_row(4, 1, 1.50), _spec_row(2, 4, 1.10), _spec_row(4, 4, 0.90)]
+    exp = Experiment.model_validate({"name": "x", "engine": "vllm", "model": "m", "speculative": {"method": "ngram", "num_tokens": 2, "prompt_lookup_max": 3}})
+    (table,) = batch_size_tables(rows, {1: exp, 2: exp})
+    assert table.best_k == ((1, 4), (4, 2)) and table.flags is not None
+    flag, value = shlex.split(table.flags)
+    assert flag == "--speculative-config"
+    assert json.loads(value) == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "num_speculative_tokens_per_batch_size": [[1, 3, 4], [4, 4, 2]]}
+    assert table.line() == f"vllm ngram best K by concurrency (c=1: K=4, c=4: K=2): {table.flags}"
+    slow = batch_size_tables([_spec_row(2, 1, 0.5), _spec_row(2, 4, 0.8)], {1: exp})
+    assert slow[0].flags is None and "no K beat the baseline at any measured concurrency" in slow[0].line()
+    sgl = exp.model_copy(update={"engine": "sglang"})
+    (other,) = batch_size_tables([_spec_row(2, 1, 1.3, "sglang"), _spec_row(2, 4, 1.2, "sglang")], {1: sgl})
+    assert other.flags is None and other.line().endswith("(sglang has no per-batch-size K setting)")
+
+
+@pytest.mark.engine
+def test_installed_vllm_accepts_the_table_and_picks_each_k() -> None:
+    """vLLM's own schedule validator and lookup (vllm/v1/spec_decode/dynamic/utils.py, loaded alone) read our table."""
+    need_engine()
+    table = batch_size_ranges([(1, 4), (4, 2), (16, 0)])
+    script = (
+        "import importlib.util, json, pathlib, sys\n"
+        "root = pathlib.Path(importlib.util.find_spec('vllm').submodule_search_locations[0])\n"
+        "spec = importlib.util.spec_from_file_location('dsd', root / 'v1/spec_decode/dynamic/utils.py')\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "t = json.loads(sys.argv[1])\n"
+        "m.validate_and_normalize_dynamic_sd_schedule(t)\n"
+        "look = m.build_dynamic_sd_schedule_lookup(t, 20, 4)\n"
+        "print(json.dumps(look[1:]))\n"
+    )
+    out = subprocess.run([str(ENGINE_PYTHON), "-c", script, json.dumps(table)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [4] * 3 + [2] * 12 + [0] * 5  # batch sizes 1..20
+    bad = subprocess.run([str(ENGINE_PYTHON), "-c", script, json.dumps([[2, 3, 4]])], capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "must start at 1" in bad.stderr  # the validator is real: it refuses a table not from 1
+
+
+async def test_recorded_real_campaign_says_no_k_beat_the_baseline(lab: Lab) -> None:
+    """On this CPU n-gram K=2 is slower than the baseline at concurrency 1 and 4 (real records)."""
+    report = await build_report(load_catalog(lab.folder), recorded_campaign(lab))
+    spec = sorted((r for r in report.rows if r.k is not None and r.status == "done"), key=lambda r: r.concurrency or 0)
+    assert [r.concurrency for r in spec] == [1, 4] and all(r.speedup is not None and r.speedup < 1.0 for r in spec)
+    (table,) = report.batch_size_tables
+    assert table.best_k == ((1, 0), (4, 0)) and table.flags is None
+    assert f"per batch size: {table.line()}" in render(report, "table").splitlines()
+    assert json.loads(render(report, "json"))["batch_size_tables"][0]["best_k"] == [[1, 0], [4, 0]]

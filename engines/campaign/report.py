@@ -18,7 +18,7 @@ import json
 import math
 import tomllib
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import httpx
@@ -68,6 +68,23 @@ class PointRow:
     method: str | None = None  # the speculative method; None for a baseline point
 
 
+@dataclass(frozen=True)
+class BatchSizeTable:
+    """The best K at each measured concurrency of one engine and method, and the engine's own setting for it."""
+
+    engine: str
+    method: str
+    best_k: tuple[tuple[int, int], ...]  # (concurrency, K); K 0 where no K beat its baseline
+    flags: str | None  # ready to paste (adapter.batch_size_schedule); None: no such setting, or K 0 everywhere
+
+    def line(self) -> str:
+        pairs = ", ".join(f"c={c}: K={k}" for c, k in self.best_k)
+        head = f"{self.engine} {self.method} best K by concurrency ({pairs})"
+        if all(k == 0 for _, k in self.best_k):
+            return f"{head}: no K beat the baseline at any measured concurrency; serve without speculation"
+        return f"{head}: {self.flags}" if self.flags else f"{head} ({self.engine} has no per-batch-size K setting)"
+
+
 @dataclass
 class CampaignReport:
     id: str
@@ -75,9 +92,14 @@ class CampaignReport:
     status: str
     rows: list[PointRow]
     recommendation: str | None
+    batch_size_tables: list[BatchSizeTable] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "campaign": self.campaign, "status": self.status, "recommendation": self.recommendation, "points": [asdict(r) for r in self.rows]}
+        return {
+            "id": self.id, "campaign": self.campaign, "status": self.status, "recommendation": self.recommendation,
+            "batch_size_tables": [{**asdict(t), "line": t.line()} for t in self.batch_size_tables],
+            "points": [asdict(r) for r in self.rows],
+        }
 
 
 # -- figures of one point ---------------------------------------------------------------------------
@@ -225,7 +247,35 @@ async def build_report(catalog: Catalog, ref: str) -> CampaignReport:
     for row in rows.values():
         s, band = _speedup(row, rows.get(row.baseline_point) if row.baseline_point else None)
         out.append(PointRow(**{**asdict(row), "speedup": s, "speedup_band": band, "per_position": row.per_position, "unstable": row.unstable}))
-    return CampaignReport(where.id, str(plan_doc.get("campaign")), str(state.get("status") or "not started"), out, recommend(out))
+    tables = batch_size_tables(out, {int(p["load"]): exps[int(p["load"])] for p in plan_doc["points"]})
+    return CampaignReport(where.id, str(plan_doc.get("campaign")), str(state.get("status") or "not started"), out, recommend(out), tables)
+
+
+def best_k_per_concurrency(rows: list[PointRow]) -> dict[tuple[str, str], list[tuple[int, int]]]:
+    """Per engine and method measured at more than one concurrency: each concurrency's K with the
+    best speedup, or 0 when even that one does not beat its baseline (speedup <= 1)."""
+    groups: dict[tuple[str, str], dict[int, PointRow]] = {}
+    for r in rows:
+        if r.k is None or r.speedup is None or r.method is None or r.concurrency is None:
+            continue
+        by_c = groups.setdefault((r.engine, r.method), {})
+        held = by_c.get(r.concurrency)
+        if held is None or r.speedup > (held.speedup or 0.0):
+            by_c[r.concurrency] = r
+    return {
+        key: [(c, (r.k or 0) if (r.speedup or 0.0) > 1.0 else 0) for c, r in sorted(by_c.items())]
+        for key, by_c in groups.items()
+        if len(by_c) > 1
+    }
+
+
+def batch_size_tables(rows: list[PointRow], exps: Mapping[int, Experiment]) -> list[BatchSizeTable]:
+    """One table per engine and method when concurrency was an axis; the flags come from the engine's adapter."""
+    out: list[BatchSizeTable] = []
+    for (engine, method), best in best_k_per_concurrency(rows).items():
+        load = next(r.load for r in rows if r.engine == engine and r.method == method and r.k is not None)
+        out.append(BatchSizeTable(engine, method, tuple(best), get_adapter(engine).batch_size_schedule(exps[load], best)))
+    return out
 
 
 def recommend(rows: list[PointRow]) -> str | None:
@@ -290,10 +340,11 @@ def render(report: CampaignReport, fmt: str) -> str:
         return buf.getvalue().rstrip("\n")
     head = f"campaign {report.id}: {report.status}"
     tail = [f"recommendation: {report.recommendation}"] if report.recommendation else []
+    tail += [f"per batch size: {t.line()}" for t in report.batch_size_tables]
     if fmt == "markdown":
         lines = [f"**{head}**", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
-        return "\n".join(lines + ([""] + tail if tail else []))
+        return "\n".join(lines + [part for t in tail for part in ("", t)])
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(COLUMNS)]
     lines = [head, "  ".join(h.ljust(w) for h, w in zip(COLUMNS, widths, strict=True))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
