@@ -63,6 +63,7 @@ class ServelabApp(App[int]):
         Binding("question_mark,f1", "help", "Help", id="app.help"),
         Binding("q", "back", "Back", id="app.back"),
         Binding("R", "open_runs", "Runs", id="app.runs"),
+        Binding("M", "open_campaigns", "Campaigns", id="app.campaigns"),
         Binding("ctrl+t", "toggle_contrast", "Contrast", show=False, id="app.contrast"),
     ]
 
@@ -260,11 +261,21 @@ class ServelabApp(App[int]):
         if not isinstance(self.screen, RunsScreen):
             self.push_screen(RunsScreen())
 
+    def action_open_campaigns(self) -> None:
+        from tui.screens.campaign import CampaignScreen
+        from tui.screens.campaigns import CampaignsScreen
+
+        if isinstance(self.screen, CampaignScreen):
+            self.pop_screen()
+        elif not isinstance(self.screen, CampaignsScreen):
+            self.push_screen(CampaignsScreen())
+
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         yield SystemCommand("Help: keys", "Every key of this screen, with its binding id", self.action_help)
         yield SystemCommand("High contrast", "Toggle the high-contrast theme (shared screens)", self.action_toggle_contrast)
         yield SystemCommand("Runs", "Every run on every configured host", self.action_open_runs)
+        yield SystemCommand("Campaigns", "Campaign files, their plans, and the campaigns running or finished on the hosts", self.action_open_campaigns)
         yield from getattr(screen, "palette_commands", lambda: [])()
 
 

@@ -18,6 +18,8 @@ BINDING_MODULES: tuple[str, ...] = (
     "tui.screens.help",
     "tui.screens.preflight",
     "tui.screens.confirm",
+    "tui.screens.campaigns",
+    "tui.screens.campaign",
     "tui.widgets.log_view",
 )
 

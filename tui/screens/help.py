@@ -15,7 +15,8 @@ from textual.widgets import Static
 from tui.keymap import keymap_path
 
 GENERAL = (
-    "Every screen: ? help · q back (quits on the first screen) · ctrl+p command palette · R runs · ctrl+t high contrast.",
+    "Every screen: ? help · q back (quits on the first screen) · ctrl+p command palette · R runs · M campaigns · ctrl+t high contrast.",
+    "Campaigns (M): S start (confirmed; X without preflight) · enter open · in one: s stop (confirmed) · u resume · r refresh.",
     "Log: / search (regex or text) · n/N next/previous match · F filter (hide non-matching) · f follow/pause · "
     "e first error · w wrap · z fold noise · j/k/g/G move.",
 )

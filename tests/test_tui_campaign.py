@@ -1,0 +1,136 @@
+"""The dashboard's campaign screens, driven with Textual's pilot over real campaigns.
+
+The queue is the real supervisor (engines/helpers/campaignctl.py) run detached on the local host,
+the engine is the StubEngine (real processes, real HTTP), so start, the live state, stop with its
+confirmation, resume and the finished table are what an operator would see.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engines.campaign import control
+from engines.catalog import load_catalog
+from tests.fixtures.campaignlab import marked, two_load_campaign
+from tests.fixtures.runlab import Lab
+from tests.fixtures.tui import pilot_wait, screen_text
+from tui.app import ServelabApp
+from tui.screens.campaign import CampaignScreen
+from tui.screens.campaigns import CampaignsScreen
+from tui.screens.confirm import ConfirmScreen
+
+
+@pytest.fixture(autouse=True)
+def _private_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("SERVELAB_KEYMAP", str(tmp_path / "config" / "keymap.toml"))
+    monkeypatch.setenv("SERVELAB_STATE_DIR", str(tmp_path / "state"))
+
+
+def _app(lab: Lab, readonly: bool = False) -> ServelabApp:
+    app = ServelabApp(lab.folder, readonly=readonly)
+    app.watch_runs = False
+    return app
+
+
+def _campaigns(app: ServelabApp) -> CampaignsScreen:
+    screen = app.screen
+    assert isinstance(screen, CampaignsScreen), type(screen)
+    return screen
+
+
+def _points(app: ServelabApp) -> dict[str, str]:
+    screen = app.screen
+    assert isinstance(screen, CampaignScreen), type(screen)
+    return {p.name: p.status for p in screen.status.points} if screen.status is not None else {}
+
+
+async def test_lists_files_and_plans_and_a_broken_file_is_one_line(lab: Lab) -> None:
+    two_load_campaign(lab)
+    broken = lab.folder / "campaigns" / "broken.toml"
+    broken.write_text('base = ["stub-base"]\n[axes]\n"speculative.num_tokns" = [2]\n')
+    app = _app(lab)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("M")
+        await pilot_wait(pilot, lambda: isinstance(app.screen, CampaignsScreen) and _campaigns(app).loaded)
+        screen = _campaigns(app)
+        text = screen_text(app)
+        assert "sweep" in text and "not started" in text
+        assert "broken" in text and "invalid" in text and "num_tokns" in text  # in its own row
+        screen.select_row(f"file:{lab.folder / 'campaigns' / 'sweep.toml'}")
+        await pilot.pause()
+        text = screen_text(app)
+        assert "4 points in 2 loads" in text
+        assert "concurrency=2" in text and "ngram K=2" in text
+        assert "--speculative-config" in text  # the load's engine flags, as the plan gives them
+        screen.select_row(f"file:{broken}")
+        await pilot.pause()
+        await pilot.press("S")  # starting a broken campaign: one line, no confirm, nothing started
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmScreen)
+        messages = [n.message for n in app._notifications]
+        assert any("num_tokns" in m and "\n" not in m for m in messages), messages
+        assert not (lab.workdir / "campaigns").exists()
+        assert broken.read_text().endswith('= [2]\n')  # the file is as the operator left it
+
+
+async def test_start_follow_stop_with_confirm_resume_and_finished_table(lab: Lab) -> None:
+    two_load_campaign(lab, tokens="0.02")  # 8 tokens x 20 ms: each point takes a few seconds
+    app = _app(lab)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.press("M")
+        await pilot_wait(pilot, lambda: isinstance(app.screen, CampaignsScreen) and _campaigns(app).loaded)
+        _campaigns(app).select_row(f"file:{lab.folder / 'campaigns' / 'sweep.toml'}")
+        await pilot.press("X")  # start without preflight (the StubEngine is no real vLLM)
+        await pilot_wait(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await pilot_wait(pilot, lambda: isinstance(app.screen, CampaignScreen), timeout=60)
+        screen = app.screen
+        assert isinstance(screen, CampaignScreen) and screen.campaign_id.startswith("sweep-")
+        # the live state: a point running, marked as the current one, on the screen
+        await pilot_wait(pilot, lambda: "running" in _points(app).values() and "▶" in screen_text(app), timeout=60)
+        assert "probing" in screen_text(app) or "loading" in screen_text(app) or "launching" in screen_text(app)
+        # stop asks first; n keeps it running
+        await pilot.press("s")
+        await pilot_wait(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("n")
+        await pilot.pause(0.5)
+        st = await control.status(load_catalog(lab.folder), screen.campaign_id)
+        assert st.supervisor_alive
+        await pilot.press("s")
+        await pilot_wait(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await pilot_wait(pilot, lambda: screen.status is not None and screen.status.status == "stopped", timeout=120)
+        assert "stopped" in screen_text(app)
+        assert marked({ld.run_id for ld in screen.status.loads if ld.run_id}) == []
+        # resume from the screen, and the finished table with every point's figures
+        await pilot.press("u")
+        await pilot_wait(pilot, lambda: screen.status is not None and screen.status.status == "done", timeout=120)
+        await pilot_wait(pilot, lambda: screen.report is not None and all(r.output_tps for r in screen.report.rows), timeout=30)
+        text = screen_text(app)
+        assert text.count("done") >= 4
+        assert "x" in text and "tok/s" in text and "recommendation" in text
+        assert screen.report is not None
+        speedups = [r.speedup for r in screen.report.rows if r.baseline_point]
+        assert len(speedups) == 2 and all(s is not None for s in speedups)
+        assert f"{speedups[0]:.2f}x" in text  # the report's figure, as drawn
+        assert "▶" not in text  # nothing current once done
+        state = json.loads((lab.workdir / "campaigns" / screen.campaign_id / "state.json").read_text())
+        assert state["status"] == "done"
+
+
+async def test_readonly_offers_no_start_or_stop(lab: Lab) -> None:
+    two_load_campaign(lab)
+    app = _app(lab, readonly=True)
+    async with app.run_test(size=(140, 30)) as pilot:
+        await pilot.press("M")
+        await pilot_wait(pilot, lambda: isinstance(app.screen, CampaignsScreen) and _campaigns(app).loaded)
+        assert "Start" not in screen_text(app).splitlines()[-1]
+        await pilot.press("X")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert not (lab.workdir / "campaigns").exists()

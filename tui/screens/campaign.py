@@ -1,0 +1,158 @@
+"""One started campaign: its points with their live state (the current one highlighted), the
+results table and the recommendation, refreshed while it runs; stop (confirmed) and resume.
+
+Reattaching is opening this screen: the queue runs on the host, so any dashboard, even one started
+after the last was killed, reads the same ``state.json`` through ``engines.campaign.control.status``
+and the same report through ``engines.campaign.report.build_report`` (what the CLI prints).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static
+
+from engines.campaign import control
+from engines.campaign.control import CampaignStatus
+from engines.campaign.listing import CurrentStep, current_step
+from engines.campaign.report import CampaignReport, build_report
+from engines.catalog import Catalog, load_catalog
+from engines.errors import ServelabError
+from engines.hosts.base import HostUnreachable
+from tui.app import servelab_app
+from tui.widgets.campaign_view import current_text, points_table, recommendation_text, status_line
+
+#: How often the screen reads the campaign's state on its host.
+REFRESH_SECONDS = 1.0
+
+
+class CampaignScreen(Screen[None]):
+    """A campaign run by id: state, points, figures, recommendation."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("s", "stop", "Stop", id="campaign.stop"),
+        Binding("u", "resume", "Resume", id="campaign.resume"),
+        Binding("r", "refresh", "Refresh", id="campaign.refresh"),
+    ]
+
+    def __init__(self, campaign_id: str) -> None:
+        super().__init__()
+        self.campaign_id = campaign_id
+        self.status: CampaignStatus | None = None
+        self.report: CampaignReport | None = None
+        self.current: CurrentStep | None = None
+        self.problem: str | None = None
+        #: Each point's state when the report was last built: a change rebuilds it.
+        self._report_of: tuple[tuple[str, str], ...] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("", id="campaign-status", classes="title-bar")
+        yield Static("", id="campaign-current")
+        with VerticalScroll(id="campaign-body"):
+            yield Static("", id="campaign-points")
+            yield Static("", id="campaign-recommendation")
+        yield Static("", id="campaign-problem")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = "campaign"
+        self.sub_title = self.campaign_id
+        self._draw()
+        self._poll()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("stop", "resume") and servelab_app(self).readonly:
+            return False
+        return True
+
+    def _catalog(self) -> Catalog:
+        return load_catalog(servelab_app(self).folder)
+
+    # -- refreshing ----------------------------------------------------------------------------------
+    @work(exclusive=True, group="campaign-poll", exit_on_error=False)
+    async def _poll(self) -> None:
+        import asyncio
+
+        while True:
+            await self._load()
+            await asyncio.sleep(REFRESH_SECONDS)
+
+    async def _load(self) -> None:
+        try:
+            catalog = self._catalog()
+            st = await control.status(catalog, self.campaign_id)
+            seen = tuple((p.name, p.status) for p in st.points)
+            if seen != self._report_of:
+                self.report = await build_report(catalog, self.campaign_id)
+                self._report_of = seen
+        except (ServelabError, HostUnreachable, OSError) as exc:
+            self.problem = str(exc)  # the last state read stays shown
+            self._draw()
+            return
+        self._show(st)
+
+    def _show(self, st: CampaignStatus) -> None:
+        self.status, self.current, self.problem = st, current_step(st), None
+        self._draw()
+
+    def _draw(self) -> None:
+        st = self.status
+        self.query_one("#campaign-status", Static).update(status_line(st) if st is not None else Text(f"campaign {self.campaign_id}", style="bold"))
+        self.query_one("#campaign-current", Static).update(current_text(st, self.current))
+        self.query_one("#campaign-points", Static).update(points_table(st, self.report, self.current))
+        self.query_one("#campaign-recommendation", Static).update(recommendation_text(self.report))
+        self.query_one("#campaign-problem", Static).update(Text(self.problem, style="red") if self.problem else Text(""))
+
+    def action_refresh(self) -> None:
+        self.run_worker(self._load(), group="campaign-refresh", exclusive=True, exit_on_error=False)
+
+    # -- stop and resume ----------------------------------------------------------------------------
+    def action_stop(self) -> None:
+        if servelab_app(self).readonly:
+            return
+        st = self.status
+        if st is not None and not st.supervisor_alive:
+            self.notify(f"{self.campaign_id} is not running ({st.status})", timeout=3)
+            return
+        from tui.screens.confirm import ConfirmScreen
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._stop()
+
+        self.app.push_screen(
+            ConfirmScreen(f"Stop campaign {self.campaign_id}?", "SIGTERM to its supervisor on the host, which stops the current run; finished points are kept and u resumes."),
+            answered,
+        )
+
+    @work(group="campaign-stop", exit_on_error=False)
+    async def _stop(self) -> None:
+        self.notify(f"stopping {self.campaign_id}…", timeout=3)
+        try:
+            self._show(await control.stop(self._catalog(), self.campaign_id))
+        except (ServelabError, HostUnreachable, OSError) as exc:
+            self.notify(str(exc), title="stop failed", severity="error", timeout=10)
+            return
+        self.notify(f"{self.campaign_id} stopped", timeout=4)
+        await self._load()
+
+    def action_resume(self) -> None:
+        if not servelab_app(self).readonly:
+            self._resume()
+
+    @work(group="campaign-resume", exit_on_error=False)
+    async def _resume(self) -> None:
+        try:
+            self._show(await control.resume(self._catalog(), self.campaign_id))
+        except (ServelabError, HostUnreachable, OSError) as exc:
+            self.notify(str(exc), title="resume failed", severity="error", timeout=10)
+            return
+        self.notify(f"{self.campaign_id} resumed", timeout=4)
+        await self._load()

@@ -1,0 +1,140 @@
+"""Rich renderables of a campaign's typed objects: its plan, its live state, its results.
+
+Drawing only: the plan comes from ``engines.campaign.plan``, the state from
+``engines.campaign.control.CampaignStatus`` (with ``listing.current_step``), the figures and the
+recommendation from ``engines.campaign.report``. Nothing here decides a state or computes a figure.
+"""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from engines.campaign.control import CampaignStatus
+from engines.campaign.listing import CampaignEntry, CurrentStep
+from engines.campaign.report import CampaignReport, PointRow
+from engines.loader import display_path
+
+#: Styles of the point and load states the supervisor writes (unknown ones are drawn plain).
+STATE_STYLES: dict[str, str] = {
+    "done": "green",
+    "running": "bold yellow",
+    "pending": "dim",
+    "skipped": "magenta",
+    "blocked": "magenta",
+    "failed": "bold red",
+    "crashed": "bold red",
+    "stopped": "yellow",
+    "interrupted": "bold yellow",
+    "waiting": "cyan",
+}
+CURRENT_MARK = "▶"
+
+
+def minutes(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    return f"~{seconds / 60:.0f} min" if seconds >= 60 else f"~{seconds:.0f} s"
+
+
+def state_text(state: str) -> Text:
+    return Text(state, style=STATE_STYLES.get(state, ""))
+
+
+def plan_renderable(entry: CampaignEntry) -> Group:
+    """A campaign file's plan: each load with its engine flags and estimate, and its points; or its problems."""
+    parts: list[RenderableType] = [Text.assemble((entry.name, "bold"), f"  {display_path(entry.path)}")]
+    for problem in entry.problems:
+        parts.append(Text(f"  {problem}", style="red"))
+    p = entry.plan
+    if p is None:
+        return Group(*parts)
+    parts.append(Text(f"{len(p.points)} points in {len(p.loads)} loads · estimated loading time {minutes(p.estimate_s)}"))
+    names = {pt.name: pt for pt in p.points}
+    table = Table(box=None, show_header=True, header_style="bold", padding=(0, 1), expand=False)
+    for col in ("load", "engine", "host", "speculation", "estimate", "points"):
+        table.add_column(col)
+    for load in p.loads:
+        spec = load.experiment.speculative
+        k = f"{spec.method} K={spec.num_tokens}" if spec.method != "none" else "none"
+        points = "\n".join(names[n].label + (f"  (vs {names[n].baseline_point})" if names[n].baseline_point and names[n].baseline_point in names else "") for n in load.points)
+        table.add_row(str(load.index + 1), load.experiment.engine, load.experiment.host, k, minutes(load.estimate_s), points)
+        if load.speculative_flags:
+            table.add_row("", "", "", Text(" ".join(load.speculative_flags), style="cyan"), "", "")
+    parts.append(table)
+    return Group(*parts)
+
+
+def status_line(st: CampaignStatus) -> Text:
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(st.counts().items())) or "no points"
+    line = Text.assemble(("campaign ", ""), (st.id, "bold"), f" on {st.host}: ", state_text(st.status), f" ({counts})")
+    if st.waiting_for:
+        line.append(f" · waiting for the GPU set, held by {st.waiting_for}", style="cyan")
+    if st.status == "interrupted":
+        line.append(" · the supervisor is gone: u resumes", style="yellow")
+    if st.error:
+        line.append(f" · error: {st.error}", style="red")
+    return line
+
+
+def _f(x: float | None, fmt: str, suffix: str = "") -> str:
+    return "" if x is None or x != x else format(x, fmt) + suffix
+
+
+RESULT_COLUMNS = ("", "load", "point", "state", "accept", "len", "per position", "tok/s", "±", "TTFT ms", "TPOT ms", "load s", "speedup", "±x")
+
+
+def points_table(st: CampaignStatus | None, report: CampaignReport | None, current: CurrentStep | None) -> Table:
+    """Every point in run order: its live state (from the status) and its figures (from the report)."""
+    table = Table(box=None, show_header=True, header_style="bold", padding=(0, 1), expand=False)
+    for col in RESULT_COLUMNS:
+        table.add_column(col, no_wrap=col != "point")
+    rows: dict[str, PointRow] = {r.point: r for r in report.rows} if report is not None else {}
+    order = [p.name for p in st.points] if st is not None else list(rows)
+    states = {p.name: p for p in st.points} if st is not None else {}
+    for name in order:
+        row = rows.get(name)
+        live = states.get(name)
+        state = live.status if live is not None else (row.status if row is not None else "pending")
+        error = (live.error if live is not None else None) or (row.error if row is not None else None)
+        is_current = current is not None and current.point == name
+        label = f"{row.engine} {row.label}" if row is not None else name
+        state_cell = state_text(state)
+        if error and state != "done":
+            state_cell.append(f" {error[-60:]}", style="red")
+        load = live.load if live is not None else (row.load if row is not None else 0)
+        cells: list[Text | str] = [Text(CURRENT_MARK, style="bold yellow") if is_current else "", str(load + 1), label, state_cell]
+        if row is not None:
+            cells += [
+                _f(row.acceptance_rate * 100.0 if row.acceptance_rate is not None else None, ".0f", "%"),
+                _f(row.acceptance_length, ".2f"),
+                " ".join(f"{p:.2f}" for p in row.per_position),
+                _f(row.output_tps, ".1f"),
+                _f(row.output_tps_band, ".1f"),
+                _f(row.ttft_ms, ".0f"),
+                _f(row.tpot_ms, ".1f"),
+                _f(row.load_s, ".0f"),
+                _f(row.speedup, ".2f", "x"),
+                _f(row.speedup_band, ".2f"),
+            ]
+        else:
+            cells += [""] * 10
+        table.add_row(*cells, style="reverse" if is_current else None)
+    return table
+
+
+def current_text(st: CampaignStatus | None, current: CurrentStep | None) -> Text:
+    if st is None:
+        return Text("reading the campaign's state…", style="dim")
+    if current is None:
+        return Text("")
+    what = f"load {current.load + 1}" if current.load is not None else "the queue"
+    point = f", point {current.point}" if current.point else ""
+    return Text(f"now: {current.step} ({what}{point})", style="bold yellow")
+
+
+def recommendation_text(report: CampaignReport | None) -> Text:
+    if report is None or not report.recommendation:
+        return Text("recommendation: none yet (it needs a measured speculative point and its baseline)", style="dim")
+    return Text.assemble(("recommendation: ", "bold"), report.recommendation)
