@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,6 +44,14 @@ def _campaigns(app: ServelabApp) -> CampaignsScreen:
     return screen
 
 
+async def _open_campaigns(app: ServelabApp, pilot: Any) -> None:
+    """M, then wait until the list is loaded and drawn."""
+    await pilot.press("M")
+    await pilot_wait(pilot, lambda: isinstance(app.screen, CampaignsScreen) and _campaigns(app).loaded)
+    await pilot.pause()
+    await pilot_wait(pilot, lambda: "campaign file(s)" in screen_text(app))
+
+
 def _points(app: ServelabApp) -> dict[str, str]:
     screen = app.screen
     assert isinstance(screen, CampaignScreen), type(screen)
@@ -55,20 +64,18 @@ async def test_lists_files_and_plans_and_a_broken_file_is_one_line(lab: Lab) -> 
     broken.write_text('base = ["stub-base"]\n[axes]\n"speculative.num_tokns" = [2]\n')
     app = _app(lab)
     async with app.run_test(size=(140, 40)) as pilot:
-        await pilot.press("M")
-        await pilot_wait(pilot, lambda: isinstance(app.screen, CampaignsScreen) and _campaigns(app).loaded)
+        await _open_campaigns(app, pilot)
         screen = _campaigns(app)
         text = screen_text(app)
         assert "sweep" in text and "not started" in text
         assert "broken" in text and "invalid" in text and "num_tokns" in text  # in its own row
         screen.select_row(f"file:{lab.folder / 'campaigns' / 'sweep.toml'}")
-        await pilot.pause()
+        await pilot_wait(pilot, lambda: "4 points in 2 loads" in screen_text(app))
         text = screen_text(app)
-        assert "4 points in 2 loads" in text
         assert "concurrency=2" in text and "ngram K=2" in text
         assert "--speculative-config" in text  # the load's engine flags, as the plan gives them
         screen.select_row(f"file:{broken}")
-        await pilot.pause()
+        await pilot_wait(pilot, lambda: "4 points in 2 loads" not in screen_text(app))
         await pilot.press("S")  # starting a broken campaign: one line, no confirm, nothing started
         await pilot.pause()
         assert not isinstance(app.screen, ConfirmScreen)
@@ -82,8 +89,7 @@ async def test_start_follow_stop_with_confirm_resume_and_finished_table(lab: Lab
     two_load_campaign(lab, tokens="0.02")  # 8 tokens x 20 ms: each point takes a few seconds
     app = _app(lab)
     async with app.run_test(size=(160, 40)) as pilot:
-        await pilot.press("M")
-        await pilot_wait(pilot, lambda: isinstance(app.screen, CampaignsScreen) and _campaigns(app).loaded)
+        await _open_campaigns(app, pilot)
         _campaigns(app).select_row(f"file:{lab.folder / 'campaigns' / 'sweep.toml'}")
         await pilot.press("X")  # start without preflight (the StubEngine is no real vLLM)
         await pilot_wait(pilot, lambda: isinstance(app.screen, ConfirmScreen))
@@ -92,8 +98,7 @@ async def test_start_follow_stop_with_confirm_resume_and_finished_table(lab: Lab
         screen = app.screen
         assert isinstance(screen, CampaignScreen) and screen.campaign_id.startswith("sweep-")
         # the live state: a point running, marked as the current one, on the screen
-        await pilot_wait(pilot, lambda: "running" in _points(app).values() and "▶" in screen_text(app), timeout=60)
-        assert "probing" in screen_text(app) or "loading" in screen_text(app) or "launching" in screen_text(app)
+        await pilot_wait(pilot, lambda: "running" in _points(app).values() and "▶" in screen_text(app) and "now: probing" in screen_text(app), timeout=60)
         # stop asks first; n keeps it running
         await pilot.press("s")
         await pilot_wait(pilot, lambda: isinstance(app.screen, ConfirmScreen))
@@ -127,8 +132,7 @@ async def test_readonly_offers_no_start_or_stop(lab: Lab) -> None:
     two_load_campaign(lab)
     app = _app(lab, readonly=True)
     async with app.run_test(size=(140, 30)) as pilot:
-        await pilot.press("M")
-        await pilot_wait(pilot, lambda: isinstance(app.screen, CampaignsScreen) and _campaigns(app).loaded)
+        await _open_campaigns(app, pilot)
         assert "Start" not in screen_text(app).splitlines()[-1]
         await pilot.press("X")
         await pilot.pause()
