@@ -18,7 +18,7 @@ import json
 import math
 import tomllib
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -26,7 +26,10 @@ from pydantic import ValidationError
 
 from engines.adapter import get_adapter
 from engines.campaign.control import PLAN_JSON, STATE_JSON, Located, locate
+from engines.campaign.diagnosis import diagnose_point, headline
 from engines.catalog import Catalog
+from engines.diagnosis.degenerate import unique_char_share
+from engines.diagnosis.model import Finding
 from engines.errors import ServelabError
 from engines.experiment import Experiment
 from engines.hosts.base import HostUnreachable
@@ -66,6 +69,9 @@ class PointRow:
     k: int | None = None
     concurrency: int | None = None
     method: str | None = None  # the speculative method; None for a baseline point
+    step_ms: float | None = None  # time per engine step: the server's mean inter-token latency, else the client's median chunk gap
+    distinct_share: float | None = None  # distinct character 8-grams of the outputs (low: looping output)
+    diagnosis: tuple[Finding, ...] = ()  # ranked findings when acceptance is low or speculation does not pay
 
 
 @dataclass(frozen=True)
@@ -143,12 +149,14 @@ async def point_summary(exp: Experiment, point: Mapping[str, Any], data: Mapping
     max_tokens = int(point["probe"]["max_tokens"])
     hist = get_adapter(exp.engine).latency_histograms
     repeats: list[dict[str, Any]] = []
+    texts: list[str] = []
     for rep in data.get("repeats") or []:
         records = rep.get("records") or []
         results = [
             result_from_events(p, [(float(e[0]), None if e[1] is None else float(e[1]), str(e[2])) for e in r.get("events") or []], start=float(r.get("start_s") or 0.0), error=r.get("error"))
             for p, r in zip(order, records, strict=False)
         ]
+        texts += [r.text for r in results if r.ok]
         acc = await _acceptance(exp, prompts, max_tokens, rep, [r.last_payload for r in results if r.ok])
         agg = aggregate(results, float(rep.get("duration_s") or 0.0), acc)
         before, after = rep.get("metrics_before"), rep.get("metrics_after")
@@ -158,7 +166,9 @@ async def point_summary(exp: Experiment, point: Mapping[str, Any], data: Mapping
             except ValueError:
                 pass
         repeats.append(agg)
-    return combine(repeats) if repeats else {}
+    if not repeats:
+        return {}
+    return {**combine(repeats), "output_distinct_share": unique_char_share(texts), "requests": len(texts)}
 
 
 def _band(summary: Mapping[str, Any], key: str) -> float | None:
@@ -208,8 +218,10 @@ async def build_report(catalog: Catalog, ref: str) -> CampaignReport:
     loads = {int(ld["index"]): ld for ld in plan_doc["loads"]}
     load_states = {int(ld["index"]): ld for ld in state.get("loads") or []}
     exps = {i: _experiment(ld) for i, ld in loads.items()}
+    causes = await crash_causes(catalog, load_states)
     prompt_sets: dict[str, PromptSet] = {}
     rows: dict[str, PointRow] = {}
+    requests: dict[str, int] = {}
     for point in plan_doc["points"]:
         name = point["name"]
         ps = (state.get("points") or {}).get(name, {})
@@ -219,7 +231,8 @@ async def build_report(catalog: Catalog, ref: str) -> CampaignReport:
         label = str(point.get("base")) + (f" {spec.method} K={spec.num_tokens}" if spec.method != "none" else "") + (f" ({values})" if values else "")
         fields: dict[str, Any] = {
             "point": name, "load": int(point["load"]), "engine": point["engine"], "label": label,
-            "status": str(ps.get("status") or "pending"), "error": ps.get("error"), "baseline_point": point.get("baseline_point"),
+            "status": str(ps.get("status") or "pending"), "baseline_point": point.get("baseline_point"),
+            "error": f"{ps.get('error')}; root cause: {causes[int(point['load'])]}" if ps.get("error") and int(point["load"]) in causes else ps.get("error"),
             "load_s": load_states.get(int(point["load"]), {}).get("load_s"),
             "k": exp.speculative.num_tokens if exp.speculative.method != "none" else None,
             "concurrency": int(point["probe"]["concurrency"]),
@@ -241,14 +254,42 @@ async def build_report(catalog: Catalog, ref: str) -> CampaignReport:
                 acceptance_length=summary.get("spec_decode_acceptance_length"),
                 per_position=tuple(summary.get("spec_decode_per_position_acceptance_rates") or ()),
                 unstable=tuple(summary.get("unstable") or ()),
+                step_ms=summary.get("server_mean_itl_ms") or summary.get("median_itl_ms"),
+                distinct_share=summary.get("output_distinct_share"),
             )
+            requests[name] = int(summary.get("requests") or 0)
         rows[name] = PointRow(**fields)
     out: list[PointRow] = []
     for row in rows.values():
-        s, band = _speedup(row, rows.get(row.baseline_point) if row.baseline_point else None)
-        out.append(PointRow(**{**asdict(row), "speedup": s, "speedup_band": band, "per_position": row.per_position, "unstable": row.unstable}))
+        base = rows.get(row.baseline_point) if row.baseline_point else None
+        s, band = _speedup(row, base)
+        found = diagnose_point(
+            exps[row.load], rate=row.acceptance_rate, length=row.acceptance_length, per_position=row.per_position,
+            distinct_share=row.distinct_share, step_ms=row.step_ms, baseline_step_ms=base.step_ms if base else None,
+            baseline_point=row.baseline_point, speedup=s, requests=requests.get(row.point, 0), concurrency=row.concurrency or 1,
+        ) if row.status == "done" else ()
+        out.append(replace(row, speedup=s, speedup_band=band, diagnosis=found))
     tables = batch_size_tables(out, {int(p["load"]): exps[int(p["load"])] for p in plan_doc["points"]})
     return CampaignReport(where.id, str(plan_doc.get("campaign")), str(state.get("status") or "not started"), out, recommend(out), tables)
+
+
+async def crash_causes(catalog: Catalog, load_states: Mapping[int, Mapping[str, Any]]) -> dict[int, str]:
+    """The root cause the log analyzer finds in each crashed load's run (the supervisor only knows the exit code)."""
+    from engines.runs import Runs  # the report reads runs only for crashed loads
+
+    runs = Runs(catalog)
+    out: dict[int, str] = {}
+    for index, ls in load_states.items():
+        if ls.get("status") != "crashed" or not ls.get("run_id"):
+            continue
+        try:
+            st = await runs.status(str(ls["run_id"]))
+        except (ServelabError, HostUnreachable, OSError):
+            continue  # the run is gone or its host is down: the exit code stays the reason
+        rc = st.analysis.root_cause if st.analysis is not None else None
+        if rc is not None:
+            out[index] = (f"{rc.exception}: " if rc.exception else "") + rc.message
+    return out
 
 
 def best_k_per_concurrency(rows: list[PointRow]) -> dict[tuple[str, str], list[tuple[int, int]]]:
@@ -286,7 +327,9 @@ def recommend(rows: list[PointRow]) -> str | None:
     best = max(scored, key=lambda r: r.speedup or 0.0)
     band = f" ±{best.speedup_band:.2f}" if best.speedup_band is not None else ""
     text = f"{best.engine} {best.label}: {best.speedup:.2f}x{band} over baseline"
-    if best.speedup is not None and best.speedup_band is not None and best.speedup - best.speedup_band <= 1.0:
+    if best.speedup is not None and best.speedup + (best.speedup_band or 0.0) < 1.0:
+        text += " (slower than the baseline: serve without speculation)"
+    elif best.speedup is not None and best.speedup_band is not None and best.speedup - best.speedup_band <= 1.0:
         text += " (within the noise band of no gain)"
     nxt = sorted((r for r in scored if r.engine == best.engine and r.concurrency == best.concurrency and (r.k or 0) > (best.k or 0)), key=lambda r: r.k or 0)
     n = nxt[0] if nxt else None
@@ -341,6 +384,10 @@ def render(report: CampaignReport, fmt: str) -> str:
     head = f"campaign {report.id}: {report.status}"
     tail = [f"recommendation: {report.recommendation}"] if report.recommendation else []
     tail += [f"per batch size: {t.line()}" for t in report.batch_size_tables]
+    for r in report.rows:
+        top = headline(r.diagnosis)
+        if top is not None:
+            tail.append(f"diagnosis {r.engine} {r.label}: {top.message} (next: {top.next})")
     if fmt == "markdown":
         lines = [f"**{head}**", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]

@@ -1,0 +1,66 @@
+"""Why a campaign point's speculation disappoints: the diagnosis rules over what the campaign recorded.
+
+``servelab diagnose`` runs a suite on a live server (categories, raw prompts, thinking, temperature
+arms). A campaign point's server is gone by the time the report is read, so here the same rules
+(``engines.diagnosis.rules.diagnose``, the step-cost model, the published references) read the
+point's own records: its acceptance and per-position curve, the distinctness of its outputs, its
+server-side time per step against its paired baseline point's (same concurrency), and the
+measured speedup. Arms the campaign did not measure stay absent, so the rules that need them do
+not fire. A point is diagnosed when its acceptance is low (below the rules' ``PRAISE_FROM``) or
+when speculation does not pay (speedup at most 1).
+"""
+
+from __future__ import annotations
+
+from engines.diagnosis.cost import step_cost
+from engines.diagnosis.model import Arm, Finding, Measurements
+from engines.diagnosis.reference import closest
+from engines.diagnosis.rules import PRAISE_FROM, RunFacts, diagnose
+from engines.experiment import Experiment
+
+SOURCE = "the campaign probe (greedy, temperature 0)"
+
+
+def needs_diagnosis(rate: float | None, speedup: float | None) -> bool:
+    """Low acceptance, or a measured speedup that is no gain."""
+    return rate is not None and (rate < PRAISE_FROM or (speedup is not None and speedup <= 1.0))
+
+
+def diagnose_point(
+    exp: Experiment,
+    *,
+    rate: float | None,
+    length: float | None,
+    per_position: tuple[float, ...],
+    distinct_share: float | None,
+    step_ms: float | None,
+    baseline_step_ms: float | None,
+    baseline_point: str | None,
+    speedup: float | None,
+    requests: int,
+    concurrency: int,
+) -> tuple[Finding, ...]:
+    """The ranked findings for one measured point (empty when it needs none)."""
+    s = exp.speculative
+    if s.method == "none" or not needs_diagnosis(rate, speedup):
+        return ()
+    overall = Arm(
+        name=f"campaign point, concurrency {concurrency}", requests=requests, ok=requests,
+        rate=rate, length=length, per_position=list(per_position), unique_bigrams=distinct_share, median_step_ms=step_ms,
+    )
+    meas = Measurements(
+        overall=overall, categories=[], raw=None, thinking_on=None, thinking_off=None, template_has_thinking=None,
+        serving_temperature=0.0, temperature_source=SOURCE, at_temperature=None,
+    )
+    note = "" if baseline_step_ms else f"the paired baseline point {baseline_point or '(none)'} has no time per step"
+    cost = step_cost(overall, s.num_tokens, baseline_step_ms, baseline_point, speedup, note, server_step_ms=step_ms)
+    ref = closest(exp.model, s.draft_model, exp.engine, s.num_tokens, s.method)
+    return tuple(diagnose(RunFacts(s.method, s.num_tokens, exp.model, s.draft_model), meas, cost, ref))
+
+
+def headline(findings: tuple[Finding, ...]) -> Finding | None:
+    """The finding to show in a table row: the first that is not a mere note, else the first."""
+    for f in findings:
+        if f.severity != "info":
+            return f
+    return findings[0] if findings else None
