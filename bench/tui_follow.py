@@ -159,8 +159,9 @@ def last_marker(lines: int) -> str:
     return f"step {i}"
 
 
-def shows(screen: RunScreen, view: LogView, marker: str) -> bool:
-    index = screen.index
+def shows(view: LogView, marker: str) -> bool:
+    """The view draws a line ending with ``marker`` (from whichever index it shows: the log's end first)."""
+    index = view.index
     top = int(view.scroll_offset.y)
     for row in range(top, min(top + view.size.height, index.row_count)):
         if index.text(index.line_at_row(row)).endswith(marker):
@@ -208,7 +209,7 @@ async def measure(args: argparse.Namespace, tmp: Path, rss_start: float) -> None
         view = screen.query_one(LogView)
         t_first = None
         while time.perf_counter() - t_open < 120:
-            if t_first is None and shows(screen, screen.query_one(LogView), marker):
+            if t_first is None and shows(screen.query_one(LogView), marker):
                 seen = time.perf_counter()
                 while not any(f >= seen for f in frames) and time.perf_counter() - seen < 5:
                     await asyncio.sleep(0.002)

@@ -49,6 +49,8 @@ ARTIFACT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 #: How often follow() looks for new bytes when the log is idle (liveness is known within 2 s).
 POLL_SECONDS = 0.25
 CHUNK = 1 << 20
+#: Bytes of a log's end :meth:`Runs.log_tail` reads: a few screens of lines, in one round trip.
+TAIL_BYTES = 256 << 10
 #: How long follow() keeps trying to reach a host that dropped before giving up.
 FOLLOW_UNREACHABLE_SECONDS = 120.0
 
@@ -140,6 +142,14 @@ class RunStatus:
             }
         )
         return out
+
+
+@dataclass(frozen=True)
+class LogTail:
+    """The end of a run's log: whole lines from byte ``offset`` of the log on."""
+
+    offset: int
+    data: bytes
 
 
 @dataclass
@@ -481,6 +491,26 @@ class Runs:
         return alive, code
 
     # -- the log ----------------------------------------------------------------------------------
+    async def log_tail(self, run_id: str, nbytes: int = TAIL_BYTES) -> LogTail:
+        """The whole lines in the last ``nbytes`` of the engine log, read in one ranged read.
+
+        What a viewer shows first: a long log's end is on screen at once, while :meth:`follow`
+        brings the whole log from its first byte behind it. An absent log is an empty tail.
+        """
+        h, rec = await self.find(run_id)
+        try:
+            size = await h.size(rec.log_path)
+            start = max(size - nbytes, 0)
+            data = await h.read_bytes(rec.log_path, start, size - start)
+        except FileNotFoundError:
+            return LogTail(0, b"")
+        if start > 0:  # drop the partial first line: a tail starts at a line start
+            cut = data.find(b"\n") + 1
+            if cut == 0:
+                return LogTail(start + len(data), b"")
+            start, data = start + cut, data[cut:]
+        return LogTail(start, data)
+
     async def follow(self, run_id: str, offset: int = 0) -> AsyncGenerator[tuple[int, bytes], None]:
         """The engine log from ``offset``: yields ``(new_offset, chunk)`` until the run has ended.
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import re
 from array import array
+from bisect import bisect_left
 from pathlib import Path
 
 import pytest
 
 from engines.logs.lines import LineKind, classify
 from tests.fixtures.tui import RECORDED_LOGS, SHARED_LOGS
-from tui.widgets.line_index import KINDS, LineClassifier, LineIndex, display_text
+from tui.widgets import line_index
+from tui.widgets.line_index import KINDS, AnchorScanner, LineClassifier, LineIndex, anchor_ends_find, display_text
 
 NGRAM_LOG = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
 SHARDS_LOG = SHARED_LOGS / "vllm-shards-carriage-return-prefix-39610.log"
@@ -125,6 +127,25 @@ def test_block_classifier_gives_what_classify_gives_line_by_line_on_every_record
         index.close()
 
 
+def anchored_lines(block: bytes, ends: list[int]) -> set[int]:
+    newlines = [m.start() for m in re.finditer(b"\n", block)]
+    return {bisect_left(newlines, end - 1) for end in ends}
+
+
+def test_one_pass_anchor_scan_finds_the_lines_each_anchor_search_finds_on_every_recorded_log() -> None:
+    """Hyperscan's one pass and the per-anchor ``bytes.find`` fallback flag the same lines."""
+    assert line_index._hs is not None, "hyperscan is a dependency: the one-pass scan must be the one tested"
+    scanner = AnchorScanner()
+    flagged = 0
+    for log in all_logs():
+        data = log.read_bytes()
+        data = data[: data.rfind(b"\n") + 1]
+        got = anchored_lines(data, scanner.ends(data))
+        assert got == anchored_lines(data, anchor_ends_find(data)), log.name
+        flagged += len(got)
+    assert flagged > 100
+
+
 def test_deferred_index_shows_every_line_at_once_unfolded_then_as_inline_once_classified(tmp_path: Path) -> None:
     data = NGRAM_LOG.read_bytes()
     inline = LineIndex(tmp_path / "inline.log")
@@ -183,13 +204,60 @@ def test_kinds_out_of_step_are_refused(tmp_path: Path) -> None:
         lazy.apply(classifier.classify(b"INFO b\n"))
 
 
-def test_index_costs_13_bytes_a_line_in_typed_arrays(tmp_path: Path) -> None:
-    """Memory bound, structurally: per line one int64 start, one kind byte, one int32 row slot."""
+def test_index_costs_5_bytes_a_line_in_typed_arrays(tmp_path: Path) -> None:
+    """Memory bound, structurally: per line a 4-byte start and a kind byte; rows cost only hidden lines."""
     index = LineIndex(tmp_path / "m.log")
     lines = 50_000
     index.append(b"".join(b"INFO line %d with some text to make it long enough\n" % i for i in range(lines)))
-    arrays = (index._starts, index._kinds, index._rows, index._matches, index._errors)
+    arrays = (index._starts, index._kinds, index._rows, index._hidden, index._matches, index._errors)
     assert all(isinstance(a, array) for a in arrays)
-    assert (index._starts.itemsize, index._kinds.itemsize, index._rows.itemsize) == (8, 1, 4)
+    assert (index._starts.itemsize, index._kinds.itemsize) == (4, 1)
     per_line = sum(len(a) * a.itemsize for a in arrays) / lines
-    assert per_line <= 13  # 1.3 MB per 100k lines, below the 2 MB budget
+    assert per_line <= 5  # 0.5 MB per 100k lines, well below the 2 MB budget
+    assert index.row_count == lines and index.text(index.line_at_row(lines - 1)).startswith(f"INFO line {lines - 1} ")
+
+
+def visible_lines(index: LineIndex) -> list[int]:
+    """The lines a view shows, by the rules stated once: classified, not folded, matching a filter."""
+    shown = []
+    for line in range(index.line_count):
+        code = index._kinds[line]
+        if code & 0x80 or (index.fold_noise and KINDS[code].is_noise):
+            continue
+        if index.filter and index.search is not None and not index.search.search(index.text(line)):
+            continue
+        shown.append(line)
+    return shown
+
+
+@pytest.mark.parametrize("mode", ["folded", "unfolded", "filtered"])
+def test_rows_map_to_exactly_the_visible_lines_both_ways(tmp_path: Path, mode: str) -> None:
+    """Rows kept as hidden lines (or as matches under a filter) give each visible line its row, in order."""
+    data = NGRAM_LOG.read_bytes() + SHARDS_LOG.read_bytes()
+    index = LineIndex(tmp_path / "r.log", fold_noise=mode != "unfolded")
+    if mode == "filtered":
+        index.set_search(re.compile("INFO|Loading", re.I))
+        index.set_filter(True)
+    feed(index, data, 4096)
+    expected = visible_lines(index)
+    assert 0 < len(expected) < index.line_count
+    assert [index.line_at_row(r) for r in range(len(expected))] == expected
+    assert [index.row_of_line(line) for line in expected] == list(range(len(expected)))
+    assert index.row_count == len(expected)
+
+
+def test_line_starts_past_the_4_gib_mark_stay_exact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Starts are stored as their low bits; the lines where the high part steps up are kept apart.
+
+    The step is shrunk to 1 KiB so a small log crosses it many times, in and between chunks.
+    """
+    data = NGRAM_LOG.read_bytes()
+    wide = LineIndex(tmp_path / "wide.log")
+    feed(wide, data, 700)
+    monkeypatch.setattr(line_index, "_OFFSET_BITS", 10)
+    narrow = LineIndex(tmp_path / "narrow.log")
+    feed(narrow, data, 700)
+    assert len(narrow._wraps) >= len(data) >> 10 and not wide._wraps
+    assert max(narrow._starts) < 1 << 10
+    assert rows_text(narrow) == rows_text(wide)
+    assert [narrow._start(i) for i in range(narrow.line_count)] == [wide._start(i) for i in range(wide.line_count)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from tests.fixtures.tui import SHARED_LOGS
@@ -138,3 +140,50 @@ async def test_a_truncated_log_starts_the_view_and_analysis_afresh(tui_folder: T
         assert screen.ingest.worker_pid != first_worker
         await pilot.pause(0.3)
         assert "2 lines" in screen_text(app)
+
+
+async def test_a_long_log_shows_its_end_before_it_is_indexed_then_the_whole_log(tui_folder: TuiFolder, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Opening a long run: its last lines are on screen while the log is still being read from byte 0;
+    then the view swaps to the whole log (following its end), which agrees with a scan of the file."""
+    from engines.runs import LOG_NAME, TAIL_BYTES
+    from tui.widgets.line_index import LineIndex
+
+    body = NGRAM_SERVE.read_bytes()
+    data = body * (16 * TAIL_BYTES // len(body)) + b"INFO the very last line of a long log\n"
+    source = tmp_path / "long.log"
+    source.write_bytes(data)
+    total = data.count(b"\n")
+    run_id = tui_folder.replay("tiny-cpu-vllm-baseline", source, rate=0, exit_code=0, hold_s=30.0)
+    log = tui_folder.workdir / "runs" / run_id / LOG_NAME
+    app = ServelabApp(tui_folder.folder)
+    app.watch_runs = False
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: log.exists() and log.stat().st_size == len(data))
+        await app.push_screen(RunScreen(run_id))
+        screen = app.screen
+        assert isinstance(screen, RunScreen)
+        panel = screen.query_one(LogPanel)
+
+        def last_line_shown() -> bool:
+            index = panel.view.index
+            return index.row_count > 0 and index.text(index.line_at_row(index.row_count - 1)) == "INFO the very last line of a long log"
+
+        while not last_line_shown():
+            await asyncio.sleep(0.002)
+        indexed_then = screen.index.line_count
+        assert indexed_then < total, "the end was drawn only once the whole log was indexed"
+        assert panel.view.index is screen.tail and screen.tail is not None
+        assert data[screen._tail_origin - 1 : screen._tail_origin] == b"\n"  # the tail starts on a line
+        assert "the log's end" in screen_text(app)
+        # The whole log, once read: shown in place of the end, still following it, as a full scan has it.
+        await wait_for(pilot, lambda: screen.tail is None and screen.index.line_count == total and screen.index.unclassified == 0)
+        await pilot.pause(0.2)
+        assert panel.view.index is screen.index and panel.view.follow and last_line_shown()
+        scan = LineIndex(tmp_path / "scan.spool")
+        scan.append(data)
+        index = screen.index
+        assert index.row_count == scan.row_count and index.first_error() == scan.first_error()
+        for row in (0, 1, scan.row_count // 3, scan.row_count // 2, scan.row_count - 2, scan.row_count - 1):
+            assert index.text(index.line_at_row(row)) == scan.text(scan.line_at_row(row))
+        assert "the log's end" not in screen_text(app) and f"{total} lines" in screen_text(app)
+        assert not list((tmp_path / "cache").rglob("*.tail.log"))  # the end's own spool is gone

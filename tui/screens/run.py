@@ -90,6 +90,11 @@ class RunScreen(Screen[None]):
         self.host_down: RunUnreachable | None = None
         self.probe: dict[str, Any] | None = None
         self.ingest = LogIngest(self._fresh_spool(), self._ingest_update)
+        #: The log's end alone, shown while the whole log is spooled and indexed from its first
+        #: byte behind it (a long log's last lines are on screen at once); None once swapped.
+        self.tail: LineIndex | None = None
+        self._tail_origin = 0  # log offset of the tail's first byte
+        self._tail_end = 0  # log offset after its last byte
         self._analysing = False
         #: The run's one live analysis, shared with the watcher and ``servelab status``: this screen
         #: publishes what its ingest worker computes, so the run is not read or analysed twice.
@@ -102,8 +107,8 @@ class RunScreen(Screen[None]):
         self._shown_probe = ""
         self._shown_title = ""
 
-    def _fresh_spool(self) -> Path:
-        path = spool_path(self.run_id)
+    def _fresh_spool(self, suffix: str = ".log") -> Path:
+        path = spool_path(self.run_id).with_suffix(suffix)
         path.parent.mkdir(parents=True, exist_ok=True)
         prune_spool(path.parent)
         path.write_bytes(b"")
@@ -145,6 +150,7 @@ class RunScreen(Screen[None]):
 
     def on_unmount(self) -> None:
         self.ingest.close()
+        self._drop_tail()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("stop", "probe") and servelab_app(self).readonly:
@@ -166,6 +172,7 @@ class RunScreen(Screen[None]):
                     self._analysing = True
                     self.live = self.runs.live.get(self.run_id, self.record.engine)
                     self._render_title()
+                    await self._show_tail()
                 live = self.live
                 assert live is not None
                 live.streams += 1
@@ -190,11 +197,38 @@ class RunScreen(Screen[None]):
         # Spool + line offsets only (C-level, ~3 ms per MB); the rows show via _ingest_update.
         self.ingest.append(chunk)
 
+    async def _show_tail(self) -> None:
+        """A log longer than one tail read: show its end now, until the whole log is spooled."""
+        tail = await self.runs.log_tail(self.run_id)
+        if tail.offset == 0 or not tail.data or self.index.size > 0:
+            return  # short (the whole log comes in a few chunks) or already spooling
+        index = LineIndex(self._fresh_spool(".tail.log"), fold_noise=self.index.fold_noise)
+        index.append(tail.data)
+        self.tail, self._tail_origin, self._tail_end = index, tail.offset, tail.offset + len(tail.data)
+        self.query_one(LogPanel).set_index(index, note=f"the log's end; reading its first {tail.offset / 1e6:,.0f} MB")
+
+    def _swap_in_whole_log(self) -> None:
+        """The whole log is spooled past the tail's end: show it, in the reader's place."""
+        tail, origin = self.tail, self._tail_origin
+        assert tail is not None
+        index = self.index
+        self.query_one(LogPanel).swap_index(index, lambda line: index.line_at_offset(origin + tail.start_of(line)))
+        self._drop_tail()
+
+    def _drop_tail(self) -> None:
+        if self.tail is not None:
+            self.tail.close()
+            self.tail.spool.unlink(missing_ok=True)
+            self.tail = None
+
     def _ingest_update(self, update: IngestUpdate) -> None:
         """On the UI thread: the worker classified lines or sent a new analysis."""
         if not self.is_attached:
             return
-        self.query_one(LogPanel).lines_added(update.rows)
+        if self.tail is None:
+            self.query_one(LogPanel).lines_added(update.rows)
+        elif self.index.size >= self._tail_end:
+            self._swap_in_whole_log()
         if update.analysis is not None:
             if self.live is not None:
                 self.live.publish(update.analysis, self.ingest.analysed_bytes)
@@ -214,6 +248,7 @@ class RunScreen(Screen[None]):
         """The log was truncated or replaced: index and analyse it afresh, in the same panel."""
         fold = self.index.fold_noise
         self.ingest.close()
+        self._drop_tail()
         self.ingest = LogIngest(self._fresh_spool(), self._ingest_update, fold_noise=fold)
         if self.record is not None:
             self.ingest.analyse(self.record.engine)

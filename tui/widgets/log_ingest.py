@@ -407,7 +407,22 @@ def serve(fd: int, out: IO[bytes]) -> None:
         worker.step()
 
 
+def lower_priority() -> None:
+    """SCHED_BATCH: this worker never preempts a process that wakes up (the dashboard's UI thread
+    on a key), yet keeps its fair share of the CPU.
+
+    Not ``nice``: at nice 10 the worker lost the CPU to every other busy process of a shared
+    machine (load 8-10 here), the analysis fell seconds behind and the run screen's stage bars
+    with it (``test_ready_run_shows_stage_bars_and_announces_ready`` failed).
+    """
+    try:
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+    except (AttributeError, OSError):  # not Linux
+        pass
+
+
 def main() -> int:
+    lower_priority()
     try:
         serve(sys.stdin.fileno(), sys.stdout.buffer)
     except (BrokenPipeError, KeyboardInterrupt):

@@ -9,6 +9,7 @@ Whoever owns the log appends bytes to the index (in a worker) and then calls
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import ClassVar
 
 from rich.cells import cell_len
@@ -338,6 +339,8 @@ class LogPanel(Vertical):
         self.index = index
         self.pending = 0
         self.match_count = 0
+        #: Said in the status line (while only the log's end is shown, for one).
+        self.note = ""
 
     def compose(self) -> ComposeResult:
         yield LogView(self.index, id="log-view")
@@ -352,9 +355,10 @@ class LogPanel(Vertical):
         self.view.sync()
         self._update_status()
 
-    def set_index(self, index: LineIndex) -> None:
+    def set_index(self, index: LineIndex, note: str = "") -> None:
         """Show another log (the old one was truncated or replaced), following its end."""
         self.index = index
+        self.note = note
         self.pending = 0
         self.match_count = 0
         view = self.view
@@ -365,6 +369,39 @@ class LogPanel(Vertical):
         view.follow = True
         view.sync()
         self._update_status()
+
+    def swap_index(self, index: LineIndex, map_line: Callable[[int], int]) -> None:
+        """Show ``index`` instead: the same log, more of it (the whole log after its end alone).
+
+        The reader keeps their place: following stays on the end, a paused view stays on the same
+        line and the cursor on its line (``map_line``: a line of the old index to the new one), and
+        search, filter and folding carry over (applied in a worker: they scan the whole log).
+        """
+        old = self.index
+        view = self.view
+        top = None if view.follow else old.line_at_row(int(view.scroll_offset.y))
+        self.index = index
+        self.note = ""
+        view.index = index
+        view.cursor_line = map_line(view.cursor_line) if view.cursor_line is not None else None
+        view._wrap_cache = None
+        view.notify_style()
+        view.sync()
+        if top is not None:
+            view.scroll_to(y=index.row_of_line(map_line(top)), animate=False, immediate=True, force=True)
+        if old.search is not None or old.fold_noise != index.fold_noise:
+            self._carry_modes(old.search, old.fold_noise, old.filter)
+        self._update_status()
+
+    @work(thread=True, exclusive=True, group="log-scan")
+    def _carry_modes(self, search: re.Pattern[str] | None, fold: bool, filter_on: bool) -> None:
+        index = self.index
+        if index.fold_noise != fold:
+            index.set_fold_noise(fold)
+        if search is not None:
+            self.match_count = index.set_search(search)
+            index.set_filter(filter_on)
+        self.app.call_from_thread(self._mode_done)
 
     def lines_added(self, rows: int) -> None:
         """Call on the UI thread after appending to the index."""
@@ -393,6 +430,8 @@ class LogPanel(Vertical):
         if view.wrap:
             parts.append("wrap")
         parts.append(f"{index.line_count} lines")
+        if self.note:
+            parts.append(self.note)
         status = self.query_one("#log-status", Static)
         status.update(" · ".join(parts), layout=False)  # one fixed row: no relayout per chunk
         status.set_class(not view.follow and self.pending > 0, "-paused")
