@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import statistics
@@ -253,6 +254,16 @@ async def measure(args: argparse.Namespace, tmp: Path, rss_start: float) -> None
             profiler = cProfile.Profile()
             profiler.enable()
         grow_start = time.perf_counter()
+        gc_pauses: list[tuple[int, float]] = []  # (generation, ms) of each collection while growing
+        gc_began = [0.0]
+
+        def on_gc(phase: str, info: dict[str, int]) -> None:
+            if phase == "start":
+                gc_began[0] = time.perf_counter()
+            else:
+                gc_pauses.append((info["generation"], (time.perf_counter() - gc_began[0]) * 1000))
+
+        gc.callbacks.append(on_gc)
         cpu_start = (cpu_s(), cpu_s(worker) if worker else 0.0)
         key = "k"
         parts_start = rss_parts_mb()
@@ -277,6 +288,7 @@ async def measure(args: argparse.Namespace, tmp: Path, rss_start: float) -> None
             key = "G" if key == "k" else "k"
             await asyncio.sleep(0.2)
         follow_ok = view.follow or key == "G"
+        gc.callbacks.remove(on_gc)
         grown_s = time.perf_counter() - grow_start
         parts_end = rss_parts_mb()
         if args.trim:  # how much of the RSS is heap the process freed but glibc kept
@@ -322,6 +334,9 @@ async def measure(args: argparse.Namespace, tmp: Path, rss_start: float) -> None
     print("  RSS change by kind: " + ", ".join(f"{k} {parts_end[k] - parts_start.get(k, 0.0):+.1f} MB" for k in parts_end))
     print(f"CPU while growing: dashboard process {cpu_ui / grown_s * 100:.0f}% of a core (incl. this bench's key loop)"
           + (f", ingest worker {cpu_worker / grown_s * 100:.0f}%" if worker else ""))
+    full = [ms for gen, ms in gc_pauses if gen == 2]
+    print(f"GC while growing: {len(gc_pauses)} collections, longest {max((ms for _, ms in gc_pauses), default=0.0):.1f} ms; "
+          f"{len(full)} full (gen 2), longest {max(full, default=0.0):.1f} ms")
     print(f"following at the end: {follow_ok}")
 
 
