@@ -92,6 +92,9 @@ class EngineAdapter(Protocol):
     max_len_arg: str
     #: The server's own TTFT / inter-token latency histograms in ``/metrics`` (None: it has none).
     latency_histograms: LatencyHistograms | None
+    #: ``[engine_args]`` a campaign adds to every load so that ``/metrics`` carries what its
+    #: records are replayed from (the acceptance counters); the definition's own values win.
+    metrics_args: tuple[tuple[str, Any], ...]
 
     def problems(self, exp: Experiment) -> list[Inexpressible]:
         """Settings of ``exp`` this engine cannot express."""

@@ -162,6 +162,8 @@ class SglangAdapter:
     package = "sglang"
     #: Its own TTFT / inter-token histograms, shown beside the probe's figures.
     latency_histograms = LatencyHistograms("sglang:time_to_first_token_seconds", "sglang:inter_token_latency_seconds")
+    #: 0.5.23 serves /metrics only with --enable-metrics; its counters carry the campaign's acceptance
+    metrics_args: tuple[tuple[str, Any], ...] = (("enable-metrics", True),)
     log_signatures = (
         "sglang.launch_server",
         "sglang.srt",
@@ -302,6 +304,10 @@ class SglangAdapter:
         return None
 
 
+#: The counters (without ``_total``) whose growth gives SGLang's pooled acceptance length.
+SPEC_COUNTERS = ("sglang:generation_tokens", "sglang:spec_verify_calls")
+
+
 def draft_tokens_per_step(exp: Experiment | None) -> int | None:
     """Tokens SGLang drafts per verify step on a chain (None when not known)."""
     if exp is None or exp.speculative.method == "none":
@@ -381,9 +387,40 @@ class SglangAcceptanceWindow:
         self._max_tokens = max_tokens
         self._model = exp.served_model_name if exp is not None else None
         self._noted: list[dict[str, Any]] = []
+        self._before: str | None = None
 
     async def start(self) -> None:
         self._noted.clear()
+        self._before = await self._metrics_text() if self._k is not None else None
+
+    async def _metrics_text(self) -> str | None:
+        import httpx
+
+        try:
+            r = await self._http.get("/metrics")
+        except httpx.HTTPError:
+            return None
+        return r.text if r.status_code == 200 else None
+
+    async def _counters(self) -> Acceptance | None:
+        """``/metrics`` counters across the window (``--enable-metrics``): SGLang adds each finished
+        request's completion tokens to ``generation_tokens_total`` and its ``spec_verify_ct`` to
+        ``spec_verify_calls_total`` (tokenizer_manager), so their growth is the pooled per-request
+        rule above, without extra requests: what a campaign's recorded ``/metrics`` can replay."""
+        from engines.probe.metrics import sum_counters
+
+        if self._before is None:
+            return None
+        after = await self._metrics_text()
+        if after is None:
+            return None
+        try:
+            was, now = sum_counters(self._before, SPEC_COUNTERS), sum_counters(after, SPEC_COUNTERS)
+        except ValueError:
+            return None
+        grown = {name: float(now.get(name, 0.0)) - float(was.get(name, 0.0)) for name in SPEC_COUNTERS}
+        record = {"completion_tokens": grown[SPEC_COUNTERS[0]], "spec_verify_ct": grown[SPEC_COUNTERS[1]]}
+        return acceptance_from_records([record], self._k, "sglang /metrics generation_tokens / spec_verify_calls (pooled, across the window)")
 
     def request_fields(self) -> dict[str, Any]:
         return {}
@@ -473,7 +510,7 @@ class SglangAcceptanceWindow:
     async def finish(self) -> Acceptance | None:
         if self._k is None:
             return None  # the experiment does not speculate
-        for source in (self._native, self._openai, self._server_info):
+        for source in (self._native, self._openai, self._server_info, self._counters):
             found = await source()
             if found is not None:
                 return found

@@ -187,6 +187,7 @@ class VllmAdapter:
     package = "vllm"
     #: Its own TTFT / inter-token histograms, shown beside the probe's figures.
     latency_histograms = LatencyHistograms("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds")
+    metrics_args: tuple[tuple[str, Any], ...] = ()  # /metrics and its spec-decode counters are on by default
     log_signatures = (
         "vllm.entrypoints",
         "vLLM API server version",

@@ -83,6 +83,13 @@ def test_k_is_translated_by_each_engine(folder: Path) -> None:
     assert vconf["num_speculative_tokens"] == 3
 
 
+def test_each_load_gets_the_flags_its_records_are_replayed_from(folder: Path) -> None:
+    """SGLang 0.5.23 serves /metrics (its acceptance counters) only with --enable-metrics; vLLM always does."""
+    text = 'base = ["kimi-k25-vllm-eagle3"]\n[axes]\nengine = ["vllm", "sglang"]\n"speculative.num_tokens" = [3]\n'
+    args = {load.experiment.engine: load.experiment.engine_args for load in planned(folder, text).loads}
+    assert args["sglang"].get("enable-metrics") is True and "enable-metrics" not in args["vllm"]
+
+
 def test_links_zip_instead_of_crossing(folder: Path) -> None:
     text = (
         'base = ["tiny-cpu-vllm-ngram"]\n[axes]\n"speculative.num_tokens" = [2, 3, 4]\n'

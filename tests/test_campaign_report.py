@@ -18,7 +18,8 @@ from engines.catalog import load_catalog
 from engines.experiment import Experiment
 from engines.probe.prompts import builtin
 from engines.vllm import batch_size_ranges
-from tests.conftest import ENGINE_PYTHON, need_engine
+from engines.sglang import SPEC_COUNTERS
+from tests.conftest import ENGINE_PYTHON, SGLANG_PYTHON, need_engine, need_sglang
 from tests.fixtures.campaignlab import recorded_campaign, two_load_campaign
 from tests.fixtures.runlab import Lab
 
@@ -153,3 +154,42 @@ async def test_recorded_real_campaign_says_no_k_beat_the_baseline(lab: Lab) -> N
     assert table.best_k == ((1, 0), (4, 0)) and table.flags is None
     assert f"per batch size: {table.line()}" in render(report, "table").splitlines()
     assert json.loads(render(report, "json"))["batch_size_tables"][0]["best_k"] == [[1, 0], [4, 0]]
+
+
+# -- SGLang acceptance from the recorded /metrics -----------------------------------------------------
+def _sglang_metrics(generated: float, verified: float) -> str:
+    """/metrics as SGLang 0.5.23 writes it (prometheus_client, its metric names and labels), after
+    ``generated`` completion tokens over ``verified`` verify steps in finished requests."""
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    reg = CollectorRegistry()
+    gen = Counter("sglang:generation_tokens", "Number of generation tokens processed.", ["model_name", "is_streaming"], registry=reg)
+    ver = Counter("sglang:spec_verify_calls", "Number of speculative decoding verification calls.", ["model_name"], registry=reg)
+    gen.labels(model_name="tiny", is_streaming="true").inc(generated * 0.75)
+    gen.labels(model_name="tiny", is_streaming="false").inc(generated * 0.25)
+    if verified:
+        ver.labels(model_name="tiny").inc(verified)
+    return generate_latest(reg).decode()
+
+
+async def test_sglang_acceptance_is_replayed_from_its_metrics_counters() -> None:
+    exp = Experiment.model_validate({"name": "s", "engine": "sglang", "model": "m", "speculative": {"method": "eagle3", "num_tokens": 3, "draft_model": "d"}})
+    rep = {"metrics_before": _sglang_metrics(100, 40), "metrics_after": _sglang_metrics(100 + 300, 40 + 100)}
+    acc = await _acceptance(exp, builtin(), 8, rep, [])
+    assert acc is not None and "spec_verify_calls" in acc.source
+    assert acc.length == 3.0 and acc.drafts == 100 and acc.draft_tokens == 300 and acc.accepted == 200  # K=3: 3 drafted per verify step
+    assert acc.rate is not None and abs(acc.rate - 2 / 3) < 1e-9
+    quiet = {"metrics_before": _sglang_metrics(100, 0), "metrics_after": _sglang_metrics(400, 0)}  # generated, never verified
+    assert await _acceptance(exp, builtin(), 8, quiet, []) is None  # no speculation seen: absent, not 0
+    assert await _acceptance(exp, builtin(), 8, {"metrics_before": None, "metrics_after": None}, []) is None  # --enable-metrics off
+
+
+def test_the_counters_are_the_installed_sglangs_own() -> None:
+    """The names and the per-request increments come from the installed SGLang (read, not imported)."""
+    need_sglang()
+    (root,) = SGLANG_PYTHON.parent.parent.glob("lib/python3*/site-packages/sglang")
+    collector = (root / "srt/observability/metrics_collector.py").read_text()
+    for name in SPEC_COUNTERS:
+        assert f'name="{name}_total"' in collector
+    assert "self.generation_tokens_total.labels(**stream_labels).inc(generation_tokens)" in collector
+    assert "self.spec_verify_calls_total.labels(**labels).inc(spec_verify_ct)" in collector

@@ -207,9 +207,13 @@ def _derive(base: SourcedExperiment, name: str, values: dict[str, AxisValue]) ->
         return None, f"{where}: {first['msg'].removeprefix('Value error, ')}"
     if exp.engine not in ENGINE_MODULES:
         return None, f"engine: unknown engine {exp.engine!r} (known: {', '.join(sorted(ENGINE_MODULES))})"
-    bad = get_adapter(exp.engine).problems(exp)
+    adapter = get_adapter(exp.engine)
+    bad = adapter.problems(exp)
     if bad:
         return None, f"{bad[0].path}: {exp.engine}: {bad[0].message}"
+    extra = {k: v for k, v in adapter.metrics_args if k not in exp.engine_args}  # what the records are replayed from
+    if extra:
+        exp = exp.model_copy(update={"engine_args": {**exp.engine_args, **extra}})
     return exp, None
 
 
