@@ -14,14 +14,16 @@ from typing import Any
 import pytest
 
 from engines.campaign import control
+from engines.campaign.plots import plot_series
 from engines.catalog import load_catalog
-from tests.fixtures.campaignlab import marked, two_load_campaign
+from tests.fixtures.campaignlab import marked, recorded_campaign, two_load_campaign
 from tests.fixtures.runlab import Lab
 from tests.fixtures.tui import pilot_wait, screen_text
 from tui.app import ServelabApp
 from tui.screens.campaign import CampaignScreen
 from tui.screens.campaigns import CampaignsScreen
 from tui.screens.confirm import ConfirmScreen
+from tui.widgets.campaign_plots import ChartPlot
 
 
 @pytest.fixture(autouse=True)
@@ -124,6 +126,14 @@ async def test_start_follow_stop_with_confirm_resume_and_finished_table(lab: Lab
         assert len(speedups) == 2 and all(s is not None for s in speedups)
         assert f"{speedups[0]:.2f}x" in text  # the report's figure, as drawn
         assert "▶" not in text  # nothing current once done
+        # the three charts draw the core's series, named as the core names them
+        drawn = {p.key: [s.label for s in p.chart.series] for p in screen.query(ChartPlot) if p.chart is not None}
+        assert drawn == {c.key: [s.label for s in c.series] for c in plot_series(screen.report).charts}
+        assert drawn["throughput"] == ["vllm baseline", "vllm ngram K=2"]
+        assert drawn["speedup"] == ["vllm ngram c=1", "vllm ngram c=2"]
+        assert drawn["acceptance"] == []  # the StubEngine reports no per-position rates: said, not drawn as 0
+        for label in ("vllm baseline", "vllm ngram K=2", "vllm ngram c=1", "Speedup over baseline against K", "no measured points yet"):
+            assert label in text, label
         state = json.loads((lab.workdir / "campaigns" / screen.campaign_id / "state.json").read_text())
         assert state["status"] == "done"
 
@@ -138,3 +148,29 @@ async def test_readonly_offers_no_start_or_stop(lab: Lab) -> None:
         await pilot.pause()
         assert not isinstance(app.screen, ConfirmScreen)
         assert not (lab.workdir / "campaigns").exists()
+
+
+async def test_a_finished_real_campaign_shows_its_table_charts_and_recommendation(lab: Lab) -> None:
+    camp_id = recorded_campaign(lab)  # a tiny-vLLM campaign's own records: real acceptance per position
+    app = _app(lab)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await _open_campaigns(app, pilot)
+        screen = _campaigns(app)
+        assert camp_id in screen_text(app) and "done" in screen_text(app)
+        screen.select_row(next(r.key for r in screen.rows if r.started is not None and r.started.id == camp_id))
+        await pilot.press("enter")
+        await pilot_wait(pilot, lambda: isinstance(app.screen, CampaignScreen) and app.screen.plots is not None)
+        campaign = app.screen
+        assert isinstance(campaign, CampaignScreen) and campaign.report is not None and campaign.plots is not None
+        await pilot_wait(pilot, lambda: "recommendation:" in screen_text(app) and "vllm ngram K=2 c=4" in screen_text(app))
+        text = screen_text(app)
+        acc = {s.label: s for s in campaign.plots.acceptance.series}
+        assert sorted(acc) == ["vllm ngram K=2 c=1", "vllm ngram K=2 c=4"]
+        for label in acc:
+            assert label in text, label  # the legend of the acceptance chart
+        assert "no measured points yet" not in text
+        spec = [r for r in campaign.report.rows if r.k is not None and r.acceptance_rate is not None]
+        assert spec and all(f"{r.acceptance_rate * 100:.0f}%" in text for r in spec)
+        assert " ".join(f"{p:.2f}" for p in spec[0].per_position) in text
+        assert campaign.report.recommendation and campaign.report.recommendation[:40] in text
+        assert "▶" not in text

@@ -21,11 +21,13 @@ from textual.widgets import Footer, Header, Static
 from engines.campaign import control
 from engines.campaign.control import CampaignStatus
 from engines.campaign.listing import CurrentStep, current_step
+from engines.campaign.plots import CampaignPlots, plot_series
 from engines.campaign.report import CampaignReport, build_report
 from engines.catalog import Catalog, load_catalog
 from engines.errors import ServelabError
 from engines.hosts.base import HostUnreachable
 from tui.app import servelab_app
+from tui.widgets.campaign_plots import CampaignCharts
 from tui.widgets.campaign_view import current_text, points_table, recommendation_text, status_line
 
 #: How often the screen reads the campaign's state on its host.
@@ -46,6 +48,7 @@ class CampaignScreen(Screen[None]):
         self.campaign_id = campaign_id
         self.status: CampaignStatus | None = None
         self.report: CampaignReport | None = None
+        self.plots: CampaignPlots | None = None
         self.current: CurrentStep | None = None
         self.problem: str | None = None
         #: Each point's state when the report was last built: a change rebuilds it.
@@ -58,6 +61,7 @@ class CampaignScreen(Screen[None]):
         with VerticalScroll(id="campaign-body"):
             yield Static("", id="campaign-points")
             yield Static("", id="campaign-recommendation")
+            yield CampaignCharts(id="campaign-charts")
         yield Static("", id="campaign-problem")
         yield Footer()
 
@@ -92,6 +96,8 @@ class CampaignScreen(Screen[None]):
             if seen != self._report_of:
                 self.report = await build_report(catalog, self.campaign_id)
                 self._report_of = seen
+                self.plots = plot_series(self.report)
+                self.query_one(CampaignCharts).show(self.plots)
         except (ServelabError, HostUnreachable, OSError) as exc:
             self.problem = str(exc)  # the last state read stays shown
             self._draw()

@@ -82,14 +82,17 @@ def _f(x: float | None, fmt: str, suffix: str = "") -> str:
     return "" if x is None or x != x else format(x, fmt) + suffix
 
 
-RESULT_COLUMNS = ("", "load", "point", "state", "accept", "len", "per position", "tok/s", "±", "TTFT ms", "TPOT ms", "load s", "speedup", "±x")
+RESULT_COLUMNS = ("", "load", "point", "state", "accept", "len", "per position", "tok/s", "±", "TTFT ms", "TPOT ms", "load s", "speedup", "±x", "why")
 
 
 def points_table(st: CampaignStatus | None, report: CampaignReport | None, current: CurrentStep | None) -> Table:
     """Every point in run order: its live state (from the status) and its figures (from the report)."""
     table = Table(box=None, show_header=True, header_style="bold", padding=(0, 1), expand=False)
     for col in RESULT_COLUMNS:
-        table.add_column(col, no_wrap=col != "point")
+        if col in ("point", "why"):  # the long ones wrap; the figures keep their width
+            table.add_column(col, max_width=44 if col == "point" else 60, overflow="fold")
+        else:
+            table.add_column(col, no_wrap=True, min_width=len(col))
     rows: dict[str, PointRow] = {r.point: r for r in report.rows} if report is not None else {}
     order = [p.name for p in st.points] if st is not None else list(rows)
     states = {p.name: p for p in st.points} if st is not None else {}
@@ -101,8 +104,8 @@ def points_table(st: CampaignStatus | None, report: CampaignReport | None, curre
         is_current = current is not None and current.point == name
         label = f"{row.engine} {row.label}" if row is not None else name
         state_cell = state_text(state)
-        if error and state != "done":
-            state_cell.append(f" {error[-60:]}", style="red")
+        # the end of a long reason is where its cause is (the status line and the CLI's json have it whole)
+        why = Text(error if len(error) <= 90 else "…" + error[-89:], style="red") if error and state != "done" else ""
         load = live.load if live is not None else (row.load if row is not None else 0)
         cells: list[Text | str] = [Text(CURRENT_MARK, style="bold yellow") if is_current else "", str(load + 1), label, state_cell]
         if row is not None:
@@ -117,9 +120,10 @@ def points_table(st: CampaignStatus | None, report: CampaignReport | None, curre
                 _f(row.load_s, ".0f"),
                 _f(row.speedup, ".2f", "x"),
                 _f(row.speedup_band, ".2f"),
+                why,
             ]
         else:
-            cells += [""] * 10
+            cells += [""] * 10 + [why]
         table.add_row(*cells, style="reverse" if is_current else None)
     return table
 
@@ -135,6 +139,11 @@ def current_text(st: CampaignStatus | None, current: CurrentStep | None) -> Text
 
 
 def recommendation_text(report: CampaignReport | None) -> Text:
+    """The report's recommendation, then its per-batch-size K table(s) when concurrency was an axis."""
     if report is None or not report.recommendation:
         return Text("recommendation: none yet (it needs a measured speculative point and its baseline)", style="dim")
-    return Text.assemble(("recommendation: ", "bold"), report.recommendation)
+    text = Text.assemble(("recommendation: ", "bold"), report.recommendation)
+    for table in report.batch_size_tables:
+        text.append("\n")
+        text.append(table.line(), style="cyan")
+    return text
