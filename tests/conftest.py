@@ -20,6 +20,7 @@ pytest_plugins: list[str] = [
     "tests.fixtures.sshd",
     "tests.fixtures.runlab",
     "tests.fixtures.tui",
+    "tests.fixtures.tmux",
     "tests.fixtures.engine",
     "tests.fixtures.drafters",
     "tests.fixtures.fake_sglang",

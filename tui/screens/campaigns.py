@@ -27,7 +27,6 @@ from engines.campaign.listing import CampaignEntry, StartedCampaigns, campaign_e
 from engines.catalog import Catalog, load_catalog
 from engines.errors import ServelabError
 from engines.hosts.base import HostUnreachable
-from engines.loader import display_path
 from tui.app import servelab_app
 from tui.widgets.campaign_view import minutes, plan_renderable, state_text, status_line
 
@@ -42,6 +41,11 @@ class Row:
     key: str
     entry: CampaignEntry | None = None
     started: CampaignStatus | None = None
+
+
+def _where(entry: CampaignEntry) -> str:
+    """The file as the operator names it: relative to the experiments folder."""
+    return f"{entry.path.parent.name}/{entry.path.name}"
 
 
 class CampaignCommands(Provider):
@@ -105,7 +109,7 @@ class CampaignsScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.title = "campaigns"
-        self.sub_title = f"campaigns in {display_path(servelab_app(self).folder / 'campaigns')} and on the hosts"
+        self.sub_title = "campaign files, and the campaigns started on the hosts"
         table = self.query_one(DataTable)
         for key, label in (("name", "campaign"), ("where", "where"), ("status", "status"), ("points", "points"), ("loads", "loads"), ("estimate", "estimate")):
             table.add_column(label, key=key)
@@ -170,10 +174,10 @@ class CampaignsScreen(Screen[None]):
             e = row.entry
             if e.plan is None or e.problems:
                 why = str(e.problems[0]) if e.problems else "invalid"
-                return [Text(e.name, style="bold red"), Text(display_path(e.path)), Text("invalid", style="red"), Text(why[-70:], style="red"), Text(""), Text("")]
+                return [Text(e.name, style="bold red"), Text(_where(e)), Text("invalid", style="red"), Text(why[-70:], style="red"), Text(""), Text("")]
             latest = self.started.latest_of(e.plan.campaign)
             status = Text.assemble("latest ", state_text(latest.status)) if latest is not None else Text("not started", style="dim")
-            return [Text(e.name, style="bold"), Text(display_path(e.path)), status, Text(str(len(e.plan.points))), Text(str(len(e.plan.loads))), Text(minutes(e.plan.estimate_s))]
+            return [Text(e.name, style="bold"), Text(_where(e)), status, Text(str(len(e.plan.points))), Text(str(len(e.plan.loads))), Text(minutes(e.plan.estimate_s))]
         st = row.started
         assert st is not None
         done = st.counts().get("done", 0)

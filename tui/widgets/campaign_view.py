@@ -52,17 +52,16 @@ def plan_renderable(entry: CampaignEntry) -> Group:
         return Group(*parts)
     parts.append(Text(f"{len(p.points)} points in {len(p.loads)} loads · estimated loading time {minutes(p.estimate_s)}"))
     names = {pt.name: pt for pt in p.points}
-    table = Table(box=None, show_header=True, header_style="bold", padding=(0, 1), expand=False)
-    for col in ("load", "engine", "host", "speculation", "estimate", "points"):
-        table.add_column(col)
     for load in p.loads:
         spec = load.experiment.speculative
-        k = f"{spec.method} K={spec.num_tokens}" if spec.method != "none" else "none"
-        points = "\n".join(names[n].label + (f"  (vs {names[n].baseline_point})" if names[n].baseline_point and names[n].baseline_point in names else "") for n in load.points)
-        table.add_row(str(load.index + 1), load.experiment.engine, load.experiment.host, k, minutes(load.estimate_s), points)
+        k = f"{spec.method} K={spec.num_tokens}" if spec.method != "none" else "no speculation"
+        parts.append(Text.assemble((f"load {load.index + 1}", "bold"), f": {load.experiment.engine} on {load.experiment.host}, {k} (load time {minutes(load.estimate_s)})"))
         if load.speculative_flags:
-            table.add_row("", "", "", Text(" ".join(load.speculative_flags), style="cyan"), "", "")
-    parts.append(table)
+            parts.append(Text("  engine flags: " + " ".join(load.speculative_flags), style="cyan"))
+        for name in load.points:
+            pt = names[name]
+            paired = "  · vs the baseline's point with the same probe settings" if pt.baseline_point else ""
+            parts.append(Text.assemble(f"  - {pt.label}", (paired, "dim")))
     return Group(*parts)
 
 
@@ -90,9 +89,9 @@ def points_table(st: CampaignStatus | None, report: CampaignReport | None, curre
     table = Table(box=None, show_header=True, header_style="bold", padding=(0, 1), expand=False)
     for col in RESULT_COLUMNS:
         if col in ("point", "why"):  # the long ones wrap; the figures keep their width
-            table.add_column(col, max_width=44 if col == "point" else 60, overflow="fold")
+            table.add_column(col, min_width=24 if col == "point" else None, max_width=44 if col == "point" else 60, overflow="fold")
         else:
-            table.add_column(col, no_wrap=True, min_width=len(col))
+            table.add_column(col, no_wrap=True, min_width=max(len(col), 1))
     rows: dict[str, PointRow] = {r.point: r for r in report.rows} if report is not None else {}
     order = [p.name for p in st.points] if st is not None else list(rows)
     states = {p.name: p for p in st.points} if st is not None else {}
