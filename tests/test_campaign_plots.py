@@ -38,24 +38,25 @@ async def test_series_are_the_reports_own_figures(lab: Lab) -> None:
     plots = plot_series(report)
     spec = [r for r in report.rows if r.k is not None and r.status == "done"]
     base = [r for r in report.rows if r.k is None]
-    assert len(spec) == 2 and len(base) == 2  # n-gram K=2 and the baseline, at concurrency 1 and 4
+    assert len(spec) == 4 and len(base) == 4  # n-gram K=2 and 4, the baseline and the crashed load (no speculation), at concurrency 1 and 4
 
     speed = {s.label: s.points for s in plots.speedup.series}
     assert sorted(speed) == ["vllm ngram c=1", "vllm ngram c=4"] and plots.speedup.reference_y == 1.0
     for pts in speed.values():
-        (p,) = pts
-        r = rows[p.point]
-        assert p.x == 2 and p.y == r.speedup and p.band == r.speedup_band and r.speedup and r.speedup > 0
+        assert [p.x for p in pts] == [2.0, 4.0]
+        for p in pts:
+            r = rows[p.point]
+            assert p.x == r.k and p.y == r.speedup and p.band == r.speedup_band and r.speedup and r.speedup > 0
 
     acc = {s.label: s.points for s in plots.acceptance.series}
-    assert sorted(acc) == ["vllm ngram K=2 c=1", "vllm ngram K=2 c=4"]
+    assert list(acc) == ["vllm ngram K=2 c=1", "vllm ngram K=2 c=4", "vllm ngram K=4 c=1", "vllm ngram K=4 c=4"]
     for pts in acc.values():
         r = rows[pts[0].point]
-        assert [p.x for p in pts] == [1.0, 2.0] and tuple(p.y for p in pts) == r.per_position
-        assert all(0 < p.y <= 1 for p in pts) and pts[0].y >= pts[1].y  # position 2 is accepted only after position 1
+        assert [p.x for p in pts] == [float(i + 1) for i in range(r.k or 0)] and tuple(p.y for p in pts) == r.per_position
+        assert all(0 < p.y <= 1 for p in pts) and all(a.y >= b.y for a, b in zip(pts, pts[1:]))  # position i+1 only after i
 
     tps = {s.label: s.points for s in plots.throughput.series}
-    assert sorted(tps) == ["vllm baseline", "vllm ngram K=2"]
+    assert sorted(tps) == ["vllm baseline", "vllm ngram K=2", "vllm ngram K=4"]  # the crashed load measured nothing
     for pts in tps.values():
         assert [p.x for p in pts] == [1.0, 4.0]
         for p in pts:
@@ -75,8 +76,8 @@ async def test_files_are_valid_svg_and_png_with_the_series_labels(lab: Lab, tmp_
     texts = {c: svg_texts(tmp_path / "plots" / f"{c}.svg") for c in CHARTS}
     assert f"{report.campaign}: Speedup over baseline against K" in texts["speedup"]
     assert {"vllm ngram c=1", "vllm ngram c=4", "K (tokens drafted per step)", "speedup (x)"} <= set(texts["speedup"])
-    assert {"vllm ngram K=2 c=1", "vllm ngram K=2 c=4", "draft position"} <= set(texts["acceptance"])
-    assert {"vllm baseline", "vllm ngram K=2", "probe concurrency", "output tok/s", "1", "4"} <= set(texts["throughput"])
+    assert {"vllm ngram K=2 c=1", "vllm ngram K=4 c=4", "draft position", "1", "2", "3", "4"} <= set(texts["acceptance"])
+    assert {"vllm baseline", "vllm ngram K=2", "vllm ngram K=4", "probe concurrency", "output tok/s", "1", "4"} <= set(texts["throughput"])
 
 
 def test_a_campaign_with_nothing_measured_still_gets_its_files(tmp_path: Path) -> None:

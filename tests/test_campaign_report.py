@@ -146,14 +146,19 @@ def test_installed_vllm_accepts_the_table_and_picks_each_k() -> None:
 
 
 async def test_recorded_real_campaign_says_no_k_beat_the_baseline(lab: Lab) -> None:
-    """On this CPU n-gram K=2 is slower than the baseline at concurrency 1 and 4 (real records)."""
+    """On this CPU n-gram K=2 and K=4 are slower than the baseline at concurrency 1 and 4 (real records)."""
     report = await build_report(load_catalog(lab.folder), recorded_campaign(lab))
     spec = sorted((r for r in report.rows if r.k is not None and r.status == "done"), key=lambda r: r.concurrency or 0)
-    assert [r.concurrency for r in spec] == [1, 4] and all(r.speedup is not None and r.speedup < 1.0 for r in spec)
+    assert [r.concurrency for r in spec] == [1, 1, 4, 4] and all(r.speedup is not None and r.speedup < 1.0 for r in spec)
     (table,) = report.batch_size_tables
     assert table.best_k == ((1, 0), (4, 0)) and table.flags is None
     assert f"per batch size: {table.line()}" in render(report, "table").splitlines()
     assert json.loads(render(report, "json"))["batch_size_tables"][0]["best_k"] == [[1, 0], [4, 0]]
+    crashed = [r for r in report.rows if r.status == "failed"]
+    assert len(crashed) == 2 and all(r.error is not None for r in crashed)
+    for r in crashed:  # the supervisor knew the exit code; the report adds the run log's root cause
+        assert r.error is not None and r.error.startswith("load 4 crashed: engine exited with code 1")
+        assert "root cause: ValueError: Available memory on node" in r.error and "kv-cache-memory-bytes" in r.error
 
 
 # -- SGLang acceptance from the recorded /metrics -----------------------------------------------------
