@@ -185,9 +185,12 @@ async def measure(args: argparse.Namespace, tmp: Path, rss_start: float) -> None
         await asyncio.sleep(0.05)
     app = ServelabApp(folder)
     app.watch_runs = False
-    from tui.app import SWITCH_INTERVAL_S
+    from tui.app import tune_process
 
-    sys.setswitchinterval(args.switch_interval if args.switch_interval is not None else SWITCH_INTERVAL_S)  # as run_app does
+    if not args.no_tune:
+        tune_process()  # as run_app does
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
     print(f"GIL switch interval {sys.getswitchinterval() * 1000:.1f} ms")
     frames: list[float] = []
     original_display = app._display
@@ -352,4 +355,5 @@ if __name__ == "__main__":
     parser.add_argument("--trim", action="store_true", help="glibc only: after growing, print how much RSS malloc_trim returns")
     parser.add_argument("--tracemalloc-top", type=int, default=12, help="how many growers --tracemalloc prints")
     parser.add_argument("--switch-interval", type=float, default=None, help="override the app's GIL switch interval (s)")
+    parser.add_argument("--no-tune", action="store_true", help="skip run_app's process settings (switch interval, gc.freeze)")
     asyncio.run(main(parser.parse_args()))

@@ -165,3 +165,34 @@ async def test_plain_lines_draw_as_rich_draws_them(tmp_path: Path) -> None:
         for line in lines:
             assert view._line_strip(line) == view._rich_strip(line), index.text(line)
             assert view._line_strip(line).cell_length == view._rich_strip(line).cell_length
+
+
+async def test_swapping_the_end_for_the_whole_log_keeps_the_readers_place_and_search(tmp_path: Path) -> None:
+    """A paused reader of a long log's end stays on the same line, cursor and search when the whole log arrives."""
+    data = NGRAM_LOG.read_bytes() * 3
+    origin = data.index(b"\n", len(data) * 2 // 3) + 1
+    tail = LineIndex(tmp_path / "tail.log")
+    tail.append(data[origin:])
+    whole = LineIndex(tmp_path / "whole.log")
+    whole.append(data)
+    app = LogApp(tail)
+    async with app.run_test(size=(100, 20)) as pilot:
+        panel = app.query_one(LogPanel)
+        await pilot.pause()
+        await pilot.press("slash", *"speculative", "enter")  # a search in the end alone: jumps to its first match
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        view = panel.view
+        assert not view.follow and view.cursor_line is not None
+        cursor_text = tail.text(view.cursor_line)
+        top_text = tail.text(tail.line_at_row(int(view.scroll_offset.y)))
+        panel.swap_index(whole, lambda line: whole.line_at_offset(origin + tail.start_of(line)))
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert panel.index is whole and view.index is whole and not view.follow
+        assert view.cursor_line is not None and view.cursor_line > tail.line_count
+        assert whole.text(view.cursor_line) == cursor_text
+        assert whole.text(whole.line_at_row(int(view.scroll_offset.y))) == top_text
+        assert whole.search is not None and whole.search.pattern == "speculative"
+        assert panel.match_count == len(whole.matches) > len(tail.matches)
+        assert f"{whole.line_count} lines" in status(app)

@@ -6,6 +6,7 @@ user's keymap, and offers the global actions (help, back, theme, screens).
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from collections.abc import Iterable
@@ -305,15 +306,25 @@ def known_binding_ids() -> set[str]:
     return ids
 
 
+def tune_process() -> None:
+    """Process-wide settings for the dashboard's own process (run_app; the bench does the same)."""
+    # Log ingestion runs in a thread; a short GIL switch interval keeps keys and frames prompt
+    # while it is busy (the default 5 ms lets a hot thread delay each UI step).
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    # What is alive now (imported modules, their classes and functions) lives as long as the
+    # process: keep it out of the collector's full passes, which walked it all several times a
+    # minute while a log grew (pauses of 100-900 ms on the loaded 2-core machine, a key's p99;
+    # bench/tui_follow.py prints them). Garbage made later is still collected.
+    gc.collect()
+    gc.freeze()
+
+
 def run_app(folder: str | None, readonly: bool) -> int:
     """Open the dashboard; returns the exit code for ``servelab``."""
     path = Path(folder) if folder is not None else default_dir()
     if not path.is_dir():
         raise ServelabError(f"experiments folder not found: {path} (use --dir or $SERVELAB_EXPERIMENTS)")
-    # Log ingestion runs in a thread; a short GIL switch interval keeps keys and frames prompt
-    # while it is busy (the default 5 ms lets a hot thread delay each UI step). Process-wide, so
-    # set here, where the dashboard owns the process.
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    tune_process()
     app = ServelabApp(path, readonly=readonly)
     result = app.run()
     return int(result or 0)

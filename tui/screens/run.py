@@ -208,7 +208,7 @@ class RunScreen(Screen[None]):
         self.query_one(LogPanel).set_index(index, note=f"the log's end; reading its first {tail.offset / 1e6:,.0f} MB")
 
     def _swap_in_whole_log(self) -> None:
-        """The whole log is spooled past the tail's end: show it, in the reader's place."""
+        """The whole log is spooled and classified past the tail's end: show it, in the reader's place."""
         tail, origin = self.tail, self._tail_origin
         assert tail is not None
         index = self.index
@@ -227,7 +227,7 @@ class RunScreen(Screen[None]):
             return
         if self.tail is None:
             self.query_one(LogPanel).lines_added(update.rows)
-        elif self.index.size >= self._tail_end:
+        elif self.index.classified_bytes >= self._tail_end:  # spooled and its kinds known: no unfolded flash
             self._swap_in_whole_log()
         if update.analysis is not None:
             if self.live is not None:

@@ -417,7 +417,11 @@ class LogPanel(Vertical):
         self._update_status()
 
     def _update_status(self) -> None:
-        view = self.view
+        try:
+            view = self.view
+            status = self.query_one("#log-status", Static)
+        except NoMatches:  # being removed (the screen closed while an update was on its way)
+            return
         index = self.index
         parts = ["following" if view.follow else "paused"]
         if not view.follow and self.pending:
@@ -432,7 +436,6 @@ class LogPanel(Vertical):
         parts.append(f"{index.line_count} lines")
         if self.note:
             parts.append(self.note)
-        status = self.query_one("#log-status", Static)
         status.update(" · ".join(parts), layout=False)  # one fixed row: no relayout per chunk
         status.set_class(not view.follow and self.pending > 0, "-paused")
 
