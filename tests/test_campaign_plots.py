@@ -13,7 +13,7 @@ from engines.campaign.plots import CHARTS, plot_series, write_plots
 from engines.campaign.report import CampaignReport, build_report
 from engines.catalog import load_catalog
 from tests.conftest import REPO
-from tests.fixtures.campaignlab import recorded_campaign
+from tests.fixtures.campaignlab import FULL_SWEEP, recorded_campaign
 from tests.fixtures.runlab import Lab
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -33,7 +33,7 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 async def test_series_are_the_reports_own_figures(lab: Lab) -> None:
-    report = await build_report(load_catalog(lab.folder), recorded_campaign(lab))
+    report = await build_report(load_catalog(lab.folder), recorded_campaign(lab, FULL_SWEEP))
     rows = {r.point: r for r in report.rows}
     plots = plot_series(report)
     spec = [r for r in report.rows if r.k is not None and r.status == "done"]
@@ -67,7 +67,7 @@ async def test_series_are_the_reports_own_figures(lab: Lab) -> None:
 
 
 async def test_files_are_valid_svg_and_png_with_the_series_labels(lab: Lab, tmp_path: Path) -> None:
-    report = await build_report(load_catalog(lab.folder), recorded_campaign(lab))
+    report = await build_report(load_catalog(lab.folder), recorded_campaign(lab, FULL_SWEEP))
     written = write_plots(plot_series(report), tmp_path / "plots")
     assert sorted(p.name for p in written) == sorted(f"{c}.{e}" for c in CHARTS for e in ("svg", "png"))
     for chart in CHARTS:
@@ -89,7 +89,7 @@ def test_a_campaign_with_nothing_measured_still_gets_its_files(tmp_path: Path) -
 
 
 def test_report_plots_from_the_command_line(lab: Lab, tmp_path: Path) -> None:
-    camp = recorded_campaign(lab)
+    camp = recorded_campaign(lab, FULL_SWEEP)
 
     def servelab(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

@@ -20,7 +20,7 @@ from engines.probe.prompts import builtin
 from engines.vllm import batch_size_ranges
 from engines.sglang import SPEC_COUNTERS
 from tests.conftest import ENGINE_PYTHON, SGLANG_PYTHON, need_engine, need_sglang
-from tests.fixtures.campaignlab import recorded_campaign, two_load_campaign
+from tests.fixtures.campaignlab import FULL_SWEEP, recorded_campaign, two_load_campaign
 from tests.fixtures.runlab import Lab
 
 VLLM_BEFORE = """# TYPE vllm:spec_decode_num_drafts counter
@@ -147,7 +147,7 @@ def test_installed_vllm_accepts_the_table_and_picks_each_k() -> None:
 
 async def test_recorded_real_campaign_says_no_k_beat_the_baseline(lab: Lab) -> None:
     """On this CPU n-gram K=2 and K=4 are slower than the baseline at concurrency 1 and 4 (real records)."""
-    report = await build_report(load_catalog(lab.folder), recorded_campaign(lab))
+    report = await build_report(load_catalog(lab.folder), recorded_campaign(lab, FULL_SWEEP))
     spec = sorted((r for r in report.rows if r.k is not None and r.status == "done"), key=lambda r: r.concurrency or 0)
     assert [r.concurrency for r in spec] == [1, 1, 4, 4] and all(r.speedup is not None and r.speedup < 1.0 for r in spec)
     (table,) = report.batch_size_tables
