@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from engines.experiment import Experiment
     from engines.logs.grammar import LogGrammar
     from engines.multinode import NodePlan, NodeTarget
+    from engines.nodes_hints import RendezvousGrammar
     from engines.probe.metrics import AcceptanceWindow, LatencyHistograms
     from engines.probe.prompts import PromptSet
 
@@ -122,6 +123,9 @@ class EngineAdapter(Protocol):
     def node_plans(self, exp: Experiment, targets: list[NodeTarget]) -> list[NodePlan]:
         """What each node of a multi-node experiment runs, head first (``targets[0]``)."""
         ...
+
+    #: The engine's rendezvous lines, and what a stuck join points at (``engines/nodes_hints.py``).
+    rendezvous: RendezvousGrammar
 
     def read_acceptance(self, http: httpx.AsyncClient, exp: Experiment | None, prompts: PromptSet, max_tokens: int) -> AcceptanceWindow:
         """A window that measures speculative-decoding acceptance the way this engine counts it.

@@ -118,6 +118,8 @@ class MultiNode(Strict):
     port: Annotated[int, Field(ge=1, le=65535)] = 29500
     #: The Ray head's GCS port (``ray start --head --port``), for ``backend = "ray"``.
     ray_port: Annotated[int, Field(ge=1, le=65535)] = 6379
+    #: Seconds the nodes' join (rendezvous) may take before servelab calls it a hang (default: the engine's).
+    rendezvous_s: Annotated[float, Field(gt=0, le=3600)] | None = None
 
 
 class Experiment(Strict):

@@ -35,11 +35,18 @@ class NodeTarget:
 
 @dataclass(frozen=True)
 class NodeProcess:
-    """One process a node runs. ``serves`` marks the one that answers HTTP (only on the head)."""
+    """One process a node runs. ``serves`` marks the one that answers HTTP (only on the head).
+
+    ``check`` is a quick command of the engine's own (run on the node with ``spec.env`` before
+    anything starts on any node): when it fails, its last stderr line, in the engine's words, stops
+    the launch. ``port`` is what the process listens on, so nodes sharing a machine do not collide.
+    """
 
     role: str
     spec: LaunchSpec
     serves: bool = False
+    check: list[str] | None = None
+    port: int | None = None
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from engines.adapter import LaunchSpec
 from engines.catalog import Catalog
 from engines.errors import ServelabError
 from engines.experiment import SourcedExperiment
@@ -244,9 +245,16 @@ class Runs:
             raise ServelabError(f"{exp.name}: definition has problems: {problems[0]} (run 'servelab check {exp.name}')")
         cfg = self.catalog.host(host or exp.experiment.host)
         patch_record = {} if skip_preflight else await self._preflight(exp, cfg, progress)
+        return await self.start_spec(exp, cfg, self.catalog.launch_spec(exp, cfg), new_run_id(exp.name), exp.experiment.port, patch_record)
+
+    async def start_spec(
+        self, exp: SourcedExperiment, cfg: HostConfig, spec: LaunchSpec, run_id: str, port: int, patch_record: dict[str, Any]
+    ) -> RunRecord:
+        """Write the run's folder on ``cfg`` and start ``spec`` there through runctl (no preflight).
+
+        :meth:`launch` uses it for one host; ``engines.nodes_run`` for each node of a multi-node run.
+        """
         h = open_host(cfg)
-        spec = self.catalog.launch_spec(exp, cfg)
-        run_id = new_run_id(exp.name)
         run_dir = f"{runs_root(cfg)}/{run_id}"
         e = exp.experiment
         rec = RunRecord(
@@ -256,7 +264,7 @@ class Runs:
             host=cfg.name,
             argv=list(spec.argv),
             env=dict(spec.env),
-            port=e.port,
+            port=port,
             model=self.catalog.host_path(exp, e.model, cfg),
             run_dir=run_dir,
             log_path=f"{run_dir}/{LOG_NAME}",

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from engines.adapter import ArgValidation, Inexpressible, LaunchSpec, engine_args_problems, render_flags
 from engines.experiment import Experiment
 from engines.multinode import NodePlan, NodeProcess, NodeTarget, multinode_problems, with_env
+from engines.nodes_hints import RendezvousGrammar
 from engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
 from engines.probe.metrics import LatencyHistograms
 
@@ -290,10 +291,27 @@ class SglangAdapter:
         init = f"{targets[0].node.address}:{mn.port}"
         plans: list[NodePlan] = []
         for t in targets:
-            tail = ["--nnodes", str(len(targets)), "--node-rank", str(t.node.rank), "--dist-init-addr", init]
+            rank = t.node.rank
+            tail = ["--nnodes", str(len(targets)), "--node-rank", str(rank), "--dist-init-addr", init]
+            # A worker node only runs a dummy health server on --port. Two nodes at one address
+            # (one machine) cannot both listen there: such a worker takes port+rank (SGLang's last
+            # --port wins). Nodes at their own addresses run the same command but the rank.
+            shared = any(o.node.address == t.node.address for o in targets[:rank])
+            port = exp.port + rank if shared else exp.port
+            tail += ["--port", str(port)] if port != exp.port else []
             spec = with_env(self.launch_spec(exp, t.python, t.model, t.draft_model), {}, tail)
-            plans.append(NodePlan(t.node, [NodeProcess("server" if t.node.rank == 0 else "worker", spec, serves=t.node.rank == 0)]))
+            plans.append(NodePlan(t.node, [NodeProcess("server" if rank == 0 else "worker", spec, serves=rank == 0, port=port)]))
         return plans
+
+    #: Every rank prints ``[.. TPk] Init parallel begin.`` / ``Init parallel ends.`` (0.5.x;
+    #: ``Init torch distributed begin/ends.`` before), joining through ``--dist-init-addr``.
+    rendezvous = RendezvousGrammar(
+        begin=("Init parallel begin.", "Init torch distributed begin."),
+        end=("Init parallel ends.", "Init torch distributed ends."),
+        expected_s=90.0,
+        settings="the nodes cannot join: check --dist-init-addr (the head's address and port) is the same on every node and reachable, GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME, and that no stale head from an earlier run holds the port",
+        phrases=(("via NET/Socket", "NCCL fell back to TCP sockets (slow, or stuck behind a firewall): check NCCL_SOCKET_IFNAME (and NCCL_IB_HCA) so it takes the fast interface"),),
+    )
 
     # -- metrics reading ----------------------------------------------------------------------
     def read_acceptance(self, http: httpx.AsyncClient, exp: Experiment | None, prompts: PromptSet, max_tokens: int) -> SglangAcceptanceWindow:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from engines.adapter import ArgValidation, Inexpressible, LaunchSpec, engine_args_problems, render_flags
 from engines.experiment import Experiment
 from engines.multinode import NodePlan, NodeProcess, NodeTarget, multinode_problems, ray_cli, with_env
+from engines.nodes_hints import RendezvousGrammar
 from engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
 from engines.probe.metrics import LatencyHistograms
 
@@ -42,6 +43,10 @@ MANAGED_FLAGS: dict[str, str] = {
 }
 
 #: Flags servelab sets per node of a multi-node experiment.
+#: vLLM's own CLI (``vllm serve``): the only entry whose ``serve`` acts on ``--headless``
+#: (``run_headless``); the api_server module accepts the flag and starts a full server anyway.
+CLI_MAIN = "vllm.entrypoints.cli.main"
+
 NODE_FLAGS = ("nnodes", "node-rank", "master-addr", "master-port", "headless", "distributed-executor-backend")
 
 #: servelab's method names to vLLM's ``method`` values.
@@ -323,15 +328,33 @@ class VllmAdapter:
             if mn.backend == "ray":
                 ray = [ray_cli(t.python), "start", "--block", "--node-ip-address", t.node.address]
                 ray += ["--head", "--port", str(mn.ray_port)] if rank == 0 else ["--address", f"{head}:{mn.ray_port}"]
-                procs = [NodeProcess("ray-head" if rank == 0 else "ray-worker", LaunchSpec(ray, {"VLLM_HOST_IP": t.node.address}))]
+                ray_env = {"VLLM_HOST_IP": t.node.address}
+                procs = [NodeProcess("ray-head" if rank == 0 else "ray-worker", LaunchSpec(ray, ray_env), check=[ray_cli(t.python), "--version"], port=mn.ray_port if rank == 0 else None)]
                 if rank == 0:
                     server = with_env(spec, {"RAY_ADDRESS": f"{head}:{mn.ray_port}"}, ["--distributed-executor-backend", "ray"])
-                    procs.append(NodeProcess("server", server, serves=True))
+                    procs.append(NodeProcess("server", server, serves=True, port=exp.port))
             else:
                 tail = ["--nnodes", str(len(targets)), "--node-rank", str(rank), "--master-addr", head, "--master-port", str(mn.port)]
-                procs = [NodeProcess("server" if rank == 0 else "headless", with_env(spec, {}, tail + ([] if rank == 0 else ["--headless"])), serves=rank == 0)]
+                if rank == 0:
+                    procs = [NodeProcess("server", with_env(spec, {}, tail), serves=True, port=exp.port)]
+                else:
+                    procs = [NodeProcess("headless", headless_spec(spec, tail), check=[t.python, "-m", CLI_MAIN, "--version"])]
             plans.append(NodePlan(t.node, procs))
         return plans
+
+    #: vLLM logs ``world_size=.. rank=.. distributed_init_method=tcp://HEAD:PORT`` before the
+    #: process group forms and ``rank k in world size N is assigned as DP rank ..`` once it has
+    #: (parallel_state.py); Ray's wait is vllm/v1/executor/ray_utils.py.
+    rendezvous = RendezvousGrammar(
+        begin=("distributed_init_method=",),
+        end=("is assigned as DP rank",),
+        expected_s=90.0,
+        settings="the nodes cannot join: check the head's address and port (--master-addr/--master-port) on every node, VLLM_HOST_IP on each node, GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME, and that no stale head from an earlier run holds the port",
+        phrases=(
+            ("Waiting for creating a placement group", "Ray cannot place the workers: check `ray status` lists every node with its GPUs, and VLLM_HOST_IP on each node"),
+            ("via NET/Socket", "NCCL fell back to TCP sockets (slow, or stuck behind a firewall): check NCCL_SOCKET_IFNAME (and NCCL_IB_HCA) so it takes the fast interface"),
+        ),
+    )
 
     # -- metrics reading ----------------------------------------------------------------------
     def read_acceptance(self, http: httpx.AsyncClient, exp: Experiment | None, prompts: PromptSet, max_tokens: int) -> VllmCounterWindow:
@@ -419,3 +442,26 @@ def batch_size_ranges(best_k: list[tuple[int, int]]) -> list[list[int]]:
         else:
             out.append([1 if not out else c, hi, k])
     return out
+
+
+def headless_spec(spec: LaunchSpec, tail: list[str]) -> LaunchSpec:
+    """A worker node's command: ``python -m vllm.entrypoints.cli.main serve ... --headless``.
+
+    The api_server module ignores ``--headless`` (a worker started through it starts its own engine
+    core and dies with "collective_rpc should not be called on follower node"), so the worker goes
+    through vLLM's CLI. HTTP flags mean nothing there and are dropped.
+    """
+    argv = list(spec.argv)
+    i = argv.index("vllm.entrypoints.openai.api_server")
+    rest = argv[i + 1 :]
+    out: list[str] = []
+    skip = False
+    for a in rest:
+        if skip:
+            skip = False
+            continue
+        if a in ("--host", "--port"):
+            skip = True
+            continue
+        out.append(a)
+    return LaunchSpec([*argv[:i], CLI_MAIN, "serve", *out, *tail, "--headless"], dict(spec.env))

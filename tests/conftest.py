@@ -25,6 +25,7 @@ pytest_plugins: list[str] = [
     "tests.fixtures.drafters",
     "tests.fixtures.fake_sglang",
     "tests.fixtures.sglang_server",
+    "tests.fixtures.multinode_lab",
     "tests.fixtures.state",
 ]
 

@@ -1,0 +1,114 @@
+"""Rendezvous hangs of a multi-node run, and the setting each one points at.
+
+A node that printed its engine's "rendezvous begins" line and not its "rendezvous done" line for
+longer than the engine's expected time is stuck joining the others: the hint names what to look
+at (the head's address and port, the interface, a stale head). Lines that show a slow or stuck
+transport (NCCL on ``NET/Socket``, Ray waiting for a placement group) get their hint at once.
+The phrases are the engines' own and live in each adapter (``RendezvousGrammar``); this module
+holds none of them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from engines.nodes_run import NodeState
+
+
+@dataclass(frozen=True)
+class RendezvousGrammar:
+    """An engine's rendezvous lines: when joining starts, when it is done, and lines that are hints."""
+
+    begin: tuple[str, ...]
+    end: tuple[str, ...]
+    #: Seconds a healthy join takes at most (on a loaded 2-core CPU box it is ~25 s).
+    expected_s: float
+    #: What a stuck join points at, in the engine's settings.
+    settings: str
+    #: ``(phrase, hint)``: a line containing the phrase gets the hint as soon as it shows.
+    phrases: tuple[tuple[str, str], ...] = ()
+
+
+class HasRendezvous(Protocol):
+    rendezvous: RendezvousGrammar
+
+
+@dataclass(frozen=True)
+class RendezvousHint:
+    """A hint for one node: the line it rests on and what to check."""
+
+    rank: int
+    host: str
+    line: str
+    hint: str
+    #: Seconds the node has been waiting since the begin line (None for a phrase hint).
+    waited_s: float | None = None
+
+    def render(self) -> str:
+        waited = f" for {self.waited_s:.0f} s" if self.waited_s is not None else ""
+        return f"node {self.rank} ({self.host}) stuck{waited} at {self.line.strip()!r}: {self.hint}"
+
+
+_STAMP = re.compile(r"(?:(\d{4})-)?(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)")
+
+
+def stamp_of(text: str, year: int) -> float | None:
+    """The line's own timestamp (vLLM ``MM-DD HH:MM:SS``, SGLang ``YYYY-MM-DD HH:MM:SS``) as epoch
+    seconds, reading it as UTC; :func:`local_now` reads the clock the same way."""
+    m = _STAMP.search(text[:80])
+    if m is None:
+        return None
+    try:
+        stamp = dt.datetime(
+            int(m.group(1)) if m.group(1) else year, int(m.group(2)), int(m.group(3)),
+            int(m.group(4)), int(m.group(5)), int(m.group(6)), tzinfo=dt.timezone.utc,
+        )
+    except ValueError:
+        return None
+    return stamp.timestamp()
+
+
+def local_now() -> float:
+    """This machine's wall clock as the engines print it (local time), on the scale of :func:`stamp_of`."""
+    return dt.datetime.now().replace(tzinfo=dt.timezone.utc).timestamp()
+
+
+def scan_join(grammar: RendezvousGrammar, lines: list[str], now: float) -> tuple[str, str, float | None] | None:
+    """``(line, hint, waited)`` for one node's lines: a phrase hint, or a begin with no end past the expected time."""
+    year = dt.datetime.now().year
+    begun: str | None = None
+    for ln in lines:
+        for phrase, hint in grammar.phrases:
+            if phrase in ln:
+                return ln, hint, None
+        if any(b in ln for b in grammar.begin):
+            begun = ln
+        elif begun is not None and any(e in ln for e in grammar.end):
+            begun = None
+    if begun is None:
+        return None
+    at = stamp_of(begun, year)
+    if at is None or now - at < grammar.expected_s:
+        return None
+    return begun, grammar.settings, now - at
+
+
+def rendezvous_hint(grammar: RendezvousGrammar, logs: dict[int, tuple[str, list[str]]], now: float | None = None) -> RendezvousHint | None:
+    """The first node (by rank) whose log shows a stuck join: ``logs`` maps rank -> (host, lines)."""
+    t = local_now() if now is None else now
+    for rank in sorted(logs):
+        host, lines = logs[rank]
+        found = scan_join(grammar, lines, t)
+        if found is not None:
+            line, hint, waited = found
+            return RendezvousHint(rank, host, line, hint, waited)
+    return None
+
+
+def live_logs(states: list[NodeState]) -> list[NodeState]:
+    """Nodes whose join can still hang: alive and not yet ready."""
+    return [n for n in states if n.status is not None and n.status.alive and not (n.status.analysis and n.status.analysis.was_ready)]

@@ -1,0 +1,442 @@
+"""A multi-node run: one run id, one run folder per node process, launched, watched and stopped together.
+
+Each node process is an ordinary run on its own host (``<run-id>-n<rank>``, or
+``<run-id>-n<rank>-<role>`` for a node's second process), started by that host's runctl, so it has
+its own log, pid, pgid and exit code, and servelab only ever signals what runctl started. The
+group itself is ``nodes.json`` beside the head's first run. What differs between engines (the
+commands, each node's quick check, the log lines) comes from the adapter's
+:meth:`~engines.adapter.EngineAdapter.node_plans` and grammar; this module only orders and joins.
+
+- **Preflight on every node first**: servelab's preflight for each node's host, plus each
+  process's own ``check`` command (the engine's words when it fails). One failing node stops the
+  launch before anything starts.
+- **Start order**: :func:`engines.multinode.start_order` (helper daemons, then workers, then the head).
+- **Root cause across nodes**: the node that failed first, by the time of its failure, not the
+  head's wrapper that reports a peer's death.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import time
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import asdict, dataclass, field, replace
+
+from engines.adapter import get_adapter
+from engines.errors import ServelabError
+from engines.experiment import SourcedExperiment
+from engines.hosts.base import HostUnreachable
+from engines.hostsfile import HostConfig
+from engines.logs.rootcause import RootCause
+from engines.multinode import NodePlan, NodeProcess, start_order
+from engines.nodes_hints import RendezvousHint, live_logs, rendezvous_hint, stamp_of
+from engines.runs import RunRecord, Runs, RunStatus, new_run_id
+from engines.runstate import RunState
+
+GROUP_JSON = "nodes.json"
+
+
+@dataclass(frozen=True)
+class NodeRun:
+    """One node process of a multi-node run: where it runs and its own run id."""
+
+    rank: int
+    host: str
+    role: str
+    run_id: str
+    serves: bool
+
+
+@dataclass(frozen=True)
+class MultiNodeRecord:
+    """What ``nodes.json`` holds: the group's run id, its experiment, and every node process."""
+
+    id: str
+    experiment: str
+    engine: str
+    backend: str
+    nodes: list[NodeRun]
+    started_at: str = ""
+    #: ``[multinode] rendezvous_s``: seconds a join may take before it is called a hang (None: the engine's).
+    rendezvous_s: float | None = None
+
+    @property
+    def head(self) -> NodeRun:
+        return next(n for n in self.nodes if n.serves)
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> MultiNodeRecord:
+        nodes = data.get("nodes")
+        if not isinstance(nodes, list):
+            raise ServelabError("nodes.json has no node list")
+        return cls(
+            id=str(data["id"]), experiment=str(data["experiment"]), engine=str(data["engine"]),
+            backend=str(data["backend"]), nodes=[NodeRun(**n) for n in nodes], started_at=str(data.get("started_at", "")),
+            rendezvous_s=float(r) if isinstance(r := data.get("rendezvous_s"), (int, float)) else None,
+        )
+
+
+@dataclass(frozen=True)
+class NodeCheck:
+    """Preflight of one node: ok, or the first failing line (servelab's check or the engine's words)."""
+
+    rank: int
+    host: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class NodeFailure:
+    """The cross-node root cause: which node failed first, when, and in the engine's words."""
+
+    rank: int
+    host: str
+    role: str
+    run_id: str
+    #: The node's own root cause from its log (None when it left no traceback, e.g. SIGKILL).
+    root_cause: RootCause | None
+    summary: str
+    #: Epoch seconds of the failure (its log line's time, else its exit), the ordering key.
+    at: float | None
+
+
+@dataclass
+class NodeState:
+    """One node process as it is now."""
+
+    node: NodeRun
+    status: RunStatus | None
+    #: Why the node could not be asked (its host is unreachable), else None.
+    unreachable: str | None = None
+
+    @property
+    def state(self) -> RunState | None:
+        return self.status.analysis.state if self.status and self.status.analysis else None
+
+
+@dataclass
+class MultiNodeStatus:
+    """Every node's status, the one root cause across nodes and the rendezvous hint."""
+
+    record: MultiNodeRecord
+    nodes: list[NodeState]
+    root_cause: NodeFailure | None
+    hint: RendezvousHint | None
+
+    @property
+    def ready(self) -> bool:
+        head = next(n for n in self.nodes if n.node.serves)
+        return bool(head.status and head.status.analysis and head.status.analysis.was_ready and head.status.alive)
+
+    @property
+    def ended(self) -> bool:
+        return all(n.status is not None and not n.status.alive for n in self.nodes)
+
+
+@dataclass(frozen=True)
+class NodeLine:
+    """One line of the merged log, tagged with its node."""
+
+    rank: int
+    host: str
+    role: str
+    text: str
+
+    @property
+    def tag(self) -> str:
+        return f"[n{self.rank} {self.host}]"
+
+    def render(self) -> str:
+        return f"{self.tag} {self.text}"
+
+
+@dataclass
+class StopReport:
+    """What :meth:`MultiNodeRuns.stop` did on each node, and how long the whole stop took."""
+
+    stopped: list[RunStatus] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def node_run_id(group: str, rank: int, index: int, role: str) -> str:
+    return f"{group}-n{rank}" if index == 0 else f"{group}-n{rank}-{role}"
+
+
+class MultiNodeRuns:
+    """Launch, status, merged log and stop of multi-node runs, on top of :class:`engines.runs.Runs`."""
+
+    def __init__(self, runs: Runs) -> None:
+        self.runs = runs
+        self.catalog = runs.catalog
+
+    # -- launch -----------------------------------------------------------------------------------
+    def plans(self, exp: SourcedExperiment) -> list[NodePlan]:
+        plans = self.catalog.node_plans(exp)
+        if not plans:
+            raise ServelabError(f"{exp.name}: not a multi-node experiment (it names one host)")
+        return plans
+
+    async def preflight(self, exp: SourcedExperiment, progress: Callable[[NodeCheck], None] | None = None) -> list[NodeCheck]:
+        """Each node process's own check (seconds) on every node at once, then servelab's preflight
+        on every node's host at once. A node failing its check skips the slow round: the launch
+        cannot go ahead anyway, and the check's words are the answer."""
+        from engines.preflight import run_preflight
+
+        plans = self.plans(exp)
+
+        async def own(plan: NodePlan) -> NodeCheck:
+            cfg = self.catalog.host(plan.node.host)
+            for proc in plan.processes:
+                why = await self._process_check(cfg, proc)
+                if why is not None:
+                    return NodeCheck(plan.node.rank, plan.node.host, False, f"{proc.role}: {why}")
+            return NodeCheck(plan.node.rank, plan.node.host, True, "ok")
+
+        async def full(plan: NodePlan) -> NodeCheck:
+            cfg = self.catalog.host(plan.node.host)
+            try:
+                report = await run_preflight(self.catalog, exp, cfg, apply=True)
+            except (ServelabError, HostUnreachable) as exc:
+                return NodeCheck(plan.node.rank, plan.node.host, False, str(exc))
+            if not report.ok:
+                return NodeCheck(plan.node.rank, plan.node.host, False, report.summary())
+            return NodeCheck(plan.node.rank, plan.node.host, True, "ok")
+
+        checks = list(await asyncio.gather(*(own(p) for p in plans)))
+        if all(c.ok for c in checks):
+            checks = list(await asyncio.gather(*(full(p) for p in plans)))
+        for c in checks:
+            if progress is not None:
+                progress(c)
+        return checks
+
+    async def _process_check(self, cfg: HostConfig, proc: NodeProcess) -> str | None:
+        """Run the process's own check on its host with its environment; the failure's last line."""
+        if proc.check is None:
+            return None
+        h = self.runs.host(cfg.name)
+        try:
+            done = await h.run(list(proc.check), env=dict(proc.spec.env), timeout=120.0)
+        except FileNotFoundError as exc:
+            return f"cannot run {proc.check[0]}: {exc.strerror or exc}"
+        except HostUnreachable as exc:
+            return str(exc)
+        if done.ok:
+            return None
+        lines = [ln for ln in done.stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
+        last = lines[-1].strip() if lines else f"exit code {done.exit_code}"
+        if done.exit_code == 127 or "No such file" in last:
+            return f"cannot run {proc.check[0]}: {last}"
+        return f"{' '.join(proc.check[1:]) or proc.check[0]} failed: {last}"
+
+    async def launch(self, exp_name: str, *, skip_preflight: bool = False, progress: Callable[[NodeCheck], None] | None = None) -> MultiNodeRecord:
+        """Preflight every node, then start the node processes in the mechanism's order.
+
+        A failing node stops the launch before anything starts; a process that cannot start
+        stops the ones already started (only those), and the error names the node.
+        """
+        exp = self.catalog.get(exp_name)
+        problems = [p for e in self.catalog.entries if e.experiment is exp for p in e.problems]
+        if problems:
+            raise ServelabError(f"{exp.name}: definition has problems: {problems[0]} (run 'servelab check {exp.name}')")
+        plans = self.plans(exp)
+        if not skip_preflight:
+            bad = [c for c in await self.preflight(exp, progress) if not c.ok]
+            if bad:
+                first = bad[0]
+                raise ServelabError(f"{exp.name}: node {first.rank} ({first.host}) failed preflight, nothing started: {first.detail}")
+        group = new_run_id(exp.name)
+        e = exp.experiment
+        mn = e.multinode
+        assert mn is not None  # plans() refused a single-host experiment
+        nodes = [
+            NodeRun(p.node.rank, p.node.host, proc.role, node_run_id(group, p.node.rank, i, proc.role), proc.serves)
+            for p in plans
+            for i, proc in enumerate(p.processes)
+        ]
+        record = MultiNodeRecord(group, exp.name, e.engine, mn.backend, nodes, dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), mn.rendezvous_s)
+        by_rank = {p.node.rank: p for p in plans}
+        started: list[str] = []
+        head_cfg = self.catalog.host(plans[0].node.host)
+        first_head = node_run_id(group, plans[0].node.rank, 0, plans[0].processes[0].role)
+        for rank, index in start_order(plans):
+            plan = by_rank[rank]
+            proc = plan.processes[index]
+            cfg = self.catalog.host(plan.node.host)
+            rid = node_run_id(group, rank, index, proc.role)
+            try:
+                rec = await self.runs.start_spec(exp, cfg, proc.spec, rid, proc.port if proc.port is not None else e.port + rank, {})
+            except ServelabError as exc:
+                await self._stop_ids(started)
+                raise ServelabError(f"node {rank} ({plan.node.host}) {proc.role} did not start: {exc}") from None
+            started.append(rec.id)
+        h = self.runs.host(head_cfg.name)
+        head_rec = await self._record(first_head)
+        await h.write_bytes(f"{head_rec.run_dir}/{GROUP_JSON}", json.dumps(record.to_json(), indent=1).encode())
+        return record
+
+    async def _record(self, run_id: str) -> RunRecord:
+        _, rec = await self.runs.find(run_id)
+        return rec
+
+    # -- look-ups ---------------------------------------------------------------------------------
+    async def load(self, group: str) -> MultiNodeRecord:
+        """The group's ``nodes.json``, read from the head's first run folder."""
+        raw = await self.runs.read_artifact(f"{group}-n0", GROUP_JSON)
+        if raw is None:
+            raise ServelabError(f"{group}: no such multi-node run (no {GROUP_JSON} beside {group}-n0)")
+        try:
+            return MultiNodeRecord.from_json(json.loads(raw))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ServelabError(f"{group}: unreadable {GROUP_JSON}: {exc}") from None
+
+    async def status(self, record: MultiNodeRecord, *, now: float | None = None) -> MultiNodeStatus:
+        """Every node's status (a node that cannot be reached says so), the first failure, the hint."""
+
+        async def one(n: NodeRun) -> NodeState:
+            try:
+                return NodeState(n, await self.runs.status(n.run_id))
+            except ServelabError as exc:
+                return NodeState(n, None, unreachable=str(exc))
+
+        states = list(await asyncio.gather(*(one(n) for n in record.nodes)))
+        ended = [n for n in states if n.status is not None and not n.status.alive and n.status.exit_code not in (None, 0)]
+        tails = dict(await asyncio.gather(*(self._last_stamp(n) for n in ended)))
+        grammar = get_adapter(record.engine).rendezvous
+        if record.rendezvous_s is not None:
+            grammar = replace(grammar, expected_s=record.rendezvous_s)
+        waiting = {n.node.rank: (n.node.host, await self._lines(n)) for n in live_logs(states)}
+        return MultiNodeStatus(record, states, first_failure(states, tails), rendezvous_hint(grammar, waiting, now=now))
+
+    async def _lines(self, n: NodeState, limit: int = 4 << 20) -> list[str]:
+        """A not-yet-ready node's log (small before the engine is up), as lines."""
+        assert n.status is not None
+        rec = n.status.record
+        try:
+            data = await self.runs.host(rec.host).read_bytes(rec.log_path, 0, limit)
+        except (FileNotFoundError, HostUnreachable):
+            return []
+        return data.decode("utf-8", "replace").splitlines()
+
+    async def _last_stamp(self, n: NodeState) -> tuple[str, float | None]:
+        """The time of the node's last timestamped line (read from the last 16 kB of its log)."""
+        assert n.status is not None
+        rec = n.status.record
+        h = self.runs.host(rec.host)
+        try:
+            size = await h.size(rec.log_path)
+            data = await h.read_bytes(rec.log_path, max(0, size - 16384), None)
+        except (FileNotFoundError, HostUnreachable):
+            return n.node.run_id, None
+        year = dt.datetime.now().year
+        for ln in reversed(data.decode("utf-8", "replace").splitlines()):
+            t = stamp_of(ln, year)
+            if t is not None:
+                return n.node.run_id, t
+        return n.node.run_id, None
+
+    # -- the merged log ---------------------------------------------------------------------------
+    async def follow(self, record: MultiNodeRecord) -> AsyncGenerator[NodeLine, None]:
+        """Every node's log as whole lines tagged with the node, until every node has ended.
+
+        Each node is followed by :meth:`Runs.follow`, which keeps asking a host whose link drops
+        and continues from its byte offset, so no line is lost or repeated.
+        """
+        queue: asyncio.Queue[NodeLine | None] = asyncio.Queue()
+
+        async def pump(n: NodeRun) -> None:
+            rest = b""
+            try:
+                async for _, chunk in self.runs.follow(n.run_id):
+                    rest += chunk
+                    *whole, rest = rest.split(b"\n")
+                    for ln in whole:
+                        await queue.put(NodeLine(n.rank, n.host, n.role, ln.decode("utf-8", "replace").rstrip("\r")))
+                if rest:
+                    await queue.put(NodeLine(n.rank, n.host, n.role, rest.decode("utf-8", "replace")))
+            finally:
+                await queue.put(None)
+
+        tasks = [asyncio.create_task(pump(n)) for n in record.nodes]
+        left = len(tasks)
+        try:
+            while left:
+                item = await queue.get()
+                if item is None:
+                    left -= 1
+                    continue
+                yield item
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for t in tasks:
+                if not t.cancelled() and t.exception() is not None:
+                    raise ServelabError(f"following the merged log failed: {t.exception()}")
+
+    # -- stop -------------------------------------------------------------------------------------
+    async def stop(self, record: MultiNodeRecord, grace: float = 10.0) -> StopReport:
+        """Stop every node process servelab started for this run (head first, then workers, at once)."""
+        return await self._stop_ids([n.run_id for n in sorted(record.nodes, key=lambda n: (not n.serves, n.rank))], grace)
+
+    async def _stop_ids(self, ids: list[str], grace: float = 10.0) -> StopReport:
+        report = StopReport()
+        t0 = time.monotonic()
+
+        async def one(rid: str) -> None:
+            try:
+                report.stopped.append(await self.runs.stop(rid, grace))
+            except ServelabError as exc:
+                report.problems.append(f"{rid}: {exc}")
+
+        await asyncio.gather(*(one(r) for r in ids))
+        report.seconds = time.monotonic() - t0
+        return report
+
+
+def _failure_of(n: NodeState, last_stamp: float | None) -> NodeFailure | None:
+    """The node's failure, if it failed: its log's root cause, or its exit (a SIGKILL leaves none).
+
+    ``last_stamp`` is the time of the node's last timestamped log line, when the failure line
+    itself carries no time (a process killed mid-load stops logging when it dies).
+    """
+    st = n.status
+    if st is None or st.alive:
+        return None
+    a = st.analysis
+    crashed = a is not None and a.state == RunState.CRASHED
+    killed = st.exit_code is not None and st.exit_code != 0 and st.record.status != RunState.STOPPED
+    if not crashed and not killed:
+        return None
+    rc = a.root_cause if a is not None else None
+    year = dt.datetime.now().year
+    at: float | None = None
+    if rc is not None:
+        at = next((t for t in (stamp_of(x, year) for x in rc.excerpt) if t is not None), None)
+    if at is None:
+        at = last_stamp
+    if rc is not None:
+        summary = f"{rc.exception}: {rc.message}" if rc.exception else rc.message
+    elif st.exit_code is not None and (st.exit_code < 0 or st.exit_code > 128):
+        sig = -st.exit_code if st.exit_code < 0 else st.exit_code - 128
+        summary = f"killed by signal {sig} with no error in its log"
+    else:
+        summary = f"exited with code {st.exit_code} with no error in its log"
+    return NodeFailure(n.node.rank, n.node.host, n.node.role, n.node.run_id, rc, summary, at)
+
+
+def first_failure(states: list[NodeState], last_stamps: dict[str, float | None] | None = None) -> NodeFailure | None:
+    """The failure that came first across nodes: the earliest by time; a node with no time after
+    those that have one; ties to the worker (the head's error usually reports the worker's death)."""
+    stamps = last_stamps or {}
+    found = [f for f in (_failure_of(n, stamps.get(n.node.run_id)) for n in states) if f is not None]
+    if not found:
+        return None
+    return min(found, key=lambda f: (f.at is None, f.at or 0.0, -f.rank))
