@@ -1,7 +1,7 @@
 """A multi-node run: one run id, one run folder per node process, launched, watched and stopped together.
 
-Each node process is an ordinary run on its own host (``<run-id>-n<rank>``, or
-``<run-id>-n<rank>-<role>`` for a node's second process), started by that host's runctl, so it has
+Each node process is an ordinary run on its own host (``<experiment>.n<rank>-<stamp>-<hex>``, see
+:func:`node_run_id`), started by that host's runctl, so it has
 its own log, pid, pgid and exit code, and servelab only ever signals what runctl started. The
 group itself is ``nodes.json`` beside the head's first run. What differs between engines (the
 commands, each node's quick check, the log lines) comes from the adapter's
@@ -165,8 +165,15 @@ class StopReport:
     seconds: float = 0.0
 
 
+#: ``-YYYYmmdd-HHMMSS-hhhh``: the tail of every run id (``engines.runs.new_run_id``).
+_ID_TAIL = 21
+
+
 def node_run_id(group: str, rank: int, index: int, role: str) -> str:
-    return f"{group}-n{rank}" if index == 0 else f"{group}-n{rank}-{role}"
+    """``<experiment>.n<rank>-<stamp>-<hex>`` (``.n<rank>.<role>`` for a node's later processes): an
+    ordinary run id, so every run tool reads a node's run, and the group's id is plain to see."""
+    exp, tail = group[:-_ID_TAIL], group[-_ID_TAIL:]
+    return f"{exp}.n{rank}{tail}" if index == 0 else f"{exp}.n{rank}.{role}{tail}"
 
 
 class MultiNodeRuns:
@@ -289,9 +296,10 @@ class MultiNodeRuns:
     # -- look-ups ---------------------------------------------------------------------------------
     async def load(self, group: str) -> MultiNodeRecord:
         """The group's ``nodes.json``, read from the head's first run folder."""
-        raw = await self.runs.read_artifact(f"{group}-n0", GROUP_JSON)
+        head = node_run_id(group, 0, 0, "")
+        raw = await self.runs.read_artifact(head, GROUP_JSON)
         if raw is None:
-            raise ServelabError(f"{group}: no such multi-node run (no {GROUP_JSON} beside {group}-n0)")
+            raise ServelabError(f"{group}: no such multi-node run (no {GROUP_JSON} beside {head})")
         try:
             return MultiNodeRecord.from_json(json.loads(raw))
         except (ValueError, KeyError, TypeError) as exc:
