@@ -113,6 +113,8 @@ async def test_runs_screen_lists_opens_and_stops_a_run(tui_folder: TuiFolder) ->
         screen = app.screen
         assert isinstance(screen, RunsScreen)
         await wait_for(pilot, lambda: len(screen.records) == 2 and any(r.status == "running" for r in screen.records))
+        # The records arrive before the table is drawn; under load the first frame can lag behind them.
+        await wait_for(pilot, lambda: ended in screen_text(app) and live in screen_text(app))
         text = screen_text(app)
         assert ended in text and live in text
         assert screen.current() is not None and screen.current().id == live  # newest first
