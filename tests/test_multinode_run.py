@@ -13,8 +13,8 @@ from engines.errors import ServelabError
 from engines.hosts.registry import close_all
 from engines.nodes_run import MultiNodeRuns
 from engines.runs import Runs
-from tests.conftest import need_engine
-from tests.fixtures.multinode_lab import VLLM_2N, NodesLab, write_folder
+from tests.conftest import ENGINE_PYTHON, need_engine
+from tests.fixtures.multinode_lab import VLLM_2N, VLLM_RAY_2N, NodesLab, write_folder
 from tests.fixtures.sshd import SshServer
 
 pytestmark = [pytest.mark.engine, pytest.mark.ssh]
@@ -49,3 +49,24 @@ def test_vllm_headless_worker_fails_preflight_in_vllms_words_and_nothing_starts(
     assert "No package metadata was found for vllm" in msg, msg
     for host in ("vlocal", "vbox"):
         assert not any((lab.workdir(host) / "runs").glob(f"{VLLM_2N}-*"))
+
+
+def test_ray_backend_without_ray_in_the_engine_env_stops_at_preflight_on_every_node(lab: NodesLab) -> None:
+    """Ray is not installed in .venv-engine: each node's ``ray --version`` cannot run, and the launch
+    names the head (the first failing node) before anything starts."""
+    need_engine()
+
+    async def go() -> str:
+        try:
+            await mn(lab).launch(VLLM_RAY_2N)
+        except ServelabError as exc:
+            return str(exc)
+        finally:
+            await close_all()
+        raise AssertionError("launch went ahead")
+
+    msg = asyncio.run(go())
+    assert "node 0 (vlocal) failed preflight, nothing started: ray-head: cannot run " in msg, msg
+    assert f"cannot run {ENGINE_PYTHON.parent / 'ray'}:" in msg, msg
+    for host in ("vlocal", "vbox"):
+        assert not any((lab.workdir(host) / "runs").glob(f"{VLLM_RAY_2N}-*"))
