@@ -254,6 +254,18 @@ def test_shuffled_real_lines_read_the_same_in_bulk_and_line_by_line(seed: int) -
         assert _bytes_path(data, eng) == _lines_path(data, eng)
 
 
+def test_every_real_log_in_one_stream_reads_the_same_in_bulk_and_line_by_line() -> None:
+    """The benchmark's mix (every real log back to back, twice: tracebacks of one log still open when
+    the next starts, CRLF and plain lines side by side): the chunk scan, the frame runs and the
+    in-place chunks give what reading every line one by one gives, for either grammar."""
+    units = [p.read_bytes() for p in ALL_LOGS]
+    data = b"".join(u if u.endswith(b"\n") else u + b"\n" for u in units) * 2
+    for eng in ("vllm", "sglang"):
+        bulk = _run(data, eng, [len(data) // 5, len(data) // 5 + 1, len(data) // 2])
+        assert bulk == _lines_path(data, eng)
+        assert bulk["lines"] == data.count(b"\n") and bulk["root_cause"] is not None
+
+
 def test_a_log_without_newlines_keeps_memory_bounded_and_chunking_free() -> None:
     """Megabytes with no newline (a binary dump, a runaway line): cut every MAX_LINE bytes, identically."""
     from engines.logs.analyzer import MAX_LINE

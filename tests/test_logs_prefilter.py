@@ -53,6 +53,15 @@ def test_hyperscan_re_and_per_line_agree_on_real_lines(engine: str, late: bool) 
         want = _per_line(pre, text)
         assert pre._re_line_starts(text) == want
         assert pre.line_starts(text) == want
+        # the analyzer's reading: the raw UTF-8 bytes, byte offsets of the same lines
+        data = text.encode()
+        want_b = [len(text[:i].encode()) for i in want]
+        assert pre.byte_line_starts(data) == want_b
+        assert pre._re_byte_line_starts(data) == want_b
+        # a window of whole lines (a chunk read in place) finds the lines inside it, whatever is around
+        starts = [0] + [i + 1 for i, c in enumerate(data) if c == 10]
+        a, b = starts[len(starts) // 4], starts[3 * len(starts) // 4]
+        assert pre.byte_line_starts(data, a, b) == [i for i in want_b if a <= i < b]
         found += len(want)
     assert found > 1000  # the logs do have lines that matter
 

@@ -18,6 +18,7 @@ import hashlib
 import os
 import platform
 import re
+from bisect import bisect_left
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
@@ -191,16 +192,18 @@ class Prefilter:
             return self._hs_line_starts(text.encode("ascii", "replace"))
         return self._re_line_starts(text)
 
-    def byte_line_starts(self, data: bytes) -> list[int]:
+    def byte_line_starts(self, data: bytes, start: int = 0, stop: int | None = None) -> list[int]:
         """:meth:`line_starts` over the raw UTF-8 bytes of a chunk: byte offsets, no decoding.
 
         Every class is ASCII and every needle a literal, so a non-ASCII character (or a byte that
         does not decode) reads the same as one byte or several: the lines found are the lines whose
-        decoded text :meth:`matches`.
+        decoded text :meth:`matches`. ``start``/``stop``: only the whole lines of ``data[start:stop]``
+        count (``start`` is a line start, ``stop`` just after a newline); the bytes are not copied.
         """
-        if self._db is not None:
-            return self._hs_line_starts(data)
-        return self._re_byte_line_starts(data)
+        found = self._hs_line_starts(data) if self._db is not None else self._re_byte_line_starts(data)
+        if start or (stop is not None and stop < len(data)):
+            found = found[bisect_left(found, start) : bisect_left(found, len(data) if stop is None else stop)]
+        return found
 
     def _hs_line_starts(self, data: bytes) -> list[int]:
         # Matches come in order of their end: the first one in a line names the line, and the rest of
