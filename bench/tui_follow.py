@@ -292,6 +292,11 @@ async def measure(args: argparse.Namespace, tmp: Path, rss_start: float) -> None
             await asyncio.sleep(0.2)
         follow_ok = view.follow or key == "G"
         gc.callbacks.remove(on_gc)
+        if args.gc_types:
+            from collections import Counter
+
+            kinds = Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.get_objects())
+            print("objects the collector walks, by type: " + ", ".join(f"{name} {n:,}" for name, n in kinds.most_common(args.gc_types)))
         grown_s = time.perf_counter() - grow_start
         parts_end = rss_parts_mb()
         if args.trim:  # how much of the RSS is heap the process freed but glibc kept
@@ -339,7 +344,8 @@ async def measure(args: argparse.Namespace, tmp: Path, rss_start: float) -> None
           + (f", ingest worker {cpu_worker / grown_s * 100:.0f}%" if worker else ""))
     full = [ms for gen, ms in gc_pauses if gen == 2]
     print(f"GC while growing: {len(gc_pauses)} collections, longest {max((ms for _, ms in gc_pauses), default=0.0):.1f} ms; "
-          f"{len(full)} full (gen 2), longest {max(full, default=0.0):.1f} ms")
+          f"{len(full)} full (gen 2), longest {max(full, default=0.0):.1f} ms; objects tracked {len(gc.get_objects()):,}, "
+          f"frozen {gc.get_freeze_count():,}")
     print(f"following at the end: {follow_ok}")
 
 
@@ -355,5 +361,6 @@ if __name__ == "__main__":
     parser.add_argument("--trim", action="store_true", help="glibc only: after growing, print how much RSS malloc_trim returns")
     parser.add_argument("--tracemalloc-top", type=int, default=12, help="how many growers --tracemalloc prints")
     parser.add_argument("--switch-interval", type=float, default=None, help="override the app's GIL switch interval (s)")
+    parser.add_argument("--gc-types", type=int, default=0, metavar="N", help="print the N commonest types the collector walks")
     parser.add_argument("--no-tune", action="store_true", help="skip run_app's process settings (switch interval, gc.freeze)")
     asyncio.run(main(parser.parse_args()))

@@ -42,6 +42,8 @@ STATUS_SECONDS = 2.0
 #: Local log copies older than this are removed when a run screen opens.
 SPOOL_DAYS = 7
 PROBE_SECONDS = 5.0
+#: Longest the run screen waits for a long log's end to be drawn before reading the whole log.
+TAIL_PAINT_WAIT_S = 1.0
 
 
 def spool_path(run_id: str) -> Path:
@@ -206,6 +208,14 @@ class RunScreen(Screen[None]):
         index.append(tail.data)
         self.tail, self._tail_origin, self._tail_end = index, tail.offset, tail.offset + len(tail.data)
         self.query_one(LogPanel).set_index(index, note=f"the log's end; reading its first {tail.offset / 1e6:,.0f} MB")
+        # Let it be drawn before the whole log is read: spooling a long log keeps the event loop
+        # busy, and a frame takes many turns of it (the end was drawn 1.5 s late at load 7).
+        painted = asyncio.Event()
+        self.call_after_refresh(painted.set)
+        try:
+            await asyncio.wait_for(painted.wait(), TAIL_PAINT_WAIT_S)
+        except TimeoutError:  # not on screen (another screen on top): nothing to wait for
+            pass
 
     def _swap_in_whole_log(self) -> None:
         """The whole log is spooled and classified past the tail's end: show it, in the reader's place."""
