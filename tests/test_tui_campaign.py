@@ -136,6 +136,13 @@ async def test_start_follow_stop_with_confirm_resume_and_finished_table(lab: Lab
             assert label in text, label
         state = json.loads((lab.workdir / "campaigns" / screen.campaign_id / "state.json").read_text())
         assert state["status"] == "done"
+        # back on the list, the file's row says so and enter on it opens its latest run again
+        camp_id = screen.campaign_id
+        await pilot.press("q")
+        await pilot_wait(pilot, lambda: isinstance(app.screen, CampaignsScreen) and "latest done" in screen_text(app))
+        _campaigns(app).select_row(f"file:{lab.folder / 'campaigns' / 'sweep.toml'}")
+        await pilot.press("enter")
+        await pilot_wait(pilot, lambda: isinstance(app.screen, CampaignScreen) and app.screen.campaign_id == camp_id)
 
 
 async def test_readonly_offers_no_start_or_stop(lab: Lab) -> None:

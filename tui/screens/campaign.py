@@ -51,6 +51,7 @@ class CampaignScreen(Screen[None]):
         self.plots: CampaignPlots | None = None
         self.current: CurrentStep | None = None
         self.problem: str | None = None
+        self._cat: Catalog | None = None
         #: Each point's state when the report was last built: a change rebuilds it.
         self._report_of: tuple[tuple[str, str], ...] | None = None
 
@@ -77,7 +78,10 @@ class CampaignScreen(Screen[None]):
         return True
 
     def _catalog(self) -> Catalog:
-        return load_catalog(servelab_app(self).folder)
+        """The folder, read once per screen (r reads it again): the poll does not re-read every file each second."""
+        if self._cat is None:
+            self._cat = load_catalog(servelab_app(self).folder)
+        return self._cat
 
     # -- refreshing ----------------------------------------------------------------------------------
     @work(exclusive=True, group="campaign-poll", exit_on_error=False)
@@ -117,6 +121,7 @@ class CampaignScreen(Screen[None]):
         self.query_one("#campaign-problem", Static).update(Text(self.problem, style="red") if self.problem else Text(""))
 
     def action_refresh(self) -> None:
+        self._cat = None
         self.run_worker(self._load(), group="campaign-refresh", exclusive=True, exit_on_error=False)
 
     # -- stop and resume ----------------------------------------------------------------------------
