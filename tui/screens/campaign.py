@@ -8,6 +8,7 @@ and the same report through ``engines.campaign.report.build_report`` (what the C
 
 from __future__ import annotations
 
+import json
 from typing import ClassVar
 
 from rich.text import Text
@@ -28,7 +29,7 @@ from engines.errors import ServelabError
 from engines.hosts.base import HostUnreachable
 from tui.app import servelab_app
 from tui.widgets.campaign_plots import CampaignCharts
-from tui.widgets.campaign_view import current_text, points_table, recommendation_text, status_line
+from tui.widgets.campaign_view import current_text, points_table, reasons_text, recommendation_text, status_line
 
 #: How often the screen reads the campaign's state on its host.
 REFRESH_SECONDS = 1.0
@@ -52,6 +53,7 @@ class CampaignScreen(Screen[None]):
         self.current: CurrentStep | None = None
         self.problem: str | None = None
         self._cat: Catalog | None = None
+        self._drawn: tuple[object, ...] | None = None
         #: Each point's state when the report was last built: a change rebuilds it.
         self._report_of: tuple[tuple[str, str], ...] | None = None
 
@@ -61,6 +63,7 @@ class CampaignScreen(Screen[None]):
         yield Static("", id="campaign-current")
         with VerticalScroll(id="campaign-body"):
             yield Static("", id="campaign-points")
+            yield Static("", id="campaign-reasons")
             yield Static("", id="campaign-recommendation")
             yield CampaignCharts(id="campaign-charts")
         yield Static("", id="campaign-problem")
@@ -114,9 +117,15 @@ class CampaignScreen(Screen[None]):
 
     def _draw(self) -> None:
         st = self.status
+        # the same state as drawn last: nothing to lay out again (the poll reads it every second)
+        drawn = (json.dumps(st.to_json(), sort_keys=True, default=str) if st is not None else None, id(self.report), self.current, self.problem)
+        if drawn == self._drawn:
+            return
+        self._drawn = drawn
         self.query_one("#campaign-status", Static).update(status_line(st) if st is not None else Text(f"campaign {self.campaign_id}", style="bold"))
         self.query_one("#campaign-current", Static).update(current_text(st, self.current))
         self.query_one("#campaign-points", Static).update(points_table(st, self.report, self.current))
+        self.query_one("#campaign-reasons", Static).update(reasons_text(st, self.report))
         self.query_one("#campaign-recommendation", Static).update(recommendation_text(self.report))
         self.query_one("#campaign-problem", Static).update(Text(self.problem, style="red") if self.problem else Text(""))
 

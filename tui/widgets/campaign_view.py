@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from engines.campaign.control import CampaignStatus
+from engines.campaign.diagnosis import headline
 from engines.campaign.listing import CampaignEntry, CurrentStep
 from engines.campaign.report import CampaignReport, PointRow
 from engines.loader import display_path
@@ -81,15 +82,15 @@ def _f(x: float | None, fmt: str, suffix: str = "") -> str:
     return "" if x is None or x != x else format(x, fmt) + suffix
 
 
-RESULT_COLUMNS = ("", "load", "point", "state", "accept", "len", "per position", "tok/s", "±", "TTFT ms", "TPOT ms", "load s", "speedup", "±x", "why")
+RESULT_COLUMNS = ("", "load", "point", "state", "accept", "len", "per position", "tok/s", "±", "TTFT ms", "TPOT ms", "load s", "speedup", "±x")
 
 
 def points_table(st: CampaignStatus | None, report: CampaignReport | None, current: CurrentStep | None) -> Table:
     """Every point in run order: its live state (from the status) and its figures (from the report)."""
     table = Table(box=None, show_header=True, header_style="bold", padding=(0, 1), expand=False)
     for col in RESULT_COLUMNS:
-        if col in ("point", "why"):  # the long ones wrap; the figures keep their width
-            table.add_column(col, min_width=24 if col == "point" else None, max_width=44 if col == "point" else 60, overflow="fold")
+        if col == "point":  # the long one wraps; the figures keep their width
+            table.add_column(col, min_width=30, max_width=44, overflow="fold")
         else:
             table.add_column(col, no_wrap=True, min_width=max(len(col), 1))
     rows: dict[str, PointRow] = {r.point: r for r in report.rows} if report is not None else {}
@@ -99,12 +100,9 @@ def points_table(st: CampaignStatus | None, report: CampaignReport | None, curre
         row = rows.get(name)
         live = states.get(name)
         state = live.status if live is not None else (row.status if row is not None else "pending")
-        error = (live.error if live is not None else None) or (row.error if row is not None else None)
         is_current = current is not None and current.point == name
         label = f"{row.engine} {row.label}" if row is not None else name
         state_cell = state_text(state)
-        # the end of a long reason is where its cause is (the status line and the CLI's json have it whole)
-        why = Text(error if len(error) <= 90 else "…" + error[-89:], style="red") if error and state != "done" else ""
         load = live.load if live is not None else (row.load if row is not None else 0)
         cells: list[Text | str] = [Text(CURRENT_MARK, style="bold yellow") if is_current else "", str(load + 1), label, state_cell]
         if row is not None:
@@ -119,12 +117,29 @@ def points_table(st: CampaignStatus | None, report: CampaignReport | None, curre
                 _f(row.load_s, ".0f"),
                 _f(row.speedup, ".2f", "x"),
                 _f(row.speedup_band, ".2f"),
-                why,
             ]
         else:
-            cells += [""] * 10 + [why]
+            cells += [""] * 10
         table.add_row(*cells, style="reverse" if is_current else None)
     return table
+
+
+def reasons_text(st: CampaignStatus | None, report: CampaignReport | None) -> Text:
+    """Why each point that did not finish did not: one line each, whole (they wrap under the table)."""
+    rows: dict[str, PointRow] = {r.point: r for r in report.rows} if report is not None else {}
+    live = {p.name: p for p in st.points} if st is not None else {}
+    text = Text()
+    for name in list(live) or list(rows):
+        row, point = rows.get(name), live.get(name)
+        state = point.status if point is not None else (row.status if row is not None else "")
+        # the report's reason first: it adds the root cause the log analyzer found in a crashed load
+        error = (row.error if row is not None else None) or (point.error if point is not None else None)
+        if error and state != "done":
+            label = f"{row.engine} {row.label}" if row is not None else name
+            text.append("\n" if text.plain else "")
+            text.append(f"{state} {label}: ", style=STATE_STYLES.get(state, "bold"))
+            text.append(error)
+    return text
 
 
 def current_text(st: CampaignStatus | None, current: CurrentStep | None) -> Text:
@@ -138,11 +153,17 @@ def current_text(st: CampaignStatus | None, current: CurrentStep | None) -> Text
 
 
 def recommendation_text(report: CampaignReport | None) -> Text:
-    """The report's recommendation, then its per-batch-size K table(s) when concurrency was an axis."""
+    """The report's recommendation, its per-batch-size K line(s) when concurrency was an axis, and each
+    diagnosed point's top finding (``campaign.diagnosis.headline``, as ``campaign report`` prints it)."""
     if report is None or not report.recommendation:
         return Text("recommendation: none yet (it needs a measured speculative point and its baseline)", style="dim")
     text = Text.assemble(("recommendation: ", "bold"), report.recommendation)
     for table in report.batch_size_tables:
-        text.append("\n")
+        text.append("\nper batch size: ")
         text.append(table.line(), style="cyan")
+    for r in report.rows:
+        top = headline(r.diagnosis)
+        if top is not None:
+            text.append(f"\ndiagnosis {r.engine} {r.label}: ", style="bold")
+            text.append(f"{top.message} (next: {top.next})")
     return text
