@@ -118,16 +118,19 @@ class CampaignScreen(Screen[None]):
     def _draw(self) -> None:
         st = self.status
         # the same state as drawn last: nothing to lay out again (the poll reads it every second)
-        drawn = (json.dumps(st.to_json(), sort_keys=True, default=str) if st is not None else None, id(self.report), self.current, self.problem)
+        drawn = (json.dumps(st.to_json(), sort_keys=True, default=str) if st is not None else None, id(self.report), self.current, self.problem, self.size.width)
         if drawn == self._drawn:
             return
         self._drawn = drawn
         self.query_one("#campaign-status", Static).update(status_line(st) if st is not None else Text(f"campaign {self.campaign_id}", style="bold"))
         self.query_one("#campaign-current", Static).update(current_text(st, self.current))
-        self.query_one("#campaign-points", Static).update(points_table(st, self.report, self.current))
+        self.query_one("#campaign-points", Static).update(points_table(st, self.report, self.current, self.size.width))
         self.query_one("#campaign-reasons", Static).update(reasons_text(st, self.report))
         self.query_one("#campaign-recommendation", Static).update(recommendation_text(self.report))
         self.query_one("#campaign-problem", Static).update(Text(self.problem, style="red") if self.problem else Text(""))
+
+    def on_resize(self) -> None:
+        self._draw()  # the table keeps fewer columns on a narrow terminal
 
     def action_refresh(self) -> None:
         self._cat = None

@@ -83,14 +83,18 @@ def _f(x: float | None, fmt: str, suffix: str = "") -> str:
 
 
 RESULT_COLUMNS = ("", "load", "point", "state", "accept", "len", "per position", "tok/s", "±", "TTFT ms", "TPOT ms", "load s", "speedup", "±x")
+#: What a terminal narrower than ``WIDE_TABLE`` columns keeps (the point, its state, the headline figures).
+COMPACT_COLUMNS = ("", "load", "point", "state", "accept", "len", "tok/s", "speedup")
+WIDE_TABLE = 130
 
 
-def points_table(st: CampaignStatus | None, report: CampaignReport | None, current: CurrentStep | None) -> Table:
+def points_table(st: CampaignStatus | None, report: CampaignReport | None, current: CurrentStep | None, width: int = WIDE_TABLE) -> Table:
     """Every point in run order: its live state (from the status) and its figures (from the report)."""
+    columns = RESULT_COLUMNS if width >= WIDE_TABLE else COMPACT_COLUMNS
     table = Table(box=None, show_header=True, header_style="bold", padding=(0, 1), expand=False)
-    for col in RESULT_COLUMNS:
+    for col in columns:
         if col == "point":  # the long one wraps; the figures keep their width
-            table.add_column(col, min_width=30, max_width=44, overflow="fold")
+            table.add_column(col, min_width=24, max_width=44, overflow="fold")
         else:
             table.add_column(col, no_wrap=True, min_width=max(len(col), 1))
     rows: dict[str, PointRow] = {r.point: r for r in report.rows} if report is not None else {}
@@ -102,25 +106,22 @@ def points_table(st: CampaignStatus | None, report: CampaignReport | None, curre
         state = live.status if live is not None else (row.status if row is not None else "pending")
         is_current = current is not None and current.point == name
         label = f"{row.engine} {row.label}" if row is not None else name
-        state_cell = state_text(state)
         load = live.load if live is not None else (row.load if row is not None else 0)
-        cells: list[Text | str] = [Text(CURRENT_MARK, style="bold yellow") if is_current else "", str(load + 1), label, state_cell]
+        cell: dict[str, Text | str] = {"": Text(CURRENT_MARK, style="bold yellow") if is_current else "", "load": str(load + 1), "point": label, "state": state_text(state)}
         if row is not None:
-            cells += [
-                _f(row.acceptance_rate * 100.0 if row.acceptance_rate is not None else None, ".0f", "%"),
-                _f(row.acceptance_length, ".2f"),
-                " ".join(f"{p:.2f}" for p in row.per_position),
-                _f(row.output_tps, ".1f"),
-                _f(row.output_tps_band, ".1f"),
-                _f(row.ttft_ms, ".0f"),
-                _f(row.tpot_ms, ".1f"),
-                _f(row.load_s, ".0f"),
-                _f(row.speedup, ".2f", "x"),
-                _f(row.speedup_band, ".2f"),
-            ]
-        else:
-            cells += [""] * 10
-        table.add_row(*cells, style="reverse" if is_current else None)
+            cell |= {
+                "accept": _f(row.acceptance_rate * 100.0 if row.acceptance_rate is not None else None, ".0f", "%"),
+                "len": _f(row.acceptance_length, ".2f"),
+                "per position": " ".join(f"{p:.2f}" for p in row.per_position),
+                "tok/s": _f(row.output_tps, ".1f"),
+                "±": _f(row.output_tps_band, ".1f"),
+                "TTFT ms": _f(row.ttft_ms, ".0f"),
+                "TPOT ms": _f(row.tpot_ms, ".1f"),
+                "load s": _f(row.load_s, ".0f"),
+                "speedup": _f(row.speedup, ".2f", "x"),
+                "±x": _f(row.speedup_band, ".2f"),
+            }
+        table.add_row(*(cell.get(col, "") for col in columns), style="reverse" if is_current else None)
     return table
 
 
