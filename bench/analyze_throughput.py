@@ -21,12 +21,14 @@ same files in the same loop, so old and new figures come from one run on one mac
 line is what ``servelab analyze`` costs before it reads a byte (it is in every figure). The last line calibrates the machine: the time of a bare Python loop
 iteration (load from other work slows it).
 
-Figures on this shared 2-core machine, ``--repeat 3 --against b893032`` (load 4.2-5.3, 70 ns per bare
-loop iteration against 30 ns when quiet, so CPU time is the fairer figure):
-  cycle 1M     old 285,679 lines/cpu-s (149k/s wall), new 378,688 lines/cpu-s (210k/s wall)
-  long-run 1M  old 400,224 lines/cpu-s (232k/s wall), new 779,813 lines/cpu-s (413k/s wall)
-  peak RSS 114.7 MiB at 250k, 500k and 1M lines; analyze/grep -E 27.7x -> 19.7x (cycle), 18.0x -> 10.1x
-  (long-run). About 0.4 s of every run is the CLI's start (interpreter and imports).
+Figures on this shared 2-core machine, ``--repeat 3 --against 0740bfd`` (load 5.2-6.2, 43 ns per bare
+loop iteration against 30 ns when quiet, so CPU time is the fairer figure; both include the CLI's
+start, 0.31 s CPU new, 0.35 s old):
+  cycle 1M     old 330,159 lines/cpu-s (218k/s wall), new 395,895 lines/cpu-s (355k/s wall)
+  long-run 1M  old 819,696 lines/cpu-s (750k/s wall), new 1,005,306 lines/cpu-s (704k/s wall)
+  peak RSS old 102.7-103.2 MiB, new 55.8 / 56.7 / 56.5 MiB at 250k / 500k / 1M lines (a chunk stays
+  bytes: no decoded copy); analyze/grep -E 28.5x -> 22.6x (cycle 250k), 27.4x -> 22.3x (500k); at 1M
+  grep took 0.71 s in that run (disturbed), so its 6.5x -> 4.0x says little.
 """
 
 from __future__ import annotations
