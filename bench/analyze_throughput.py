@@ -21,14 +21,13 @@ same files in the same loop, so old and new figures come from one run on one mac
 line is what ``servelab analyze`` costs before it reads a byte (it is in every figure). The last line calibrates the machine: the time of a bare Python loop
 iteration (load from other work slows it).
 
-Figures on this shared 2-core machine, ``--repeat 3 --against 0740bfd`` (load 5.2-6.2, 43 ns per bare
-loop iteration against 30 ns when quiet, so CPU time is the fairer figure; both include the CLI's
-start, 0.31 s CPU new, 0.35 s old):
-  cycle 1M     old 330,159 lines/cpu-s (218k/s wall), new 395,895 lines/cpu-s (355k/s wall)
-  long-run 1M  old 819,696 lines/cpu-s (750k/s wall), new 1,005,306 lines/cpu-s (704k/s wall)
-  peak RSS old 102.7-103.2 MiB, new 55.8 / 56.7 / 56.5 MiB at 250k / 500k / 1M lines (a chunk stays
-  bytes: no decoded copy); analyze/grep -E 28.5x -> 22.6x (cycle 250k), 27.4x -> 22.3x (500k); at 1M
-  grep took 0.71 s in that run (disturbed), so its 6.5x -> 4.0x says little.
+Figures on this 2-core machine, ``--repeat 3 --against 0740bfd``, quiet (load 0.4-0.6; wall = CPU):
+  cycle 1M     old 373,741 lines/s (373,861/cpu-s), new 524,981 lines/s (525,129/cpu-s)
+  long-run 1M  old 867,456 lines/s, new 1,055,208 lines/s
+  peak RSS old 102.8-103.1 MiB, new 55.2 / 55.8 / 56.6 MiB at 250k / 500k / 1M lines (a chunk stays
+  bytes: no decoded copy); analyze/grep -E 15.6x -> 11.1x (cycle 1M), 6.8x -> 5.6x (long-run).
+  Startup (in every figure) 0.26 s old, 0.22 s new. Loaded (load 5-6) the same run gave cycle 1M
+  old 218k/s wall (330k/cpu-s), new 355k/s wall (396k/cpu-s).
 """
 
 from __future__ import annotations
