@@ -307,6 +307,37 @@ class MultiNodeRuns:
         except (ValueError, KeyError, TypeError) as exc:
             raise ServelabError(f"{group}: unreadable {GROUP_JSON}: {exc}") from None
 
+    async def find_group(self, run_id: str) -> MultiNodeRecord | None:
+        """The multi-node run whose group id is ``run_id``, or None when no host holds such a group."""
+        from engines.runs import NoSuchRun
+
+        try:
+            return await self.load(run_id)
+        except NoSuchRun:
+            return None
+
+    def status_json(self, st: MultiNodeStatus) -> dict[str, object]:
+        """``servelab nodes --json``: the group, each node's own status document, the cross-node cause and hint."""
+        cause = st.root_cause
+        return {
+            "run": st.record.id,
+            "experiment": st.record.experiment,
+            "engine": st.record.engine,
+            "backend": st.record.backend,
+            "ready": st.ready,
+            "ended": st.ended,
+            "nodes": [
+                {"rank": n.node.rank, "host": n.node.host, "role": n.node.role, "run": n.node.run_id, "serves": n.node.serves,
+                 "unreachable": n.unreachable, "status": n.status.to_json() if n.status is not None else None}
+                for n in st.nodes
+            ],
+            "root_cause": None if cause is None else {
+                "rank": cause.rank, "host": cause.host, "role": cause.role, "run": cause.run_id, "summary": cause.summary, "at": cause.at,
+                "root_cause": cause.root_cause.to_json() if cause.root_cause is not None else None,
+            },
+            "hint": None if st.hint is None else st.hint.render(),
+        }
+
     async def status(self, record: MultiNodeRecord, *, now: float | None = None) -> MultiNodeStatus:
         """Every node's status (a node that cannot be reached says so), the first failure, the hint."""
 

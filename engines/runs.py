@@ -166,6 +166,10 @@ class KnownRun:
         return self.down is not None
 
 
+class NoSuchRun(ServelabError):
+    """No configured host holds a run of this id (every host answered, or the others could not)."""
+
+
 class RunUnreachable(ServelabError):
     """The run's host is known but cannot be reached: its state is unknown (not "no run")."""
 
@@ -243,6 +247,11 @@ class Runs:
         problems = [p for e in self.catalog.entries if e.experiment is exp for p in e.problems]
         if problems:
             raise ServelabError(f"{exp.name}: definition has problems: {problems[0]} (run 'servelab check {exp.name}')")
+        if exp.experiment.multinode is not None:  # one host alone would start a server that waits for its peers forever
+            raise ServelabError(
+                f"{exp.name} names {len(exp.experiment.hosts)} hosts: start it with 'servelab launch {exp.name}' "
+                "(every node at once; the dashboard does not start multi-node runs yet)"
+            )
         cfg = self.catalog.host(host or exp.experiment.host)
         patch_record = {} if skip_preflight else await self._preflight(exp, cfg, progress)
         return await self.start_spec(exp, cfg, self.catalog.launch_spec(exp, cfg), new_run_id(exp.name), exp.experiment.port, patch_record)
@@ -417,7 +426,7 @@ class Runs:
             raise self._run_unreachable(run_id, first, str(by_name[first]))
         reasons = [f"{n}: {r}" for n, r in by_name.items() if isinstance(r, str)]
         extra = f" (unreachable: {'; '.join(reasons)})" if reasons else ""
-        raise ServelabError(f"no run {run_id} on any host{extra}")
+        raise NoSuchRun(f"no run {run_id} on any host{extra}")
 
     async def _read_record(self, name: str, run_id: str) -> tuple[Host, RunRecord] | str | None:
         """The run on one host: (host, record), None when it has no such run, or why it cannot be reached."""

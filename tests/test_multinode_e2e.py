@@ -23,6 +23,7 @@ from tests.conftest import ENGINE_PYTHON, need_engine, need_sglang
 from tests.fixtures.multinode_lab import SGLANG_2N, VLLM_2N, NodesLab, write_folder
 from tests.fixtures.procs import members
 from tests.fixtures.sshd import SshServer
+from tui.cli import main
 
 pytestmark = [pytest.mark.engine, pytest.mark.ssh]
 
@@ -124,7 +125,7 @@ def test_sglang_two_nodes_end_to_end_with_the_worker_link_cut(lab: NodesLab) -> 
     print(f"\nsglang 2 nodes: ready in {figures['ready_s']:.0f} s, lines {counts}, stop across nodes {figures['stop_s']:.1f} s (load {os.getloadavg()[0]:.1f})")
 
 
-def test_worker_sigkilled_mid_load_is_the_root_cause(lab: NodesLab) -> None:
+def test_worker_sigkilled_mid_load_is_the_root_cause(lab: NodesLab, capsys: pytest.CaptureFixture[str]) -> None:
     """The worker's engine is SIGKILLed while the nodes join: the root cause names node 1 (box), not
     the head that is left waiting or reporting its peer's death."""
     need_sglang()
@@ -142,16 +143,30 @@ def test_worker_sigkilled_mid_load_is_the_root_cause(lab: NodesLab) -> None:
             pid = json.loads((lab.run_dir(worker.host, worker.run_id) / "run.json").read_text())["pid"]
             os.kill(pid, signal.SIGKILL)  # the worker's engine, which this test's launch started
             # until the root cause is there and runctl's supervisor has written the worker's exit code
-            st = await poll(m, rec, lambda s: s.root_cause is not None and s.nodes[1].status is not None and s.nodes[1].status.exit_code is not None, 120)
+            return await poll(m, rec, lambda s: s.root_cause is not None and s.nodes[1].status is not None and s.nodes[1].status.exit_code is not None, 120)
+        except BaseException:
             await m.stop(rec, grace=10)
-            return st
+            raise
         finally:
             await close_all()
 
     st = asyncio.run(go())
-    rc = st.root_cause
-    assert rc is not None and (rc.rank, rc.host) == (1, "box"), rc
-    assert rc.summary == "killed by signal 9 with no error in its log" and rc.at is not None, rc
+    try:
+        rc = st.root_cause
+        assert rc is not None and (rc.rank, rc.host) == (1, "box"), rc
+        assert rc.summary == "killed by signal 9 with no error in its log" and rc.at is not None, rc
+        # the CLI reads the same group: `servelab nodes RUN --json` names the node, `servelab stop RUN` stops every node
+        capsys.readouterr()
+        assert main(["--dir", str(lab.folder), "nodes", st.record.id, "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert [(n["rank"], n["host"]) for n in doc["nodes"]] == [(0, "local"), (1, "box")]
+        assert (doc["root_cause"]["rank"], doc["root_cause"]["host"]) == (1, "box")
+        assert doc["nodes"][1]["status"]["exit_code"] is not None and doc["ready"] is False
+    finally:
+        code = main(["--dir", str(lab.folder), "stop", st.record.id, "--grace", "10"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"{st.record.id}: 2 of 2 node processes stopped" in out, out
     assert left_on_machine(lab, st.record) == {}
 
 

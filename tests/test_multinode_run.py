@@ -16,6 +16,7 @@ from engines.runs import Runs
 from tests.conftest import ENGINE_PYTHON, need_engine
 from tests.fixtures.multinode_lab import VLLM_2N, VLLM_RAY_2N, NodesLab, write_folder
 from tests.fixtures.sshd import SshServer
+from tui.cli import main
 
 pytestmark = [pytest.mark.engine, pytest.mark.ssh]
 
@@ -70,3 +71,32 @@ def test_ray_backend_without_ray_in_the_engine_env_stops_at_preflight_on_every_n
     assert f"cannot run {ENGINE_PYTHON.parent / 'ray'}:" in msg, msg
     for host in ("vlocal", "vbox"):
         assert not any((lab.workdir(host) / "runs").glob(f"{VLLM_RAY_2N}-*"))
+
+
+def test_the_cli_launches_every_node_and_refuses_what_one_host_cannot_do(lab: NodesLab, capsys: pytest.CaptureFixture[str]) -> None:
+    """`servelab launch` of a multi-node experiment goes through every node's preflight (here Ray's
+    absence stops it, each node said on stderr); `--host` cannot move it; the one-host launch path
+    (the dashboard's) refuses it instead of starting a head that waits for its peers forever."""
+    need_engine()
+    folder = str(lab.folder)
+    assert main(["--dir", folder, "launch", VLLM_RAY_2N]) == 1
+    err = capsys.readouterr().err
+    assert "preflight  node 0 (vlocal): ray-head: cannot run " in err, err
+    assert "servelab: " + VLLM_RAY_2N + ": node 0 (vlocal) failed preflight, nothing started" in err, err
+    assert main(["--dir", folder, "launch", "--host", "vbox", VLLM_2N]) == 1
+    assert f"--host: {VLLM_2N} names its own hosts" in capsys.readouterr().err
+
+    async def one_host() -> str:
+        try:
+            await Runs(load_catalog(lab.folder)).launch(VLLM_2N, skip_preflight=True)
+        except ServelabError as exc:
+            return str(exc)
+        finally:
+            await close_all()
+        raise AssertionError("a one-host launch of a multi-node experiment went ahead")
+
+    assert asyncio.run(one_host()).startswith(f"{VLLM_2N} names 2 hosts: start it with 'servelab launch {VLLM_2N}'")
+    for host in ("vlocal", "vbox"):
+        assert not any((lab.workdir(host) / "runs").glob("tiny-vllm-*"))
+    assert main(["--dir", folder, "stop", f"{VLLM_2N}-20261201-000000-abcd"]) == 1  # neither a run nor a group
+    assert "no run " in capsys.readouterr().err

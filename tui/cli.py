@@ -39,6 +39,7 @@ COMMAND_MODULE: dict[str, str] = {
     "launch": "tui.commands.runs",
     "runs": "tui.commands.runs",
     "status": "tui.commands.runs",
+    "nodes": "tui.commands.runs",
     "logs": "tui.commands.runs",
     "stop": "tui.commands.runs",
     "cleanup": "tui.commands.runs",

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from engines.catalog import load_catalog
 from engines.errors import ServelabError
 from engines.logs.live import current_stage
-from engines.runs import CHUNK, RunRecord, Runs
+from engines.runs import CHUNK, NoSuchRun, RunRecord, Runs
 from engines.runstate import RunState
 from tui.commands.hostloop import run_on_hosts
 
@@ -30,6 +30,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--json", action="store_true", help='print {"run": ID, ...}')
     p.add_argument("--skip-preflight", action="store_true", help="launch without the preflight checks")
     p.set_defaults(func=cmd_launch)
+
+    p = sub.add_parser("nodes", help="a multi-node run's nodes: each one's state, the first failing node, the rendezvous hint")
+    p.add_argument("run", help="the multi-node run's id (what launch printed)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_nodes)
 
     p = sub.add_parser("runs", help="list runs on every host (or one)")
     p.add_argument("--host")
@@ -47,7 +52,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--errors", action="store_true", help="only error and traceback lines")
     p.set_defaults(func=cmd_logs)
 
-    p = sub.add_parser("stop", help="SIGTERM the run's process group, SIGKILL after a grace period")
+    p = sub.add_parser("stop", help="SIGTERM the run's process group, SIGKILL after a grace period (every node of a multi-node run)")
     p.add_argument("run")
     p.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL (default 10)")
     p.set_defaults(func=cmd_stop)
@@ -65,6 +70,8 @@ def _with_runs(args: argparse.Namespace, body: Callable[[Runs], Awaitable[T]]) -
 
 def cmd_launch(args: argparse.Namespace) -> int:
     async def body(runs: Runs) -> int:
+        if runs.catalog.get(args.experiment).experiment.multinode is not None:
+            return await _launch_nodes(runs, args)
         rec = await runs.launch(args.experiment, args.host, skip_preflight=args.skip_preflight)
         if args.json:
             print(json.dumps({"run": rec.id, "host": rec.host, "pid": rec.pid, "port": rec.port, "log_path": rec.log_path, "run_dir": rec.run_dir}), flush=True)
@@ -72,6 +79,59 @@ def cmd_launch(args: argparse.Namespace) -> int:
             print(rec.id, flush=True)
         if args.follow:
             await _print_log(runs, rec.id, follow=True, errors=False)
+        return 0
+
+    return _with_runs(args, body)
+
+
+async def _launch_nodes(runs: Runs, args: argparse.Namespace) -> int:
+    """A multi-node experiment: every node's preflight, then its processes in the mechanism's order."""
+    from engines.nodes_run import MultiNodeRuns, NodeCheck
+
+    if args.host:
+        raise ServelabError(f"--host: {args.experiment} names its own hosts (hosts = [...]); a multi-node run cannot be moved")
+
+    def said(check: NodeCheck) -> None:
+        print(f"preflight  node {check.rank} ({check.host}): {'ok' if check.ok else check.detail}", file=sys.stderr, flush=True)
+
+    nodes = MultiNodeRuns(runs)
+    record = await nodes.launch(args.experiment, skip_preflight=args.skip_preflight, progress=said)
+    if args.json:
+        listed = [{"rank": n.rank, "host": n.host, "role": n.role, "run": n.run_id, "serves": n.serves} for n in record.nodes]
+        print(json.dumps({"run": record.id, "backend": record.backend, "nodes": listed}), flush=True)
+    else:
+        print(record.id, flush=True)
+        for n in record.nodes:
+            print(f"  node {n.rank}  {n.host}  {n.role}  {n.run_id}", file=sys.stderr, flush=True)
+    if args.follow:
+        async for line in nodes.follow(record):
+            print(line.render(), flush=True)
+    return 0
+
+
+def cmd_nodes(args: argparse.Namespace) -> int:
+    async def body(runs: Runs) -> int:
+        from engines.nodes_run import MultiNodeRuns
+
+        nodes = MultiNodeRuns(runs)
+        st = await nodes.status(await nodes.load(args.run))
+        if args.json:
+            print(json.dumps(nodes.status_json(st), indent=2, default=str))
+            return 0
+        r = st.record
+        print(f"{r.id}  {r.engine} {r.backend}, {len(r.nodes)} node processes  ({'ready' if st.ready else 'ended' if st.ended else 'not ready'})")
+        for n in st.nodes:
+            if n.status is None:
+                print(f"  node {n.node.rank}  {n.node.host:<10} {n.node.role:<7} {n.node.run_id}  unreachable: {n.unreachable}")
+                continue
+            a = n.status.analysis
+            stage = current_stage(a) if a is not None else None
+            where = f", {stage.name} ({stage.status})" if stage is not None else ""
+            print(f"  node {n.node.rank}  {n.node.host:<10} {n.node.role:<7} {n.node.run_id}  {n.status.record.status}, {a.state if a else '-'}{where}")
+        if st.root_cause is not None:
+            print(f"root cause  node {st.root_cause.rank} ({st.root_cause.host}): {st.root_cause.summary}")
+        if st.hint is not None:
+            print(f"hint        {st.hint.render()}")
         return 0
 
     return _with_runs(args, body)
@@ -226,7 +286,22 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def cmd_stop(args: argparse.Namespace) -> int:
     async def body(runs: Runs) -> int:
-        st = await runs.stop(args.run, grace=args.grace)
+        try:
+            st = await runs.stop(args.run, grace=args.grace)
+        except NoSuchRun:
+            from engines.nodes_run import MultiNodeRuns
+
+            nodes = MultiNodeRuns(runs)
+            group = await nodes.find_group(args.run)
+            if group is None:
+                raise
+            report = await nodes.stop(group, grace=args.grace)
+            for s in report.stopped:
+                print(f"{s.record.id}: {'stopped' if s.status is RunState.STOPPED else f'had already {s.status}'} (host {s.record.host})")
+            for problem in report.problems:
+                print(f"servelab: {problem}", file=sys.stderr)
+            print(f"{group.id}: {len(report.stopped)} of {len(group.nodes)} node processes stopped in {report.seconds:.1f} s")
+            return 1 if report.problems else 0
         code = "-" if st.exit_code is None else str(st.exit_code)
         what = "stopped" if st.status is RunState.STOPPED else f"had already {st.status}"
         print(f"{st.record.id}: {what} (exit code {code})")
