@@ -57,3 +57,21 @@ def test_a_drafter_that_never_agrees_is_named_from_the_curve() -> None:
     base = exp.model_copy(update={"speculative": exp.speculative.model_copy(update={"method": "none"})})
     assert diagnose_point(base, rate=None, length=None, per_position=(), distinct_share=None, step_ms=1.0, baseline_step_ms=1.0,
                           baseline_point=None, speedup=None, requests=8, concurrency=1) == ()
+
+
+def test_a_point_slower_than_its_baseline_that_no_rule_explains_still_says_so() -> None:
+    """Acceptance 80% with a healthy curve and a server step that predicts a gain, yet measured 0.8x
+    (the real campaign on a quiet machine): the headline is a warning, not "healthy"."""
+    exp = Experiment.model_validate({"name": "x", "engine": "vllm", "model": "/m", "speculative": {"method": "ngram", "num_tokens": 2}})
+    found = diagnose_point(
+        exp, rate=0.80, length=2.52, per_position=(0.85, 0.67), distinct_share=0.9, step_ms=2.2, baseline_step_ms=2.0,
+        baseline_point="base", speedup=0.8, requests=8, concurrency=1,
+    )
+    top = headline(found)
+    assert top is not None and top.code == "slower-than-baseline" and top.severity == "warning", found
+    assert "measured 0.80x" in top.message and "predict 2." in top.evidence and "num_tokens = 1" in top.next
+    faster = diagnose_point(
+        exp, rate=0.80, length=2.52, per_position=(0.85, 0.67), distinct_share=0.9, step_ms=2.2, baseline_step_ms=2.0,
+        baseline_point="base", speedup=1.3, requests=8, concurrency=1,
+    )
+    assert all(f.code != "slower-than-baseline" for f in faster)

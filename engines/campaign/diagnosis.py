@@ -55,7 +55,28 @@ def diagnose_point(
     note = "" if baseline_step_ms else f"the paired baseline point {baseline_point or '(none)'} has no time per step"
     cost = step_cost(overall, s.num_tokens, baseline_step_ms, baseline_point, speedup, note, server_step_ms=step_ms)
     ref = closest(exp.model, s.draft_model, exp.engine, s.num_tokens, s.method)
-    return tuple(diagnose(RunFacts(s.method, s.num_tokens, exp.model, s.draft_model), meas, cost, ref))
+    findings = list(diagnose(RunFacts(s.method, s.num_tokens, exp.model, s.draft_model), meas, cost, ref))
+    if speedup is not None and speedup <= 1.0 and all(f.severity == "info" for f in findings):
+        findings.insert(0, _slower_than_baseline(speedup, cost.estimated_speedup, s.num_tokens))
+    return tuple(findings)
+
+
+def _slower_than_baseline(speedup: float, estimated: float | None, k: int | None) -> Finding:
+    """A point measured slower than its baseline that no fault rule explains.
+
+    When acceptance and the server's own time per step predict a gain, the time is lost outside
+    the step the server measures (drafting or scheduling between steps), so no K fixes it; the
+    operator's choice is between a cheaper K and no speculation.
+    """
+    if estimated is not None and estimated > 1.0:
+        evidence = (f"acceptance and the server's time per step predict {estimated:.2f}x; the gap is outside the "
+                    "verify step (drafting or scheduling between steps)")
+    elif estimated is not None:
+        evidence = f"acceptance and the server's time per step predict {estimated:.2f}x as well"
+    else:
+        evidence = "the server's time per step was not measured against the paired baseline"
+    nxt = f"[speculative] num_tokens = {k - 1}, or method = \"none\"" if k is not None and k > 1 else "[speculative] method = \"none\""
+    return Finding("slower-than-baseline", "warning", f"measured {speedup:.2f}x: slower than no speculation", evidence, nxt, 1.0)
 
 
 def headline(findings: tuple[Finding, ...]) -> Finding | None:
