@@ -432,8 +432,27 @@ class MultiNodeRuns:
 
     # -- stop -------------------------------------------------------------------------------------
     async def stop(self, record: MultiNodeRecord, grace: float = 10.0) -> StopReport:
-        """Stop every node process servelab started for this run (head first, then workers, at once)."""
-        return await self._stop_ids([n.run_id for n in sorted(record.nodes, key=lambda n: (not n.serves, n.rank))], grace)
+        """Stop every node process servelab started for this run (head first, then workers, at once).
+
+        Every live node is marked stop-requested before any node is signalled: once one node goes,
+        its peers die of the broken link on their own (gloo's "Connection reset by peer"), often
+        before their own SIGTERM arrives over SSH. A node that exits that way during the stop was
+        stopped by it, not crashed.
+        """
+        ids = [n.run_id for n in sorted(record.nodes, key=lambda n: (not n.serves, n.rank))]
+        await asyncio.gather(*(self._mark_stop_requested(rid) for rid in ids))
+        return await self._stop_ids(ids, grace)
+
+    async def _mark_stop_requested(self, run_id: str) -> None:
+        """runctl's own stop-requested marker in a node's run folder, unless the node already exited."""
+        from engines.helpers.runctl import STOP_REQUESTED
+
+        try:
+            h, rec = await self.runs.find(run_id)
+            if rec.exit_code is None:
+                await h.write_bytes(f"{rec.run_dir}/{STOP_REQUESTED}", f"{time.time():f}\n".encode())
+        except (ServelabError, HostUnreachable, OSError):
+            return  # the stop itself reports this node
 
     async def _stop_ids(self, ids: list[str], grace: float = 10.0) -> StopReport:
         report = StopReport()
