@@ -11,6 +11,7 @@ import time
 import urllib.request
 from contextlib import aclosing
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,6 +47,22 @@ async def poll(m: MultiNodeRuns, rec: MultiNodeRecord, until: object, timeout: f
         await asyncio.sleep(1.0)
 
 
+async def follow_into(lab: NodesLab, rec: MultiNodeRecord, lines: list[NodeLine]) -> None:
+    """The merged log of every node, appended to ``lines`` until the run ends."""
+    async with aclosing(mn(lab).follow(rec)) as merged:
+        async for ln in merged:
+            lines.append(ln)
+
+
+async def complete(m: MultiNodeRuns, rec: MultiNodeRecord) -> dict[str, Any]:
+    """A 4-token completion from the head's server, through the port forwarded from here."""
+    url = await m.runs.base_url(rec.head.run_id)
+    body = json.dumps({"model": "tiny-llama", "prompt": "hello", "max_tokens": 4}).encode()
+    req = urllib.request.Request(f"{url}/v1/completions", body, {"content-type": "application/json"})
+    answer: dict[str, Any] = await asyncio.to_thread(lambda: json.loads(urllib.request.urlopen(req, timeout=120).read()))
+    return answer
+
+
 def left_on_machine(lab: NodesLab, rec: MultiNodeRecord) -> dict[int, str]:
     """Live processes of the run's sessions (runctl starts each node process in its own session)."""
     out: dict[int, str] = {}
@@ -74,12 +91,7 @@ def test_sglang_two_nodes_end_to_end_with_the_worker_link_cut(lab: NodesLab) -> 
         t0 = time.monotonic()
         rec = await m.launch(SGLANG_2N)
 
-        async def follow() -> None:
-            async with aclosing(mn(lab).follow(rec)) as merged:
-                async for ln in merged:
-                    lines.append(ln)
-
-        follower = asyncio.create_task(follow())
+        follower = asyncio.create_task(follow_into(lab, rec, lines))
         try:
             # the worker's link goes down while the nodes load, and comes back
             await poll(m, rec, lambda s: any(ln.rank == 1 for ln in lines), 120)
@@ -96,11 +108,7 @@ def test_sglang_two_nodes_end_to_end_with_the_worker_link_cut(lab: NodesLab) -> 
             assert any(ln.rank == 1 and "TP1] Load weight end" in ln.text for ln in lines)
             assert any(ln.rank == 1 and "TP1] KV Cache is allocated" in ln.text for ln in lines)
             assert worker.status is not None and worker.status.alive
-            url = await m.runs.base_url(rec.head.run_id)
-            body = json.dumps({"model": "tiny-llama", "prompt": "hello", "max_tokens": 4}).encode()
-            req = urllib.request.Request(f"{url}/v1/completions", body, {"content-type": "application/json"})
-            answer = await asyncio.to_thread(lambda: json.loads(urllib.request.urlopen(req, timeout=120).read()))
-            assert answer["usage"]["completion_tokens"] == 4
+            assert (await complete(m, rec))["usage"]["completion_tokens"] == 4
             t1 = time.monotonic()
             report = await m.stop(rec, grace=20)
             figures["stop_s"] = time.monotonic() - t1
@@ -198,22 +206,13 @@ def test_vllm_native_two_nodes_end_to_end(tmp_path: Path, nodes_sshd: SshServer)
         t0 = time.monotonic()
         rec = await m.launch(VLLM_2N)
 
-        async def follow() -> None:
-            async with aclosing(mn(vlab).follow(rec)) as merged:
-                async for ln in merged:
-                    lines.append(ln)
-
-        follower = asyncio.create_task(follow())
+        follower = asyncio.create_task(follow_into(vlab, rec, lines))
         try:
             st = await poll(m, rec, lambda s: s.ready or s.root_cause is not None, READY_TIMEOUT_S)
             assert st.root_cause is None, st.root_cause
             figures["ready_s"] = time.monotonic() - t0
             assert st.nodes[1].status is not None and st.nodes[1].status.alive
-            url = await m.runs.base_url(rec.head.run_id)
-            body = json.dumps({"model": "tiny-llama", "prompt": "hello", "max_tokens": 4}).encode()
-            req = urllib.request.Request(f"{url}/v1/completions", body, {"content-type": "application/json"})
-            answer = await asyncio.to_thread(lambda: json.loads(urllib.request.urlopen(req, timeout=120).read()))
-            assert answer["usage"]["completion_tokens"] == 4
+            assert (await complete(m, rec))["usage"]["completion_tokens"] == 4
             t1 = time.monotonic()
             report = await m.stop(rec, grace=20)
             figures["stop_s"] = time.monotonic() - t1

@@ -5,6 +5,8 @@ and nothing starts on any node. (SGLang end to end and the faults: test_multinod
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
+from typing import Any
 
 import pytest
 
@@ -25,6 +27,21 @@ def mn(lab: NodesLab) -> MultiNodeRuns:
     return MultiNodeRuns(Runs(load_catalog(lab.folder)))
 
 
+def refusal(launch: Coroutine[Any, Any, object]) -> str:
+    """The one-line error a launch ends with (it must not go ahead); the hosts it opened are closed."""
+
+    async def go() -> str:
+        try:
+            await launch
+        except ServelabError as exc:
+            return str(exc)
+        finally:
+            await close_all()
+        raise AssertionError("launch went ahead")
+
+    return asyncio.run(go())
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory, nodes_sshd: SshServer) -> NodesLab:
     return write_folder(tmp_path_factory.mktemp("nodes"), nodes_sshd)
@@ -36,16 +53,7 @@ def test_vllm_headless_worker_fails_preflight_in_vllms_words_and_nothing_starts(
     before any node starts, naming node 1 and quoting the engine."""
     need_engine()
 
-    async def go() -> str:
-        try:
-            await mn(lab).launch(VLLM_2N)
-        except ServelabError as exc:
-            return str(exc)
-        finally:
-            await close_all()
-        raise AssertionError("launch went ahead")
-
-    msg = asyncio.run(go())
+    msg = refusal(mn(lab).launch(VLLM_2N))
     assert "node 1 (vbox) failed preflight, nothing started" in msg, msg
     assert "No package metadata was found for vllm" in msg, msg
     for host in ("vlocal", "vbox"):
@@ -57,16 +65,7 @@ def test_ray_backend_without_ray_in_the_engine_env_stops_at_preflight_on_every_n
     names the head (the first failing node) before anything starts."""
     need_engine()
 
-    async def go() -> str:
-        try:
-            await mn(lab).launch(VLLM_RAY_2N)
-        except ServelabError as exc:
-            return str(exc)
-        finally:
-            await close_all()
-        raise AssertionError("launch went ahead")
-
-    msg = asyncio.run(go())
+    msg = refusal(mn(lab).launch(VLLM_RAY_2N))
     assert "node 0 (vlocal) failed preflight, nothing started: ray-head: cannot run " in msg, msg
     assert f"cannot run {ENGINE_PYTHON.parent / 'ray'}:" in msg, msg
     for host in ("vlocal", "vbox"):
@@ -86,16 +85,7 @@ def test_the_cli_launches_every_node_and_refuses_what_one_host_cannot_do(lab: No
     assert main(["--dir", folder, "launch", "--host", "vbox", VLLM_2N]) == 1
     assert f"--host: {VLLM_2N} names its own hosts" in capsys.readouterr().err
 
-    async def one_host() -> str:
-        try:
-            await Runs(load_catalog(lab.folder)).launch(VLLM_2N, skip_preflight=True)
-        except ServelabError as exc:
-            return str(exc)
-        finally:
-            await close_all()
-        raise AssertionError("a one-host launch of a multi-node experiment went ahead")
-
-    assert asyncio.run(one_host()).startswith(f"{VLLM_2N} names 2 hosts: start it with 'servelab launch {VLLM_2N}'")
+    assert refusal(Runs(load_catalog(lab.folder)).launch(VLLM_2N, skip_preflight=True)).startswith(f"{VLLM_2N} names 2 hosts: start it with 'servelab launch {VLLM_2N}'")
     for host in ("vlocal", "vbox"):
         assert not any((lab.workdir(host) / "runs").glob("tiny-vllm-*"))
     assert main(["--dir", folder, "stop", f"{VLLM_2N}-20261201-000000-abcd"]) == 1  # neither a run nor a group
