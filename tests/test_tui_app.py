@@ -9,7 +9,7 @@ from rich.console import Console
 
 import pytest
 
-from tests.fixtures.tui import TuiFolder, screen_text
+from tests.fixtures.tui import TuiFolder, screen_text, wait_for
 from tui.app import HIGH_CONTRAST, ServelabApp, known_binding_ids, run_app
 from tui.screens.experiments import ExperimentsScreen
 from tui.screens.help import HelpScreen
@@ -165,8 +165,7 @@ async def test_latest_run_column_and_enter_opens_it(tui_folder: TuiFolder) -> No
                 break
             await pilot.pause(0.1)
         assert screen.latest["tiny-cpu-vllm-ngram"].state == "crashed"  # exit code 1
-        await pilot.pause()
-        assert "crashed" in screen_text(app)
+        await wait_for(pilot, lambda: "crashed" in screen_text(app))  # drawn in a later frame than the state
         screen.select_row(str(tui_folder.folder / "tiny-cpu-vllm-ngram.toml"))
         await pilot.press("enter")
         await pilot.pause()

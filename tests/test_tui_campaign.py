@@ -47,11 +47,12 @@ def _campaigns(app: ServelabApp) -> CampaignsScreen:
 
 
 async def _open_campaigns(app: ServelabApp, pilot: Any) -> None:
-    """M, then wait until the list is loaded and drawn."""
+    """M, then wait until the list is loaded and every file's row is drawn."""
     await pilot.press("M")
     await pilot_wait(pilot, lambda: isinstance(app.screen, CampaignsScreen) and _campaigns(app).loaded)
     await pilot.pause()
-    await pilot_wait(pilot, lambda: "campaign file(s)" in screen_text(app))
+    # the hosts line and the table's rows are drawn in separate frames: wait for both
+    await pilot_wait(pilot, lambda: "campaign file(s)" in screen_text(app) and all(e.name in screen_text(app) for e in _campaigns(app).entries))
 
 
 def campaign_plots(app: ServelabApp) -> CampaignPlots:

@@ -38,9 +38,8 @@ async def test_crash_pins_root_cause_and_hint_and_rings(tui_folder: TuiFolder, f
         screen = app.screen
         assert isinstance(screen, RunScreen)
         await wait_for(pilot, lambda: screen.view.state == "crashed" and "exit code 1" in screen.liveness)
-        await pilot.pause()
+        await wait_for(pilot, lambda: "CRASHED" in screen_text(app))  # the state, then the frame that shows it
         text = screen_text(app)
-        assert "CRASHED" in text
         assert "ROOT CAUSE" in text and "ValueError" in text
         assert "HINT" in text and "whitelist" in text.lower()
         assert "exit code 1" in text

@@ -78,7 +78,7 @@ async def test_compare_highlights_best_toggles_diff_and_exports_markdown(tui_fol
         screen = app.screen
         assert isinstance(screen, CompareScreen)
         await wait_for(pilot, lambda: screen.comparison is not None)
-        await pilot.pause()
+        await wait_for(pilot, lambda: "VERDICT" in screen_text(app))  # the comparison, then the frame that shows it
         text = screen_text(app)
         assert "VERDICT" in text and "speculation HELPS" in text
         assert "2.00x" in text  # 80 / 40 tok/s, from the compare engine
