@@ -21,7 +21,7 @@ run: app engine sglang-engine tiny-model
 test: app engine sglang-engine tiny-model sshd-deps
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -ra
+	$(VENV)/bin/pytest -ra --durations=30
 
 setup: app engine sglang-engine tiny-model sshd-deps
 
