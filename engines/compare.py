@@ -164,6 +164,15 @@ def _fmt(value: Any, digits: int = 2) -> str:
     return str(value)
 
 
+def _nodes(value: Any) -> str:
+    """A multi-node run's ``nodes``: ``n0 gpu-a server <run id>; n1 gpu-b worker <run id>``; ``-`` for one host."""
+    if not isinstance(value, list) or not value:
+        return "-"
+    return "; ".join(
+        f"n{n.get('rank')} {n.get('host')} {n.get('role')} {n.get('run')}" if isinstance(n, dict) else str(n) for n in value
+    )
+
+
 def _shown(value: object, digits: int) -> float | None:
     """A number as its cell shows it (so two equal-looking cells tie), None when not a number."""
     if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
@@ -201,6 +210,7 @@ IDENTITY_ROWS: tuple[tuple[str, str], ...] = (
     ("prompt set", "prompt_set"),
     ("prompt-set hash", "prompt_set_hash"),
     ("host", "host"),
+    ("nodes", "nodes"),
     ("GPUs", "gpus"),
     ("probed at", "date"),
 )
@@ -232,7 +242,8 @@ def build(columns: Sequence[tuple[str, dict[str, Any]]], speedups: dict[str, Spe
     sums = [s for _, s in columns]
     rows: list[Row] = []
     for label, key in IDENTITY_ROWS:
-        vals = [_fmt((s.get("identity") or {}).get(key)) for s in sums]
+        fmt = _nodes if key == "nodes" else _fmt
+        vals = [fmt((s.get("identity") or {}).get(key)) for s in sums]
         rows.append(Row(label, vals, "identity"))
     rows.append(Row("max_tokens", [_fmt(s.get("max_tokens")) for s in sums], "identity"))
     rows.append(Row("concurrency", [_fmt(s.get("max_concurrency")) for s in sums], "identity"))
@@ -486,9 +497,12 @@ async def diagnosis_lines(runs: Runs, run_ids: Sequence[str], speedups: dict[str
     from engines.diagnosis.artifacts import load_diagnosis
     from engines.diagnosis.verdict import verdict_line
 
+    from engines.nodes_view import head_run_id
+
     out = []
     for run_id in run_ids:
-        diag = await load_diagnosis(runs, run_id)
+        served_by, _ = await head_run_id(runs, run_id)  # a multi-node run's diagnosis is its head's
+        diag = await load_diagnosis(runs, served_by)
         if diag is not None:
             sp = speedups.get(run_id)
             out.append(verdict_line(run_id, sp.verdict if sp else None, sp.value if sp else None, diag))

@@ -138,6 +138,8 @@ GRAMMAR = LogGrammar(
     ),
     warnings=("max_total_tokens=",),
     process_tiers=(("TP", "DP", "PP", "EP"),),
+    # every scheduler rank logs as "[ts TP8] ..." (TP8-15 on node 1 of two 8-GPU nodes)
+    rank_tag="TP",
     # uvicorn is up before the launcher's warm-up request and its "fired up" line
     # (not "Application startup complete": uvicorn prints it before binding, and a taken port fails after it)
     up=("INFO:     Uvicorn running on",),

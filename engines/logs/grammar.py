@@ -169,6 +169,10 @@ class LogGrammar:
     #: Function or file names in a traceback's frames -> the stage it failed in, for excerpts that
     #: start inside the traceback (no stage line before it). The innermost frame that matches wins.
     frame_stages: tuple[tuple[str, str], ...] = ()
+    #: The process-name tag that numbers the ranks when each rank logs its own lines (SGLang's
+    #: ``TP0`` … ``TP15``): a multi-node run then shows a stage row per rank
+    #: (``engines.nodes_view``). Empty when a node's stage lines carry no rank tag.
+    rank_tag: str = ""
 
 
 # -- header parsing -------------------------------------------------------------------------------

@@ -51,10 +51,14 @@ async def gpu_names(runs: Runs, host_name: str) -> list[str]:
     return [line.strip() for line in done.text().splitlines() if line.strip()] if done.ok else []
 
 
-def identity(exp: Experiment, rec: RunRecord, gpus: list[str]) -> dict[str, Any]:
-    """Who produced these figures: everything that must match for a fair comparison."""
+def identity(exp: Experiment, rec: RunRecord, gpus: list[str], nodes: list[dict[str, object]] | None = None) -> dict[str, Any]:
+    """Who produced these figures: everything that must match for a fair comparison.
+
+    A multi-node run lists its ``nodes`` (rank, host, role, run id of each node process); ``host``
+    is then the head's, whose server answered.
+    """
     s = exp.speculative
-    return {
+    out: dict[str, Any] = {
         "run": rec.id,
         "experiment": rec.experiment,
         "engine": exp.engine,
@@ -73,6 +77,9 @@ def identity(exp: Experiment, rec: RunRecord, gpus: list[str]) -> dict[str, Any]
         "gpus": gpus,
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
+    if nodes:
+        out["nodes"] = nodes
+    return out
 
 
 _TS_FORMATS = ("%m-%d %H:%M:%S", "%Y-%m-%d %H:%M:%S", "%H:%M:%S")
@@ -101,7 +108,14 @@ def stage_seconds(analysis: dict[str, Any]) -> dict[str, float]:
 
 
 async def probe_run(runs: Runs, run_id: str, *, progress: Progress | None = None, ready_timeout_s: float = 900.0) -> ProbeResult:
-    """Probe a live run with its experiment's ``[probe]`` settings and store the results in its folder."""
+    """Probe a live run with its experiment's ``[probe]`` settings and store the results in its folder.
+
+    A multi-node run (its group id or any node's run id) is probed through its head's server, and
+    the results are stored in the head's folder, where :func:`load_probe` finds them for any of its ids.
+    """
+    from engines.nodes_view import head_run_id, identity_nodes
+
+    run_id, group = await head_run_id(runs, run_id)
     st = await runs.status(run_id)
     if not st.alive:
         raise ServelabError(f"run {run_id} is not running (status {st.status}); probe a live server")
@@ -109,7 +123,9 @@ async def probe_run(runs: Runs, run_id: str, *, progress: Progress | None = None
     exp = await run_experiment(runs, rec)
     settings = exp.probe
     prompts = load_prompts(settings.prompts, base=runs.catalog.folder)
-    ident = identity(exp, rec, await gpu_names(runs, rec.host))
+    ident = identity(exp, rec, await gpu_names(runs, rec.host), identity_nodes(group) if group is not None else None)
+    if group is not None:
+        ident["group"] = group.id
     base_url = await runs.base_url(run_id)
     # The timed requests are sent from the server's own host, never through the tunnel.
     host = runs.host(rec.host)
@@ -140,8 +156,21 @@ async def probe_run(runs: Runs, run_id: str, *, progress: Progress | None = None
 
 
 async def load_probe(runs: Runs, run_id: str) -> dict[str, Any] | None:
-    """A run's stored ``probe.json`` (None when it was never probed)."""
-    raw = await runs.read_artifact(run_id, PROBE_JSON)
+    """A run's stored ``probe.json`` (None when it was never probed); a multi-node run's (its group
+    id or any node's id) is the head's."""
+    from engines.nodes_view import group_id_of, head_run_id
+    from engines.runs import NoSuchRun
+
+    try:
+        raw = await runs.read_artifact(run_id, PROBE_JSON)
+    except NoSuchRun:  # not a run: maybe a multi-node run's group id
+        head, _ = await head_run_id(runs, run_id)
+        raw = await runs.read_artifact(head, PROBE_JSON)
+    else:
+        if raw is None and group_id_of(run_id) is not None:  # a node that does not serve: its head's
+            head, _ = await head_run_id(runs, run_id)
+            if head != run_id:
+                raw = await runs.read_artifact(head, PROBE_JSON)
     if raw is None:
         return None
     try:
@@ -154,9 +183,13 @@ async def load_probe(runs: Runs, run_id: str) -> dict[str, Any] | None:
 
 
 async def wait_for_ready(runs: Runs, run_id: str, timeout_s: float = 3600.0, poll_s: float = 2.0) -> None:
-    """Poll the run's log analysis until the server is ready; a crash or exit is a one-line error."""
+    """Poll the run's log analysis until the server is ready; a crash or exit is a one-line error.
+    A multi-node run is ready when its head's server is."""
     import asyncio
 
+    from engines.nodes_view import head_run_id
+
+    run_id, _ = await head_run_id(runs, run_id)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while True:
@@ -175,6 +208,9 @@ async def wait_for_ready(runs: Runs, run_id: str, timeout_s: float = 3600.0, pol
 
 async def probe_when_ready(runs: Runs, run_id: str, *, progress: Progress | None = None) -> ProbeResult | None:
     """What runs right after launch: wait for ready, then probe if the experiment's ``[probe] auto`` asks."""
+    from engines.nodes_view import head_run_id
+
+    run_id, _ = await head_run_id(runs, run_id)
     _host, rec = await runs.find(run_id)
     exp = await run_experiment(runs, rec)
     if not exp.probe.auto:

@@ -1,0 +1,378 @@
+"""A multi-node run seen as one run: a stage row per node (per rank where lines carry rank tags),
+one merged log with node tags and a node filter, one root cause across nodes.
+
+The engines' own grammar does the reading. A node's log goes to the node's one live analysis
+(``Runs.live``, shared with ``servelab status`` and the dashboard's watcher, so no log is analysed
+twice). Where the grammar names a rank tag (SGLang's ``TP0`` … ``TP15``; TP8-15 live on node 1 of
+two 8-GPU nodes), each rank seen in a node's log gets its own :class:`~engines.logs.live.LiveAnalysis`
+over the same bytes, whose header parser swaps that rank with rank 0: the analyzer reads stage
+progress from rank 0 only (``is_primary_process``), so the swapped rank's lines are the ones it reads.
+
+Nothing here draws: the dashboard's run screen shows :class:`NodesView` and the lines of
+:meth:`NodesLog.feed` as they are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import re
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass, field, replace
+
+from engines.adapter import get_adapter
+from engines.errors import ServelabError
+from engines.logs.analyzer import Analysis, LogAnalyzer, Stage
+from engines.logs.grammar import Header, LogGrammar
+from engines.logs.live import LiveAnalyses, LiveAnalysis, current_stage
+from engines.nodes_hints import RendezvousHint
+from engines.nodes_run import LATE_LINES_SETTLE_S, MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeFailure, NodeLine, NodeRun
+from engines.runs import NoSuchRun, Runs
+from engines.runstate import RunState
+
+__all__ = [
+    "Lane",
+    "LaneView",
+    "NodeChunk",
+    "NodesLog",
+    "NodesView",
+    "filter_label",
+    "follow_chunks",
+    "group_id_of",
+    "group_state",
+    "head_run_id",
+    "identity_nodes",
+    "next_filter",
+    "rank_analyzer",
+    "resolve_group",
+]
+
+#: Bytes of each node's log kept to start a rank's analysis when its tag first shows up (ranks
+#: announce themselves while loading; a rank first seen past this is read from there on).
+RANK_PREFIX_BYTES = 8 << 20
+
+#: ``<experiment>.n<rank>[.<role>]-<stamp>-<hex>``: a node's run id (``engines.nodes_run.node_run_id``).
+_NODE_ID = re.compile(r"^(?P<exp>.+)\.n(?P<rank>\d+)(?:\.(?P<role>[A-Za-z0-9_-]+))?(?P<tail>-\d{8}-\d{6}-[0-9a-f]{4})$")
+
+
+def group_id_of(run_id: str) -> str | None:
+    """The group id a node's run id belongs to (``exp.n1-<stamp>`` -> ``exp-<stamp>``), else None."""
+    m = _NODE_ID.match(run_id)
+    return f"{m['exp']}{m['tail']}" if m else None
+
+
+async def resolve_group(runs: Runs, run_id: str) -> MultiNodeRecord | None:
+    """The multi-node run ``run_id`` names: its group id, or any node's own run id; None for an
+    ordinary run. An id that is neither raises :class:`~engines.runs.NoSuchRun` as ``Runs.find`` does.
+
+    An ordinary run is found as itself first, so it never costs a look for a group on every host.
+    """
+    mruns = MultiNodeRuns(runs)
+    gid = group_id_of(run_id)
+    if gid is not None:  # shaped like a node's id: its group says so (an experiment named "x.n1" is an ordinary run)
+        rec = await mruns.find_group(gid)
+        if rec is not None and any(n.run_id == run_id for n in rec.nodes):
+            return rec
+        await runs.find(run_id)
+        return None
+    try:
+        await runs.find(run_id)
+        return None
+    except NoSuchRun:
+        group = await mruns.find_group(run_id)
+        if group is None:
+            raise
+        return group
+
+
+async def head_run_id(runs: Runs, run_id: str) -> tuple[str, MultiNodeRecord | None]:
+    """The run whose server answers for ``run_id``: the head's node run for a multi-node run (its
+    group id or any node's id), else ``run_id`` itself; with the group when there is one."""
+    group = await resolve_group(runs, run_id)
+    return (group.head.run_id, group) if group is not None else (run_id, None)
+
+
+def identity_nodes(group: MultiNodeRecord) -> list[dict[str, object]]:
+    """The probe identity's ``nodes``: host, rank, role and run id of every node process."""
+    return [{"rank": n.rank, "host": n.host, "role": n.role, "run": n.run_id, "serves": n.serves} for n in group.nodes]
+
+
+# -- per-rank analysis ----------------------------------------------------------------------------
+def _swap_rank(parse: Callable[[str], Header], tag: str, rank: int) -> Callable[[str], Header]:
+    """``parse``, with rank ``rank`` and rank 0 trading places in the process name."""
+    rx = re.compile(rf"\b{re.escape(tag)}(\d+)\b")
+    mine, zero = str(rank), "0"
+
+    def swap(m: re.Match[str]) -> str:
+        n = m.group(1)
+        return f"{tag}{zero}" if n == mine else f"{tag}{mine}" if n == zero else m.group(0)
+
+    def parse_swapped(text: str) -> Header:
+        hdr = parse(text)
+        if tag in hdr.process:
+            return hdr._replace(process=rx.sub(swap, hdr.process))
+        return hdr
+
+    return parse_swapped
+
+
+def rank_analyzer(engine: str, rank: int) -> LogAnalyzer:
+    """The engine's analyzer reading rank ``rank``'s stage lines (as it reads rank 0's)."""
+    grammar: LogGrammar = get_adapter(engine).grammar
+    if rank == 0 or not grammar.rank_tag:
+        return LogAnalyzer(grammar)
+    return LogAnalyzer(replace(grammar, parse=_swap_rank(grammar.parse, grammar.rank_tag, rank)))
+
+
+def _rank_make(engine: str, *, rank: int) -> LogAnalyzer:
+    return rank_analyzer(engine, rank)
+
+
+def _rank_finder(grammar: LogGrammar) -> re.Pattern[bytes] | None:
+    """Finds a line header's rank tag in raw bytes: ``[... TP8]`` (also ``[... DP0 TP8 EP8]``)."""
+    if not grammar.rank_tag:
+        return None
+    return re.compile(rb"\b" + re.escape(grammar.rank_tag.encode()) + rb"(\d+)(?: [A-Z]{2}\d+)*\]")
+
+
+# -- the view ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Lane:
+    """What one stage row reads: a node, or one rank of a node."""
+
+    node: NodeRun
+    #: The rank tag this row reads (SGLang's TP rank), None: the node as a whole.
+    rank: int | None = None
+
+    @property
+    def label(self) -> str:
+        base = f"n{self.node.rank} {self.node.host}"
+        return base if self.rank is None else f"{base} TP{self.rank}"
+
+
+@dataclass
+class LaneView:
+    """One stage row as it is now: its analysis (None before its first byte) and current stage."""
+
+    lane: Lane
+    analysis: Analysis | None
+
+    @property
+    def state(self) -> RunState:
+        return self.analysis.state if self.analysis is not None else RunState.WAITING
+
+    @property
+    def stage(self) -> Stage | None:
+        return current_stage(self.analysis) if self.analysis is not None else None
+
+    @property
+    def stages(self) -> list[Stage]:
+        return list(self.analysis.stages) if self.analysis is not None else []
+
+
+def group_state(status: MultiNodeStatus | None, lanes: list[LaneView]) -> RunState:
+    """The one state of a multi-node run: crashed once a node failed, ready once the head serves,
+    stopped/exited once every node ended, else the head's own (loading, starting)."""
+    if status is not None:
+        if status.root_cause is not None:
+            return RunState.CRASHED
+        if status.ready:
+            return RunState.READY
+        if status.ended:
+            ended = [n.status.record.status for n in status.nodes if n.node.serves and n.status is not None]
+            return ended[0] if ended else RunState.EXITED
+    serving = [lv.state for lv in lanes if lv.lane.node.serves]
+    return serving[0] if serving else RunState.WAITING
+
+
+@dataclass
+class NodesView:
+    """What the run screen shows for a multi-node run."""
+
+    record: MultiNodeRecord
+    lanes: list[LaneView]
+    state: RunState
+    #: The first node that failed (its own words, naming the node), not the head's wrapper.
+    root_cause: NodeFailure | None = None
+    hint: RendezvousHint | None = None
+    #: Per node rank: the node's process is alive (None: not known yet or its host is down).
+    alive: dict[int, bool | None] = field(default_factory=dict)
+
+    @property
+    def cause_line(self) -> str | None:
+        """The pinned root cause in one line, naming the node."""
+        rc = self.root_cause
+        if rc is None:
+            return None
+        return f"node {rc.rank} ({rc.host}, {rc.role}) failed first: {rc.summary}"
+
+
+def next_filter(record: MultiNodeRecord, current: int | None) -> int | None:
+    """The node filter after ``current``: all (None) -> n0 -> n1 … -> all."""
+    ranks = sorted({n.rank for n in record.nodes})
+    if current is None:
+        return ranks[0] if ranks else None
+    later = [r for r in ranks if r > current]
+    return later[0] if later else None
+
+
+def filter_label(record: MultiNodeRecord, current: int | None) -> str:
+    """What the log shows under the filter: ``all nodes`` or ``n1 box only``."""
+    if current is None:
+        return "all nodes"
+    host = next((n.host for n in record.nodes if n.rank == current), "?")
+    return f"n{current} {host} only"
+
+
+@dataclass(frozen=True)
+class NodeChunk:
+    """Bytes ``[offset, offset + len(data))`` of one node process's log; ``restart``: its log was
+    truncated or replaced, and what follows is read from its first byte."""
+
+    node: NodeRun
+    offset: int
+    data: bytes
+    restart: bool = False
+
+
+async def follow_chunks(runs: Runs, record: MultiNodeRecord) -> AsyncGenerator[NodeChunk | NodeRun, None]:
+    """Every node process's log as it grows (``NodeChunk``), and a node's ``NodeRun`` once its log
+    has ended, until every node has ended. Each node is followed by :meth:`Runs.follow` (which
+    keeps asking a host whose link drops and goes on from its offset), twice as
+    :meth:`MultiNodeRuns.follow` does: the second pass takes what its children wrote while dying."""
+    queue: asyncio.Queue[NodeChunk | NodeRun | None] = asyncio.Queue()
+
+    async def pump(n: NodeRun) -> None:
+        offset = 0
+        try:
+            for settle in (0.0, LATE_LINES_SETTLE_S):
+                await asyncio.sleep(settle)
+                async for end, chunk in runs.follow(n.run_id, offset):
+                    if end == 0 and not chunk:
+                        offset = 0
+                        await queue.put(NodeChunk(n, 0, b"", restart=True))
+                        continue
+                    await queue.put(NodeChunk(n, end - len(chunk), chunk))
+                    offset = end
+            await queue.put(n)
+        finally:
+            await queue.put(None)
+
+    tasks = [asyncio.create_task(pump(n)) for n in record.nodes]
+    left = len(tasks)
+    try:
+        while left:
+            item = await queue.get()
+            if item is None:
+                left -= 1
+                continue
+            yield item
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for t in tasks:
+            if not t.cancelled() and t.exception() is not None:
+                raise ServelabError(f"following node logs failed: {t.exception()}")
+
+
+class _NodeLog:
+    """One node process's log: its unfinished last line, its lanes' analyses, its kept prefix."""
+
+    def __init__(self, node: NodeRun, shared: LiveAnalysis, finder: re.Pattern[bytes] | None) -> None:
+        self.node = node
+        self.shared = shared
+        self.finder = finder
+        self.rest = b""
+        self.prefix = bytearray()
+        self.ranks: dict[int, LiveAnalysis] = {}
+        self.ended = False
+
+    def lanes(self) -> list[tuple[Lane, LiveAnalysis]]:
+        if not self.ranks:
+            return [(Lane(self.node), self.shared)]
+        return [(Lane(self.node, r), self.shared if r == 0 else self.ranks[r]) for r in sorted(self.ranks)]
+
+
+class NodesLog:
+    """Feeds each node's log to its lanes' analyses and cuts it into whole lines tagged with the node.
+
+    The node's own analysis is the one ``analyses`` (``Runs.live``) holds for its run id (this object counts as a
+    stream feeding it, so a poll meanwhile reads nothing); a rank's analysis is private to it.
+    """
+
+    def __init__(self, record: MultiNodeRecord, analyses: LiveAnalyses) -> None:
+        self.record = record
+        finder = _rank_finder(get_adapter(record.engine).grammar)
+        self._nodes: dict[str, _NodeLog] = {}
+        for n in record.nodes:
+            live = analyses.get(n.run_id, record.engine)
+            live.streams += 1
+            self._nodes[n.run_id] = _NodeLog(n, live, finder)
+        self._closed = False
+
+    def close(self) -> None:
+        """Stop feeding the shared analyses (a poll then reads the logs itself again)."""
+        if not self._closed:
+            self._closed = True
+            for nl in self._nodes.values():
+                nl.shared.streams -= 1
+
+    async def feed(self, chunk: NodeChunk) -> list[NodeLine]:
+        """Analyse a node's new bytes with each of its lanes; the whole lines they complete."""
+        nl = self._nodes[chunk.node.run_id]
+        if chunk.restart:
+            nl.rest, nl.prefix, nl.ended = b"", bytearray(), False
+            await nl.shared.restart()
+            nl.ranks.clear()
+            return []
+        data = chunk.data
+        if nl.finder is not None:
+            for r in sorted({int(m.group(1)) for m in nl.finder.finditer(data)}):
+                if r != 0 and r not in nl.ranks:
+                    live = LiveAnalysis(self.record.engine, make=functools.partial(_rank_make, rank=r))
+                    if nl.prefix:
+                        await live.feed_at(0, bytes(nl.prefix))
+                    nl.ranks[r] = live
+                elif r == 0 and r not in nl.ranks:
+                    nl.ranks[0] = nl.shared
+        if len(nl.prefix) < RANK_PREFIX_BYTES and chunk.offset == len(nl.prefix):
+            nl.prefix += data[: RANK_PREFIX_BYTES - len(nl.prefix)]
+        await nl.shared.feed_at(chunk.offset, data)
+        for r, live in nl.ranks.items():
+            if live is not nl.shared:
+                await live.feed_at(chunk.offset, data)
+        text = nl.rest + data
+        *whole, nl.rest = text.split(b"\n")
+        n = nl.node
+        return [NodeLine(n.rank, n.host, n.role, ln.decode("utf-8", "replace").rstrip("\r")) for ln in whole]
+
+    def log_ended(self, node: NodeRun) -> list[NodeLine]:
+        """The node's log ended: its unfinished last line, as a line."""
+        nl = self._nodes[node.run_id]
+        rest, nl.rest, nl.ended = nl.rest, b"", True
+        return [NodeLine(node.rank, node.host, node.role, rest.decode("utf-8", "replace"))] if rest else []
+
+    async def mark_exited(self, node: NodeRun, exit_code: int | None) -> None:
+        """The node's process is gone and its log was read to its end: its rank lanes finish (a
+        silent death reads as a crash); its own analysis is finished by the next poll."""
+        nl = self._nodes[node.run_id]
+        if not nl.ended:
+            return
+        for live in nl.ranks.values():
+            if live is not nl.shared:
+                await live.end(exit_code)
+
+    def view(self, status: MultiNodeStatus | None = None) -> NodesView:
+        """Every lane's analysis now, with the cross-node root cause and hint from ``status``."""
+        lanes = [LaneView(lane, live.analysis) for nl in self._nodes.values() for lane, live in nl.lanes()]
+        alive: dict[int, bool | None] = {}
+        if status is not None:
+            for ns in status.nodes:
+                if ns.node.serves or ns.node.rank not in alive:
+                    alive[ns.node.rank] = ns.status.alive if ns.status is not None else None
+        return NodesView(
+            self.record, lanes, group_state(status, lanes),
+            status.root_cause if status is not None else None,
+            status.hint if status is not None else None, alive,
+        )
