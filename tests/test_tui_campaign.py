@@ -75,6 +75,8 @@ async def test_lists_files_and_plans_and_a_broken_file_is_one_line(lab: Lab) -> 
     async with app.run_test(size=(140, 40)) as pilot:
         await _open_campaigns(app, pilot)
         screen = _campaigns(app)
+        # each row's cells may land in a later frame than its name: wait for what is asserted
+        await pilot_wait(pilot, lambda: all(w in screen_text(app) for w in ("not started", "invalid", "num_tokns")))
         text = screen_text(app)
         assert "sweep" in text and "not started" in text
         assert "broken" in text and "invalid" in text and "num_tokns" in text  # in its own row
