@@ -43,6 +43,7 @@ __all__ = [
     "head_run_id",
     "identity_nodes",
     "next_filter",
+    "node_of",
     "rank_analyzer",
     "resolve_group",
 ]
@@ -59,6 +60,12 @@ def group_id_of(run_id: str) -> str | None:
     """The group id a node's run id belongs to (``exp.n1-<stamp>`` -> ``exp-<stamp>``), else None."""
     m = _NODE_ID.match(run_id)
     return f"{m['exp']}{m['tail']}" if m else None
+
+
+def node_of(run_id: str) -> tuple[int, str | None] | None:
+    """``(rank, role)`` of a node's run id (role None for the node's first process), else None."""
+    m = _NODE_ID.match(run_id)
+    return (int(m["rank"]), m["role"]) if m else None
 
 
 async def resolve_group(runs: Runs, run_id: str) -> MultiNodeRecord | None:

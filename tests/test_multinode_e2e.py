@@ -17,7 +17,9 @@ import pytest
 
 from engines.catalog import load_catalog
 from engines.hosts.registry import close_all
+from engines.logs.live import LiveAnalyses
 from engines.nodes_run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeLine
+from engines.nodes_view import NodeChunk, NodesLog, NodesView
 from engines.runs import Runs
 from engines.runstate import RunState
 from tests.conftest import ENGINE_PYTHON, need_engine, need_sglang
@@ -71,6 +73,19 @@ def left_on_machine(lab: NodesLab, rec: MultiNodeRecord) -> dict[int, str]:
         if data.get("pgid"):
             out.update(members(session=int(data["pgid"])))
     return out
+
+
+def nodes_view_of(lab: NodesLab, rec: MultiNodeRecord) -> NodesView:
+    """Each node's log as it ended on disk, fed to the dashboard's per-node / per-rank analysis."""
+    nodes_log = NodesLog(rec, LiveAnalyses())
+
+    async def go() -> None:
+        for n in rec.nodes:
+            data = (lab.run_dir(n.host, n.run_id) / "engine.log").read_bytes()
+            await nodes_log.feed(NodeChunk(n, 0, data))
+
+    asyncio.run(go())
+    return nodes_log.view()
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +144,11 @@ def test_sglang_two_nodes_end_to_end_with_the_worker_link_cut(lab: NodesLab) -> 
         followed = [ln.text for ln in lines if ln.rank == n.rank]
         assert followed == on_disk, (n.host, len(followed), len(on_disk))
     assert any("[n1 box]" in ln.render() and "TP1" in ln.text for ln in lines)
+    # the dashboard's view of this run (engines/nodes_view.py): a row per rank, TP1's read from node 1's own lines
+    view = nodes_view_of(lab, rec)
+    assert [lv.lane.label for lv in view.lanes] == ["n0 local TP0", "n1 box TP1"]
+    assert view.lanes[0].analysis is not None and view.lanes[0].analysis.stage("ready").status == "done"
+    assert view.lanes[1].analysis is not None and view.lanes[1].analysis.stage("kv_cache").status == "done"
     counts = {n.host: sum(1 for ln in lines if ln.rank == n.rank) for n in rec.nodes}
     print(f"\nsglang 2 nodes: ready in {figures['ready_s']:.0f} s, lines {counts}, stop across nodes {figures['stop_s']:.1f} s (load {os.getloadavg()[0]:.1f})")
 

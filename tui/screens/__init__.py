@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 BINDING_MODULES: tuple[str, ...] = (
     "tui.screens.experiments",
     "tui.screens.run",
+    "tui.screens.nodes_run",
     "tui.screens.runs",
     "tui.screens.compare",
     "tui.screens.why",

@@ -90,6 +90,7 @@ class ExperimentsScreen(Screen[None]):
         Binding("enter,o", "open_run", "Open run", id="experiments.open-run"),
         Binding("l", "launch", "Launch", id="experiments.launch"),
         Binding("p", "preflight", "Preflight", id="experiments.preflight"),
+        Binding("X", "launch_unchecked", "Launch w/o preflight", show=False, id="experiments.launch-unchecked"),
         Binding("space", "toggle_select", "Select", id="experiments.select"),
         Binding("c", "compare", "Compare", id="experiments.compare"),
         Binding("E", "edit", "Edit", id="experiments.edit"),
@@ -125,7 +126,7 @@ class ExperimentsScreen(Screen[None]):
 
     # -- readonly --------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("launch", "edit") and servelab_app(self).readonly:
+        if action in ("launch", "launch_unchecked", "edit") and servelab_app(self).readonly:
             return False
         return True
 
@@ -285,9 +286,9 @@ class ExperimentsScreen(Screen[None]):
         if latest is None:
             self.notify(f"{row.name} has no run yet" + ("" if servelab_app(self).readonly else ": press l to launch"), timeout=4)
             return
-        from tui.screens.run import RunScreen
+        from tui.screens.nodes_run import run_screen_for
 
-        self.app.push_screen(RunScreen(latest.run_id))
+        self.app.push_screen(run_screen_for(latest.run_id))
 
     def action_preflight(self) -> None:
         row = self._valid_current()
@@ -297,21 +298,41 @@ class ExperimentsScreen(Screen[None]):
 
         self.app.push_screen(PreflightScreen(self.catalog, row.name, launch=False))
 
-    def action_launch(self) -> None:
+    def action_launch_unchecked(self) -> None:
+        self.action_launch(skip_preflight=True)
+
+    def action_launch(self, skip_preflight: bool = False) -> None:
         row = self._valid_current()
         if row is None or self.catalog is None or servelab_app(self).readonly:
             return
+        from engines.nodes_group import launch_question
         from tui.screens.preflight import PreflightScreen
+
+        catalog = self.catalog
+        try:
+            question = launch_question(catalog, row.name)
+        except ServelabError as exc:
+            self.notify(str(exc), title="launch refused", severity="error", timeout=10)
+            return
 
         def launched(run_id: str | None) -> None:
             if run_id:
-                from tui.screens.run import RunScreen
+                from tui.screens.nodes_run import run_screen_for
 
-                self.app.push_screen(RunScreen(run_id))
+                self.app.push_screen(run_screen_for(run_id, group=question is not None))
                 if self.catalog is not None:
                     self._load_latest(self.catalog)
 
-        self.app.push_screen(PreflightScreen(self.catalog, row.name, launch=True), launched)
+        if question is None:
+            self.app.push_screen(PreflightScreen(catalog, row.name, launch=True, skip_preflight=skip_preflight), launched)
+            return
+        from tui.screens.confirm import ConfirmScreen
+
+        def confirmed(yes: bool | None) -> None:  # a multi-node run starts a process on every node: asked first
+            if yes:
+                self.app.push_screen(PreflightScreen(catalog, row.name, launch=True, skip_preflight=skip_preflight), launched)
+
+        self.app.push_screen(ConfirmScreen(*question), confirmed)
 
     def action_compare(self) -> None:
         if self.catalog is None:

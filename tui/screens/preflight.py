@@ -19,6 +19,7 @@ from textual.widgets import Static
 from engines.catalog import Catalog
 from engines.errors import ServelabError
 from engines.hosts.base import HostUnreachable
+from engines.nodes_group import launch_experiment
 from engines.preflight import CHECK_NAMES, Check, run_preflight
 from tui.app import servelab_app
 
@@ -56,11 +57,13 @@ class PreflightScreen(ModalScreen[str | None]):
         Binding("escape,q", "close", "Close", id="preflight.close"),
     ]
 
-    def __init__(self, catalog: Catalog, experiment: str, *, launch: bool) -> None:
+    def __init__(self, catalog: Catalog, experiment: str, *, launch: bool, skip_preflight: bool = False) -> None:
         super().__init__()
         self.catalog = catalog
         self.experiment = experiment
         self.launch = launch
+        #: Launch without the preflight (the operator said so: ``X``).
+        self.skip_preflight = skip_preflight
         self.checks: list[Check] = []
         self.outcome: str = ""
         self.run_id: str | None = None
@@ -101,16 +104,17 @@ class PreflightScreen(ModalScreen[str | None]):
         self._show(running=False)
 
     async def _launch(self) -> None:
-        """A launch runs its own preflight (which also applies the patch set): one pass, checks shown as they end."""
+        """A launch runs its own preflight (which also applies the patch set): one pass, checks shown as
+    they end; a multi-node experiment preflights every node (a line per node) and starts them all."""
         try:
-            record = await servelab_app(self).runs().launch(self.experiment, progress=self._progress)
+            run_id = await launch_experiment(servelab_app(self).runs(), self.experiment, progress=self._progress, skip_preflight=self.skip_preflight)
         except (ServelabError, HostUnreachable, OSError) as exc:
             self.outcome = f"✗ launch refused: {exc}"
             self._show(running=False)
             self.notify(str(exc), title="launch refused", severity="error", timeout=10)
             return
-        self.run_id = record.id
-        self.dismiss(record.id)
+        self.run_id = run_id
+        self.dismiss(run_id)
 
     def action_close(self) -> None:
         self.workers.cancel_group(self, "preflight")

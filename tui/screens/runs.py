@@ -14,6 +14,8 @@ from textual.widgets import DataTable, Footer, Header, Static
 from engines.errors import ServelabError
 from engines.hosts.base import HostUnreachable
 from engines.hosts.seen import HostSeen
+from engines.nodes_group import RunsRow, runs_rows
+from engines.nodes_run import MultiNodeRuns
 from engines.runs import KnownRun, RunRecord
 from engines.runstate import RunState
 from tui.app import servelab_app
@@ -37,6 +39,7 @@ class RunsScreen(Screen[None]):
         super().__init__()
         self.records: list[RunRecord] = []
         self.known: list[KnownRun] = []
+        self.rows: list[RunsRow] = []
         self.unreachable: dict[str, str] = {}
         self.down: dict[str, HostSeen] = {}
 
@@ -78,7 +81,8 @@ class RunsScreen(Screen[None]):
         for k in known:  # two host names may share one folder: show each run once
             unique.setdefault((k.record.run_dir, k.record.id), k)
         self.known = list(reversed(unique.values()))
-        self.records = [k.record for k in self.known]
+        self.rows = runs_rows(self.known)  # a multi-node run is one row, not one per node
+        self.records = [row.head.record for row in self.rows]
         self.unreachable = dict(runs.unreachable)
         self.down = runs.hosts_down()
         self._fill()
@@ -91,16 +95,22 @@ class RunsScreen(Screen[None]):
         table = self.query_one(DataTable)
         keep = table.cursor_row
         table.clear()
-        for k in self.known:
+        for row in self.rows:
+            k = row.head
             rec = k.record
             pid = f"pid {rec.pid}" if rec.status is RunState.RUNNING else (f"exit {rec.exit_code}" if rec.exit_code is not None else "-")
-            if k.down is not None:  # the last known state, greyed; the host says since when it is gone
-                status = Text(f"{rec.status}?", style="dim")
-                host = Text(f"{rec.host} · unreachable since {k.down.since}", style="yellow")
-                cells = [Text(rec.id, style="dim"), status, host, Text(rec.started_at.replace("T", " ")[:19], style="dim"), Text(pid, style="dim")]
+            if row.nodes:
+                running = sum(1 for n in row.nodes if n.record.status is RunState.RUNNING)
+                pid = f"{running}/{len(row.nodes)} running"
+            gone = next((n for n in [k, *row.nodes] if n.down is not None), None)
+            if gone is not None and gone.down is not None:  # the last known state, greyed; the host says since when it is gone
+                status = Text(f"{row.status}?", style="dim")
+                where = f"{row.hosts} · {gone.record.host}" if row.nodes else rec.host
+                host = Text(f"{where} · unreachable since {gone.down.since}", style="yellow")
+                cells = [Text(row.id, style="dim"), status, host, Text(rec.started_at.replace("T", " ")[:19], style="dim"), Text(pid, style="dim")]
             else:
-                cells = [Text(rec.id), Text(rec.status, style=rec.status.style), Text(rec.host), Text(rec.started_at.replace("T", " ")[:19]), Text(pid)]
-            table.add_row(*cells, key=rec.id)
+                cells = [Text(row.id), Text(row.status, style=row.status.style), Text(row.hosts), Text(rec.started_at.replace("T", " ")[:19]), Text(pid)]
+            table.add_row(*cells, key=row.id)
         if self.records:
             table.move_cursor(row=min(max(keep, 0), len(self.records) - 1))
         hosts = Text(f"{len(self.records)} run(s)")
@@ -111,21 +121,25 @@ class RunsScreen(Screen[None]):
         self.query_one("#runs-hosts", Static).update(hosts)
 
     def current(self) -> RunRecord | None:
+        row = self.current_row()
+        return row.head.record if row is not None else None
+
+    def current_row(self) -> RunsRow | None:
         table = self.query_one(DataTable)
-        if not self.records or not 0 <= table.cursor_row < len(self.records):
+        if not self.rows or not 0 <= table.cursor_row < len(self.rows):
             return None
-        return self.records[table.cursor_row]
+        return self.rows[table.cursor_row]
 
     @on(DataTable.RowSelected)
     def _selected(self) -> None:
         self.action_open()
 
     def action_open(self) -> None:
-        rec = self.current()
-        if rec is not None:
-            from tui.screens.run import RunScreen
+        row = self.current_row()
+        if row is not None:
+            from tui.screens.nodes_run import run_screen_for
 
-            self.app.push_screen(RunScreen(rec.id))
+            self.app.push_screen(run_screen_for(row.id, group=bool(row.nodes)))
 
     def action_refresh(self) -> None:
         self.run_worker(self._load(), group="runs-refresh", exclusive=True, exit_on_error=False)
@@ -137,24 +151,35 @@ class RunsScreen(Screen[None]):
         self.query_one(DataTable).action_cursor_up()
 
     def action_stop(self) -> None:
-        rec = self.current()
-        if rec is None or servelab_app(self).readonly:
+        row = self.current_row()
+        if row is None or servelab_app(self).readonly:
             return
-        if rec.status is not RunState.RUNNING:
-            self.notify(f"{rec.id} is not running ({rec.status})", timeout=3)
+        if not any(k.record.status is RunState.RUNNING for k in [row.head, *row.nodes]):
+            self.notify(f"{row.id} is not running ({row.status})", timeout=3)
             return
         from tui.screens.confirm import ConfirmScreen
 
         def answered(yes: bool | None) -> None:
             if yes:
-                self._stop(rec.id)
+                self._stop(row.id, bool(row.nodes))
 
-        self.app.push_screen(ConfirmScreen(f"Stop run {rec.id}?", "SIGTERM to its process group, SIGKILL after 10 s."), answered)
+        if row.nodes:
+            detail = "\n".join(f"{k.record.host}: {k.record.id}" for k in row.nodes)
+            self.app.push_screen(ConfirmScreen(f"Stop every node of {row.id}?", f"{detail}\nSIGTERM to each process group, SIGKILL after 10 s."), answered)
+            return
+        self.app.push_screen(ConfirmScreen(f"Stop run {row.id}?", "SIGTERM to its process group, SIGKILL after 10 s."), answered)
 
     @work(group="runs-stop", exit_on_error=False)
-    async def _stop(self, run_id: str) -> None:
+    async def _stop(self, run_id: str, group: bool = False) -> None:
+        runs = servelab_app(self).runs()
         try:
-            await servelab_app(self).runs().stop(run_id)
+            if group:
+                mruns = MultiNodeRuns(runs)
+                report = await mruns.stop(await mruns.load(run_id))
+                if report.problems:
+                    raise ServelabError("; ".join(report.problems))
+            else:
+                await runs.stop(run_id)
         except (ServelabError, HostUnreachable, OSError) as exc:
             self.notify(str(exc), title="stop failed", severity="error", timeout=8)
             return

@@ -1,0 +1,333 @@
+"""A multi-node run as one run: a stage row per node (per rank for SGLang), one merged log tagged
+``[n<rank> host]`` that ``v`` filters by node, the one root cause across nodes, probe and stop.
+
+It draws what ``engines.nodes_view`` computes: ``follow_chunks`` + :class:`NodesLog` for the rows
+and lines, ``MultiNodeRuns.status`` every 2 s for liveness, the first failing node and the hint.
+The merged log (and each node's, made the first time the filter shows it) is a :class:`LogIngest`
+that classifies lines in its worker process; the analyses are the nodes' own, not the merged log's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static
+
+from engines.errors import ServelabError
+from engines.hosts.base import HostUnreachable
+from engines.history import probe_of
+from engines.nodes_run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeLine, NodeRun
+from engines.nodes_view import NodeChunk, NodesLog, NodesView, filter_label, follow_chunks, group_id_of, next_filter, resolve_group
+from engines.runs import Runs
+from tui.app import servelab_app
+from tui.screens.run import spool_path
+from tui.widgets.log_ingest import IngestUpdate, LogIngest
+from tui.widgets.log_view import LogPanel
+from tui.widgets.node_lanes import lanes_table
+from tui.widgets.probe_panel import ProbePanel
+from tui.widgets.root_cause import RootCausePanel
+
+STATUS_SECONDS = 2.0
+PROBE_SECONDS = 5.0
+
+
+def run_screen_for(run_id: str, *, group: bool = False) -> Screen[None]:
+    """The screen that shows ``run_id``: a multi-node run's (``group``: its group id, or any node's
+    run id) shows every node."""
+    if group or group_id_of(run_id) is not None:
+        return NodesRunScreen(run_id)
+    from tui.screens.run import RunScreen
+
+    return RunScreen(run_id)
+
+
+class NodesRunScreen(Screen[None]):
+    """Every node of one multi-node run, live."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("v", "cycle_node", "Node filter", id="run.node-filter"),
+        Binding("s", "stop", "Stop", id="run.stop"),
+        Binding("P", "probe", "Probe", id="run.probe"),
+        Binding("y", "why", "Why?", id="run.why"),
+    ]
+
+    def __init__(self, run_id: str, record: MultiNodeRecord | None = None) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.record = record
+        self.nodes_log: NodesLog | None = None
+        self.view: NodesView | None = None
+        self.status: MultiNodeStatus | None = None
+        #: The node whose lines the log shows (None: every node's).
+        self.node_filter: int | None = None
+        self.merged = LogIngest(self._fresh(run_id, ".nodes.log"), self._update)
+        self._per_node: dict[int, LogIngest] = {}
+        self.probe: dict[str, Any] | None = None
+        self.liveness = "connecting…"
+        self.ended = False
+        self._shown = ("", "", "", "")
+
+    @staticmethod
+    def _fresh(run_id: str, suffix: str) -> Any:
+        path = spool_path(run_id).with_suffix(suffix)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+        return path
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("", id="nodes-title", classes="title-bar")
+        yield Static("", id="node-lanes")
+        yield Static("", id="nodes-cause")
+        yield RootCausePanel(id="root-cause")
+        yield ProbePanel(id="probe")
+        yield LogPanel(self.merged.index, id="log")
+        yield Footer()
+
+    @property
+    def runs(self) -> Runs:
+        return servelab_app(self).runs()
+
+    @property
+    def group_id(self) -> str:
+        return self.record.id if self.record is not None else self.run_id
+
+    def on_mount(self) -> None:
+        self.title = "multi-node run"
+        self.sub_title = self.run_id
+        self._render_all()
+        self.query_one("#log-view").focus()
+        self._follow()
+        self.set_interval(1.0, self._render_all)
+
+    def on_unmount(self) -> None:
+        self.merged.close()
+        for ingest in self._per_node.values():
+            ingest.close()
+        if self.nodes_log is not None:
+            self.nodes_log.close()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("stop", "probe") and servelab_app(self).readonly:
+            return False
+        if action == "stop" and self.ended:
+            return None
+        return True
+
+    # -- workers ---------------------------------------------------------------------------------
+    @work(exclusive=True, group="follow", exit_on_error=False)
+    async def _follow(self) -> None:
+        while self.record is None:
+            try:
+                self.record = await resolve_group(self.runs, self.run_id)
+            except (HostUnreachable, ServelabError, OSError) as exc:
+                self.liveness = f"{exc}; retrying"
+                self._render_all()
+                await asyncio.sleep(3.0)
+                continue
+            if self.record is None:  # an ordinary run after all (an experiment named like a node)
+                from tui.screens.run import RunScreen
+
+                self.app.switch_screen(RunScreen(self.run_id))
+                return
+        record = self.record
+        self.sub_title = f"{record.id} · {len({n.rank for n in record.nodes})} nodes"
+        for n in record.nodes:  # this screen's copies of each node's lines start empty
+            self._node_spool(n.rank).write_bytes(b"")
+        self.nodes_log = NodesLog(record, self.runs.live)
+        self.view = self.nodes_log.view()
+        self._status()
+        self._probe_watch()
+        try:
+            async for item in follow_chunks(self.runs, record):
+                if isinstance(item, NodeChunk):
+                    self._lines(await self.nodes_log.feed(item))
+                else:
+                    self._lines(self.nodes_log.log_ended(item))
+                    await self._node_ended(item)
+        except (HostUnreachable, ServelabError, OSError) as exc:
+            self.liveness = f"log stream lost: {exc}"
+            self._render_all()
+
+    def _lines(self, lines: list[NodeLine]) -> None:
+        if not lines:
+            return
+        data = "".join(ln.render() + "\n" for ln in lines).encode()
+        self.merged.append(data)
+        by_node: dict[int, list[str]] = {}
+        for ln in lines:
+            by_node.setdefault(ln.rank, []).append(ln.render() + "\n")
+        for rank, texts in by_node.items():
+            blob = "".join(texts).encode()
+            with open(self._node_spool(rank), "ab") as f:  # kept for the node's view, made on first show
+                f.write(blob)
+            if rank in self._per_node:
+                self._per_node[rank].append(blob)
+
+    def _node_spool(self, rank: int) -> Any:
+        return spool_path(self.group_id).with_suffix(f".n{rank}.all.log")
+
+    async def _node_ended(self, node: NodeRun) -> None:
+        status = self.status
+        if self.nodes_log is None or status is None:
+            return
+        for ns in status.nodes:
+            if ns.node.run_id == node.run_id and ns.status is not None and not ns.status.alive:
+                await self.nodes_log.mark_exited(node, ns.status.exit_code)
+
+    @work(exclusive=True, group="status", exit_on_error=False)
+    async def _status(self) -> None:
+        record = self.record
+        assert record is not None and self.nodes_log is not None
+        mruns = MultiNodeRuns(self.runs)
+        while True:
+            try:
+                st = await mruns.status(record)
+            except (HostUnreachable, ServelabError, OSError) as exc:
+                self.liveness = f"status: {exc}; retrying"
+            else:
+                self.status = st
+                for ns in st.nodes:
+                    if ns.status is not None and not ns.status.alive:
+                        await self.nodes_log.mark_exited(ns.node, ns.status.exit_code)
+                alive = sum(1 for n in st.nodes if n.status is not None and n.status.alive)
+                down = [n.node.host for n in st.nodes if n.unreachable]
+                self.liveness = f"{alive}/{len(st.nodes)} node processes alive" + (f" · unreachable: {', '.join(down)}" if down else "")
+                was_ended, self.ended = self.ended, st.ended
+                if was_ended != self.ended:
+                    self.refresh_bindings()
+            self.view = self.nodes_log.view(self.status)
+            self._render_all()
+            if self.ended:
+                return
+            await asyncio.sleep(STATUS_SECONDS)
+
+    @work(exclusive=True, group="probe", exit_on_error=False)
+    async def _probe_watch(self) -> None:
+        while self.probe is None and not self.ended:
+            try:
+                self.probe = await probe_of(self.runs, self.group_id)
+            except (HostUnreachable, ServelabError, OSError):
+                pass
+            self._render_all()
+            await asyncio.sleep(PROBE_SECONDS)
+
+    def _update(self, update: IngestUpdate) -> None:
+        if not self.is_attached:
+            return
+        shown = self._per_node.get(self.node_filter) if self.node_filter is not None else self.merged
+        if shown is not None and self.query_one(LogPanel).index is shown.index:
+            self.query_one(LogPanel).lines_added(update.rows)
+
+    # -- rendering -------------------------------------------------------------------------------
+    def _render_all(self) -> None:
+        view = self.view
+        rec = self.record
+        state = view.state if view is not None else None
+        title = Text.assemble(
+            ((rec.experiment if rec else self.run_id), "bold"), "  ",
+            ((f" {state.upper()} " if state else " … "), f"reverse {state.style}" if state else "reverse"),
+            f"  {rec.engine} {rec.backend} on {', '.join(dict.fromkeys(n.host for n in rec.nodes))}" if rec else "",
+            f" · {self.liveness} · log: {filter_label(rec, self.node_filter)}" if rec else f" · {self.liveness}",
+            overflow="ellipsis", no_wrap=True,
+        )
+        lanes = repr([(lv.lane, lv.state, lv.stage) for lv in view.lanes]) if view is not None else ""
+        cause = view.cause_line if view is not None else None
+        hint = view.hint.render() if view is not None and view.hint is not None else None
+        key = (title.plain, lanes, repr((cause, hint)), repr(self.probe is not None))
+        if key == self._shown:
+            self._render_probe()
+            return
+        old, self._shown = self._shown, key
+        self.query_one("#nodes-title", Static).update(title)
+        if view is not None and key[1] != old[1]:
+            self.query_one("#node-lanes", Static).update(lanes_table(view.lanes))
+        if key[2] != old[2]:
+            box = self.query_one("#nodes-cause", Static)
+            parts: list[Any] = []
+            if cause:
+                parts.append((f"ROOT CAUSE {cause}", "bold red"))
+            if hint:
+                parts += ["\n" if parts else "", (f"HINT {hint}", "bold yellow")]
+            box.update(Text.assemble(*parts))
+            rc = view.root_cause.root_cause if view is not None and view.root_cause is not None else None
+            self.query_one(RootCausePanel).show(rc, None)
+        self._render_probe()
+
+    def _render_probe(self) -> None:
+        app = servelab_app(self)
+        gid = self.group_id
+        if self.probe is None and gid in app.probe_results:
+            self.probe = app.probe_results[gid]
+        progress = app.probing.get(gid)
+        if progress is None and gid in app.probe_errors:
+            progress = f"failed: {app.probe_errors[gid]}"
+        self.query_one(ProbePanel).show(self.probe, progress)
+
+    # -- actions ---------------------------------------------------------------------------------
+    def action_cycle_node(self) -> None:
+        """The log shows all nodes, then node 0 only, node 1 only, … then all again."""
+        if self.record is None:
+            return
+        self.node_filter = next_filter(self.record, self.node_filter)
+        panel = self.query_one(LogPanel)
+        label = filter_label(self.record, self.node_filter)
+        if self.node_filter is None:
+            panel.set_index(self.merged.index)
+        else:
+            ingest = self._per_node.get(self.node_filter)
+            if ingest is None:
+                ingest = self._per_node[self.node_filter] = LogIngest(self._fresh(self.group_id, f".n{self.node_filter}.log"), self._update)
+                path = self._node_spool(self.node_filter)
+                if path.exists():
+                    ingest.append(path.read_bytes())
+            panel.set_index(ingest.index, note=label)
+        self._render_all()
+        self.notify(f"log: {label}", timeout=2)
+
+    def action_stop(self) -> None:
+        if servelab_app(self).readonly or self.record is None:
+            return
+        from tui.screens.confirm import ConfirmScreen
+
+        record = self.record
+        detail = "\n".join(f"n{n.rank} {n.host} {n.role}: {n.run_id}" for n in record.nodes)
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._stop()
+
+        self.app.push_screen(ConfirmScreen(f"Stop every node of {record.id}?", f"{detail}\nSIGTERM to each process group, SIGKILL after 10 s."), answered)
+
+    @work(exclusive=True, group="stop", exit_on_error=False)
+    async def _stop(self) -> None:
+        assert self.record is not None
+        self.notify(f"stopping {self.record.id} on every node…", timeout=3)
+        try:
+            report = await MultiNodeRuns(self.runs).stop(self.record)
+        except (ServelabError, HostUnreachable, OSError) as exc:
+            self.notify(str(exc), title="stop failed", severity="error", timeout=8)
+            return
+        if report.problems:
+            self.notify("; ".join(report.problems), title="stop: some nodes", severity="error", timeout=10)
+        self.notify(f"{self.record.id}: {len(report.stopped)} of {len(self.record.nodes)} node processes stopped in {report.seconds:.1f} s", timeout=5)
+
+    def action_probe(self) -> None:
+        app = servelab_app(self)
+        if app.readonly:
+            return
+        if not app.start_probe(self.group_id):
+            self.notify("a probe of this run is already running", timeout=3)
+        self._render_probe()
+
+    def action_why(self) -> None:
+        from tui.screens.why import WhyScreen
+
+        head = self.record.head.run_id if self.record is not None else self.run_id
+        self.app.push_screen(WhyScreen([head]))
