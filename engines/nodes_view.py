@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 #: Bytes of each node's log kept to start a rank's analysis when its tag first shows up (ranks
-#: announce themselves while loading; a rank first seen past this is read from there on).
+#: announce themselves while loading; a rank first seen past this is read from that chunk on).
 RANK_PREFIX_BYTES = 8 << 20
 
 #: ``<experiment>.n<rank>[.<role>]-<stamp>-<hex>``: a node's run id (``engines.nodes_run.node_run_id``).
@@ -338,8 +338,11 @@ class NodesLog:
             for r in sorted({int(m.group(1)) for m in nl.finder.finditer(data)}):
                 if r != 0 and r not in nl.ranks:
                     live = LiveAnalysis(self.record.engine, make=functools.partial(_rank_make, rank=r))
-                    if nl.prefix:
-                        await live.feed_at(0, bytes(nl.prefix))
+                    if len(nl.prefix) == chunk.offset:  # the log so far is kept: the rank's row reads it all
+                        if nl.prefix:
+                            await live.feed_at(0, bytes(nl.prefix))
+                    else:  # first seen past the kept prefix: its row reads from this chunk on
+                        live.offset = chunk.offset
                     nl.ranks[r] = live
                 elif r == 0 and r not in nl.ranks:
                     nl.ranks[0] = nl.shared

@@ -124,3 +124,15 @@ def test_filter_cycles_all_then_each_node_and_group_ids() -> None:
     assert group_id_of("tiny-2n.n1-20261201-172451-1983") == GROUP
     assert group_id_of("tiny-2n.n0.ray-head-20261201-172451-1983") == GROUP
     assert group_id_of(GROUP) is None and group_id_of("tiny-cpu-vllm-baseline-20261201-172451-1983") is None
+
+
+def test_a_rank_first_seen_past_the_kept_prefix_reads_from_there_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the log's first bytes are kept to start a late rank's row: past them, the row starts
+    with the chunk that named the rank (here every rank past TP7's first line), and still sees its
+    own "Load weight begin"."""
+    monkeypatch.setattr("engines.nodes_view.RANK_PREFIX_BYTES", 300)
+    rec = record("sglang", ["gpu-a"])
+    nodes_log, _ = feed_all(rec, ("sglang-tp8-ranks-load-weight-pr11716.log",), 120)
+    view = nodes_log.view()
+    assert [lv.lane.label for lv in view.lanes] == [f"n0 gpu-a TP{r}" for r in range(8)]
+    assert all(lv.stage is not None and (lv.stage.name, lv.stage.status) == ("weights", "running") for lv in view.lanes)

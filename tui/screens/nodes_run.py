@@ -10,6 +10,7 @@ that classifies lines in its worker process; the analyses are the nodes' own, no
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any, ClassVar
 
 from rich.text import Text
@@ -74,7 +75,7 @@ class NodesRunScreen(Screen[None]):
         self._shown = ("", "", "", "")
 
     @staticmethod
-    def _fresh(run_id: str, suffix: str) -> Any:
+    def _fresh(run_id: str, suffix: str) -> Path:
         path = spool_path(run_id).with_suffix(suffix)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"")
@@ -170,7 +171,7 @@ class NodesRunScreen(Screen[None]):
             if rank in self._per_node:
                 self._per_node[rank].append(blob)
 
-    def _node_spool(self, rank: int) -> Any:
+    def _node_spool(self, rank: int) -> Path:
         return spool_path(self.group_id).with_suffix(f".n{rank}.all.log")
 
     async def _node_ended(self, node: NodeRun) -> None:
