@@ -39,7 +39,9 @@ class NodeProcess:
 
     ``check`` is a quick command of the engine's own (run on the node with ``spec.env`` before
     anything starts on any node): when it fails, its last stderr line, in the engine's words, stops
-    the launch. ``port`` is what the process listens on, so nodes sharing a machine do not collide.
+    the launch (``check_label`` names it there). ``port`` is what the process listens on, so nodes
+    sharing a machine do not collide. ``up_line``: the launch waits for this line in the process's
+    log (at most ``up_timeout_s``) before it starts the next one (a Ray daemon before its peers).
     """
 
     role: str
@@ -47,6 +49,9 @@ class NodeProcess:
     serves: bool = False
     check: list[str] | None = None
     port: int | None = None
+    check_label: str | None = None
+    up_line: str | None = None
+    up_timeout_s: float = 120.0
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from engines.hosts.base import HostUnreachable
 from engines.hostsfile import HostConfig
 from engines.logs.rootcause import RootCause
 from engines.multinode import NodePlan, NodeProcess, start_order
+from engines.nodes_ray import is_ray_daemon
 from engines.nodes_hints import RendezvousHint, live_logs, rendezvous_hint, stamp_of
 from engines.runs import RunRecord, Runs, RunStatus, new_run_id
 from engines.runstate import RunState
@@ -243,7 +244,7 @@ class MultiNodeRuns:
         last = lines[-1].strip() if lines else f"exit code {done.exit_code}"
         if done.exit_code == 127 or "No such file" in last:
             return f"cannot run {proc.check[0]}: {last}"
-        return f"{' '.join(proc.check[1:]) or proc.check[0]} failed: {last}"
+        return f"{proc.check_label or ' '.join(proc.check[1:]) or proc.check[0]} failed: {last}"
 
     async def launch(self, exp_name: str, *, skip_preflight: bool = False, progress: Callable[[NodeCheck], None] | None = None) -> MultiNodeRecord:
         """Preflight every node, then start the node processes in the mechanism's order.
@@ -286,10 +287,36 @@ class MultiNodeRuns:
                 await self._stop_ids(started)
                 raise ServelabError(f"node {rank} ({plan.node.host}) {proc.role} did not start: {exc}") from None
             started.append(rec.id)
+            if proc.up_line is not None:
+                why = await self._wait_up(rec, proc.up_line, proc.up_timeout_s)
+                if why is not None:
+                    await self._stop_ids(started)
+                    raise ServelabError(f"node {rank} ({plan.node.host}) {proc.role} did not come up, nothing left running: {why}")
         h = self.runs.host(head_cfg.name)
         head_rec = await self._record(first_head)
         await h.write_bytes(f"{head_rec.run_dir}/{GROUP_JSON}", json.dumps(record.to_json(), indent=1).encode())
         return record
+
+    async def _wait_up(self, rec: RunRecord, line: str, timeout: float) -> str | None:
+        """Wait until ``line`` is in the run's log (a daemon its peers need, e.g. Ray's head), or
+        say why not: the process ended (its last log line, in its own words) or took too long."""
+        h = self.runs.host(rec.host)
+        deadline = time.monotonic() + timeout
+        needle = line.encode()
+        while True:
+            try:
+                data = await h.read_bytes(rec.log_path, 0, 1 << 20)
+            except FileNotFoundError:
+                data = b""
+            if needle in data:
+                return None
+            st = await self.runs.status(rec.id)
+            last = next((ln.strip() for ln in reversed(data.decode("utf-8", "replace").splitlines()) if ln.strip()), "")
+            if not st.alive:
+                return f"it exited (code {st.exit_code}) before {line!r}: {last or 'no output'}"
+            if time.monotonic() > deadline:
+                return f"no {line!r} in its log after {timeout:.0f} s; last line: {last or 'none'}"
+            await asyncio.sleep(0.5)
 
     async def _record(self, run_id: str) -> RunRecord:
         _, rec = await self.runs.find(run_id)
@@ -437,11 +464,22 @@ class MultiNodeRuns:
         Every live node is marked stop-requested before any node is signalled: once one node goes,
         its peers die of the broken link on their own (gloo's "Connection reset by peer"), often
         before their own SIGTERM arrives over SSH. A node that exits that way during the stop was
-        stopped by it, not crashed.
+        stopped by it, not crashed. A Ray run's engine processes go before its Ray daemons, each
+        stopped through its own runctl session (never ``ray stop``, which ends every Ray on a host).
         """
         ids = [n.run_id for n in sorted(record.nodes, key=lambda n: (not n.serves, n.rank))]
         await asyncio.gather(*(self._mark_stop_requested(rid) for rid in ids))
-        return await self._stop_ids(ids, grace)
+        daemons = {n.run_id for n in record.nodes if is_ray_daemon(n.role)}
+        if not daemons:
+            return await self._stop_ids(ids, grace)
+        # the engine first (it leaves the cluster cleanly), then the Ray daemons it ran on
+        t0 = time.monotonic()
+        report = await self._stop_ids([i for i in ids if i not in daemons], grace)
+        rest = await self._stop_ids([i for i in ids if i in daemons], grace)
+        report.stopped += rest.stopped
+        report.problems += rest.problems
+        report.seconds = time.monotonic() - t0
+        return report
 
     async def _mark_stop_requested(self, run_id: str) -> None:
         """runctl's own stop-requested marker in a node's run folder, unless the node already exited."""

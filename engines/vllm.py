@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from engines.adapter import ArgValidation, Inexpressible, LaunchSpec, engine_args_problems, render_flags
 from engines.experiment import Experiment
-from engines.multinode import NodePlan, NodeProcess, NodeTarget, multinode_problems, ray_cli, with_env
+from engines.multinode import NodePlan, NodeProcess, NodeTarget, multinode_problems, with_env
+from engines.nodes_ray import ray_env, ray_node_process
 from engines.nodes_hints import RendezvousGrammar
 from engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
 from engines.probe.metrics import LatencyHistograms
@@ -326,12 +327,9 @@ class VllmAdapter:
             rank = t.node.rank
             spec = with_env(self.launch_spec(exp, t.python, t.model, t.draft_model), {"VLLM_HOST_IP": t.node.address})
             if mn.backend == "ray":
-                ray = [ray_cli(t.python), "start", "--block", "--node-ip-address", t.node.address]
-                ray += ["--head", "--port", str(mn.ray_port)] if rank == 0 else ["--address", f"{head}:{mn.ray_port}"]
-                ray_env = {"VLLM_HOST_IP": t.node.address}
-                procs = [NodeProcess("ray-head" if rank == 0 else "ray-worker", LaunchSpec(ray, ray_env), check=[ray_cli(t.python), "--version"], port=mn.ray_port if rank == 0 else None)]
+                procs = [ray_node_process(t, head, mn.ray_port)]
                 if rank == 0:
-                    server = with_env(spec, {"RAY_ADDRESS": f"{head}:{mn.ray_port}"}, ["--distributed-executor-backend", "ray"])
+                    server = with_env(spec, {"RAY_ADDRESS": f"{head}:{mn.ray_port}", **ray_env(t.node.address)}, ["--distributed-executor-backend", "ray"])
                     procs.append(NodeProcess("server", server, serves=True, port=exp.port))
             else:
                 tail = ["--nnodes", str(len(targets)), "--node-rank", str(rank), "--master-addr", head, "--master-port", str(mn.port)]

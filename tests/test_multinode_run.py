@@ -5,6 +5,7 @@ and nothing starts on any node. (SGLang end to end and the faults: test_multinod
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Coroutine
 from typing import Any
 
@@ -15,8 +16,8 @@ from engines.errors import ServelabError
 from engines.hosts.registry import close_all
 from engines.nodes_run import MultiNodeRuns
 from engines.runs import Runs
-from tests.conftest import ENGINE_PYTHON, need_engine
-from tests.fixtures.multinode_lab import VLLM_2N, VLLM_RAY_2N, NodesLab, write_folder
+from tests.conftest import need_engine
+from tests.fixtures.multinode_lab import VLLM_2N, VLLM_RAY_NORAY, NodesLab, write_folder
 from tests.fixtures.sshd import SshServer
 from tui.cli import main
 
@@ -60,28 +61,28 @@ def test_vllm_headless_worker_fails_preflight_in_vllms_words_and_nothing_starts(
         assert not any((lab.workdir(host) / "runs").glob(f"{VLLM_2N}-*"))
 
 
-def test_ray_backend_without_ray_in_the_engine_env_stops_at_preflight_on_every_node(lab: NodesLab) -> None:
-    """Ray is not installed in .venv-engine: each node's ``ray --version`` cannot run, and the launch
-    names the head (the first failing node) before anything starts."""
+def test_ray_backend_without_ray_on_a_node_stops_at_preflight_on_every_node(lab: NodesLab) -> None:
+    """Ray is in .venv-engine (the head's), not in node 1's interpreter: each node's Ray check imports
+    ray with that node's Python, and the launch names node 1 in Python's words before anything starts."""
     need_engine()
 
-    msg = refusal(mn(lab).launch(VLLM_RAY_2N))
-    assert "node 0 (vlocal) failed preflight, nothing started: ray-head: cannot run " in msg, msg
-    assert f"cannot run {ENGINE_PYTHON.parent / 'ray'}:" in msg, msg
-    for host in ("vlocal", "vbox"):
-        assert not any((lab.workdir(host) / "runs").glob(f"{VLLM_RAY_2N}-*"))
+    msg = refusal(mn(lab).launch(VLLM_RAY_NORAY))
+    assert "node 1 (nbox) failed preflight, nothing started: ray-worker: ray check failed: " in msg, msg
+    assert f"ray is not importable by {sys.executable}: No module named 'ray'" in msg, msg
+    for host in ("vlocal", "nbox"):
+        assert not any((lab.workdir(host) / "runs").glob(f"{VLLM_RAY_NORAY}*"))
 
 
 def test_the_cli_launches_every_node_and_refuses_what_one_host_cannot_do(lab: NodesLab, capsys: pytest.CaptureFixture[str]) -> None:
     """`servelab launch` of a multi-node experiment goes through every node's preflight (here Ray's
-    absence stops it, each node said on stderr); `--host` cannot move it; the one-host launch path
+    absence on node 1 stops it, each node said on stderr); `--host` cannot move it; the one-host launch path
     (the dashboard's) refuses it instead of starting a head that waits for its peers forever."""
     need_engine()
     folder = str(lab.folder)
-    assert main(["--dir", folder, "launch", VLLM_RAY_2N]) == 1
+    assert main(["--dir", folder, "launch", VLLM_RAY_NORAY]) == 1
     err = capsys.readouterr().err
-    assert "preflight  node 0 (vlocal): ray-head: cannot run " in err, err
-    assert "servelab: " + VLLM_RAY_2N + ": node 0 (vlocal) failed preflight, nothing started" in err, err
+    assert "preflight  node 1 (nbox): ray-worker: ray check failed: ray is not importable by " in err, err
+    assert "servelab: " + VLLM_RAY_NORAY + ": node 1 (nbox) failed preflight, nothing started" in err, err
     assert main(["--dir", folder, "launch", "--host", "vbox", VLLM_2N]) == 1
     assert f"--host: {VLLM_2N} names its own hosts" in capsys.readouterr().err
 
