@@ -24,7 +24,8 @@ from engines.adapter import get_adapter
 from engines.errors import ServelabError
 from engines.logs.analyzer import Analysis, LogAnalyzer, Stage
 from engines.logs.grammar import Header, LogGrammar
-from engines.logs.live import LiveAnalyses, LiveAnalysis, current_stage
+from engines.hosts.base import HostUnreachable
+from engines.logs.live import CHUNK, LiveAnalyses, LiveAnalysis, current_stage
 from engines.nodes_hints import RendezvousHint
 from engines.nodes_run import LATE_LINES_SETTLE_S, MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeFailure, NodeLine, NodeRun
 from engines.runs import NoSuchRun, Runs
@@ -44,6 +45,8 @@ __all__ = [
     "identity_nodes",
     "next_filter",
     "node_of",
+    "current_view",
+    "lanes_json",
     "rank_analyzer",
     "resolve_group",
 ]
@@ -386,3 +389,44 @@ class NodesLog:
             status.root_cause if status is not None else None,
             status.hint if status is not None else None, alive,
         )
+
+
+async def current_view(runs: Runs, status: MultiNodeStatus, limit: int = 256 << 20) -> NodesView:
+    """The view of ``status``'s run now, from each node's log as it is on its host (``servelab
+    nodes``): the nodes' own analyses are the ones ``status`` just brought up to date (shared, not
+    read again); a rank's row reads the node's log from its first byte (up to ``limit`` bytes)."""
+    nodes_log = NodesLog(status.record, runs.live)
+    try:
+        for ns in status.nodes:
+            if ns.status is None:
+                continue  # its host did not answer: its row stays empty
+            rec = ns.status.record
+            host = runs.host(rec.host)
+            offset = 0
+            while offset < limit:
+                try:
+                    data = await host.read_bytes(rec.log_path, offset, CHUNK)
+                except (FileNotFoundError, HostUnreachable):
+                    break
+                if not data:
+                    break
+                await nodes_log.feed(NodeChunk(ns.node, offset, data))
+                offset += len(data)
+            nodes_log.log_ended(ns.node)
+            if not ns.status.alive:
+                await nodes_log.mark_exited(ns.node, ns.status.exit_code)
+        return nodes_log.view(status)
+    finally:
+        nodes_log.close()
+
+
+def lanes_json(view: NodesView) -> list[dict[str, object]]:
+    """``servelab nodes --json``'s ``rows``: each stage row's label, node, rank, state and current stage."""
+    out: list[dict[str, object]] = []
+    for lv in view.lanes:
+        st = lv.stage
+        out.append({
+            "label": lv.lane.label, "node": lv.lane.node.rank, "host": lv.lane.node.host, "rank": lv.lane.rank,
+            "state": lv.state, "stage": st.name if st is not None else None, "stage_status": st.status if st is not None else None,
+        })
+    return out

@@ -190,6 +190,9 @@ def test_worker_sigkilled_mid_load_is_the_root_cause(lab: NodesLab, capsys: pyte
         assert [(n["rank"], n["host"]) for n in doc["nodes"]] == [(0, "local"), (1, "box")]
         assert (doc["root_cause"]["rank"], doc["root_cause"]["host"]) == (1, "box")
         assert doc["nodes"][1]["status"]["exit_code"] is not None and doc["ready"] is False
+        # the worker's stage row reads its own rank (TP1), and says how it ended
+        worker_row = next(r for r in doc["rows"] if r["node"] == 1)
+        assert (worker_row["label"], worker_row["state"]) == ("n1 box TP1", "crashed"), doc["rows"]
     finally:
         code = main(["--dir", str(lab.folder), "stop", st.record.id, "--grace", "10"])
     out = capsys.readouterr().out

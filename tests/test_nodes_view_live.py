@@ -12,7 +12,7 @@ import pytest
 
 from engines.compare import compare_runs, render
 from engines.nodes_run import MultiNodeRuns, NodeLine
-from engines.nodes_view import NodeChunk, NodesLog, follow_chunks, head_run_id, resolve_group
+from engines.nodes_view import NodeChunk, NodesLog, current_view, follow_chunks, head_run_id, lanes_json, resolve_group
 from engines.probe.artifacts import load_probe, probe_run
 from engines.runs import NoSuchRun
 from tests.fixtures.runlab import Lab
@@ -49,10 +49,13 @@ async def test_a_stub_group_is_one_run_for_view_probe_and_compare(ssh_config: Ss
                 break
             await asyncio.sleep(0.05)
         assert any(ln.render().startswith("[n1 box] STUB argv") and "--headless" in ln.text for ln in lines)
-        view = nodes_log.view(await m.status(rec))
+        status = await m.status(rec)
+        view = nodes_log.view(status)
         assert [lv.lane.label for lv in view.lanes] == ["n0 local", "n1 box"]
         assert view.alive == {0: True, 1: True} and view.root_cause is None
         assert all(lv.analysis is runs.live.get(lv.lane.node.run_id, "vllm").analysis for lv in view.lanes)
+        # what `servelab nodes` shows: the same rows, from the logs as they are on the hosts
+        assert [r["label"] for r in lanes_json(await current_view(runs, status))] == ["n0 local", "n1 box"]
 
         # every id of the group names the head's server; an ordinary run is not a group
         for rid in (rec.id, head.run_id, worker.run_id):

@@ -112,11 +112,14 @@ async def _launch_nodes(runs: Runs, args: argparse.Namespace) -> int:
 def cmd_nodes(args: argparse.Namespace) -> int:
     async def body(runs: Runs) -> int:
         from engines.nodes_run import MultiNodeRuns
+        from engines.nodes_view import current_view, lanes_json, resolve_group
 
         nodes = MultiNodeRuns(runs)
-        st = await nodes.status(await nodes.load(args.run))
+        group = await resolve_group(runs, args.run)  # the group's id or any node's
+        st = await nodes.status(group if group is not None else await nodes.load(args.run))
+        view = await current_view(runs, st)
         if args.json:
-            print(json.dumps(nodes.status_json(st), indent=2, default=str))
+            print(json.dumps({**nodes.status_json(st), "rows": lanes_json(view)}, indent=2, default=str))
             return 0
         r = st.record
         print(f"{r.id}  {r.engine} {r.backend}, {len(r.nodes)} node processes  ({'ready' if st.ready else 'ended' if st.ended else 'not ready'})")
@@ -128,6 +131,9 @@ def cmd_nodes(args: argparse.Namespace) -> int:
             stage = current_stage(a) if a is not None else None
             where = f", {stage.name} ({stage.status})" if stage is not None else ""
             print(f"  node {n.node.rank}  {n.node.host:<10} {n.node.role:<7} {n.node.run_id}  {n.status.record.status}, {a.state if a else '-'}{where}")
+        for lv in view.lanes:  # a stage row per node, or per rank where the lines carry rank tags
+            stage = lv.stage
+            print(f"  row  {lv.lane.label:<18} {lv.state:<8} {stage.name + ' (' + stage.status + ')' if stage is not None else '-'}")
         if st.root_cause is not None:
             print(f"root cause  node {st.root_cause.rank} ({st.root_cause.host}): {st.root_cause.summary}")
         if st.hint is not None:
