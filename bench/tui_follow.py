@@ -258,13 +258,20 @@ async def measure(args: argparse.Namespace, tmp: Path, rss_start: float) -> None
             profiler.enable()
         grow_start = time.perf_counter()
         gc_pauses: list[tuple[int, float]] = []  # (generation, ms) of each collection while growing
+        gc_full: list[tuple[float, int, int]] = []  # each full collection: (ms, objects it walked, garbage it freed)
         gc_began = [0.0]
+        gc_walked = [0]
 
         def on_gc(phase: str, info: dict[str, int]) -> None:
             if phase == "start":
+                if info["generation"] == 2 and args.gc_types:  # costs a walk itself: only when asked
+                    gc_walked[0] = len(gc.get_objects())
                 gc_began[0] = time.perf_counter()
             else:
-                gc_pauses.append((info["generation"], (time.perf_counter() - gc_began[0]) * 1000))
+                ms = (time.perf_counter() - gc_began[0]) * 1000
+                gc_pauses.append((info["generation"], ms))
+                if info["generation"] == 2:
+                    gc_full.append((ms, gc_walked[0], info["collected"]))
 
         gc.callbacks.append(on_gc)
         cpu_start = (cpu_s(), cpu_s(worker) if worker else 0.0)
@@ -297,6 +304,29 @@ async def measure(args: argparse.Namespace, tmp: Path, rss_start: float) -> None
 
             kinds = Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.get_objects())
             print("objects the collector walks, by type: " + ", ".join(f"{name} {n:,}" for name, n in kinds.most_common(args.gc_types)))
+            # A full pass visits every reference of every tracked object: a few big containers cost more than many small ones.
+            sizes = sorted(((len(gc.get_referents(o)), f"{type(o).__module__}.{type(o).__qualname__}") for o in gc.get_objects()), reverse=True)
+            print(f"references the collector follows: {sum(n for n, _ in sizes):,}; biggest containers: "
+                  + ", ".join(f"{name} {n:,}" for n, name in sizes[:args.gc_types]))
+            # What the cyclic garbage is (the collector frees it; refcounting could not): 3 s more of following.
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            gc.collect()
+            gc.garbage.clear()
+            await asyncio.sleep(3.0)
+            gc.collect()
+            cyclic = Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.garbage)
+            gc.garbage.clear()
+            gc.set_debug(0)
+            print(f"cyclic garbage in 3 s: {sum(cyclic.values()):,} objects; "
+                  + ", ".join(f"{name} {n:,}" for name, n in cyclic.most_common(args.gc_types)))
+            took = []
+            for _ in range(3):
+                t_gc = time.perf_counter()
+                gc.collect()
+                took.append((time.perf_counter() - t_gc) * 1000)
+            print("gc.collect() now, 3 in a row: " + ", ".join(f"{ms:.1f} ms" for ms in took))
+            print("full collections (ms, objects walked, garbage freed): "
+                  + ", ".join(f"{ms:.1f}/{walked:,}/{freed:,}" for ms, walked, freed in gc_full))
         grown_s = time.perf_counter() - grow_start
         parts_end = rss_parts_mb()
         if args.trim:  # how much of the RSS is heap the process freed but glibc kept

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from engines.logs.analyzer import analyze_bytes
 from tests.fixtures.tui import SHARED_LOGS
 from tui.widgets.line_index import LineIndex
-from tui.widgets.log_ingest import SLICE_ITEMS, IngestUpdate, LogIngest, pack_analysis, unpack_analysis
+from tui.widgets.log_ingest import SLICE_ITEMS, IngestUpdate, LogIngest, SeriesWindows, pack_analysis, unpack_analysis
 
 NGRAM_LOG = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
 CRASH_LOG = SHARED_LOGS / "vllm-eagle3-whitelist-gemma3-32765.log"
@@ -99,3 +101,28 @@ def test_an_analysis_crosses_in_slices_and_arrives_whole() -> None:
     light, parts = pack_analysis(analysis)
     assert light.throughput_series == [] and len(parts["throughput_series"]) == 4
     assert unpack_analysis(light, parts) == analysis
+
+
+def test_a_slid_series_reuses_the_items_the_dashboard_unpickled_before() -> None:
+    """Two snapshots of a window that slid by 5 points: the middle slices are the same bytes, so the
+    second analysis holds the very objects of the first there (none made again), and is still equal."""
+    stats = b"".join(
+        b"(APIServer pid=41) INFO 11-29 10:25:%02d [loggers.py:335] Engine 000: Avg prompt throughput: %d.0 tokens/s, "
+        b"Avg generation throughput: %d.4 tokens/s, Running: 4 reqs, Waiting: 0 reqs, KV cache usage: 3.1%%\n"
+        % (i % 60, i % 97, 800 + i % 13) for i in range(4 * SLICE_ITEMS)
+    )
+    analysis = analyze_bytes(NGRAM_LOG.read_bytes() + stats, "vllm")
+    series = analysis.throughput_series
+    first = dataclasses.replace(analysis, throughput_series=series[:-10])
+    second = dataclasses.replace(analysis, throughput_series=series[5:-5])
+    windows = SeriesWindows()
+    assert windows.starts(first) == {"throughput_series": 0}
+    assert windows.starts(second) == {"throughput_series": 5}
+    reuse: dict[bytes, list[Any]] = {}
+    got_first = unpack_analysis(*pack_analysis(first, {"throughput_series": 0}), reuse)
+    got_second = unpack_analysis(*pack_analysis(second, {"throughput_series": 5}), reuse)
+    assert got_first == first and got_second == second
+    # position 305 of the first is 300 of the second: in the slice of series positions 256-511 both times
+    assert got_second.throughput_series[300] is got_first.throughput_series[305]
+    # a list that does not continue the last one starts a new count (equal output, no reuse assumed)
+    assert windows.starts(dataclasses.replace(analysis, throughput_series=series[::-1])) == {"throughput_series": 5 + len(second.throughput_series)}

@@ -40,7 +40,7 @@ _KIND_CLASS: dict[LineKind, str] = {
 }
 
 
-#: Rendered lines kept (full width). A few screens' worth, so a scroll by a line or a page redraws
+#: Drawn lines kept (their visible columns). A few screens' worth, so a scroll by a line or a page redraws
 #: mostly from it. Each entry also holds the strips Textual derives from it (crops, styles: about
 #: 5 kB a line in all); 2,000 of them were 10-20 MB, and while a followed log grew they filled at
 #: ~+12 MB per 100k lines, the whole of the dashboard's memory growth in bench/tui_follow.py.
@@ -101,8 +101,8 @@ class LogView(ScrollView, can_focus=True):
         self._auto_scrolling = False
         self._end_pending = False
         self._wrap_cache: tuple[tuple[object, ...], list[Strip]] | None = None
-        #: Rendered lines (full width), by (line, is cursor, style epoch); bounded LRU.
-        self._strips: LRUCache[tuple[int, bool, int], Strip] = LRUCache(STRIP_CACHE_LINES)
+        #: Drawn lines (the visible columns), by (line, is cursor, style epoch, scroll x, width); bounded LRU.
+        self._strips: LRUCache[tuple[int, bool, int, int, int], Strip] = LRUCache(STRIP_CACHE_LINES)
         self._style_epoch = 0
         self._search_seen: object = None
 
@@ -246,13 +246,31 @@ class LogView(ScrollView, can_focus=True):
         if row >= self.index.row_count:
             return Strip.blank(width, base)
         line = self.index.line_at_row(row)
-        key = (line, line == self.cursor_line, self._style_epoch)
+        key = (line, line == self.cursor_line, self._style_epoch, scroll_x, width)
         strip = self._strips.get(key) if line < self.index.line_count else None
         if strip is None:
-            strip = self._line_strip(line)
+            strip = self._window_strip(line, scroll_x, width)
             if line < self.index.line_count:  # the unfinished tail changes: never cached
                 self._strips[key] = strip
-        return strip.crop_extend(scroll_x, scroll_x + width, base)
+        return strip
+
+    def _window_strip(self, line: int, scroll_x: int, width: int) -> Strip:
+        """The part of a line the view shows (columns ``scroll_x ..`` , ``width`` cells), as one Strip.
+
+        What ``_line_strip(line).crop_extend(..)`` draws, without keeping the full-width strip and
+        its derived ones: each Strip carries seven caches, all objects the garbage collector walks
+        in every full pass, and ``crop_extend`` of a strip already as wide as the view stores the
+        strip in its own cache, a cycle only the collector frees. A plain line is sliced and
+        padded as text: one segment, one Strip.
+        """
+        base = self.rich_style
+        index = self.index
+        if index.search is None and line != self.cursor_line and index.kind(line) not in _KIND_CLASS:
+            text = index.text(line)
+            if text.isprintable() and text.isascii():  # one cell a character (see _line_strip)
+                return Strip([Segment(text[scroll_x : scroll_x + width].ljust(width), base)], width)
+        end = scroll_x + width
+        return self._line_strip(line).extend_cell_length(end, base).crop(scroll_x, end)
 
     def _line_strip(self, line: int) -> Strip:
         """One line, full width, in the view's style.
