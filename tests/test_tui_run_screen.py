@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 
 import pytest
 
@@ -186,3 +188,34 @@ async def test_a_long_log_shows_its_end_before_it_is_indexed_then_the_whole_log(
             assert index.text(index.line_at_row(row)) == scan.text(scan.line_at_row(row))
         assert "the log's end" not in screen_text(app) and f"{total} lines" in screen_text(app)
         assert not list((tmp_path / "cache").rglob("*.tail.log"))  # the end's own spool is gone
+
+
+
+class _Cycle:
+    """Garbage only the collector frees (it refers to itself)."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+async def test_cycles_that_died_while_the_heap_was_frozen_are_freed_when_the_run_screen_closes(tui_folder: TuiFolder) -> None:
+    """The run screen freezes the heap once its log shows (full collections skip what is alive);
+    frozen cycles are never collected, so closing the screen thaws and collects: a cycle alive at
+    the freeze and dropped while the screen was open (a removed widget, say) is freed then."""
+    run_id = tui_folder.replay("tiny-cpu-vllm-baseline", NGRAM_SERVE, rate=0, exit_code=0, hold_s=5.0)
+    app = ServelabApp(tui_folder.folder)
+    app.watch_runs = False
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        frozen_before = gc.get_freeze_count()
+        held = [_Cycle()]
+        gone = weakref.ref(held[0])
+        await app.push_screen(RunScreen(run_id))
+        screen = app.screen
+        assert isinstance(screen, RunScreen)
+        await wait_for(pilot, lambda: screen.index.line_count > 0 and gc.get_freeze_count() > frozen_before)
+        held.clear()
+        gc.collect()
+        assert gone() is not None  # frozen: the collector does not see it
+        await app.action_back()
+        await wait_for(pilot, lambda: gone() is None)

@@ -107,6 +107,7 @@ class RunScreen(Screen[None]):
         self._shown_stages = ""
         self._shown_cause = ""
         self._shown_probe = ""
+        self._heap_settled = False
         self._shown_title = ""
 
     def _fresh_spool(self, suffix: str = ".log") -> Path:
@@ -224,6 +225,14 @@ class RunScreen(Screen[None]):
         index = self.index
         self.query_one(LogPanel).swap_index(index, lambda line: index.line_at_offset(origin + tail.start_of(line)))
         self._drop_tail()
+        self._settle_heap()
+
+    def _settle_heap(self) -> None:
+        """Once, when the screen shows its whole log: what it is built of leaves the collector's
+        full passes (``ServelabApp.settle_heap``; they were a followed log's key-to-screen p99)."""
+        if not self._heap_settled:
+            self._heap_settled = True
+            self.call_after_refresh(servelab_app(self).settle_heap)
 
     def _drop_tail(self) -> None:
         if self.tail is not None:
@@ -237,6 +246,8 @@ class RunScreen(Screen[None]):
             return
         if self.tail is None:
             self.query_one(LogPanel).lines_added(update.rows)
+            if update.rows:
+                self._settle_heap()
         elif self.index.classified_bytes >= self._tail_end:  # spooled and its kinds known: no unfolded flash
             self._swap_in_whole_log()
         if update.analysis is not None:
