@@ -6,6 +6,7 @@ broken definition never hides the others.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from engines.adapter import ENGINE_MODULES, LaunchSpec, get_adapter
 from engines.errors import Problem, ServelabError
-from engines.experiment import Experiment, SourcedExperiment
+from engines.experiment import Experiment, SourcedExperiment, split_host_port
 from engines.hostsfile import LOCAL, HostConfig, HostsFile
 from engines.loader import display_path, load_model, locate, parse_toml
 from engines.multinode import NodeAddress, NodePlan, NodeTarget
@@ -313,6 +314,8 @@ def _node_problems(cat: Catalog, entry: FileEntry, exp: SourcedExperiment) -> li
             out.append(Problem(entry.shown, line, f"hosts[{i}]", f"unknown host {name!r} (hosts.toml has: {', '.join(cat.hosts.names())})"))
         else:
             configs.append(cfg)
+    if len(configs) == len(e.hosts) and e.multinode is not None:
+        out.extend(_loopback_head(entry, exp, configs, line))
     world, n = e.parallel.gpus, len(e.hosts)
     pline = locate(exp.text, ("parallel",))
     if world % n:
@@ -322,6 +325,32 @@ def _node_problems(cat: Catalog, entry: FileEntry, exp: SourcedExperiment) -> li
         if short:
             out.append(Problem(entry.shown, pline, "parallel", f"{world} GPUs over {n} nodes needs {world // n} per node ({'; '.join(short)} in hosts.toml)"))
     return out
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _loopback_head(entry: FileEntry, exp: SourcedExperiment, configs: list[HostConfig], line: int) -> list[Problem]:
+    """Nodes on other machines would dial a loopback head address: their own machine, a hang at the join."""
+    e = exp.experiment
+    assert e.multinode is not None
+    head_address = e.multinode.head_address
+    dial = split_host_port(head_address)[0] if head_address else configs[0].node_address
+    away = [name for name, c in zip(e.hosts[1:], configs[1:]) if not _is_loopback(c.node_address)]
+    if not _is_loopback(dial) or not away:
+        return []
+    itself = "itself" if len(away) == 1 else "themselves"
+    if head_address:
+        why = "([multinode] head_address): give the head's address on the nodes' network"
+    else:
+        why = f'(the head, {e.hosts[0]}, has no address in hosts.toml): set address = "<its address on the nodes\' network>" under [hosts.{e.hosts[0]}]'
+    return [Problem(entry.shown, line, "hosts", f"{', '.join(away)} would dial the head at {dial}, i.e. {itself} {why}")]
 
 
 def check(folder: Path | str | None = None, names: list[str] | None = None) -> tuple[Catalog, list[Problem]]:

@@ -7,7 +7,9 @@ silently ignored setting on a 25-minute load.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -120,6 +122,48 @@ class MultiNode(Strict):
     ray_port: Annotated[int, Field(ge=1, le=65535)] = 6379
     #: Seconds the nodes' join (rendezvous) may take before servelab calls it a hang (default: the engine's).
     rendezvous_s: Annotated[float, Field(gt=0, le=3600)] | None = None
+    #: ``HOST`` or ``HOST:PORT`` (IPv6 in brackets): where the other nodes dial the head's rendezvous
+    #: when that is not the head host's ``address`` in hosts.toml and ``port`` (a NAT or a container's
+    #: mapped port, another interface of the head). The head itself binds ``port``. Native backend only.
+    head_address: str | None = None
+
+    @field_validator("head_address")
+    @classmethod
+    def _head_address(cls, v: str | None) -> str | None:
+        if v is not None:
+            split_host_port(v)
+        return v
+
+
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+
+
+def split_host_port(text: str) -> tuple[str, int | None]:
+    """``HOST``, ``HOST:PORT``, ``[V6]`` or ``[V6]:PORT`` as (host, port or None); ValueError says what is wrong."""
+    host, port = text, None
+    if "/" in text or any(c.isspace() for c in text):
+        raise ValueError(f"{text!r}: HOST or HOST:PORT, no scheme, path or spaces (10.0.0.11:29500)")
+    if text.startswith("["):
+        inner, sep, rest = text[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise ValueError(f"{text!r}: an IPv6 address goes in brackets, then :PORT if any ([fd00::5]:29500)")
+        host, port_text = inner, rest[1:] if rest else None
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"{text!r}: {host!r} is not an IPv6 address") from None
+    else:
+        if text.count(":") > 1:
+            raise ValueError(f"{text!r}: put an IPv6 address in brackets ([{text}])")
+        host, sep, port_text_ = text.partition(":")
+        port_text = port_text_ if sep else None
+        if not _HOSTNAME.match(host):
+            raise ValueError(f"{text!r}: {host!r} is not a host name or IPv4 address")
+    if port_text is not None:
+        if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+            raise ValueError(f"{text!r}: the port must be a number from 1 to 65535")
+        port = int(port_text)
+    return host, port
 
 
 class Experiment(Strict):
@@ -227,5 +271,7 @@ class SourcedExperiment(BaseModel):
         for key in ("hosts", "multinode"):  # added later: absent when unused, so old hashes hold
             if not data.get(key):
                 data.pop(key, None)
+        if isinstance(data.get("multinode"), dict) and data["multinode"].get("head_address") is None:
+            data["multinode"].pop("head_address", None)
         blob = json.dumps(data, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:12]

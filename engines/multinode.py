@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from engines.adapter import Inexpressible, LaunchSpec
-from engines.experiment import Experiment
+from engines.experiment import Experiment, split_host_port
 
 @dataclass(frozen=True)
 class NodeAddress:
@@ -82,6 +82,22 @@ def with_env(spec: LaunchSpec, extra: dict[str, str], argv_tail: list[str] | Non
     return LaunchSpec([*spec.argv, *(argv_tail or [])], {**spec.env, **extra})
 
 
+def rendezvous_of(exp: Experiment, targets: list[NodeTarget], rank: int) -> tuple[str, int]:
+    """``(host, port)`` node ``rank`` dials to join: the head its own address and ``[multinode] port``,
+    the other nodes ``[multinode] head_address`` when it is set (its port, else ``port``)."""
+    mn = exp.multinode
+    assert mn is not None
+    if rank == 0 or mn.head_address is None:
+        return targets[0].node.address, mn.port
+    host, port = split_host_port(mn.head_address)
+    return host, mn.port if port is None else port
+
+
+def host_port(host: str, port: int) -> str:
+    """``HOST:PORT``, an IPv6 address in brackets (what ``--dist-init-addr`` and Ray's ``--address`` parse)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def multinode_problems(exp: Experiment, backends: tuple[str, ...], node_flags: tuple[str, ...]) -> list[Inexpressible]:
     """A backend this engine lacks, or ``[engine_args]`` setting a flag servelab sets per node."""
     if exp.multinode is None:
@@ -94,4 +110,6 @@ def multinode_problems(exp: Experiment, backends: tuple[str, ...], node_flags: t
         for key in exp.engine_args
         if key in node_flags
     )
+    if exp.multinode.head_address is not None and exp.multinode.backend != "native":
+        out.append(Inexpressible("multinode.head_address", "is for the native backend: Ray workers join the Ray head at its hosts.toml address and ray_port"))
     return out

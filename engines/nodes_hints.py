@@ -31,6 +31,8 @@ class RendezvousGrammar:
     settings: str
     #: ``(phrase, hint)``: a line containing the phrase gets the hint as soon as it shows.
     phrases: tuple[tuple[str, str], ...] = ()
+    #: The flags that carry where a node dials the head (``--dist-init-addr``; ``--master-addr``, ``--master-port``).
+    join_flags: tuple[str, ...] = ()
 
 
 class HasRendezvous(Protocol):
@@ -47,10 +49,31 @@ class RendezvousHint:
     hint: str
     #: Seconds the node has been waiting since the begin line (None for a phrase hint).
     waited_s: float | None = None
+    #: What servelab told the node to dial, beside what it told the head (empty when not known).
+    dials: str = ""
 
     def render(self) -> str:
         waited = f" for {self.waited_s:.0f} s" if self.waited_s is not None else ""
-        return f"node {self.rank} ({self.host}) stuck{waited} at {self.line.strip()!r}: {self.hint}"
+        return f"node {self.rank} ({self.host}) stuck{waited} at {self.line.strip()!r}: {self.hint}" + (f"; {self.dials}" if self.dials else "")
+
+
+def join_args(grammar: RendezvousGrammar, argv: list[str]) -> str | None:
+    """The node's join flags with their values, as servelab passed them (``--dist-init-addr 10.0.0.1:5000``)."""
+    said = [f"{flag} {argv[i + 1]}" for flag in grammar.join_flags for i, word in enumerate(argv[:-1]) if word == flag]
+    return " ".join(said) or None
+
+
+def dials_of(grammar: RendezvousGrammar, rank: int, argvs: dict[int, list[str]]) -> str:
+    """Where node ``rank`` was told to join, against the head: a mismatch is the first thing to fix."""
+    mine = join_args(grammar, argvs.get(rank, []))
+    if mine is None:
+        return ""
+    head = join_args(grammar, argvs.get(0, []))
+    if rank == 0 or head is None:
+        return f"node {rank} was given {mine}"
+    if head != mine:
+        return f"node {rank} was given {mine} but the head (node 0) {head}: they differ ([multinode] head_address, or the head's address in hosts.toml and [multinode] port)"
+    return f"node {rank} was given {mine}, as the head was (the head's address in hosts.toml, [multinode] port)"
 
 
 _STAMP = re.compile(r"(?:(\d{4})-)?(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)")
@@ -97,15 +120,19 @@ def scan_join(grammar: RendezvousGrammar, lines: list[str], now: float) -> tuple
     return begun, grammar.settings, now - at
 
 
-def rendezvous_hint(grammar: RendezvousGrammar, logs: dict[int, tuple[str, list[str]]], now: float | None = None) -> RendezvousHint | None:
-    """The first node (by rank) whose log shows a stuck join: ``logs`` maps rank -> (host, lines)."""
+def rendezvous_hint(
+    grammar: RendezvousGrammar, logs: dict[int, tuple[str, list[str]]], now: float | None = None, argvs: dict[int, list[str]] | None = None
+) -> RendezvousHint | None:
+    """The first worker (by rank), else the head, whose log shows a stuck join: ``logs`` maps rank -> (host, lines);
+    ``argvs`` (rank -> the engine's argv) adds where a stuck node was told to dial, against the head."""
     t = local_now() if now is None else now
-    for rank in sorted(logs):
+    # a worker first: the head waiting for its peers is how every failed join looks from the head
+    for rank in sorted(logs, key=lambda r: (r == 0, r)):
         host, lines = logs[rank]
         found = scan_join(grammar, lines, t)
         if found is not None:
             line, hint, waited = found
-            return RendezvousHint(rank, host, line, hint, waited)
+            return RendezvousHint(rank, host, line, hint, waited, dials_of(grammar, rank, argvs or {}) if waited is not None else "")
     return None
 
 

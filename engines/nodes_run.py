@@ -23,6 +23,7 @@ import json
 import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from engines.adapter import get_adapter
 from engines.errors import ServelabError
@@ -92,6 +93,8 @@ class NodeCheck:
     host: str
     ok: bool
     detail: str
+    #: The patch set as preflight applied it on this node (root, patch and file sha256s), for the node's run record.
+    patches: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -217,7 +220,7 @@ class MultiNodeRuns:
                 return NodeCheck(plan.node.rank, plan.node.host, False, str(exc))
             if not report.ok:
                 return NodeCheck(plan.node.rank, plan.node.host, False, report.summary())
-            return NodeCheck(plan.node.rank, plan.node.host, True, "ok")
+            return NodeCheck(plan.node.rank, plan.node.host, True, "ok", dict(report.patches.record()) if report.patches is not None else {})
 
         checks = list(await asyncio.gather(*(own(p) for p in plans)))
         if all(c.ok for c in checks):
@@ -257,8 +260,11 @@ class MultiNodeRuns:
         if problems:
             raise ServelabError(f"{exp.name}: definition has problems: {problems[0]} (run 'servelab check {exp.name}')")
         plans = self.plans(exp)
+        patched: dict[int, dict[str, Any]] = {}  # rank -> the patch record its preflight applied
         if not skip_preflight:
-            bad = [c for c in await self.preflight(exp, progress) if not c.ok]
+            checks = await self.preflight(exp, progress)
+            patched = {c.rank: c.patches for c in checks}
+            bad = [c for c in checks if not c.ok]
             if bad:
                 first = bad[0]
                 raise ServelabError(f"{exp.name}: node {first.rank} ({first.host}) failed preflight, nothing started: {first.detail}")
@@ -282,7 +288,7 @@ class MultiNodeRuns:
             cfg = self.catalog.host(plan.node.host)
             rid = node_run_id(group, rank, index, proc.role)
             try:
-                rec = await self.runs.start_spec(exp, cfg, proc.spec, rid, proc.port if proc.port is not None else e.port + rank, {})
+                rec = await self.runs.start_spec(exp, cfg, proc.spec, rid, proc.port if proc.port is not None else e.port + rank, patched.get(rank, {}))
             except ServelabError as exc:
                 await self._stop_ids(started)
                 raise ServelabError(f"node {rank} ({plan.node.host}) {proc.role} did not start: {exc}") from None
@@ -355,7 +361,8 @@ class MultiNodeRuns:
             "ended": st.ended,
             "nodes": [
                 {"rank": n.node.rank, "host": n.node.host, "role": n.node.role, "run": n.node.run_id, "serves": n.node.serves,
-                 "unreachable": n.unreachable, "status": n.status.to_json() if n.status is not None else None}
+                 "unreachable": n.unreachable, "status": n.status.to_json() if n.status is not None else None,
+                 "patches": n.status.record.patches if n.status is not None else None}
                 for n in st.nodes
             ],
             "root_cause": None if cause is None else {
@@ -384,7 +391,8 @@ class MultiNodeRuns:
         if record.rendezvous_s is not None:
             grammar = replace(grammar, expected_s=record.rendezvous_s)
         waiting = {n.node.rank: (n.node.host, await self._lines(n)) for n in live_logs(states)}
-        return MultiNodeStatus(record, states, first_failure(states, tails), rendezvous_hint(grammar, waiting, now=now))
+        argvs = {n.node.rank: n.status.record.argv for n in states if n.status is not None and not n.node.role.startswith("ray")}
+        return MultiNodeStatus(record, states, first_failure(states, tails), rendezvous_hint(grammar, waiting, now=now, argvs=argvs))
 
     async def _lines(self, n: NodeState, limit: int = 4 << 20) -> list[str]:
         """A not-yet-ready node's log (small before the engine is up), as lines."""

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from engines.adapter import ArgValidation, Inexpressible, LaunchSpec, engine_args_problems, render_flags
 from engines.experiment import Experiment
-from engines.multinode import NodePlan, NodeProcess, NodeTarget, multinode_problems, with_env
+from engines.multinode import NodePlan, NodeProcess, NodeTarget, host_port, multinode_problems, rendezvous_of, with_env
 from engines.nodes_hints import RendezvousGrammar
 from engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
 from engines.probe.metrics import LatencyHistograms
@@ -290,10 +290,10 @@ class SglangAdapter:
         mn = exp.multinode
         if mn is None:
             return []
-        init = f"{targets[0].node.address}:{mn.port}"
         plans: list[NodePlan] = []
         for t in targets:
             rank = t.node.rank
+            init = host_port(*rendezvous_of(exp, targets, rank))
             tail = ["--nnodes", str(len(targets)), "--node-rank", str(rank), "--dist-init-addr", init]
             # A worker node only runs a dummy health server on --port. Two nodes at one address
             # (one machine) cannot both listen there: such a worker takes port+rank (SGLang's last
@@ -312,7 +312,11 @@ class SglangAdapter:
         end=("Init parallel ends.", "Init torch distributed ends."),
         expected_s=90.0,
         settings="the nodes cannot join: check --dist-init-addr (the head's address and port) is the same on every node and reachable, GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME, and that no stale head from an earlier run holds the port",
-        phrases=(("via NET/Socket", "NCCL fell back to TCP sockets (slow, or stuck behind a firewall): check NCCL_SOCKET_IFNAME (and NCCL_IB_HCA) so it takes the fast interface"),),
+        phrases=(
+            ("via NET/Socket", "NCCL fell back to TCP sockets (slow, or stuck behind a firewall): check NCCL_SOCKET_IFNAME (and NCCL_IB_HCA) so it takes the fast interface"),
+            ("NCCL INFO Using network Socket", "NCCL chose TCP sockets, not InfiniBand/RoCE (slow across nodes): check NCCL_SOCKET_IFNAME, NCCL_IB_HCA and that the IB devices are visible (a container needs them passed in)"),
+        ),
+        join_flags=("--dist-init-addr",),
     )
 
     # -- metrics reading ----------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from engines.adapter import ArgValidation, Inexpressible, LaunchSpec, engine_args_problems, render_flags
 from engines.experiment import Experiment
-from engines.multinode import NodePlan, NodeProcess, NodeTarget, multinode_problems, with_env
+from engines.multinode import NodePlan, NodeProcess, NodeTarget, multinode_problems, rendezvous_of, with_env
 from engines.nodes_ray import ray_env, ray_node_process
 from engines.nodes_hints import RendezvousGrammar
 from engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
@@ -332,7 +332,8 @@ class VllmAdapter:
                     server = with_env(spec, {"RAY_ADDRESS": f"{head}:{mn.ray_port}", **ray_env(t.node.address)}, ["--distributed-executor-backend", "ray"])
                     procs.append(NodeProcess("server", server, serves=True, port=exp.port))
             else:
-                tail = ["--nnodes", str(len(targets)), "--node-rank", str(rank), "--master-addr", head, "--master-port", str(mn.port)]
+                master, port = rendezvous_of(exp, targets, rank)
+                tail = ["--nnodes", str(len(targets)), "--node-rank", str(rank), "--master-addr", master, "--master-port", str(port)]
                 if rank == 0:
                     procs = [NodeProcess("server", with_env(spec, {}, tail), serves=True, port=exp.port)]
                 else:
@@ -351,7 +352,9 @@ class VllmAdapter:
         phrases=(
             ("Waiting for creating a placement group", "Ray cannot place the workers: check `ray status` lists every node with its GPUs, and VLLM_HOST_IP on each node"),
             ("via NET/Socket", "NCCL fell back to TCP sockets (slow, or stuck behind a firewall): check NCCL_SOCKET_IFNAME (and NCCL_IB_HCA) so it takes the fast interface"),
+            ("NCCL INFO Using network Socket", "NCCL chose TCP sockets, not InfiniBand/RoCE (slow across nodes): check NCCL_SOCKET_IFNAME, NCCL_IB_HCA and that the IB devices are visible (a container needs them passed in)"),
         ),
+        join_flags=("--master-addr", "--master-port"),
     )
 
     # -- metrics reading ----------------------------------------------------------------------

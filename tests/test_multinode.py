@@ -61,6 +61,16 @@ def problems(folder: Path, name: str) -> list[str]:
         ('engine = "vllm"\nhosts = ["gpu-a", "gpu-b"]\n[multinode]\nbackend = "native"\n[parallel]\ntensor = 3\n', "does not split evenly over 2 nodes"),
         ('engine = "vllm"\nhosts = ["gpu-a", "gpu-b"]\n[multinode]\nbackend = "native"\n[parallel]\ntensor = 8\npipeline = 3\n', "needs 12 per node (gpu-a has 8; gpu-b has 8"),
         ('engine = "vllm"\nhosts = ["gpu-a", "gpu-b"]\n[multinode]\nbackend = "native"\n[engine_args]\nnode-rank = 1\n', "sets this flag on each node"),
+        ('engine = "sglang"\nhosts = ["gpu-a", "gpu-b"]\n[multinode]\nbackend = "native"\nhead_address = "tcp://10.0.0.11"\n', "HOST or HOST:PORT, no scheme, path or spaces"),
+        ('engine = "sglang"\nhosts = ["gpu-a", "gpu-b"]\n[multinode]\nbackend = "native"\nhead_address = "-bad-:29500"\n', "'-bad-' is not a host name or IPv4 address"),
+        ('engine = "sglang"\nhosts = ["gpu-a", "gpu-b"]\n[multinode]\nbackend = "native"\nhead_address = "fd00::5"\n', "put an IPv6 address in brackets ([fd00::5])"),
+        ('engine = "sglang"\nhosts = ["gpu-a", "gpu-b"]\n[multinode]\nbackend = "native"\nhead_address = "[fd00::5"\n', "an IPv6 address goes in brackets"),
+        ('engine = "sglang"\nhosts = ["gpu-a", "gpu-b"]\n[multinode]\nbackend = "native"\nhead_address = "10.0.0.11:0"\n', "the port must be a number from 1 to 65535"),
+        ('engine = "sglang"\nhosts = ["gpu-a", "gpu-b"]\n[multinode]\nbackend = "native"\nhead_address = "head node"\n', "no scheme, path or spaces"),
+        ('engine = "vllm"\nhosts = ["gpu-a", "gpu-b"]\n[multinode]\nbackend = "ray"\nhead_address = "10.1.0.11"\n', "head_address: vllm: is for the native backend"),
+        # servelab's own machine as the head, with no address: the worker would dial itself
+        ('engine = "sglang"\nhosts = ["local", "gpu-b"]\n[multinode]\nbackend = "native"\n', "gpu-b would dial the head at 127.0.0.1, i.e. itself (the head, local, has no address in hosts.toml): set address = \"<its address on the nodes' network>\" under [hosts.local]"),
+        ('engine = "sglang"\nhosts = ["gpu-a", "gpu-b"]\n[multinode]\nbackend = "native"\nhead_address = "localhost:5000"\n', "gpu-b would dial the head at localhost, i.e. itself ([multinode] head_address)"),
     ],
 )
 def test_check_rejects_bad_combinations(folder: Path, body: str, words: str) -> None:
@@ -113,6 +123,21 @@ def test_vllm_ray_starts_the_cluster_then_one_server_on_the_head(folder: Path) -
     assert server.serves and server.spec.env["RAY_ADDRESS"] == "10.0.0.11:6379"
     order = [p[rank].processes[i].role for rank, i in start_order(p)]
     assert order == ["ray-head", "ray-worker", "server"]
+
+
+def test_head_address_is_where_the_workers_dial_the_head_binds_its_own(folder: Path) -> None:
+    """A head behind a port mapping or on another interface: the workers dial ``head_address``
+    (its port, else ``port``), the head keeps its hosts.toml address and ``port``."""
+    body = '[multinode]\nbackend = "native"\nport = 5000\nhead_address = "{}"\n[parallel]\ntensor = 16\n'
+    sgl = plans(folder, 'engine = "sglang"\nhosts = ["gpu-a", "gpu-b"]\n' + body.format("10.1.0.11:6000"))
+    dial = [n.processes[0].spec.argv for n in sgl]
+    assert [argv[argv.index("--dist-init-addr") + 1] for argv in dial] == ["10.0.0.11:5000", "10.1.0.11:6000"]
+    v6 = plans(folder, 'engine = "sglang"\nhosts = ["gpu-a", "gpu-b"]\n' + body.format("[fd00::11]"))
+    assert [n.processes[0].spec.argv[n.processes[0].spec.argv.index("--dist-init-addr") + 1] for n in v6] == ["10.0.0.11:5000", "[fd00::11]:5000"]
+    vl = plans(folder, 'engine = "vllm"\nhosts = ["gpu-a", "gpu-b"]\n' + body.format("head-ib.example:6000"))
+    got = [(a[a.index("--master-addr") + 1], a[a.index("--master-port") + 1]) for a in (n.processes[0].spec.argv for n in vl)]
+    assert got == [("10.0.0.11", "5000"), ("head-ib.example", "6000")]
+    assert problems(folder, "two") == []
 
 
 def test_vllm_native_makes_every_node_but_the_head_headless(folder: Path) -> None:

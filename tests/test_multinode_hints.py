@@ -15,7 +15,7 @@ from pathlib import Path
 
 from engines.adapter import get_adapter
 from engines.logs.analyzer import analyze_file
-from engines.nodes_hints import rendezvous_hint, stamp_of
+from engines.nodes_hints import join_args, rendezvous_hint, stamp_of
 from engines.nodes_run import NodeRun, NodeState, first_failure
 from engines.runs import RunRecord, RunStatus
 from engines.runstate import RunState
@@ -70,3 +70,38 @@ def test_a_join_that_ended_is_no_hang_and_socket_fallback_is_a_hint_at_once() ->
     nccl = [*lines[:30], "gpu-b:1234:1234 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via NET/Socket/0"]
     hint = rendezvous_hint(grammar, {1: ("gpu-b", nccl)}, now=0)
     assert hint is not None and "NCCL_SOCKET_IFNAME" in hint.hint and hint.waited_s is None
+
+
+def test_nccl_on_tcp_sockets_in_real_lines_is_a_hint_at_once_naming_the_interface() -> None:
+    """Real NCCL lines (tests/data/logs/multinode, source on line 1): vLLM's "Using network Socket"
+    (vllm#5405, a two-hour start) and NCCL's per-channel "via NET/Socket" between two nodes (nccl#1232)."""
+    for name in ("vllm-ray-nccl-using-network-socket-5405.log", "nccl-via-net-socket-two-nodes-1232.log"):
+        text = (LOGS / name).read_text()
+        assert text.startswith("# source: ") and "(https://github.com/" in text.splitlines()[0]
+        lines = text.splitlines()[1:]
+        for engine in ("vllm", "sglang"):
+            hint = rendezvous_hint(get_adapter(engine).rendezvous, {1: ("gpu-b", lines)}, now=0)
+            assert hint is not None and hint.waited_s is None, (name, engine)
+            assert hint.line in lines and ("Using network Socket" in hint.line or "via NET/Socket/0" in hint.line)
+            assert "NCCL_SOCKET_IFNAME" in hint.hint and "NCCL_IB_HCA" in hint.hint
+            assert hint.render().startswith("node 1 (gpu-b) stuck at ")
+    healthy = ["gpu-b:1:1 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via NET/IB/0/GDRDMA", "gpu-b:1:1 [0] NCCL INFO Using network IB"]
+    assert rendezvous_hint(get_adapter("vllm").rendezvous, {1: ("gpu-b", healthy)}, now=0) is None
+
+
+def test_a_stuck_worker_is_told_where_it_dials_against_the_head_and_wins_over_the_waiting_head() -> None:
+    grammar = get_adapter("sglang").rendezvous
+    logs = {r: (h, (LOGS / f"sglang-cpu-join-hang-wrong-port-n{r}.log").read_text().splitlines()) for r, h in ((0, "gpu-a"), (1, "gpu-b"))}
+    late = stamp_of("[2026-12-01 14:36:00] both stuck for minutes", 2026)
+    assert late is not None
+    head = ["python", "-m", "sglang.launch_server", "--nnodes", "2", "--node-rank", "0", "--dist-init-addr", "127.0.0.1:29629"]
+    stale = [*head[:-3], "1", "--dist-init-addr", "127.0.0.1:29999"]
+    hint = rendezvous_hint(grammar, logs, now=late, argvs={0: head, 1: stale})
+    assert hint is not None and hint.rank == 1  # the head waits too, but its wait is the worker's absence
+    assert "node 1 was given --dist-init-addr 127.0.0.1:29999 but the head (node 0) --dist-init-addr 127.0.0.1:29629: they differ" in hint.render()
+    same = rendezvous_hint(grammar, logs, now=late, argvs={0: head, 1: [*head[:-3], "1", "--dist-init-addr", "127.0.0.1:29629"]})
+    assert same is not None and "as the head was (the head's address in hosts.toml, [multinode] port)" in same.render()
+    alone = rendezvous_hint(grammar, {0: logs[0]}, now=late, argvs={0: head})
+    assert alone is not None and alone.rank == 0 and alone.render().endswith("; node 0 was given --dist-init-addr 127.0.0.1:29629")
+    vllm = get_adapter("vllm").rendezvous
+    assert join_args(vllm, ["x", "--master-addr", "10.0.0.11", "--master-port", "29501", "--headless"]) == "--master-addr 10.0.0.11 --master-port 29501"

@@ -131,6 +131,10 @@ def cmd_nodes(args: argparse.Namespace) -> int:
             stage = current_stage(a) if a is not None else None
             where = f", {stage.name} ({stage.status})" if stage is not None else ""
             print(f"  node {n.node.rank}  {n.node.host:<10} {n.node.role:<7} {n.node.run_id}  {n.status.record.status}, {a.state if a else '-'}{where}")
+            patched = n.status.record.patches
+            if patched.get("patches"):
+                names = ", ".join(f"{name} {digest[:12]}" for name, digest in patched["patches"].items())
+                print(f"           patches under {patched.get('root')}: {names}")
         for lv in view.lanes:  # a stage row per node, or per rank where the lines carry rank tags
             stage = lv.stage
             print(f"  row  {lv.lane.label:<18} {lv.state:<8} {stage.name + ' (' + stage.status + ')' if stage is not None else '-'}")
