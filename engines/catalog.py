@@ -120,7 +120,7 @@ class Catalog:
         for rank, name in enumerate(e.nodes):
             host = self.host(name)
             draft = self.host_path(exp, e.speculative.draft_model, host) if e.speculative.draft_model else None
-            targets.append(NodeTarget(NodeAddress(rank, name, host.node_address), host.python, self.host_path(exp, e.model, host), draft))
+            targets.append(NodeTarget(NodeAddress(rank, name, reach_address(host)), host.python, self.host_path(exp, e.model, host), draft))
         return get_adapter(e.engine).node_plans(e, targets)
 
     def baseline_of(self, exp: SourcedExperiment) -> SourcedExperiment | None:
@@ -327,6 +327,19 @@ def _node_problems(cat: Catalog, entry: FileEntry, exp: SourcedExperiment) -> li
     return out
 
 
+def reach_address(host: HostConfig) -> str:
+    """The address other nodes reach ``host`` at: its ``address``, else for an SSH host the HostName
+    its ssh_config gives the alias (an alias only ssh knows means nothing to the engines), else
+    :attr:`HostConfig.node_address`."""
+    if host.address or host.ssh is None:
+        return host.node_address
+    from engines.hosts.ssh import config_paths
+    from engines.hosts.sshconfig import resolve_target
+
+    target = resolve_target(host.ssh, config_paths())
+    return target.hostname if target.is_alias else host.node_address
+
+
 def _is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -341,8 +354,8 @@ def _loopback_head(entry: FileEntry, exp: SourcedExperiment, configs: list[HostC
     e = exp.experiment
     assert e.multinode is not None
     head_address = e.multinode.head_address
-    dial = split_host_port(head_address)[0] if head_address else configs[0].node_address
-    away = [name for name, c in zip(e.hosts[1:], configs[1:]) if not _is_loopback(c.node_address)]
+    dial = split_host_port(head_address)[0] if head_address else reach_address(configs[0])
+    away = [name for name, c in zip(e.hosts[1:], configs[1:]) if c.ssh is not None and not _is_loopback(reach_address(c))]
     if not _is_loopback(dial) or not away:
         return []
     itself = "itself" if len(away) == 1 else "themselves"

@@ -171,3 +171,19 @@ def test_show_prints_each_node(folder: Path) -> None:
     doc = json.loads(run("--json").stdout)
     assert [n["host"] for n in doc["nodes"]] == ["gpu-a", "gpu-b"]
     assert [p["role"] for p in doc["nodes"][0]["processes"]] == ["ray-head", "server"]
+
+
+def test_an_ssh_alias_is_reached_at_its_ssh_config_hostname(folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engines cannot resolve an alias only ssh knows: the nodes are given its HostName; an alias of
+    this machine (127.0.0.1) beside a ``local`` head is no remote worker, one of another machine is."""
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("Host gpu-c\n    HostName 10.0.0.13\n    Port 2222\n\nHost here\n    HostName 127.0.0.1\n")
+    monkeypatch.setenv("SERVELAB_SSH_CONFIG", str(cfg))
+    with (folder / "hosts.toml").open("a") as f:
+        f.write('\n[hosts.gpu-c]\nssh = "gpu-c"\n\n[hosts.here]\nssh = "here"\n')
+    p = plans(folder, 'engine = "sglang"\nhosts = ["gpu-a", "gpu-c"]\n[multinode]\nbackend = "native"\nport = 5000\n')
+    assert [n.node.address for n in p] == ["10.0.0.11", "10.0.0.13"]
+    experiment(folder, 'engine = "sglang"\nhosts = ["local", "here"]\n[multinode]\nbackend = "native"\n', "loop")
+    assert not any("would dial the head" in x for x in problems(folder, "loop"))
+    experiment(folder, 'engine = "sglang"\nhosts = ["local", "gpu-c"]\n[multinode]\nbackend = "native"\n', "away")
+    assert any("gpu-c would dial the head at 127.0.0.1, i.e. itself" in x for x in problems(folder, "away"))
