@@ -199,7 +199,10 @@ class MultiNodeRuns:
     async def preflight(self, exp: SourcedExperiment, progress: Callable[[NodeCheck], None] | None = None) -> list[NodeCheck]:
         """Each node process's own check (seconds) on every node at once, then servelab's preflight
         on every node's host at once. A node failing its check skips the slow round: the launch
-        cannot go ahead anyway, and the check's words are the answer."""
+        cannot go ahead anyway, and the check's words are the answer. The patch set is checked on
+        every node first and applied on each only once all passed, so a node whose patch does not
+        apply leaves every node's package as it was."""
+        from engines.patches import PatchReport, apply_patches, load_patch_set
         from engines.preflight import run_preflight
 
         plans = self.plans(exp)
@@ -212,19 +215,39 @@ class MultiNodeRuns:
                     return NodeCheck(plan.node.rank, plan.node.host, False, f"{proc.role}: {why}")
             return NodeCheck(plan.node.rank, plan.node.host, True, "ok")
 
+        checked: dict[int, PatchReport] = {}  # rank -> its patch set's check (patches are applied only once every node passed)
+
         async def full(plan: NodePlan) -> NodeCheck:
             cfg = self.catalog.host(plan.node.host)
             try:
-                report = await run_preflight(self.catalog, exp, cfg, apply=True)
+                report = await run_preflight(self.catalog, exp, cfg, apply=False)
             except (ServelabError, HostUnreachable) as exc:
                 return NodeCheck(plan.node.rank, plan.node.host, False, str(exc))
             if not report.ok:
                 return NodeCheck(plan.node.rank, plan.node.host, False, report.summary())
-            return NodeCheck(plan.node.rank, plan.node.host, True, "ok", dict(report.patches.record()) if report.patches is not None else {})
+            if report.patches is not None:
+                checked[plan.node.rank] = report.patches
+            return NodeCheck(plan.node.rank, plan.node.host, True, "ok")
+
+        async def apply(plan: NodePlan, check: NodeCheck) -> NodeCheck:
+            """The node's patch set, applied where preflight checked it (all or nothing on the node)."""
+            rep = checked.get(plan.node.rank)
+            if rep is None:
+                return check
+            cfg = self.catalog.host(plan.node.host)
+            try:
+                done = await apply_patches(self.runs.host(cfg.name), load_patch_set(exp), rep.root, python=cfg.python, imports=False)
+            except (ServelabError, HostUnreachable) as exc:
+                return replace(check, ok=False, detail=f"patch set: {exc}")
+            if not done.ok:
+                return replace(check, ok=False, detail=f"patch set: apply failed, nothing changed on this node: {done.error}")
+            return replace(check, patches=dict(done.record()))
 
         checks = list(await asyncio.gather(*(own(p) for p in plans)))
         if all(c.ok for c in checks):
             checks = list(await asyncio.gather(*(full(p) for p in plans)))
+        if all(c.ok for c in checks):
+            checks = list(await asyncio.gather(*(apply(p, c) for p, c in zip(plans, checks))))
         for c in checks:
             if progress is not None:
                 progress(c)

@@ -436,10 +436,14 @@ class Patched(importlib.machinery.SourceFileLoader):
 class Finder:
     @classmethod
     def find_spec(cls, name, path=None, target=None):
+        # claim only the patched modules: any other goes down the interpreter's own meta path
+        # (answering for every module put PathFinder before the finders packages install, and
+        # SGLang's import then failed in torchvision: "operator torchvision::nms does not exist")
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is not None and spec.origin in texts:
             spec.loader = Patched(name, spec.origin)
-        return spec
+            return spec
+        return None
 
 sys.meta_path.insert(0, Finder)
 results = []
