@@ -187,3 +187,27 @@ def test_an_ssh_alias_is_reached_at_its_ssh_config_hostname(folder: Path, tmp_pa
     assert not any("would dial the head" in x for x in problems(folder, "loop"))
     experiment(folder, 'engine = "sglang"\nhosts = ["local", "gpu-c"]\n[multinode]\nbackend = "native"\n', "away")
     assert any("gpu-c would dial the head at 127.0.0.1, i.e. itself" in x for x in problems(folder, "away"))
+
+
+def test_show_prints_each_native_node_with_its_own_argv_and_environment(folder: Path) -> None:
+    """SGLang and vLLM native: every node's exact command (its interpreter, rank and where it dials
+    the head) and the environment that differs per node; ``--json`` has each node's whole environment."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+    run = lambda name, *a: subprocess.run([sys.executable, "-m", "tui", "--dir", str(folder), "show", name, *a], capture_output=True, text=True, timeout=120, env=env)  # noqa: E731
+    body = '[multinode]\nbackend = "native"\nport = 5000\nhead_address = "10.1.0.11:6000"\n[parallel]\ntensor = 16\n[env]\nNCCL_SOCKET_IFNAME = "ib0"\n'
+    experiment(folder, 'engine = "sglang"\nhosts = ["gpu-a", "gpu-b"]\n' + body, "sgl")
+    text = run("sgl").stdout
+    assert "node 0 (head) gpu-a at 10.0.0.11" in text and "node 1 gpu-b at 10.0.0.12" in text, text
+    assert "/venv/bin/python3 -m sglang.launch_server --model-path /shared/m" in text
+    assert "--nnodes 2 --node-rank 0 --dist-init-addr 10.0.0.11:5000" in text and "--nnodes 2 --node-rank 1 --dist-init-addr 10.1.0.11:6000" in text
+    doc = json.loads(run("sgl", "--json").stdout)
+    for node in doc["nodes"]:
+        (proc,) = node["processes"]
+        assert proc["env"]["NCCL_SOCKET_IFNAME"] == "ib0" and proc["argv"][proc["argv"].index("--node-rank") + 1] == str(node["rank"])
+    experiment(folder, 'engine = "vllm"\nhosts = ["gpu-a", "gpu-b"]\n' + body, "vl")
+    text = run("vl").stdout
+    assert "VLLM_HOST_IP=10.0.0.11 /venv/bin/python3 -m vllm.entrypoints.openai.api_server" in text, text
+    assert "VLLM_HOST_IP=10.0.0.12 /opt/env/bin/python3 -m vllm.entrypoints.cli.main serve" in text
+    assert "--master-addr 10.1.0.11 --master-port 6000 --headless" in text
+    doc = json.loads(run("vl", "--json").stdout)
+    assert [n["processes"][0]["env"]["VLLM_HOST_IP"] for n in doc["nodes"]] == ["10.0.0.11", "10.0.0.12"]
