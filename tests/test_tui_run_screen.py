@@ -69,7 +69,8 @@ async def test_ready_run_shows_stage_bars_and_announces_ready(tui_folder: TuiFol
         assert isinstance(screen, RunScreen)
         await wait_for(pilot, lambda: screen.index.line_count >= NGRAM_SERVE.read_bytes().count(b"\n"))
         await wait_for(pilot, lambda: "alive" in screen.liveness or "exit code" in screen.liveness)
-        await pilot.pause()
+        # the analysis, then the frames that draw it: wait for what is asserted below
+        await wait_for(pilot, lambda: all(w in screen_text(app) for w in ("weights", "KV cache", "ready", "✓")))
         text = screen_text(app)
         for label in ("weights", "KV cache", "ready"):
             assert label in text
@@ -89,8 +90,7 @@ async def test_readonly_run_screen_hides_stop_and_probe(tui_folder: TuiFolder) -
         screen = app.screen
         assert isinstance(screen, RunScreen)
         await wait_for(pilot, lambda: "alive" in screen.liveness or "exit" in screen.liveness)
-        await pilot.pause(0.2)
-        await pilot.pause()
+        await wait_for(pilot, lambda: "Search" in screen_text(app).splitlines()[-1])  # the footer drawn for this screen
         footer = screen_text(app).splitlines()[-1]
         assert "Stop" not in footer and "Probe" not in footer
         assert "Search" in footer
