@@ -121,7 +121,7 @@ async def test_start_follow_stop_with_confirm_resume_and_finished_table(lab: Lab
         await pilot_wait(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press("y")
         await pilot_wait(pilot, lambda: screen.status is not None and screen.status.status == "stopped", timeout=120)
-        assert "stopped" in screen_text(app)
+        await pilot_wait(pilot, lambda: "stopped" in screen_text(app))  # the state, then the frame that shows it
         assert marked({ld.run_id for ld in screen.status.loads if ld.run_id}) == []
         # resume from the screen, and the finished table with every point's figures
         await pilot.press("u")

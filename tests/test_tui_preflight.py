@@ -8,7 +8,7 @@ from pathlib import Path
 from engines.catalog import load_catalog
 from tests.conftest import TINY_MODEL
 from tests.fixtures.drafter_files import tiny_eagle3_config, write_drafter
-from tests.fixtures.tui import TuiFolder
+from tests.fixtures.tui import TuiFolder, screen_text, wait_for
 from tui.app import ServelabApp
 from tui.screens.preflight import PreflightScreen
 
@@ -27,10 +27,6 @@ max-model-len = 512
 """
 
 
-def screen_text(app: ServelabApp) -> str:
-    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
-
-
 async def test_a_launch_with_a_faulty_drafter_shows_the_finding_and_starts_nothing(tui_folder: TuiFolder, tmp_path: Path) -> None:
     target = json.loads((TINY_MODEL / "config.json").read_text())
     drafter = write_drafter(tmp_path / "tiny-e3-default-ids", tiny_eagle3_config(target, eagle_config={"use_aux_hidden_state": True}))
@@ -47,6 +43,7 @@ async def test_a_launch_with_a_faulty_drafter_shows_the_finding_and_starts_nothi
             if screen.outcome.startswith("✗"):
                 break
             await pilot.pause(0.1)
+        await wait_for(pilot, lambda: "aux-layers-out-of-range" in screen_text(app))  # the outcome, then its frame
         text = screen_text(app)
         assert "aux-layers-out-of-range" in text and "launch refused" in screen.outcome
         drafter_line = next(c for c in screen.checks if c.name == "drafter path")
