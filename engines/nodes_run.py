@@ -21,9 +21,10 @@ import asyncio
 import datetime as dt
 import json
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from engines.adapter import get_adapter
 from engines.errors import ServelabError
@@ -180,6 +181,50 @@ def node_run_id(group: str, rank: int, index: int, role: str) -> str:
     ordinary run id, so every run tool reads a node's run, and the group's id is plain to see."""
     exp, tail = group[:-_ID_TAIL], group[-_ID_TAIL:]
     return f"{exp}.n{rank}{tail}" if index == 0 else f"{exp}.n{rank}.{role}{tail}"
+
+
+T = TypeVar("T")
+
+
+async def follow_node(runs: Runs, n: NodeRun) -> AsyncGenerator[tuple[int, bytes], None]:
+    """One node process's log as :meth:`Runs.follow` gives it (end offset, bytes), which keeps asking a
+    host whose link drops and goes on from its offset. Twice: the second pass, after a settle, takes
+    what the engine's children wrote while they died (after the run's exit code was written)."""
+    offset = 0
+    for settle in (0.0, LATE_LINES_SETTLE_S):
+        await asyncio.sleep(settle)
+        async for offset, chunk in runs.follow(n.run_id, offset):
+            yield offset, chunk
+
+
+async def merge_nodes(nodes: list[NodeRun], pump: Callable[[NodeRun, Callable[[T], Awaitable[None]]], Awaitable[None]], what: str) -> AsyncGenerator[T, None]:
+    """What one ``pump`` per node puts, in the order it comes, until every pump has ended.
+
+    A pump that fails ends the merge with one line naming ``what`` was followed."""
+    queue: asyncio.Queue[T | None] = asyncio.Queue()
+
+    async def run(n: NodeRun) -> None:
+        try:
+            await pump(n, queue.put)
+        finally:
+            await queue.put(None)
+
+    tasks = [asyncio.create_task(run(n)) for n in nodes]
+    left = len(tasks)
+    try:
+        while left:
+            item = await queue.get()
+            if item is None:
+                left -= 1
+                continue
+            yield item
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for t in tasks:
+            if not t.cancelled() and t.exception() is not None:
+                raise ServelabError(f"following {what} failed: {t.exception()}")
 
 
 class MultiNodeRuns:
@@ -451,42 +496,20 @@ class MultiNodeRuns:
         Each node is followed by :meth:`Runs.follow`, which keeps asking a host whose link drops
         and continues from its byte offset, so no line is lost or repeated.
         """
-        queue: asyncio.Queue[NodeLine | None] = asyncio.Queue()
 
-        async def pump(n: NodeRun) -> None:
+        async def pump(n: NodeRun, put: Callable[[NodeLine], Awaitable[None]]) -> None:
             rest = b""
-            offset = 0
-            try:
-                # twice: the second pass, after a settle, takes what the engine's children wrote
-                # while they died (after the run's exit code was written)
-                for settle in (0.0, LATE_LINES_SETTLE_S):
-                    await asyncio.sleep(settle)
-                    async for offset, chunk in self.runs.follow(n.run_id, offset):
-                        rest += chunk
-                        *whole, rest = rest.split(b"\n")
-                        for ln in whole:
-                            await queue.put(NodeLine(n.rank, n.host, n.role, ln.decode("utf-8", "replace").rstrip("\r")))
-                if rest:
-                    await queue.put(NodeLine(n.rank, n.host, n.role, rest.decode("utf-8", "replace")))
-            finally:
-                await queue.put(None)
+            async for _, chunk in follow_node(self.runs, n):
+                rest += chunk
+                *whole, rest = rest.split(b"\n")
+                for ln in whole:
+                    await put(NodeLine(n.rank, n.host, n.role, ln.decode("utf-8", "replace").rstrip("\r")))
+            if rest:
+                await put(NodeLine(n.rank, n.host, n.role, rest.decode("utf-8", "replace")))
 
-        tasks = [asyncio.create_task(pump(n)) for n in record.nodes]
-        left = len(tasks)
-        try:
-            while left:
-                item = await queue.get()
-                if item is None:
-                    left -= 1
-                    continue
-                yield item
-        finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            for t in tasks:
-                if not t.cancelled() and t.exception() is not None:
-                    raise ServelabError(f"following the merged log failed: {t.exception()}")
+        async with aclosing(merge_nodes(record.nodes, pump, "the merged log")) as merged:
+            async for line in merged:
+                yield line
 
     # -- stop -------------------------------------------------------------------------------------
     async def stop(self, record: MultiNodeRecord, grace: float = 10.0) -> StopReport:

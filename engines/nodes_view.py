@@ -14,20 +14,19 @@ Nothing here draws: the dashboard's run screen shows :class:`NodesView` and the 
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import re
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 
 from engines.adapter import get_adapter
-from engines.errors import ServelabError
 from engines.logs.analyzer import Analysis, LogAnalyzer, Stage
 from engines.logs.grammar import Header, LogGrammar
 from engines.hosts.base import HostUnreachable
 from engines.logs.live import CHUNK, LiveAnalyses, LiveAnalysis, current_stage
 from engines.nodes_hints import RendezvousHint
-from engines.nodes_run import LATE_LINES_SETTLE_S, MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeFailure, NodeLine, NodeRun
+from engines.nodes_run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeFailure, NodeLine, NodeRun, follow_node, merge_nodes
 from engines.runs import NoSuchRun, Runs
 from engines.runstate import RunState
 
@@ -250,40 +249,18 @@ async def follow_chunks(runs: Runs, record: MultiNodeRecord) -> AsyncGenerator[N
     has ended, until every node has ended. Each node is followed by :meth:`Runs.follow` (which
     keeps asking a host whose link drops and goes on from its offset), twice as
     :meth:`MultiNodeRuns.follow` does: the second pass takes what its children wrote while dying."""
-    queue: asyncio.Queue[NodeChunk | NodeRun | None] = asyncio.Queue()
 
-    async def pump(n: NodeRun) -> None:
-        offset = 0
-        try:
-            for settle in (0.0, LATE_LINES_SETTLE_S):
-                await asyncio.sleep(settle)
-                async for end, chunk in runs.follow(n.run_id, offset):
-                    if end == 0 and not chunk:
-                        offset = 0
-                        await queue.put(NodeChunk(n, 0, b"", restart=True))
-                        continue
-                    await queue.put(NodeChunk(n, end - len(chunk), chunk))
-                    offset = end
-            await queue.put(n)
-        finally:
-            await queue.put(None)
-
-    tasks = [asyncio.create_task(pump(n)) for n in record.nodes]
-    left = len(tasks)
-    try:
-        while left:
-            item = await queue.get()
-            if item is None:
-                left -= 1
+    async def pump(n: NodeRun, put: Callable[[NodeChunk | NodeRun], Awaitable[None]]) -> None:
+        async for end, chunk in follow_node(runs, n):
+            if end == 0 and not chunk:
+                await put(NodeChunk(n, 0, b"", restart=True))
                 continue
+            await put(NodeChunk(n, end - len(chunk), chunk))
+        await put(n)
+
+    async with aclosing(merge_nodes(record.nodes, pump, "node logs")) as merged:
+        async for item in merged:
             yield item
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for t in tasks:
-            if not t.cancelled() and t.exception() is not None:
-                raise ServelabError(f"following node logs failed: {t.exception()}")
 
 
 class _NodeLog:
