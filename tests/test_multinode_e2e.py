@@ -15,39 +15,20 @@ from typing import Any
 
 import pytest
 
-from engines.catalog import load_catalog
 from engines.hosts.registry import close_all
 from engines.logs.live import LiveAnalyses
 from engines.probe.artifacts import load_probe, probe_run
 from engines.nodes_run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeLine
 from engines.nodes_view import NodeChunk, NodesLog, NodesView
-from engines.runs import Runs
 from engines.runstate import RunState
 from tests.conftest import ENGINE_PYTHON, need_engine, need_sglang
-from tests.fixtures.multinode_lab import SGLANG_2N, VLLM_2N, NodesLab, write_folder
-from tests.fixtures.procs import members
+from tests.fixtures.multinode_lab import SGLANG_2N, VLLM_2N, NodesLab, left_on_machine, mn, poll, write_folder
 from tests.fixtures.sshd import SshServer
 from tui.cli import main
 
 pytestmark = [pytest.mark.engine, pytest.mark.ssh]
 
 READY_TIMEOUT_S = 480.0
-
-
-def mn(lab: NodesLab) -> MultiNodeRuns:
-    return MultiNodeRuns(Runs(load_catalog(lab.folder)))
-
-
-async def poll(m: MultiNodeRuns, rec: MultiNodeRecord, until: object, timeout: float) -> MultiNodeStatus:
-    """Status every second until ``until(status)`` holds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        st = await m.status(rec)
-        if until(st):  # type: ignore[operator]
-            return st
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out: {[(n.node.host, n.state, n.status and n.status.exit_code) for n in st.nodes]}")
-        await asyncio.sleep(1.0)
 
 
 async def follow_into(lab: NodesLab, rec: MultiNodeRecord, lines: list[NodeLine]) -> None:
@@ -77,16 +58,6 @@ async def complete(m: MultiNodeRuns, rec: MultiNodeRecord) -> dict[str, Any]:
     req = urllib.request.Request(f"{url}/v1/completions", body, {"content-type": "application/json"})
     answer: dict[str, Any] = await asyncio.to_thread(lambda: json.loads(urllib.request.urlopen(req, timeout=120).read()))
     return answer
-
-
-def left_on_machine(lab: NodesLab, rec: MultiNodeRecord) -> dict[int, str]:
-    """Live processes of the run's sessions (runctl starts each node process in its own session)."""
-    out: dict[int, str] = {}
-    for n in rec.nodes:
-        data = json.loads((lab.run_dir(n.host, n.run_id) / "run.json").read_text())
-        if data.get("pgid"):
-            out.update(members(session=int(data["pgid"])))
-    return out
 
 
 def nodes_view_of(lab: NodesLab, rec: MultiNodeRecord) -> NodesView:

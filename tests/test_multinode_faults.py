@@ -29,14 +29,12 @@ from engines.catalog import load_catalog
 from engines.errors import ServelabError
 from engines.hosts.registry import close_all
 from engines.nodes_hints import local_now, stamp_of
-from engines.nodes_run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus
-from engines.runs import Runs
+from engines.nodes_run import MultiNodeRecord, MultiNodeStatus
 from engines.runstate import RunState
 from tests.conftest import SGLANG_PYTHON, need_sglang
 from tests.fixtures.engine import free_port
-from tests.fixtures.multinode_lab import SGLANG_2N, NodesLab, write_folder
+from tests.fixtures.multinode_lab import SGLANG_2N, NodesLab, left_on_machine, mn, write_folder
 from tests.fixtures.patching import udiff
-from tests.fixtures.procs import members
 from tests.fixtures.sshd import SshServer
 from tui.cli import main
 
@@ -96,16 +94,6 @@ def root_of(lab: NodesLab, node: str) -> Path:
     return lab.folder.parent / f"{node}-root"
 
 
-def left_on_machine(lab: NodesLab, rec: MultiNodeRecord) -> dict[int, str]:
-    """Live processes of the run's sessions (runctl starts each node process in its own session)."""
-    out: dict[int, str] = {}
-    for n in rec.nodes:
-        data = json.loads((lab.run_dir(n.host, n.run_id) / "run.json").read_text())
-        if data.get("pgid"):
-            out.update(members(session=int(data["pgid"])))
-    return out
-
-
 def stale_head(lab: NodesLab, stale_port: int) -> str:
     """SGLang's two-node definition whose workers dial the head at a port nobody listens on."""
     name = f"{SGLANG_2N}-stale-head"
@@ -127,7 +115,7 @@ def test_a_node_whose_copy_does_not_take_the_patch_stops_the_launch_and_no_node_
 
     async def go() -> str:
         try:
-            await MultiNodeRuns(Runs(load_catalog(lab.folder))).launch(name)
+            await mn(lab).launch(name)
         except ServelabError as exc:
             return str(exc)
         finally:
@@ -153,7 +141,7 @@ def test_a_stale_head_address_hangs_the_join_and_the_hint_names_it_within_rendez
     seen: dict[str, float] = {}
 
     async def go() -> tuple[MultiNodeRecord, MultiNodeStatus]:
-        m = MultiNodeRuns(Runs(load_catalog(lab.folder)))
+        m = mn(lab)
         t0 = time.monotonic()
         installed = hashlib.sha256((sglang_site() / PATCHED).read_bytes()).hexdigest()
         rec = await m.launch(name)  # preflight on both nodes applies the patch in each node's own root

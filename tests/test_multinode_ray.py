@@ -13,7 +13,6 @@ asking for GPUs it does not have) gives the ``ray status`` / ``VLLM_HOST_IP`` hi
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
 import time
@@ -22,26 +21,19 @@ from pathlib import Path
 import pytest
 
 from engines.adapter import LaunchSpec
-from engines.catalog import load_catalog
 from engines.errors import ServelabError
 from engines.hosts.registry import close_all
 from engines.nodes_ray import ray_temp_dir
-from engines.nodes_run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeRun, node_run_id
-from engines.runs import Runs
+from engines.nodes_run import MultiNodeRecord, NodeRun, node_run_id
 from engines.runstate import RunState
 from tests.conftest import ENGINE_PYTHON, need_engine
-from tests.fixtures.multinode_lab import VLLM_RAY_2N, NodesLab, write_folder
-from tests.fixtures.procs import members
+from tests.fixtures.multinode_lab import VLLM_RAY_2N, NodesLab, left_on_machine, mn, poll, write_folder
 from tests.fixtures.raylab import ForeignRay, active_nodes, foreign_ray, ray_status, require_loopback_only  # noqa: F401
 from tests.fixtures.sshd import SshServer
 
 pytestmark = [pytest.mark.ray, pytest.mark.engine, pytest.mark.ssh]
 
 CLASH = "tiny-vllm-ray-clash"
-
-
-def mn(lab: NodesLab) -> MultiNodeRuns:
-    return MultiNodeRuns(Runs(load_catalog(lab.folder)))
 
 
 def ray_port_of(lab: NodesLab, name: str) -> int:
@@ -58,27 +50,6 @@ def lab(tmp_path_factory: pytest.TempPathFactory, nodes_sshd: SshServer, foreign
     text = (lab.folder / f"{VLLM_RAY_2N}.toml").read_text()
     (lab.folder / f"{CLASH}.toml").write_text(re.sub(r"ray_port = \d+", f"ray_port = {foreign_ray.port}", text))
     return lab
-
-
-def left_on_machine(lab: NodesLab, rec: MultiNodeRecord) -> dict[int, str]:
-    """Live processes of the run's sessions (runctl starts each node process in its own session)."""
-    out: dict[int, str] = {}
-    for n in rec.nodes:
-        data = json.loads((lab.run_dir(n.host, n.run_id) / "run.json").read_text())
-        if data.get("pgid"):
-            out.update(members(session=int(data["pgid"])))
-    return out
-
-
-async def poll(m: MultiNodeRuns, rec: MultiNodeRecord, until: object, timeout: float) -> MultiNodeStatus:
-    deadline = time.monotonic() + timeout
-    while True:
-        st = await m.status(rec)
-        if until(st):  # type: ignore[operator]
-            return st
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out: {[(n.node.host, n.node.role, n.state, n.status and n.status.exit_code) for n in st.nodes]}")
-        await asyncio.sleep(1.0)
 
 
 def test_the_network_namespace_has_only_loopback() -> None:

@@ -14,18 +14,13 @@ import pytest
 from engines.catalog import load_catalog
 from engines.errors import ServelabError
 from engines.hosts.registry import close_all
-from engines.nodes_run import MultiNodeRuns
 from engines.runs import Runs
 from tests.conftest import need_engine
-from tests.fixtures.multinode_lab import VLLM_2N, VLLM_RAY_NORAY, NodesLab, write_folder
+from tests.fixtures.multinode_lab import VLLM_2N, VLLM_RAY_NORAY, NodesLab, mn, write_folder
 from tests.fixtures.sshd import SshServer
 from tui.cli import main
 
 pytestmark = [pytest.mark.engine, pytest.mark.ssh]
-
-
-def mn(lab: NodesLab) -> MultiNodeRuns:
-    return MultiNodeRuns(Runs(load_catalog(lab.folder)))
 
 
 def refusal(launch: Coroutine[Any, Any, object]) -> str:
