@@ -159,13 +159,13 @@ class NodesRunScreen(Screen[None]):
     def _lines(self, lines: list[NodeLine]) -> None:
         if not lines:
             return
-        data = "".join(ln.render() + "\n" for ln in lines).encode()
-        self.merged.append(data)
-        by_node: dict[int, list[str]] = {}
-        for ln in lines:
-            by_node.setdefault(ln.rank, []).append(ln.render() + "\n")
-        for rank, texts in by_node.items():
-            blob = "".join(texts).encode()
+        rendered = [(ln.rank, (ln.render() + "\n").encode()) for ln in lines]  # each line drawn once, for both logs
+        self.merged.append(b"".join(raw for _, raw in rendered))
+        by_node: dict[int, list[bytes]] = {}
+        for rank, raw in rendered:
+            by_node.setdefault(rank, []).append(raw)
+        for rank, raws in by_node.items():
+            blob = b"".join(raws)
             with open(self._node_spool(rank), "ab") as f:  # kept for the node's view, made on first show
                 f.write(blob)
             if rank in self._per_node:
