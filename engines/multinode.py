@@ -39,7 +39,9 @@ class NodeProcess:
 
     ``check`` is a quick command of the engine's own (run on the node with ``spec.env`` before
     anything starts on any node): when it fails, its last stderr line, in the engine's words, stops
-    the launch (``check_label`` names it there). ``port`` is what the process listens on, so nodes
+    the launch (``check_label`` names it there). With ``check_script`` (a servelab helper in
+    engines/helpers/) the check is that script, run the one way host scripts run (uploaded once,
+    ``check[0]`` the interpreter, ``check[1:]`` its arguments). ``port`` is what the process listens on, so nodes
     sharing a machine do not collide. ``up_line``: the launch waits for this line in the process's
     log (at most ``up_timeout_s``) before it starts the next one (a Ray daemon before its peers).
     """
@@ -48,6 +50,7 @@ class NodeProcess:
     spec: LaunchSpec
     serves: bool = False
     check: list[str] | None = None
+    check_script: str | None = None
     port: int | None = None
     check_label: str | None = None
     up_line: str | None = None

@@ -26,26 +26,9 @@ RAY_UP_LINE = "Ray runtime started."
 #: Seconds a ``ray start`` may take to print it before the launch gives up (~5 s on a quiet host).
 RAY_UP_TIMEOUT_S = 120.0
 
-#: Run as ``python -c RAY_CHECK ADDRESS PORT...`` on a node before anything starts: Ray must be
-#: importable by the engine's interpreter, and the head's ports must be free on its address.
-RAY_CHECK = """\
-import socket, sys
-try:
-    import ray
-except ImportError as exc:
-    sys.exit(f"ray is not importable by {sys.executable}: {exc}")
-addr = sys.argv[1]
-for port in sys.argv[2:]:
-    s = socket.socket()
-    try:
-        s.bind((addr, int(port)))
-    except OSError as exc:
-        sys.exit(f"port {port} on {addr} is taken ({exc.strerror}): another Ray cluster or server holds it, "
-                 "and servelab never touches what it did not start; set another [multinode] ray_port")
-    finally:
-        s.close()
-print("ray", ray.__version__)
-"""
+#: The node's check before anything starts (engines/helpers/raycheck.py, run as a host script with
+#: ``ADDRESS PORT...``): Ray importable by the engine's interpreter, the head's ports free.
+RAY_CHECK_SCRIPT = "raycheck.py"
 
 
 def ray_temp_dir(ray_port: int, rank: int) -> str:
@@ -77,7 +60,8 @@ def ray_node_process(t: NodeTarget, head: str, ray_port: int) -> NodeProcess:
     return NodeProcess(
         "ray-head" if rank == 0 else "ray-worker",
         LaunchSpec(argv, ray_env(addr)),
-        check=[t.python, "-c", RAY_CHECK, addr, *ports],
+        check=[t.python, addr, *ports],
+        check_script=RAY_CHECK_SCRIPT,
         check_label="ray check",
         port=ray_port if rank == 0 else None,
         up_line=RAY_UP_LINE,

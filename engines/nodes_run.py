@@ -30,6 +30,8 @@ from engines.adapter import get_adapter
 from engines.errors import ServelabError
 from engines.experiment import SourcedExperiment
 from engines.hosts.base import HostUnreachable
+from engines.helpers import run_script
+from engines.hosts.scripts import ScriptUploadError
 from engines.hostsfile import HostConfig
 from engines.logs.rootcause import RootCause
 from engines.multinode import NodePlan, NodeProcess, start_order
@@ -304,7 +306,12 @@ class MultiNodeRuns:
             return None
         h = self.runs.host(cfg.name)
         try:
-            done = await h.run(list(proc.check), env=dict(proc.spec.env), timeout=120.0)
+            if proc.check_script is not None:
+                done = await run_script(h, proc.check[0], proc.check_script, *proc.check[1:], env=dict(proc.spec.env), timeout=120.0)
+            else:
+                done = await h.run(list(proc.check), env=dict(proc.spec.env), timeout=120.0)
+        except ScriptUploadError as exc:
+            return str(exc)
         except FileNotFoundError as exc:
             return f"cannot run {proc.check[0]}: {exc.strerror or exc}"
         except HostUnreachable as exc:

@@ -7,7 +7,8 @@ import subprocess
 import sys
 
 from engines.multinode import NodeAddress, NodeTarget
-from engines.nodes_ray import RAY_CHECK, RAY_UP_LINE, client_port, ray_node_process
+from engines.helpers import helper_script
+from engines.nodes_ray import RAY_CHECK_SCRIPT, RAY_UP_LINE, client_port, ray_node_process
 
 
 def target(rank: int, address: str) -> NodeTarget:
@@ -30,13 +31,14 @@ def test_each_node_gets_its_own_temp_dir_and_the_head_its_own_client_port() -> N
 def test_the_check_names_a_taken_port_and_a_missing_ray_in_one_line() -> None:
     """Run for real with this venv's Python (which has no Ray): the import fails first; a port held
     here is named when the import is skipped the way an installed Ray passes it."""
-    done = subprocess.run([sys.executable, "-c", RAY_CHECK, "127.0.0.1"], capture_output=True, text=True, timeout=30)
+    ray_check = helper_script(RAY_CHECK_SCRIPT).source.decode()  # what the node runs
+    done = subprocess.run([sys.executable, "-c", ray_check, "127.0.0.1"], capture_output=True, text=True, timeout=30)
     assert done.returncode == 1 and done.stderr.strip() == f"ray is not importable by {sys.executable}: No module named 'ray'"
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
-        code = RAY_CHECK.replace("    import ray\n", "    import json as ray\n    ray.__version__ = 'x'\n")
+        code = ray_check.replace("    import ray\n", "    import json as ray\n    ray.__version__ = 'x'\n")
         done = subprocess.run([sys.executable, "-c", code, "127.0.0.1", str(port)], capture_output=True, text=True, timeout=30)
     assert done.returncode == 1, done
     assert done.stderr.strip().startswith(f"port {port} on 127.0.0.1 is taken (Address already in use): another Ray cluster"), done.stderr

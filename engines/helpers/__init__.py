@@ -1,10 +1,11 @@
 """Small scripts servelab runs on a host with the host's own Python, and the one way to run them.
 
-Each helper (``runctl.py``, ``hostinfo.py``, ``validate_args.py``, ``patchtool.py``, ``timed_client.py``)
-uses the standard library only and never imports servelab, because the host has only the engine's
-environment. It reaches the host as a host script (``engines/hosts/scripts.py``: uploaded once per
-content hash, run as ``python <path> ARGS``), takes a JSON request on stdin and prints one JSON
-answer as the last line of stdout; whatever the engine prints while imported goes to stderr.
+Each helper (``runctl.py``, ``hostinfo.py``, ``validate_args.py``, ``patchtool.py``, ``timed_client.py``,
+``raycheck.py``) uses the standard library only (``raycheck.py`` also imports Ray, which is what it
+checks) and never imports servelab, because the host has only the engine's environment. It reaches
+the host as a host script (``engines/hosts/scripts.py``: uploaded once per content hash, run as
+``python <path> ARGS``), takes a JSON request on stdin and prints one JSON answer as the last line
+of stdout; whatever the engine prints while imported goes to stderr.
 """
 
 from __future__ import annotations
