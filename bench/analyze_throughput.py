@@ -95,7 +95,7 @@ def run(path: Path, repo: Path = REPO) -> tuple[float, float, int, dict[str, obj
     with tempfile.TemporaryFile() as out:
         t0 = time.perf_counter()
         # run from ``repo``: its own engines/ and tui/ come first on the path (an older checkout too)
-        child = subprocess.Popen([sys.executable, "-m", "tui", "analyze", str(path), "--json"], cwd=repo, stdout=out)
+        child = subprocess.Popen([sys.executable, "-m", "servelab", "analyze", str(path), "--json"], cwd=repo, stdout=out)
         _pid, status, usage = os.wait4(child.pid, 0)
         elapsed = time.perf_counter() - t0
         child.returncode = os.waitstatus_to_exitcode(status)
@@ -157,7 +157,7 @@ def main() -> int:
     base = baseline_rss()
     results = {}
     matcher = subprocess.run(
-        [sys.executable, "-c", "from engines.logs import prefilter as p; print('hyperscan' if getattr(p, 'HYPERSCAN', False) else 're')"],
+        [sys.executable, "-c", "from servelab.engines.logs import prefilter as p; print('hyperscan' if getattr(p, 'HYPERSCAN', False) else 're')"],
         cwd=REPO, capture_output=True, check=True, text=True,
     ).stdout.strip()
     print(
@@ -211,8 +211,8 @@ def heap_profile(path: Path) -> str:
     import tracemalloc
 
     sys.path.insert(0, str(REPO))
-    from engines.adapter import get_adapter
-    from engines.logs.analyzer import LogAnalyzer
+    from servelab.engines.adapter import get_adapter
+    from servelab.engines.logs.analyzer import LogAnalyzer
 
     an = LogAnalyzer(get_adapter("vllm").grammar)
     size = path.stat().st_size

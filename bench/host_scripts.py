@@ -26,12 +26,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from engines.helpers import helper_script, last_json  # noqa: E402
-from engines.hosts.base import Completed, Host  # noqa: E402
-from engines.hosts.local import LocalHost  # noqa: E402
-from engines.hosts.scripts import HostScripts  # noqa: E402
-from engines.hosts.ssh import SshHost  # noqa: E402
-from engines.hostsfile import HostConfig  # noqa: E402
+from servelab.engines.helpers import helper_script, last_json  # noqa: E402
+from servelab.engines.hosts.base import Completed, Host  # noqa: E402
+from servelab.engines.hosts.local import LocalHost  # noqa: E402
+from servelab.engines.hosts.scripts import HostScripts  # noqa: E402
+from servelab.engines.hosts.ssh import SshHost  # noqa: E402
+from servelab.engines.hostsfile import HostConfig  # noqa: E402
 from tests.fixtures.sshd import start_sshd  # noqa: E402
 
 PY = sys.executable

@@ -69,14 +69,14 @@ sys.path.insert(0, str(REPO))
 
 import httpx  # noqa: E402
 
-from engines.adapter import get_adapter  # noqa: E402
-from engines.hosts.ssh import SshHost  # noqa: E402
-from engines.hostsfile import HostConfig  # noqa: E402
-from engines.probe import prompts as prompt_sets  # noqa: E402
-from engines.probe.client import chat_body, stream_chat  # noqa: E402
-from engines.probe.metrics import LatencyHistograms, histogram_totals  # noqa: E402
-from engines.probe.runner import ProbeSettingsView, run_probe  # noqa: E402
-from engines.probe.timer import HostTimer  # noqa: E402
+from servelab.engines.adapter import get_adapter  # noqa: E402
+from servelab.engines.hosts.ssh import SshHost  # noqa: E402
+from servelab.engines.hostsfile import HostConfig  # noqa: E402
+from servelab.engines.probe import prompts as prompt_sets  # noqa: E402
+from servelab.engines.probe.client import chat_body, stream_chat  # noqa: E402
+from servelab.engines.probe.metrics import LatencyHistograms, histogram_totals  # noqa: E402
+from servelab.engines.probe.runner import ProbeSettingsView, run_probe  # noqa: E402
+from servelab.engines.probe.timer import HostTimer  # noqa: E402
 from tests.fixtures.engine import TinyServer, WireTap, plain_stream, start_tiny, stop_group  # noqa: E402
 from tests.fixtures.sshd import start_sshd  # noqa: E402
 
@@ -154,7 +154,7 @@ async def main_async(args: argparse.Namespace, server: TinyServer, ssh_folder: P
         fwd = f"http://127.0.0.1:{await host.forward_port(server.port)}"
         async with httpx.AsyncClient(base_url=server.url, trust_env=False, timeout=60) as http:  # warm the server
             await stream_chat(http, "tiny-llama", ps.prompts[0], 8)
-        from engines.hosts.local import LocalHost
+        from servelab.engines.hosts.local import LocalHost
 
         local = LocalHost(HostConfig())
         rows: list[Row] = []

@@ -32,11 +32,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from engines.adapter import get_adapter  # noqa: E402
-from engines.catalog import load_catalog  # noqa: E402
-from engines.probe import prompts as prompt_sets  # noqa: E402
-from engines.probe.runner import ProbeSettingsView, run_probe  # noqa: E402
-from engines.probe.stats import median  # noqa: E402
+from servelab.engines.adapter import get_adapter  # noqa: E402
+from servelab.engines.catalog import load_catalog  # noqa: E402
+from servelab.engines.probe import prompts as prompt_sets  # noqa: E402
+from servelab.engines.probe.runner import ProbeSettingsView, run_probe  # noqa: E402
+from servelab.engines.probe.stats import median  # noqa: E402
 
 SGLANG_PYTHON = REPO / ".venv-sglang" / "bin" / "python"
 TINY_MODEL = REPO / ".models" / "tiny-llama"

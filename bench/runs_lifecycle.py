@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from engines.hosts.registry import close_all  # noqa: E402
+from servelab.engines.hosts.registry import close_all  # noqa: E402
 from tests.fixtures.runlab import make_lab  # noqa: E402
 from tests.fixtures.sshd import start_sshd  # noqa: E402
 

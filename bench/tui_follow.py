@@ -41,8 +41,8 @@ if TYPE_CHECKING:  # imported inside measure() at run time: the RSS before Textu
     from rich.console import RenderableType
     from textual.screen import Screen
 
-    from tui.screens.run import RunScreen
-    from tui.widgets.log_view import LogView
+    from servelab.tui.screens.run import RunScreen
+    from servelab.tui.widgets.log_view import LogView
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -111,7 +111,7 @@ def rss_parts_mb(pid: int | str = "self") -> dict[str, float]:
 
 def start_run(tmp: Path, lines: int, rate: int, seconds: float) -> tuple[Path, str, Path]:
     from tests.fixtures.tui import RUNCTL, make_tui_folder
-    from engines.runs import LOG_NAME, RUN_JSON, RunRecord, new_run_id
+    from servelab.engines.runs import LOG_NAME, RUN_JSON, RunRecord, new_run_id
 
     folder = make_tui_folder(tmp)
     # The synthetic log has serving stats but no server behind it: no automatic probe.
@@ -175,9 +175,9 @@ def fully_indexed(screen: RunScreen, lines: int) -> bool:
 
 
 async def measure(args: argparse.Namespace, tmp: Path, rss_start: float) -> None:
-    from tui.app import ServelabApp
-    from tui.screens.run import RunScreen
-    from tui.widgets.log_view import LogView
+    from servelab.tui.app import ServelabApp
+    from servelab.tui.screens.run import RunScreen
+    from servelab.tui.widgets.log_view import LogView
 
     folder, run_id, go = start_run(tmp, args.lines, args.rate, args.seconds)
     written = go.with_name(go.name + ".written")
@@ -185,7 +185,7 @@ async def measure(args: argparse.Namespace, tmp: Path, rss_start: float) -> None
         await asyncio.sleep(0.05)
     app = ServelabApp(folder)
     app.watch_runs = False
-    from tui.app import tune_process
+    from servelab.tui.app import tune_process
 
     if not args.no_tune:
         tune_process()  # as run_app does

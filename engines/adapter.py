@@ -24,18 +24,18 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import httpx
 
-    from engines.drafter.rules import EngineRules, RulesQuery, SourceReader
-    from engines.experiment import Experiment
-    from engines.logs.grammar import LogGrammar
-    from engines.multinode import NodePlan, NodeTarget
-    from engines.nodes_hints import RendezvousGrammar
-    from engines.probe.metrics import AcceptanceWindow, LatencyHistograms
-    from engines.probe.prompts import PromptSet
+    from servelab.engines.drafter.rules import EngineRules, RulesQuery, SourceReader
+    from servelab.engines.experiment import Experiment
+    from servelab.engines.logs.grammar import LogGrammar
+    from servelab.engines.multinode import NodePlan, NodeTarget
+    from servelab.engines.nodes_hints import RendezvousGrammar
+    from servelab.engines.probe.metrics import AcceptanceWindow, LatencyHistograms
+    from servelab.engines.probe.prompts import PromptSet
 
 #: Modules that each define ``ADAPTER``. One line per engine.
 ENGINE_MODULES: dict[str, str] = {
-    "vllm": "engines.vllm",
-    "sglang": "engines.sglang",
+    "vllm": "servelab.engines.vllm",
+    "sglang": "servelab.engines.sglang",
 }
 
 

@@ -12,12 +12,12 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engines.adapter import ENGINE_MODULES, LaunchSpec, get_adapter
-from engines.errors import Problem, ServelabError
-from engines.experiment import Experiment, SourcedExperiment, split_host_port
-from engines.hostsfile import LOCAL, HostConfig, HostsFile
-from engines.loader import display_path, load_model, locate, parse_toml
-from engines.multinode import NodeAddress, NodePlan, NodeTarget
+from servelab.engines.adapter import ENGINE_MODULES, LaunchSpec, get_adapter
+from servelab.engines.errors import Problem, ServelabError
+from servelab.engines.experiment import Experiment, SourcedExperiment, split_host_port
+from servelab.engines.hostsfile import LOCAL, HostConfig, HostsFile
+from servelab.engines.loader import display_path, load_model, locate, parse_toml
+from servelab.engines.multinode import NodeAddress, NodePlan, NodeTarget
 
 HOSTS_FILE = "hosts.toml"
 #: Where the command line looks when ``--dir`` is not given.
@@ -333,8 +333,8 @@ def reach_address(host: HostConfig) -> str:
     :attr:`HostConfig.node_address`."""
     if host.address or host.ssh is None:
         return host.node_address
-    from engines.hosts.ssh import config_paths
-    from engines.hosts.sshconfig import resolve_target
+    from servelab.engines.hosts.ssh import config_paths
+    from servelab.engines.hosts.sshconfig import resolve_target
 
     target = resolve_target(host.ssh, config_paths())
     return target.hostname if target.is_alias else host.node_address

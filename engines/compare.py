@@ -22,11 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from engines.errors import ServelabError
-from engines.probe.stats import MAD_TO_SIGMA
+from servelab.engines.errors import ServelabError
+from servelab.engines.probe.stats import MAD_TO_SIGMA
 
 if TYPE_CHECKING:
-    from engines.runs import Runs
+    from servelab.engines.runs import Runs
 
 HELPS_ABOVE = 1.10
 HURTS_BELOW = 1.00
@@ -421,7 +421,7 @@ async def baseline_speedup(runs: Runs, run_id: str, summary: dict[str, Any], bas
     """Speedup against the baseline experiment's latest probed run on the same host with the same
     prompts and settings, or against ``baseline_run`` when the user chose one (any host: the verdict
     then carries the cross-host caveat). A refusal says where it looked and what it found."""
-    from engines.probe.artifacts import load_probe
+    from servelab.engines.probe.artifacts import load_probe
 
     host = (summary.get("identity") or {}).get("host")
     if baseline_run is not None:
@@ -470,7 +470,7 @@ async def baseline_speedup(runs: Runs, run_id: str, summary: dict[str, Any], bas
 
 async def compare_runs(runs: Runs, run_ids: Sequence[str], baseline_run: str | None = None) -> Comparison:
     """Load every run's probe.json and build the comparison."""
-    from engines.probe.artifacts import load_probe
+    from servelab.engines.probe.artifacts import load_probe
 
     if not run_ids:
         raise ServelabError("compare needs at least one run id")
@@ -494,10 +494,10 @@ async def compare_runs(runs: Runs, run_ids: Sequence[str], baseline_run: str | N
 
 async def diagnosis_lines(runs: Runs, run_ids: Sequence[str], speedups: dict[str, Speedup]) -> list[str]:
     """For each diagnosed run: the speed verdict with its likely cause and the next setting."""
-    from engines.diagnosis.artifacts import load_diagnosis
-    from engines.diagnosis.verdict import verdict_line
+    from servelab.engines.diagnosis.artifacts import load_diagnosis
+    from servelab.engines.diagnosis.verdict import verdict_line
 
-    from engines.nodes_view import head_run_id
+    from servelab.engines.nodes_view import head_run_id
 
     out = []
     for run_id in run_ids:

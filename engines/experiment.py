@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from engines.drafter.findings import CODES
+from servelab.engines.drafter.findings import CODES
 
 SpecMethod = Literal["none", "eagle", "eagle3", "mtp", "ngram", "draft_model"]
 ArgValue = str | int | float | bool | list[str | int | float]

@@ -18,12 +18,12 @@ from datetime import datetime
 from statistics import median
 from typing import Any
 
-from engines.compare import baseline_speedup
-from engines.errors import ServelabError
-from engines.logs.analyzer import Analysis, Stage
-from engines.probe.artifacts import load_probe
-from engines.runs import RunRecord, Runs
-from engines.runstate import RunState
+from servelab.engines.compare import baseline_speedup
+from servelab.engines.errors import ServelabError
+from servelab.engines.logs.analyzer import Analysis, Stage
+from servelab.engines.probe.artifacts import load_probe
+from servelab.engines.runs import RunRecord, Runs
+from servelab.engines.runstate import RunState
 
 #: Timestamp shapes engines print (vLLM ``11-29 11:08:09``, SGLang ``2026-11-29 11:08:09``...).
 _TS_FORMATS = ("%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%m-%d %H:%M:%S", "%H:%M:%S")

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from engines.errors import Problem
+from servelab.engines.errors import Problem
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -11,8 +11,8 @@ part (``EngineAdapter.node_plans``); this module holds the types and the checks 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from engines.adapter import Inexpressible, LaunchSpec
-from engines.experiment import Experiment, split_host_port
+from servelab.engines.adapter import Inexpressible, LaunchSpec
+from servelab.engines.experiment import Experiment, split_host_port
 
 @dataclass(frozen=True)
 class NodeAddress:

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from engines.catalog import Catalog
-from engines.nodes_run import MultiNodeRuns, NodeCheck
-from engines.nodes_view import group_id_of, node_of
-from engines.preflight import Check
-from engines.runs import KnownRun, Runs
-from engines.runstate import RunState
+from servelab.engines.catalog import Catalog
+from servelab.engines.nodes_run import MultiNodeRuns, NodeCheck
+from servelab.engines.nodes_view import group_id_of, node_of
+from servelab.engines.preflight import Check
+from servelab.engines.runs import KnownRun, Runs
+from servelab.engines.runstate import RunState
 
 
 @dataclass

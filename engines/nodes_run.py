@@ -26,19 +26,19 @@ from contextlib import aclosing
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypeVar
 
-from engines.adapter import get_adapter
-from engines.errors import ServelabError
-from engines.experiment import SourcedExperiment
-from engines.hosts.base import HostUnreachable
-from engines.helpers import run_script
-from engines.hosts.scripts import ScriptUploadError
-from engines.hostsfile import HostConfig
-from engines.logs.rootcause import RootCause
-from engines.multinode import NodePlan, NodeProcess, start_order
-from engines.nodes_ray import is_ray_daemon
-from engines.nodes_hints import RendezvousHint, live_logs, rendezvous_hint, stamp_of
-from engines.runs import RunRecord, Runs, RunStatus, new_run_id
-from engines.runstate import RunState
+from servelab.engines.adapter import get_adapter
+from servelab.engines.errors import ServelabError
+from servelab.engines.experiment import SourcedExperiment
+from servelab.engines.hosts.base import HostUnreachable
+from servelab.engines.helpers import run_script
+from servelab.engines.hosts.scripts import ScriptUploadError
+from servelab.engines.hostsfile import HostConfig
+from servelab.engines.logs.rootcause import RootCause
+from servelab.engines.multinode import NodePlan, NodeProcess, start_order
+from servelab.engines.nodes_ray import is_ray_daemon
+from servelab.engines.nodes_hints import RendezvousHint, live_logs, rendezvous_hint, stamp_of
+from servelab.engines.runs import RunRecord, Runs, RunStatus, new_run_id
+from servelab.engines.runstate import RunState
 
 GROUP_JSON = "nodes.json"
 #: Seconds to wait after a node's run ended before its log's last read.
@@ -249,8 +249,8 @@ class MultiNodeRuns:
         cannot go ahead anyway, and the check's words are the answer. The patch set is checked on
         every node first and applied on each only once all passed, so a node whose patch does not
         apply leaves every node's package as it was."""
-        from engines.patches import PatchReport, apply_patches, load_patch_set
-        from engines.preflight import run_preflight
+        from servelab.engines.patches import PatchReport, apply_patches, load_patch_set
+        from servelab.engines.preflight import run_preflight
 
         plans = self.plans(exp)
 
@@ -417,7 +417,7 @@ class MultiNodeRuns:
 
     async def find_group(self, run_id: str) -> MultiNodeRecord | None:
         """The multi-node run whose group id is ``run_id``, or None when no host holds such a group."""
-        from engines.runs import NoSuchRun
+        from servelab.engines.runs import NoSuchRun
 
         try:
             return await self.load(run_id)
@@ -548,7 +548,7 @@ class MultiNodeRuns:
 
     async def _mark_stop_requested(self, run_id: str) -> None:
         """runctl's own stop-requested marker in a node's run folder, unless the node already exited."""
-        from engines.helpers.runctl import STOP_REQUESTED
+        from servelab.engines.helpers.runctl import STOP_REQUESTED
 
         try:
             h, rec = await self.runs.find(run_id)

@@ -20,15 +20,15 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 
-from engines.adapter import get_adapter
-from engines.logs.analyzer import Analysis, LogAnalyzer, Stage
-from engines.logs.grammar import Header, LogGrammar
-from engines.hosts.base import HostUnreachable
-from engines.logs.live import CHUNK, LiveAnalyses, LiveAnalysis, current_stage
-from engines.nodes_hints import RendezvousHint
-from engines.nodes_run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeFailure, NodeLine, NodeRun, follow_node, merge_nodes
-from engines.runs import NoSuchRun, Runs
-from engines.runstate import RunState
+from servelab.engines.adapter import get_adapter
+from servelab.engines.logs.analyzer import Analysis, LogAnalyzer, Stage
+from servelab.engines.logs.grammar import Header, LogGrammar
+from servelab.engines.hosts.base import HostUnreachable
+from servelab.engines.logs.live import CHUNK, LiveAnalyses, LiveAnalysis, current_stage
+from servelab.engines.nodes_hints import RendezvousHint
+from servelab.engines.nodes_run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeFailure, NodeLine, NodeRun, follow_node, merge_nodes
+from servelab.engines.runs import NoSuchRun, Runs
+from servelab.engines.runstate import RunState
 
 __all__ = [
     "Lane",

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engines.errors import ServelabError
-from engines.experiment import SourcedExperiment
-from engines.helpers import HelperError, run_helper
-from engines.hosts.base import Host, HostUnreachable
-from engines.hostsfile import HostConfig
+from servelab.engines.errors import ServelabError
+from servelab.engines.experiment import SourcedExperiment
+from servelab.engines.helpers import HelperError, run_helper
+from servelab.engines.hosts.base import Host, HostUnreachable
+from servelab.engines.hostsfile import HostConfig
 
 HELPER = "patchtool.py"
 #: Patch paths are ``a/<package>/...``: one leading component is stripped.

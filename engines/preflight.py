@@ -20,18 +20,18 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from engines.adapter import get_adapter
-from engines import preflight_cache
-from engines.catalog import Catalog
-from engines.drafter.facts import FactsError
-from engines.drafter.findings import Finding
-from engines.drafter.run import DrafterReport, check_drafter
-from engines.errors import ServelabError
-from engines.experiment import SourcedExperiment
-from engines.helpers import HelperError, helper_script, last_json, last_line, run_helper, run_script
-from engines.hosts.base import Host, HostUnreachable
-from engines.hostsfile import HostConfig
-from engines.patches import PatchReport, apply_patches, check_patches, load_patch_set
+from servelab.engines.adapter import get_adapter
+from servelab.engines import preflight_cache
+from servelab.engines.catalog import Catalog
+from servelab.engines.drafter.facts import FactsError
+from servelab.engines.drafter.findings import Finding
+from servelab.engines.drafter.run import DrafterReport, check_drafter
+from servelab.engines.errors import ServelabError
+from servelab.engines.experiment import SourcedExperiment
+from servelab.engines.helpers import HelperError, helper_script, last_json, last_line, run_helper, run_script
+from servelab.engines.hosts.base import Host, HostUnreachable
+from servelab.engines.hostsfile import HostConfig
+from servelab.engines.patches import PatchReport, apply_patches, check_patches, load_patch_set
 
 #: The checks, in the order a report lists them.
 CHECK_NAMES: tuple[str, ...] = (
@@ -158,7 +158,7 @@ def _resolve(catalog: Catalog, exp: SourcedExperiment | str, host: Host | HostCo
     sourced = catalog.get(exp) if isinstance(exp, str) else exp
     if isinstance(host, Host):
         return sourced, host
-    from engines.hosts.registry import open_host
+    from servelab.engines.hosts.registry import open_host
 
     cfg = host if isinstance(host, HostConfig) else catalog.host(host or sourced.experiment.host)
     return sourced, open_host(cfg)

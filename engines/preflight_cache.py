@@ -21,7 +21,7 @@ from typing import Any
 
 import platformdirs
 
-from engines.hosts.base import Host
+from servelab.engines.hosts.base import Host
 
 ENV_CACHE = "SERVELAB_CACHE"
 #: The small files of a model folder whose content an answer depends on.

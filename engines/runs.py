@@ -25,19 +25,19 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from engines.adapter import LaunchSpec
-from engines.catalog import Catalog
-from engines.errors import ServelabError
-from engines.experiment import SourcedExperiment
-from engines.helpers import run_script
-from engines.hosts.base import Host, HostUnreachable, host_workdir
-from engines.hosts.registry import open_host
-from engines.hosts.seen import HostSeen, SeenStore, clock, host_key
-from engines.hostsfile import HostConfig
-from engines.logs.analyzer import Analysis
-from engines.logs.live import LiveAnalyses
-from engines.preflight import run_preflight
-from engines.runstate import RunState
+from servelab.engines.adapter import LaunchSpec
+from servelab.engines.catalog import Catalog
+from servelab.engines.errors import ServelabError
+from servelab.engines.experiment import SourcedExperiment
+from servelab.engines.helpers import run_script
+from servelab.engines.hosts.base import Host, HostUnreachable, host_workdir
+from servelab.engines.hosts.registry import open_host
+from servelab.engines.hosts.seen import HostSeen, SeenStore, clock, host_key
+from servelab.engines.hostsfile import HostConfig
+from servelab.engines.logs.analyzer import Analysis
+from servelab.engines.logs.live import LiveAnalyses
+from servelab.engines.preflight import run_preflight
+from servelab.engines.runstate import RunState
 
 RUNS_DIR = "runs"
 LOG_NAME = "engine.log"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from engines.errors import ServelabError
+from servelab.engines.errors import ServelabError
 
 
 class RunState(StrEnum):

@@ -14,7 +14,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from engines.hosts.base import Host
+from servelab.engines.hosts.base import Host
 
 #: A header larger than this is not a safetensors header (the format caps it at 100 MB).
 MAX_HEADER = 100_000_000

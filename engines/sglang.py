@@ -11,12 +11,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engines.adapter import ArgValidation, Inexpressible, LaunchSpec, engine_args_problems, render_flags
-from engines.experiment import Experiment
-from engines.multinode import NodePlan, NodeProcess, NodeTarget, host_port, multinode_problems, rendezvous_of, with_env
-from engines.nodes_hints import RendezvousGrammar
-from engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
-from engines.probe.metrics import LatencyHistograms
+from servelab.engines.adapter import ArgValidation, Inexpressible, LaunchSpec, engine_args_problems, render_flags
+from servelab.engines.experiment import Experiment
+from servelab.engines.multinode import NodePlan, NodeProcess, NodeTarget, host_port, multinode_problems, rendezvous_of, with_env
+from servelab.engines.nodes_hints import RendezvousGrammar
+from servelab.engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
+from servelab.engines.probe.metrics import LatencyHistograms
 
 #: SGLang's host-side argument check, run by the host's interpreter (see engines/helpers/validate_args.py).
 ARGCHECK = Path(__file__).with_name("sglang_argcheck.py")
@@ -24,9 +24,9 @@ ARGCHECK = Path(__file__).with_name("sglang_argcheck.py")
 if TYPE_CHECKING:
     import httpx
 
-    from engines.drafter.rules import EngineRules, RulesQuery, SourceReader
-    from engines.probe.metrics import Acceptance
-    from engines.probe.prompts import PromptSet
+    from servelab.engines.drafter.rules import EngineRules, RulesQuery, SourceReader
+    from servelab.engines.probe.metrics import Acceptance
+    from servelab.engines.probe.prompts import PromptSet
 
 #: Flags servelab sets per node of a multi-node experiment.
 NODE_FLAGS = ("nnodes", "node-rank", "dist-init-addr")
@@ -277,7 +277,7 @@ class SglangAdapter:
 
     # -- drafter rules (engines/sglang_drafter.py) ------------------------------------------------
     async def drafter_rules(self, read: SourceReader, query: RulesQuery) -> EngineRules:
-        from engines.sglang_drafter import read_rules
+        from servelab.engines.sglang_drafter import read_rules
 
         return await read_rules(read, query)
 
@@ -367,7 +367,7 @@ def acceptance_from_records(records: list[dict[str, Any]], k: int | None, source
     accepted draft tokens = completion - verify steps, unless the records carry SGLang 0.5.23's own
     ``spec_num_correct_drafts`` / ``spec_num_proposed_drafts`` (then those, as its accept rate uses).
     """
-    from engines.probe.metrics import Acceptance
+    from servelab.engines.probe.metrics import Acceptance
 
     verify = sum(float(r.get("spec_verify_ct") or 0) for r in records)
     completion = sum(float(r.get("completion_tokens") or 0) for r in records)
@@ -431,7 +431,7 @@ class SglangAcceptanceWindow:
         request's completion tokens to ``generation_tokens_total`` and its ``spec_verify_ct`` to
         ``spec_verify_calls_total`` (tokenizer_manager), so their growth is the pooled per-request
         rule above, without extra requests: what a campaign's recorded ``/metrics`` can replay."""
-        from engines.probe.metrics import sum_counters
+        from servelab.engines.probe.metrics import sum_counters
 
         if self._before is None:
             return None
@@ -506,7 +506,7 @@ class SglangAcceptanceWindow:
     async def _server_info(self) -> Acceptance | None:
         import httpx
 
-        from engines.probe.metrics import Acceptance
+        from servelab.engines.probe.metrics import Acceptance
 
         for path in ("/server_info", "/get_server_info"):
             try:

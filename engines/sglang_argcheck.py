@@ -24,7 +24,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from engines.helpers.validate_args import Failed, one_line, run_argparse
+    from servelab.engines.helpers.validate_args import Failed, one_line, run_argparse
 
 #: Algorithms that draft with a separate model: SGLang 0.5.23 accepts them without one.
 NEEDS_DRAFTER = ("EAGLE", "EAGLE3")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from engines.drafter.rules import EngineRules, RulesQuery, SourceReader
+from servelab.engines.drafter.rules import EngineRules, RulesQuery, SourceReader
 
 MODELS = "sglang/srt/models"
 #: The files that hold SGLang's EAGLE drafter classes (``EntryClass``).

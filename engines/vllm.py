@@ -13,13 +13,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engines.adapter import ArgValidation, Inexpressible, LaunchSpec, engine_args_problems, render_flags
-from engines.experiment import Experiment
-from engines.multinode import NodePlan, NodeProcess, NodeTarget, multinode_problems, rendezvous_of, with_env
-from engines.nodes_ray import ray_env, ray_node_process
-from engines.nodes_hints import RendezvousGrammar
-from engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
-from engines.probe.metrics import LatencyHistograms
+from servelab.engines.adapter import ArgValidation, Inexpressible, LaunchSpec, engine_args_problems, render_flags
+from servelab.engines.experiment import Experiment
+from servelab.engines.multinode import NodePlan, NodeProcess, NodeTarget, multinode_problems, rendezvous_of, with_env
+from servelab.engines.nodes_ray import ray_env, ray_node_process
+from servelab.engines.nodes_hints import RendezvousGrammar
+from servelab.engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
+from servelab.engines.probe.metrics import LatencyHistograms
 
 #: vLLM's host-side argument check, run by the host's interpreter (see engines/helpers/validate_args.py).
 ARGCHECK = Path(__file__).with_name("vllm_argcheck.py")
@@ -27,9 +27,9 @@ ARGCHECK = Path(__file__).with_name("vllm_argcheck.py")
 if TYPE_CHECKING:
     import httpx
 
-    from engines.drafter.rules import EngineRules, RulesQuery, SourceReader
-    from engines.probe.metrics import Acceptance
-    from engines.probe.prompts import PromptSet
+    from servelab.engines.drafter.rules import EngineRules, RulesQuery, SourceReader
+    from servelab.engines.probe.metrics import Acceptance
+    from servelab.engines.probe.prompts import PromptSet
 
 #: Flags servelab sets from top-level keys; writing them in [engine_args] would contradict those.
 MANAGED_FLAGS: dict[str, str] = {
@@ -306,7 +306,7 @@ class VllmAdapter:
 
     # -- drafter rules (engines/vllm_drafter.py) --------------------------------------------------
     async def drafter_rules(self, read: SourceReader, query: RulesQuery) -> EngineRules:
-        from engines.vllm_drafter import read_rules
+        from servelab.engines.vllm_drafter import read_rules
 
         return await read_rules(read, query)
 
@@ -383,7 +383,7 @@ class VllmCounterWindow:
         self._before: tuple[dict[str, float], dict[str, float]] | None = None
 
     async def _scrape(self) -> tuple[dict[str, float], dict[str, float]]:
-        from engines.probe.metrics import sum_counters
+        from servelab.engines.probe.metrics import sum_counters
 
         r = await self._http.get("/metrics")
         r.raise_for_status()
@@ -401,7 +401,7 @@ class VllmCounterWindow:
         return None
 
     async def finish(self) -> Acceptance | None:
-        from engines.probe.metrics import Acceptance
+        from servelab.engines.probe.metrics import Acceptance
 
         if self._before is None:
             raise RuntimeError("finish() before start()")

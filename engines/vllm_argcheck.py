@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from engines.helpers.validate_args import Failed, one_line, run_argparse
+    from servelab.engines.helpers.validate_args import Failed, one_line, run_argparse
 
 
 def check(flags: list[str]) -> list[str]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from engines.drafter.rules import EngineRules, PathRule, RulesQuery, SourceReader
+from servelab.engines.drafter.rules import EngineRules, PathRule, RulesQuery, SourceReader
 
 SPEC = "vllm/config/speculative.py"
 REGISTRY = "vllm/model_executor/models/registry.py"

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from engines.adapter import ENGINE_MODULES, EngineAdapter, all_adapters, get_adapter
-from engines.catalog import load_catalog
-from engines.experiment import Experiment
+from servelab.engines.adapter import ENGINE_MODULES, EngineAdapter, all_adapters, get_adapter
+from servelab.engines.catalog import load_catalog
+from servelab.engines.experiment import Experiment
 from tests.conftest import EXPERIMENTS
 
 

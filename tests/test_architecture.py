@@ -19,13 +19,24 @@ def test_no_module_in_engines_imports_textual_or_tui() -> None:
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
-            offenders += [f"{path.relative_to(REPO)}: {n}" for n in names if n.split(".")[0] in ("textual", "tui")]
+            offenders += [f"{path.relative_to(REPO)}: {n}" for n in names if n.split(".")[0] == "textual" or n.split(".")[:2] == ["servelab", "tui"]]
+    assert offenders == []
+
+
+def test_every_import_of_servelab_goes_through_its_one_name() -> None:
+    """``engines`` and ``tui`` are folders, not import names: code says ``servelab.engines`` / ``servelab.tui``."""
+    offenders = []
+    for top in ("engines", "tui", "bench", "tests"):
+        for path in (REPO / top).rglob("*.py"):
+            for node in ast.walk(_tree(path)):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+                offenders += [f"{path.relative_to(REPO)}: {n}" for n in names if n.split(".")[0] in ("engines", "tui")]
     assert offenders == []
 
 
 def test_cli_commands_do_not_load_textual() -> None:
     """`servelab list` must stay fast and usable without the dashboard's imports."""
-    code = "import sys; from tui.cli import main; main(['list', '--json']); print('textual' in sys.modules, file=sys.stderr)"
+    code = "import sys; from servelab.tui.cli import main; main(['list', '--json']); print('textual' in sys.modules, file=sys.stderr)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert out.stderr.strip().splitlines()[-1] == "False"

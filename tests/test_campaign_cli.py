@@ -15,7 +15,7 @@ from tests.fixtures.runlab import Lab
 
 def servelab(lab: Lab, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tui.cli", "--dir", str(lab.folder), *args],
+        [sys.executable, "-m", "servelab.tui.cli", "--dir", str(lab.folder), *args],
         capture_output=True, text=True, cwd=REPO, env=dict(os.environ), stdin=subprocess.DEVNULL, timeout=timeout,
     )
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from engines.campaign import control
-from engines.campaign.control import CampaignStatus
-from engines.catalog import load_catalog
-from engines.errors import ServelabError
+from servelab.engines.campaign import control
+from servelab.engines.campaign.control import CampaignStatus
+from servelab.engines.catalog import load_catalog
+from servelab.engines.errors import ServelabError
 from tests.fixtures.campaignlab import campaign_file, marked, stub_experiment, two_load_campaign
 from tests.fixtures.runlab import Lab, free_port
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from engines.campaign.diagnosis import diagnose_point, headline, needs_diagnosis
-from engines.campaign.report import build_report, render
-from engines.catalog import load_catalog
-from engines.experiment import Experiment
+from servelab.engines.campaign.diagnosis import diagnose_point, headline, needs_diagnosis
+from servelab.engines.campaign.report import build_report, render
+from servelab.engines.catalog import load_catalog
+from servelab.engines.experiment import Experiment
 from tests.fixtures.campaignlab import FULL_SWEEP, recorded_campaign
 from tests.fixtures.runlab import Lab
 

@@ -56,7 +56,7 @@ def make_folder(root: Path) -> Path:
 
 def servelab(folder: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tui.cli", "--dir", str(folder), *args],
+        [sys.executable, "-m", "servelab.tui.cli", "--dir", str(folder), *args],
         capture_output=True, text=True, cwd=REPO, env=dict(os.environ), stdin=subprocess.DEVNULL, timeout=timeout,
     )
 

@@ -7,11 +7,11 @@ import json
 import socket
 from pathlib import Path
 
-from engines.campaign.check import load_checked
-from engines.campaign.plan import describe, plan_with_history
-from engines.catalog import load_catalog
-from engines.history import load_estimates
-from engines.runs import Runs
+from servelab.engines.campaign.check import load_checked
+from servelab.engines.campaign.plan import describe, plan_with_history
+from servelab.engines.catalog import load_catalog
+from servelab.engines.history import load_estimates
+from servelab.engines.runs import Runs
 from tests.fixtures.runlab import Lab, wait_for
 
 

@@ -9,9 +9,9 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from engines.campaign.plots import CHARTS, plot_series, write_plots
-from engines.campaign.report import CampaignReport, build_report
-from engines.catalog import load_catalog
+from servelab.engines.campaign.plots import CHARTS, plot_series, write_plots
+from servelab.engines.campaign.report import CampaignReport, build_report
+from servelab.engines.catalog import load_catalog
 from tests.conftest import REPO
 from tests.fixtures.campaignlab import FULL_SWEEP, recorded_campaign
 from tests.fixtures.runlab import Lab
@@ -93,7 +93,7 @@ def test_report_plots_from_the_command_line(lab: Lab, tmp_path: Path) -> None:
 
     def servelab(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "tui.cli", "--dir", str(lab.folder), "campaign", "report", camp, *args],
+            [sys.executable, "-m", "servelab.tui.cli", "--dir", str(lab.folder), "campaign", "report", camp, *args],
             capture_output=True, text=True, cwd=REPO, env=dict(os.environ), stdin=subprocess.DEVNULL, timeout=120,
         )
 

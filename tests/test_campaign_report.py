@@ -12,13 +12,13 @@ import time
 
 import pytest
 
-from engines.campaign import control
-from engines.campaign.report import PointRow, _acceptance, batch_size_tables, best_k_per_concurrency, build_report, recommend, render
-from engines.catalog import load_catalog
-from engines.experiment import Experiment
-from engines.probe.prompts import builtin
-from engines.vllm import batch_size_ranges
-from engines.sglang import SPEC_COUNTERS
+from servelab.engines.campaign import control
+from servelab.engines.campaign.report import PointRow, _acceptance, batch_size_tables, best_k_per_concurrency, build_report, recommend, render
+from servelab.engines.catalog import load_catalog
+from servelab.engines.experiment import Experiment
+from servelab.engines.probe.prompts import builtin
+from servelab.engines.vllm import batch_size_ranges
+from servelab.engines.sglang import SPEC_COUNTERS
 from tests.conftest import ENGINE_PYTHON, SGLANG_PYTHON, need_engine, need_sglang
 from tests.fixtures.campaignlab import FULL_SWEEP, recorded_campaign, two_load_campaign
 from tests.fixtures.runlab import Lab

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from engines.campaign import control
-from engines.catalog import load_catalog
-from engines.errors import ServelabError
-from engines.hosts.registry import close_all
+from servelab.engines.campaign import control
+from servelab.engines.catalog import load_catalog
+from servelab.engines.errors import ServelabError
+from servelab.engines.hosts.registry import close_all
 from tests.fixtures.campaignlab import marked, two_load_campaign
 from tests.fixtures.runlab import Lab
 from tests.fixtures.sshd import SshServer

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from engines.catalog import check, load_catalog, load_file
-from engines.errors import ServelabError
+from servelab.engines.catalog import check, load_catalog, load_file
+from servelab.engines.errors import ServelabError
 from tests.conftest import EXPERIMENTS
 
 LINE = re.compile(r"^[^:]+:\d+: [^:]+: .+$")

@@ -7,7 +7,7 @@ import importlib
 import subprocess
 import sys
 
-from tui.cli import COMMAND_MODULE, COMMAND_MODULES, build_parser
+from servelab.tui.cli import COMMAND_MODULE, COMMAND_MODULES, build_parser
 
 
 def _registered(module: str) -> set[str]:
@@ -30,9 +30,9 @@ def test_a_known_command_builds_only_its_module_and_parses_the_same() -> None:
 
 
 def test_analyze_does_not_import_the_other_commands() -> None:
-    code = "import sys; from tui.cli import main; main(['analyze', '/nonexistent.log']); print(sorted(m for m in sys.modules if m.startswith('tui.commands.')))"
+    code = "import sys; from servelab.tui.cli import main; main(['analyze', '/nonexistent.log']); print(sorted(m for m in sys.modules if m.startswith('servelab.tui.commands.')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.stdout.strip() == "['tui.commands.analyze']", out.stdout + out.stderr
+    assert out.stdout.strip() == "['servelab.tui.commands.analyze']", out.stdout + out.stderr
     assert "no such file" in out.stderr
 
 

@@ -12,7 +12,7 @@ from tests.conftest import EXPERIMENTS, REPO
 
 
 def servelab(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tui", *args], capture_output=True, text=True, cwd=cwd, timeout=60)
+    return subprocess.run([sys.executable, "-m", "servelab", *args], capture_output=True, text=True, cwd=cwd, timeout=60)
 
 
 def test_list_json_shows_the_six_bundled_experiments() -> None:

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from engines.compare import Speedup, build, engine_verdict, render, speedup
-from engines.errors import ServelabError
+from servelab.engines.compare import Speedup, build, engine_verdict, render, speedup
+from servelab.engines.errors import ServelabError
 
 
 def probe(run: str, tput: float, mad: float = 0.0, *, engine: str = "vllm", method: str = "none", max_tokens: int = 64,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from engines.compare import compare_runs
+from servelab.engines.compare import compare_runs
 from tests.conftest import REPO
 from tests.fixtures.runlab import STUB_PATH, Lab, free_port
 from tests.fixtures.sshd import SshServer
@@ -57,7 +57,7 @@ async def test_a_baseline_probed_only_on_another_host(ssh_config: SshServer, lab
     )
 
     out = subprocess.run(
-        [sys.executable, "-m", "tui.cli", "--dir", str(lab.folder), "compare", cand.id, "--baseline-run", base.id, "--format", "json"],
+        [sys.executable, "-m", "servelab.tui.cli", "--dir", str(lab.folder), "compare", cand.id, "--baseline-run", base.id, "--format", "json"],
         capture_output=True, text=True, cwd=REPO, env=dict(os.environ), timeout=60,
     )
     assert out.returncode == 0, out.stderr

@@ -13,7 +13,7 @@ NGRAM_SERVE = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
 
 
 def diagnose(folder: TuiFolder, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tui.cli", "--dir", str(folder.folder), "diagnose", *args],
+    return subprocess.run([sys.executable, "-m", "servelab.tui.cli", "--dir", str(folder.folder), "diagnose", *args],
                           capture_output=True, text=True, cwd=REPO, timeout=120)
 
 

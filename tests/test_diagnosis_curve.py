@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from engines.diagnosis.cost import step_cost
-from engines.diagnosis.curve import estimate_by_k, read_shape, recommend_k, tokens_per_step
-from engines.diagnosis.model import Arm
+from servelab.engines.diagnosis.cost import step_cost
+from servelab.engines.diagnosis.curve import estimate_by_k, read_shape, recommend_k, tokens_per_step
+from servelab.engines.diagnosis.model import Arm
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engines.diagnosis.degenerate import distinct_share, is_degenerate, unique_bigram_share, unique_char_share
+from servelab.engines.diagnosis.degenerate import distinct_share, is_degenerate, unique_bigram_share, unique_char_share
 
 
 def test_a_token_loop_is_degenerate_and_varied_tokens_are_not() -> None:

@@ -15,15 +15,15 @@ import os
 
 import pytest
 
-from engines.diagnosis.measure import SuiteSettings
-from engines.diagnosis.model import Diagnosis
-from engines.diagnosis.report import lines
-from engines.diagnosis.static import drafter_checks
-from engines.diagnosis.suite import diagnose_server
-from engines.experiment import Experiment
-from engines.hostsfile import HostConfig
-from engines.hosts.local import LocalHost
-from engines.probe.prompts import builtin
+from servelab.engines.diagnosis.measure import SuiteSettings
+from servelab.engines.diagnosis.model import Diagnosis
+from servelab.engines.diagnosis.report import lines
+from servelab.engines.diagnosis.static import drafter_checks
+from servelab.engines.diagnosis.suite import diagnose_server
+from servelab.engines.experiment import Experiment
+from servelab.engines.hostsfile import HostConfig
+from servelab.engines.hosts.local import LocalHost
+from servelab.engines.probe.prompts import builtin
 from tests.conftest import ENGINE_PYTHON, TINY_MODEL
 from tests.fixtures.drafters import DRAFT_K, DraftedServer
 from tests.fixtures.engine import NGRAM, TinyServer

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engines.diagnosis.reference import REFERENCES, closest
+from servelab.engines.diagnosis.reference import REFERENCES, closest
 
 
 def test_every_row_has_a_source_and_a_figure() -> None:

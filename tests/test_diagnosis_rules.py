@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from engines.diagnosis.model import Arm, Diagnosis, Measurements, ReferenceMatch, StepCost, from_dict
-from engines.diagnosis.reference import closest
-from engines.diagnosis.rules import RunFacts, diagnose
-from engines.diagnosis.verdict import verdict_line
+from servelab.engines.diagnosis.model import Arm, Diagnosis, Measurements, ReferenceMatch, StepCost, from_dict
+from servelab.engines.diagnosis.reference import closest
+from servelab.engines.diagnosis.rules import RunFacts, diagnose
+from servelab.engines.diagnosis.verdict import verdict_line
 
 NO_REF = ReferenceMatch(False, "", "", None, None, "", "no reference applies")
 NO_COST = StepCost(None, None, None, None, None, None, None, None, {}, "no baseline")
@@ -111,7 +111,7 @@ def test_json_round_trip() -> None:
 
 
 def test_dead_start_with_a_drafter_check_fault_names_that_fault() -> None:
-    from engines.diagnosis.model import StaticCheck
+    from servelab.engines.diagnosis.model import StaticCheck
 
     o = arm("overall", 0.0, [0.0, 0.0, 0.0])
     bad = (StaticCheck("vocab-map-missing", "error", "draft vocab 32000 < 163840 and no d2t", "add d2t to the drafter's weights"),
@@ -126,7 +126,7 @@ def test_dead_start_with_clean_drafter_checks_is_an_untrained_drafter() -> None:
     o = arm("overall", 0.0, [0.0, 0.0, 0.0])
     f = diagnose(RunFacts("eagle3", 3, "/m/t", "/m/d", ()), meas(o), NO_COST, NO_REF)
     assert "untrained or unrelated drafter" in f[0].message and "drafter checks: clean" in f[0].evidence
-    from engines.diagnosis.model import StaticCheck
+    from servelab.engines.diagnosis.model import StaticCheck
 
     warn = (StaticCheck("aux-layers-convention", "warning", "ids differ from the default", "keep them if trained so"),)
     f = diagnose(RunFacts("eagle3", 3, "/m/t", "/m/d", warn), meas(o), NO_COST, NO_REF)

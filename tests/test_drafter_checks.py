@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from engines.adapter import get_adapter
-from engines.drafter.checks import DrafterCase, check
-from engines.drafter.facts import read_model
-from engines.drafter.findings import CODES, Finding
-from engines.drafter.rules import EngineRules, RulesQuery
-from engines.drafter.run import check_drafter, source_reader
-from engines.hosts.local import LocalHost
-from engines.hostsfile import HostConfig
+from servelab.engines.adapter import get_adapter
+from servelab.engines.drafter.checks import DrafterCase, check
+from servelab.engines.drafter.facts import read_model
+from servelab.engines.drafter.findings import CODES, Finding
+from servelab.engines.drafter.rules import EngineRules, RulesQuery
+from servelab.engines.drafter.run import check_drafter, source_reader
+from servelab.engines.hosts.local import LocalHost
+from servelab.engines.hostsfile import HostConfig
 from tests.conftest import ENGINE_PYTHON, TINY_MODEL, need_engine
 from tests.fixtures.drafter_files import d2t_offsets, real_config, tiny_eagle3_config, write_drafter, write_target
 
@@ -248,7 +248,7 @@ async def test_a_two_gigabyte_drafter_costs_a_few_hundred_kilobytes_of_reads(kim
 async def test_over_ssh_the_same_findings_come_from_ranged_sftp_reads(ssh_config: Any, kimi: Path, tmp_path: Path) -> None:
     """The real OpenSSH server on 127.0.0.1: same findings as locally, and the 2 GB file is never pulled."""
     need_engine()
-    from engines.hosts.ssh import SshHost
+    from servelab.engines.hosts.ssh import SshHost
 
     drafter = kimi_drafter(tmp_path, eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 29, 57]})
     with open(drafter / "model.safetensors", "r+b") as f:

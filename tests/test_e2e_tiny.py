@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from engines.adapter import get_adapter
-from engines.catalog import load_catalog
-from engines.compare import compare_runs, render
-from engines.hosts.registry import close_all
-from engines.logs.analyzer import LogAnalyzer
-from engines.probe.artifacts import PROBE_JSON, REQUESTS_JSONL, load_probe, probe_when_ready
-from engines.runs import Runs
+from servelab.engines.adapter import get_adapter
+from servelab.engines.catalog import load_catalog
+from servelab.engines.compare import compare_runs, render
+from servelab.engines.hosts.registry import close_all
+from servelab.engines.logs.analyzer import LogAnalyzer
+from servelab.engines.probe.artifacts import PROBE_JSON, REQUESTS_JSONL, load_probe, probe_when_ready
+from servelab.engines.runs import Runs
 from tests.conftest import ENGINE_PYTHON, EXPERIMENTS, REPO, TINY_MODEL, need_engine
 from tests.fixtures.engine import free_port
 from tests.fixtures.procs import marked
@@ -81,7 +81,7 @@ def test_tiny_baseline_vs_ngram(tmp_path: Path) -> None:
             assert await probe_when_ready(runs, base_id) is not None
             # The n-gram run through the command line, as an operator would.
             cli = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "tui.cli", "--dir", str(folder), "probe", ngram_id,
+                sys.executable, "-m", "servelab.tui.cli", "--dir", str(folder), "probe", ngram_id,
                 cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             )
             out, err = await asyncio.wait_for(cli.communicate(), 600)
@@ -126,7 +126,7 @@ def test_tiny_baseline_vs_ngram(tmp_path: Path) -> None:
 
         # The same through the command line, from the run folders.
         cli = subprocess.run(
-            [sys.executable, "-m", "tui.cli", "--dir", str(folder), "compare", *launched, "--format", "json"],
+            [sys.executable, "-m", "servelab.tui.cli", "--dir", str(folder), "compare", *launched, "--format", "json"],
             capture_output=True, text=True, cwd=REPO, timeout=120,
         )
         assert cli.returncode == 0, cli.stderr

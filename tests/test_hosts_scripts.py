@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from engines.errors import ServelabError
-from engines.helpers import HelperError, helper_script, run_helper
-from engines.hosts.base import Host
-from engines.hosts.local import LocalHost
-from engines.hosts.scripts import SCRIPTS, SCRIPTS_DIR, HostScript, HostScripts, ScriptUploadError
-from engines.hosts.ssh import SshHost
-from engines.hostsfile import HostConfig
+from servelab.engines.errors import ServelabError
+from servelab.engines.helpers import HelperError, helper_script, run_helper
+from servelab.engines.hosts.base import Host
+from servelab.engines.hosts.local import LocalHost
+from servelab.engines.hosts.scripts import SCRIPTS, SCRIPTS_DIR, HostScript, HostScripts, ScriptUploadError
+from servelab.engines.hosts.ssh import SshHost
+from servelab.engines.hostsfile import HostConfig
 from tests.fixtures.sshd import SshServer
 
 #: Echoes its arguments and its stdin, and says which file it runs from.

@@ -17,10 +17,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engines.hosts.base import HostUnreachable
-from engines.hosts.registry import close_all, open_host
-from engines.hosts.ssh import SshHost, split_target
-from engines.hostsfile import HostConfig
+from servelab.engines.hosts.base import HostUnreachable
+from servelab.engines.hosts.registry import close_all, open_host
+from servelab.engines.hosts.ssh import SshHost, split_target
+from servelab.engines.hostsfile import HostConfig
 from tests.fixtures.sshd import JUMP_ALIAS, SshServer
 
 pytestmark = pytest.mark.ssh

@@ -10,7 +10,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engines.catalog import load_file
+from servelab.engines.catalog import load_file
 from tests.conftest import REPO
 
 LINE = re.compile(r"^[^\n]+:\d+: [^\n]+: [^\n]+$")
@@ -47,7 +47,7 @@ def test_cli_check_never_prints_a_traceback(tmp_path: Path) -> None:
     (folder / "a.toml").write_bytes(b"\x00\xff[[[\n")
     (folder / "b.toml").write_bytes(b'engine = "vllm"\nmodel = 1\n')
     (folder / "hosts.toml").write_bytes(b"[hosts.x]\nssh = 5\n")
-    out = subprocess.run([sys.executable, "-m", "tui", "--dir", str(folder), "check"], capture_output=True, text=True, cwd=REPO)
+    out = subprocess.run([sys.executable, "-m", "servelab", "--dir", str(folder), "check"], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 1
     assert "Traceback" not in out.stdout + out.stderr
     lines = out.stdout.strip().splitlines()

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from engines.adapter import get_adapter
-from engines.logs import rootcause
-from engines.logs.analyzer import SERIES_POINTS, Analysis, LogAnalyzer, analyze_bytes, guess_engine
-from engines.logs.hints import HINTS, find_hint
-from engines.logs.lines import LineSplitter
+from servelab.engines.adapter import get_adapter
+from servelab.engines.logs import rootcause
+from servelab.engines.logs.analyzer import SERIES_POINTS, Analysis, LogAnalyzer, analyze_bytes, guess_engine
+from servelab.engines.logs.hints import HINTS, find_hint
+from servelab.engines.logs.lines import LineSplitter
 from tests.conftest import SHARED_LOGS
 
 DATA = Path(__file__).resolve().parent / "data" / "logs"
@@ -268,7 +268,7 @@ def test_every_real_log_in_one_stream_reads_the_same_in_bulk_and_line_by_line() 
 
 def test_a_log_without_newlines_keeps_memory_bounded_and_chunking_free() -> None:
     """Megabytes with no newline (a binary dump, a runaway line): cut every MAX_LINE bytes, identically."""
-    from engines.logs.analyzer import MAX_LINE
+    from servelab.engines.logs.analyzer import MAX_LINE
 
     head = GOOD.read_bytes()[:4000]
     data = head + b"x\r" * (MAX_LINE + 12345) + b"\nINFO:     Application startup complete.\n" + b"y" * (MAX_LINE * 2 + 7)

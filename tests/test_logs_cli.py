@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SHARED_LOGS
-from tui.cli import main
+from servelab.tui.cli import main
 
 DATA = Path(__file__).resolve().parent / "data" / "logs"
 REPO = Path(__file__).resolve().parent.parent
@@ -66,6 +66,6 @@ def test_binary_garbage_is_analyzed_end_to_end(tmp_path: Path) -> None:
     """The real command in a child process, on bytes that are no log at all."""
     junk = tmp_path / "junk.log"
     junk.write_bytes(bytes(range(256)) * 64 + b"\xff\xfe\r\r\n\x1b[31m")
-    proc = subprocess.run([sys.executable, "-m", "tui", "analyze", str(junk), "--json"], cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "servelab", "analyze", str(junk), "--json"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["state"] in ("starting", "crashed")

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from engines.logs.analyzer import LogAnalyzer, analyze_bytes, analyze_file, guess_engine
-from engines.adapter import get_adapter
+from servelab.engines.logs.analyzer import LogAnalyzer, analyze_bytes, analyze_file, guess_engine
+from servelab.engines.adapter import get_adapter
 from tests.conftest import SHARED_LOGS
 
 DATA = Path(__file__).resolve().parent / "data" / "logs"

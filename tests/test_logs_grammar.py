@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from engines.adapter import all_adapters, get_adapter
-from engines.logs.analyzer import STAGES, analyze_bytes
-from engines.logs.grammar import LogGrammar, is_primary_process, parse_header
+from servelab.engines.adapter import all_adapters, get_adapter
+from servelab.engines.logs.analyzer import STAGES, analyze_bytes
+from servelab.engines.logs.grammar import LogGrammar, is_primary_process, parse_header
 
 
 @pytest.mark.parametrize(
@@ -91,7 +91,7 @@ def test_sglang_acceptance_is_recomputed_from_accept_len_when_steps_are_known() 
 
 def test_capture_bar_progress_is_live_before_its_line_ends() -> None:
     """vLLM's CUDA-graph bar rewrites one line with \\r and ends it only when done: progress shows meanwhile."""
-    from engines.logs.analyzer import LogAnalyzer
+    from servelab.engines.logs.analyzer import LogAnalyzer
 
     an = LogAnalyzer(get_adapter("vllm").grammar)
     an.feed(b"(EngineCore_DP0 pid=188893) INFO 10-21 09:11:57 [kv_cache_utils.py:1087] GPU KV cache size: 425,424 tokens\n")

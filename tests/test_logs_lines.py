@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engines.logs.lines import Line, LineKind, LineSplitter, classify, classify_run
+from servelab.engines.logs.lines import Line, LineKind, LineSplitter, classify, classify_run
 
 SAMPLE = (
     b"\x1b[1;36m(EngineCore_DP0 pid=7)\x1b[0;0m INFO 01-02 03:04:05 [core.py:1] hello\r\n"
@@ -106,7 +106,7 @@ def test_warning_echo_lines_fold_with_their_warning() -> None:
 
 def test_a_warning_that_mentions_an_error_is_a_warning() -> None:
     """vLLM's ulimit warning quotes `OSError: [Errno 24]`: `e` (first error) must not stop there."""
-    from engines.logs.lines import LineKind, classify
+    from servelab.engines.logs.lines import LineKind, classify
 
     line = (
         "(APIServer pid=9082) WARNING 11-29 10:25:35 [system_utils.py:255] Found ulimit of 20000 and failed to "

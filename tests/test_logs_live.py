@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from engines.catalog import load_catalog
-from engines.hosts.local import LocalHost
-from engines.hostsfile import HostConfig
-from engines.logs.analyzer import analyze_bytes
-from engines.logs.live import LiveAnalyses, LiveAnalysis, current_stage
-from engines.runs import Runs
-from engines.runstate import RunState
+from servelab.engines.catalog import load_catalog
+from servelab.engines.hosts.local import LocalHost
+from servelab.engines.hostsfile import HostConfig
+from servelab.engines.logs.analyzer import analyze_bytes
+from servelab.engines.logs.live import LiveAnalyses, LiveAnalysis, current_stage
+from servelab.engines.runs import Runs
+from servelab.engines.runstate import RunState
 from tests.fixtures.tui import TuiFolder
-from tui.cli import main
+from servelab.tui.cli import main
 
 LOGS = Path(__file__).resolve().parent / "data" / "logs"
 KV_TOO_SMALL = LOGS / "vllm-cpu-kv-cache-too-small.log"

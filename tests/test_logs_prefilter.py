@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from engines.adapter import get_adapter
-from engines.logs import prefilter
-from engines.logs.analyzer import LogAnalyzer
+from servelab.engines.adapter import get_adapter
+from servelab.engines.logs import prefilter
+from servelab.engines.logs.analyzer import LogAnalyzer
 from tests.conftest import SHARED_LOGS
 
 DATA = Path(__file__).resolve().parent / "data" / "logs"

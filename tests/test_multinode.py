@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from engines.catalog import check, load_catalog
-from engines.hostsfile import HostConfig
-from engines.multinode import start_order
+from servelab.engines.catalog import check, load_catalog
+from servelab.engines.hostsfile import HostConfig
+from servelab.engines.multinode import start_order
 from tests.conftest import EXPERIMENTS, REPO
 
 HOSTS = """
@@ -164,7 +164,7 @@ def test_node_address(ssh: str | None, address: str | None, expected: str) -> No
 def test_show_prints_each_node(folder: Path) -> None:
     experiment(folder, 'engine = "vllm"\nhosts = ["gpu-a", "gpu-b"]\n[multinode]\nbackend = "ray"\n[parallel]\ntensor = 16\n')
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
-    run = lambda *a: subprocess.run([sys.executable, "-m", "tui", "--dir", str(folder), "show", "two", *a], capture_output=True, text=True, timeout=120, env=env)  # noqa: E731
+    run = lambda *a: subprocess.run([sys.executable, "-m", "servelab", "--dir", str(folder), "show", "two", *a], capture_output=True, text=True, timeout=120, env=env)  # noqa: E731
     text = run().stdout
     assert "node 0 (head) gpu-a at 10.0.0.11" in text and "node 1 gpu-b at 10.0.0.12" in text
     assert "VLLM_HOST_IP=10.0.0.12 /opt/env/bin/ray start --block --node-ip-address 10.0.0.12 --address 10.0.0.11:6379" in text
@@ -193,7 +193,7 @@ def test_show_prints_each_native_node_with_its_own_argv_and_environment(folder: 
     """SGLang and vLLM native: every node's exact command (its interpreter, rank and where it dials
     the head) and the environment that differs per node; ``--json`` has each node's whole environment."""
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
-    run = lambda name, *a: subprocess.run([sys.executable, "-m", "tui", "--dir", str(folder), "show", name, *a], capture_output=True, text=True, timeout=120, env=env)  # noqa: E731
+    run = lambda name, *a: subprocess.run([sys.executable, "-m", "servelab", "--dir", str(folder), "show", name, *a], capture_output=True, text=True, timeout=120, env=env)  # noqa: E731
     body = '[multinode]\nbackend = "native"\nport = 5000\nhead_address = "10.1.0.11:6000"\n[parallel]\ntensor = 16\n[env]\nNCCL_SOCKET_IFNAME = "ib0"\n'
     experiment(folder, 'engine = "sglang"\nhosts = ["gpu-a", "gpu-b"]\n' + body, "sgl")
     text = run("sgl").stdout

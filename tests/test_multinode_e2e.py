@@ -15,16 +15,16 @@ from typing import Any
 
 import pytest
 
-from engines.hosts.registry import close_all
-from engines.logs.live import LiveAnalyses
-from engines.probe.artifacts import load_probe, probe_run
-from engines.nodes_run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeLine
-from engines.nodes_view import NodeChunk, NodesLog, NodesView
-from engines.runstate import RunState
+from servelab.engines.hosts.registry import close_all
+from servelab.engines.logs.live import LiveAnalyses
+from servelab.engines.probe.artifacts import load_probe, probe_run
+from servelab.engines.nodes_run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeLine
+from servelab.engines.nodes_view import NodeChunk, NodesLog, NodesView
+from servelab.engines.runstate import RunState
 from tests.conftest import ENGINE_PYTHON, need_engine, need_sglang
 from tests.fixtures.multinode_lab import SGLANG_2N, VLLM_2N, NodesLab, left_on_machine, mn, poll, write_folder
 from tests.fixtures.sshd import SshServer
-from tui.cli import main
+from servelab.tui.cli import main
 
 pytestmark = [pytest.mark.engine, pytest.mark.ssh]
 

@@ -25,18 +25,18 @@ from pathlib import Path
 
 import pytest
 
-from engines.catalog import load_catalog
-from engines.errors import ServelabError
-from engines.hosts.registry import close_all
-from engines.nodes_hints import local_now, stamp_of
-from engines.nodes_run import MultiNodeRecord, MultiNodeStatus
-from engines.runstate import RunState
+from servelab.engines.catalog import load_catalog
+from servelab.engines.errors import ServelabError
+from servelab.engines.hosts.registry import close_all
+from servelab.engines.nodes_hints import local_now, stamp_of
+from servelab.engines.nodes_run import MultiNodeRecord, MultiNodeStatus
+from servelab.engines.runstate import RunState
 from tests.conftest import SGLANG_PYTHON, need_sglang
 from tests.fixtures.engine import free_port
 from tests.fixtures.multinode_lab import SGLANG_2N, NodesLab, left_on_machine, mn, write_folder
 from tests.fixtures.patching import udiff
 from tests.fixtures.sshd import SshServer
-from tui.cli import main
+from servelab.tui.cli import main
 
 pytestmark = [pytest.mark.engine, pytest.mark.ssh]
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engines.adapter import get_adapter
-from engines.logs.analyzer import analyze_file
-from engines.nodes_hints import join_args, rendezvous_hint, stamp_of
-from engines.nodes_run import NodeRun, NodeState, first_failure
-from engines.runs import RunRecord, RunStatus
-from engines.runstate import RunState
+from servelab.engines.adapter import get_adapter
+from servelab.engines.logs.analyzer import analyze_file
+from servelab.engines.nodes_hints import join_args, rendezvous_hint, stamp_of
+from servelab.engines.nodes_run import NodeRun, NodeState, first_failure
+from servelab.engines.runs import RunRecord, RunStatus
+from servelab.engines.runstate import RunState
 
 LOGS = Path(__file__).parent / "data" / "logs" / "multinode"
 

@@ -6,9 +6,9 @@ import socket
 import subprocess
 import sys
 
-from engines.multinode import NodeAddress, NodeTarget
-from engines.helpers import helper_script
-from engines.nodes_ray import RAY_CHECK_SCRIPT, RAY_UP_LINE, client_port, ray_node_process
+from servelab.engines.multinode import NodeAddress, NodeTarget
+from servelab.engines.helpers import helper_script
+from servelab.engines.nodes_ray import RAY_CHECK_SCRIPT, RAY_UP_LINE, client_port, ray_node_process
 
 
 def target(rank: int, address: str) -> NodeTarget:

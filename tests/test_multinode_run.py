@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from engines.catalog import load_catalog
-from engines.errors import ServelabError
-from engines.hosts.registry import close_all
-from engines.runs import Runs
+from servelab.engines.catalog import load_catalog
+from servelab.engines.errors import ServelabError
+from servelab.engines.hosts.registry import close_all
+from servelab.engines.runs import Runs
 from tests.conftest import need_engine
 from tests.fixtures.multinode_lab import VLLM_2N, VLLM_RAY_NORAY, NodesLab, mn, write_folder
 from tests.fixtures.sshd import SshServer
-from tui.cli import main
+from servelab.tui.cli import main
 
 pytestmark = [pytest.mark.engine, pytest.mark.ssh]
 

@@ -18,10 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engines.helpers import patchtool as pt
-from engines.hosts.local import LocalHost
-from engines.hostsfile import HostConfig
-from engines.patches import PatchFile, apply_patches, check_patches, revert_patches, state_dir
+from servelab.engines.helpers import patchtool as pt
+from servelab.engines.hosts.local import LocalHost
+from servelab.engines.hostsfile import HostConfig
+from servelab.engines.patches import PatchFile, apply_patches, check_patches, revert_patches, state_dir
 from tests.fixtures.patching import udiff
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from engines.catalog import load_catalog
-from engines.preflight import CHECK_NAMES, Check, run_preflight
+from servelab.engines.catalog import load_catalog
+from servelab.engines.preflight import CHECK_NAMES, Check, run_preflight
 from tests.conftest import ENGINE_PYTHON, EXPERIMENTS, TINY_MODEL, need_engine
 from tests.fixtures.patching import DEEPSEEK, IMPORT_BLOCK, ONE_LINE, diff_of, engine_site_packages, installed_hashes, make_overlay
 

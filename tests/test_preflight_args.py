@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from engines.adapter import ENGINE_MODULES, ArgValidation, all_adapters, get_adapter
-from engines.catalog import load_catalog
-from engines.sglang import ARGCHECK as SGLANG_ARGCHECK
-from engines.helpers import run_script
-from engines.hosts.local import LocalHost
-from engines.hostsfile import HostConfig
+from servelab.engines.adapter import ENGINE_MODULES, ArgValidation, all_adapters, get_adapter
+from servelab.engines.catalog import load_catalog
+from servelab.engines.sglang import ARGCHECK as SGLANG_ARGCHECK
+from servelab.engines.helpers import run_script
+from servelab.engines.hosts.local import LocalHost
+from servelab.engines.hostsfile import HostConfig
 from tests.conftest import EXPERIMENTS, SGLANG_PYTHON, TINY_MODEL, need_sglang
 from tests.fixtures.sglang import validate_many
 
@@ -107,7 +107,7 @@ def test_each_adapter_validates_exactly_the_servers_flags() -> None:
 
 def test_each_engines_check_is_one_file_beside_its_adapter_that_defines_check() -> None:
     """A third engine is its adapter plus one ``<engine>_argcheck.py``: nothing in the frame names an engine."""
-    frame = (Path(importlib.import_module("engines.helpers").__file__ or "").parent / "validate_args.py").read_text()
+    frame = (Path(importlib.import_module("servelab.engines.helpers").__file__ or "").parent / "validate_args.py").read_text()
     for adapter in all_adapters():
         exp, model, draft = _kimi()
         check = adapter.validation(exp, model, draft).check

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.patching import udiff
-from tui.cli import main
+from servelab.tui.cli import main
 
 CONFIG = b"SUPPORTED = [\n    'llama',\n    'qwen',\n]\n"
 
@@ -107,8 +107,8 @@ def test_unknown_experiment_is_one_line(setup: tuple[Path, Path], capsys: pytest
 
 async def test_preflight_with_apply_patches_for_a_launch_once(setup: tuple[Path, Path]) -> None:
     """What launch uses: the checked set is then applied, and the report carries the record to store."""
-    from engines.catalog import load_catalog
-    from engines.preflight import run_preflight
+    from servelab.engines.catalog import load_catalog
+    from servelab.engines.preflight import run_preflight
 
     folder, root = setup
     catalog = load_catalog(folder)
@@ -128,10 +128,10 @@ async def test_preflight_with_apply_patches_for_a_launch_once(setup: tuple[Path,
 @pytest.mark.ssh
 async def test_preflight_and_patches_over_real_ssh(setup: tuple[Path, Path], ssh_config: object, tmp_path: Path) -> None:
     """The same checks through the SSH host (a real sshd on 127.0.0.1): paths, python, patch set, apply, revert."""
-    from engines.catalog import load_catalog
-    from engines.hosts.registry import close_all
-    from engines.patches import apply_patches, load_patch_set, revert_patches
-    from engines.preflight import run_preflight
+    from servelab.engines.catalog import load_catalog
+    from servelab.engines.hosts.registry import close_all
+    from servelab.engines.patches import apply_patches, load_patch_set, revert_patches
+    from servelab.engines.preflight import run_preflight
 
     folder, root = setup
     model = tmp_path / "model"
@@ -150,7 +150,7 @@ async def test_preflight_and_patches_over_real_ssh(setup: tuple[Path, Path], ssh
         assert by_name["engine arguments"].detail.startswith("cannot import vLLM's argument parser")
 
         exp = catalog.get("exp")
-        from engines.hosts.registry import open_host
+        from servelab.engines.hosts.registry import open_host
 
         host = open_host(catalog.host("box"))
         applied = await apply_patches(host, load_patch_set(exp), str(root))
@@ -165,9 +165,9 @@ async def test_preflight_and_patches_over_real_ssh(setup: tuple[Path, Path], ssh
 
 @pytest.mark.ssh
 async def test_a_relative_model_path_over_ssh_says_what_it_is_relative_to(setup: tuple[Path, Path], ssh_config: object, tmp_path: Path) -> None:
-    from engines.catalog import load_catalog
-    from engines.hosts.registry import close_all
-    from engines.preflight import run_preflight
+    from servelab.engines.catalog import load_catalog
+    from servelab.engines.hosts.registry import close_all
+    from servelab.engines.preflight import run_preflight
 
     folder, root = setup
     (folder / "hosts.toml").write_text(f'[hosts.box]\nssh = "servelab-test"\npython = "{sys.executable}"\nworkdir = "{tmp_path / "remote-work"}"\n')

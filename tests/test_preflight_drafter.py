@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from engines.catalog import load_catalog
-from engines.errors import ServelabError
-from engines.preflight import run_preflight
-from engines.runs import Runs
+from servelab.engines.catalog import load_catalog
+from servelab.engines.errors import ServelabError
+from servelab.engines.preflight import run_preflight
+from servelab.engines.runs import Runs
 from tests.conftest import ENGINE_PYTHON, TINY_MODEL, need_engine
 from tests.fixtures.drafter_files import tiny_eagle3_config, write_drafter
-from tui.cli import main
+from servelab.tui.cli import main
 
 EXP = """\
 engine = "vllm"

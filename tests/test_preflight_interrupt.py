@@ -38,7 +38,7 @@ def folder_for(tmp_path: Path, host_table: str) -> Path:
 def interrupt_preflight(folder: Path, pidfile: Path) -> tuple[int, str, float]:
     """Start `servelab preflight`, press Ctrl-C once the host-side check runs; (exit code, stderr, seconds it lived on)."""
     cli = subprocess.Popen(
-        [sys.executable, "-m", "tui.cli", "--dir", str(folder), "preflight", "exp"],
+        [sys.executable, "-m", "servelab.tui.cli", "--dir", str(folder), "preflight", "exp"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,  # like a terminal's Ctrl-C: to servelab only
     )
     try:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from engines.catalog import load_catalog
-from engines.preflight import CHECK_NAMES, run_preflight
+from servelab.engines.catalog import load_catalog
+from servelab.engines.preflight import CHECK_NAMES, run_preflight
 from tests.conftest import EXPERIMENTS, SGLANG_PYTHON, TINY_MODEL, need_sglang
 
 BROKEN = """\

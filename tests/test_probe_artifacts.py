@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from engines.catalog import load_catalog
-from engines.errors import ServelabError
-from engines.probe.artifacts import identity, probe_run, probe_when_ready, stage_seconds, wait_for_ready
-from engines.runs import RunRecord
+from servelab.engines.catalog import load_catalog
+from servelab.engines.errors import ServelabError
+from servelab.engines.probe.artifacts import identity, probe_run, probe_when_ready, stage_seconds, wait_for_ready
+from servelab.engines.runs import RunRecord
 from tests.conftest import EXPERIMENTS
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tui.cli import main
+from servelab.tui.cli import main
 
 
 @pytest.fixture

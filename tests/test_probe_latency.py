@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
-from engines.adapter import get_adapter
-from engines.hosts.ssh import SshHost
-from engines.hostsfile import HostConfig
-from engines.probe import prompts
-from engines.probe.runner import ProbeSettingsView, run_probe
-from engines.probe.timer import HostTimer, RequestTimer
+from servelab.engines.adapter import get_adapter
+from servelab.engines.hosts.ssh import SshHost
+from servelab.engines.hostsfile import HostConfig
+from servelab.engines.probe import prompts
+from servelab.engines.probe.runner import ProbeSettingsView, run_probe
+from servelab.engines.probe.timer import HostTimer, RequestTimer
 from tests.conftest import ENGINE_PYTHON
 from tests.fixtures.engine import TinyServer, WireTap
 from tests.fixtures.sshd import SshServer

@@ -10,8 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from engines.probe.metrics import NoAcceptance, sum_counters
-from engines.vllm import ADAPTER as VLLM
+from servelab.engines.probe.metrics import NoAcceptance, sum_counters
+from servelab.engines.vllm import ADAPTER as VLLM
 
 # Two engines (DP ranks) in vLLM's exposition format, as /metrics serves it.
 TEXT_TEMPLATE = """\
@@ -108,10 +108,10 @@ async def test_vllm_window_without_speculation_is_none() -> None:
 
 
 async def test_missing_metrics_endpoint_is_one_clean_line() -> None:
-    from engines.catalog import load_catalog
-    from engines.errors import ServelabError
-    from engines.probe import prompts
-    from engines.probe.runner import ProbeSettingsView, run_probe
+    from servelab.engines.catalog import load_catalog
+    from servelab.engines.errors import ServelabError
+    from servelab.engines.probe import prompts
+    from servelab.engines.probe.runner import ProbeSettingsView, run_probe
     from tests.conftest import EXPERIMENTS
     from tests.fixtures.fake_sglang import FakeSglangServer
 

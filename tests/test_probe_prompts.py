@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from engines.errors import ServelabError
-from engines.probe import prompts
+from servelab.engines.errors import ServelabError
+from servelab.engines.probe import prompts
 
 
 def test_builtin_mixed_covers_every_category() -> None:

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from engines.adapter import get_adapter
-from engines.catalog import load_catalog
-from engines.errors import ServelabError
-from engines.probe import prompts
-from engines.probe.runner import ProbeSettingsView, run_probe, wait_ready
+from servelab.engines.adapter import get_adapter
+from servelab.engines.catalog import load_catalog
+from servelab.engines.errors import ServelabError
+from servelab.engines.probe import prompts
+from servelab.engines.probe.runner import ProbeSettingsView, run_probe, wait_ready
 from tests.conftest import EXPERIMENTS
 from tests.fixtures.engine import TinyServer, free_port
 

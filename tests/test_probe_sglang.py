@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from engines.adapter import get_adapter
-from engines.catalog import load_catalog
-from engines.probe import prompts
-from engines.probe.runner import ProbeSettingsView, run_probe
-from engines.sglang import draft_tokens_per_step
+from servelab.engines.adapter import get_adapter
+from servelab.engines.catalog import load_catalog
+from servelab.engines.probe import prompts
+from servelab.engines.probe.runner import ProbeSettingsView, run_probe
+from servelab.engines.sglang import draft_tokens_per_step
 from tests.conftest import EXPERIMENTS
 from tests.fixtures.fake_sglang import AVG_ACCEPT_LENGTH, TOKENS_PER_STEP, FakeSglangServer, verify_steps
 

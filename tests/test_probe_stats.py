@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engines.probe import stats
+from servelab.engines.probe import stats
 
 
 def test_median_and_mad() -> None:

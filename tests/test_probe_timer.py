@@ -13,12 +13,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from engines.errors import ServelabError
-from engines.probe.client import result_from_events
-from engines.probe.prompts import Prompt
-from engines.probe import prompts
-from engines.probe.runner import CPU_WAIT_NOTE_MS, ProbeSettingsView, run_probe
-from engines.probe.timer import TimedBatch, local_timer, parse_answer
+from servelab.engines.errors import ServelabError
+from servelab.engines.probe.client import result_from_events
+from servelab.engines.probe.prompts import Prompt
+from servelab.engines.probe import prompts
+from servelab.engines.probe.runner import CPU_WAIT_NOTE_MS, ProbeSettingsView, run_probe
+from servelab.engines.probe.timer import TimedBatch, local_timer, parse_answer
 from tests.fixtures.engine import free_port
 from tests.fixtures.fake_sglang import FakeSglangServer
 

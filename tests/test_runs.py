@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from engines.errors import ServelabError
-from engines.runs import RUN_ID_RE, RunRecord, Runs, new_run_id
+from servelab.engines.errors import ServelabError
+from servelab.engines.runs import RUN_ID_RE, RunRecord, Runs, new_run_id
 from tests.fixtures.runlab import STUB_PATH, Lab, group_members, is_running, proc_stat, wait_for
 
 
@@ -303,7 +303,7 @@ async def test_launch_refuses_a_broken_definition_and_a_missing_python(lab: Lab)
 
 
 async def test_launch_runs_preflight_first_and_starts_nothing_when_it_fails(lab: Lab) -> None:
-    pytest.importorskip("engines.preflight")
+    pytest.importorskip("servelab.engines.preflight")
     lab.experiment("unchecked")  # no model folder, and this interpreter has no vllm
     t0 = time.monotonic()
     with pytest.raises(ServelabError) as info:
@@ -380,8 +380,8 @@ async def test_the_run_control_helper_is_uploaded_again_when_removed(lab: Lab) -
 
 
 def test_home_relative_workdir_over_ssh() -> None:
-    from engines.hostsfile import HostConfig
-    from engines.runs import runs_root
+    from servelab.engines.hostsfile import HostConfig
+    from servelab.engines.runs import runs_root
 
     assert runs_root(HostConfig(name="g", ssh="gpu", workdir="~/servelab")) == "servelab/runs"
     assert runs_root(HostConfig(name="g", ssh="gpu", workdir="/data/servelab/")) == "/data/servelab/runs"

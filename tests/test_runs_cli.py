@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tui.cli import main
+from servelab.tui.cli import main
 from tests.fixtures.runlab import Lab, is_running, wait_for
 from tests.fixtures.sshd import SshServer
 
 
 def servelab(lab: Lab, *args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tui.cli", "--dir", str(lab.folder), *args],
+        [sys.executable, "-m", "servelab.tui.cli", "--dir", str(lab.folder), *args],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -121,7 +121,7 @@ def test_runs_never_breaks_a_run_id_piped_or_on_a_narrow_terminal(lab: Lab) -> N
     assert row.split()[0] == run_id and len(row) > 80
     assert [line for line in piped.stdout.splitlines() if run_id in line] == [row]  # grep finds the whole row
 
-    from tui.commands.runs import runs_table
+    from servelab.tui.commands.runs import runs_table
 
     cells = [[run_id, "local", "running", "12345", "-", "8000", "2026-12-01T07:30:00+00:00"]]
     narrow = runs_table(cells, terminal=True, width=80)

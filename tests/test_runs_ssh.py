@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engines.hosts.ssh import SshHost
-from engines.runs import Runs
+from servelab.engines.hosts.ssh import SshHost
+from servelab.engines.runs import Runs
 from tests.conftest import REPO
 from tests.fixtures.runlab import STUB_PATH, Lab, group_members, is_running, wait_for
 from tests.fixtures.sshd import SshServer

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from engines.runs import RunUnreachable
+from servelab.engines.runs import RunUnreachable
 from tests.conftest import REPO
 from tests.fixtures.runlab import Lab, is_running
 from tests.fixtures.sshd import SshServer
@@ -24,14 +24,14 @@ LAST_SEEN = re.compile(r"; the run's state is unknown, last seen running at \d\d
 
 def servelab_start(lab: Lab, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tui.cli", "--dir", str(lab.folder), *args],
+        [sys.executable, "-m", "servelab.tui.cli", "--dir", str(lab.folder), *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=dict(os.environ), stdin=subprocess.DEVNULL,
     )
 
 
 def servelab(lab: Lab, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tui.cli", "--dir", str(lab.folder), *args],
+        [sys.executable, "-m", "servelab.tui.cli", "--dir", str(lab.folder), *args],
         capture_output=True, text=True, cwd=REPO, env=dict(os.environ), stdin=subprocess.DEVNULL, timeout=120,
     )
 

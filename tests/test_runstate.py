@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from engines.errors import ServelabError
-from engines.logs.analyzer import analyze_file
-from engines.runs import RunRecord
-from engines.runstate import STYLES, RunState, is_terminal
+from servelab.engines.errors import ServelabError
+from servelab.engines.logs.analyzer import analyze_file
+from servelab.engines.runs import RunRecord
+from servelab.engines.runstate import STYLES, RunState, is_terminal
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNCTL = ROOT / "engines" / "helpers" / "runctl.py"

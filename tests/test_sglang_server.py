@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from engines.compare import compare_runs, render
-from engines.hosts.registry import close_all
-from engines.probe.artifacts import PROBE_JSON, load_probe, probe_run
+from servelab.engines.compare import compare_runs, render
+from servelab.engines.hosts.registry import close_all
+from servelab.engines.probe.artifacts import PROBE_JSON, load_probe, probe_run
 from tests.conftest import REPO, SGLANG_PYTHON
 from tests.fixtures.sglang_server import Launched, SglangLab, run_processes, session_members
 
@@ -57,7 +57,7 @@ def test_status_over_ssh_sees_the_remote_server_alive(sglang_lab: SglangLab) -> 
 def test_probe_without_speculation_has_no_acceptance_and_says_so(sglang_lab: SglangLab) -> None:
     run_id = sglang_lab.local.run_id
     cli = subprocess.run(
-        [sys.executable, "-m", "tui.cli", "--dir", str(sglang_lab.folder), "probe", run_id],
+        [sys.executable, "-m", "servelab.tui.cli", "--dir", str(sglang_lab.folder), "probe", run_id],
         capture_output=True, text=True, cwd=REPO, timeout=600, env={**__import__("os").environ, "SERVELAB_SSH_CONFIG": str(sglang_lab.ssh_config)},
     )
     assert cli.returncode == 0, cli.stderr
@@ -99,8 +99,8 @@ def test_compared_with_the_tiny_vllm_baseline_it_gets_a_cross_engine_verdict(sgl
 async def test_the_dashboard_puts_the_two_engines_side_by_side(sglang_lab: SglangLab, monkeypatch: pytest.MonkeyPatch) -> None:
     """The new user's view: the compare screen on both runs just probed, with the cross-engine verdict."""
     from tests.fixtures.tui import pilot_wait, shown_text
-    from tui.app import ServelabApp
-    from tui.screens.compare import CompareScreen
+    from servelab.tui.app import ServelabApp
+    from servelab.tui.screens.compare import CompareScreen
 
     monkeypatch.setenv("SERVELAB_SSH_CONFIG", str(sglang_lab.ssh_config))
     app = ServelabApp(sglang_lab.folder, readonly=True)  # watching only: it starts, stops and probes nothing

@@ -10,10 +10,10 @@ from rich.console import Console
 import pytest
 
 from tests.fixtures.tui import TuiFolder, screen_text, wait_for
-from tui.app import HIGH_CONTRAST, ServelabApp, known_binding_ids, run_app
-from tui.screens.experiments import ExperimentsScreen
-from tui.screens.help import HelpScreen
-from engines.errors import ServelabError
+from servelab.tui.app import HIGH_CONTRAST, ServelabApp, known_binding_ids, run_app
+from servelab.tui.screens.experiments import ExperimentsScreen
+from servelab.tui.screens.help import HelpScreen
+from servelab.engines.errors import ServelabError
 
 
 def static_text(widget) -> str:  # type: ignore[no-untyped-def]
@@ -151,7 +151,7 @@ def test_missing_folder_is_one_clean_error(tmp_path: Path) -> None:
 
 async def test_latest_run_column_and_enter_opens_it(tui_folder: TuiFolder) -> None:
     from tests.fixtures.tui import RECORDED_LOGS
-    from tui.screens.run import RunScreen
+    from servelab.tui.screens.run import RunScreen
 
     run_id = tui_folder.replay("tiny-cpu-vllm-ngram", RECORDED_LOGS / "vllm-cpu-kv-cache-too-small.log", exit_code=1)
     app = ServelabApp(tui_folder.folder)

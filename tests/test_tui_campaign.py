@@ -13,17 +13,17 @@ from typing import Any
 
 import pytest
 
-from engines.campaign import control
-from engines.campaign.plots import CampaignPlots, plot_series
-from engines.catalog import load_catalog
+from servelab.engines.campaign import control
+from servelab.engines.campaign.plots import CampaignPlots, plot_series
+from servelab.engines.catalog import load_catalog
 from tests.fixtures.campaignlab import marked, recorded_campaign, two_load_campaign
 from tests.fixtures.runlab import Lab
 from tests.fixtures.tui import pilot_wait, screen_text
-from tui.app import ServelabApp
-from tui.screens.campaign import CampaignScreen
-from tui.screens.campaigns import CampaignsScreen
-from tui.screens.confirm import ConfirmScreen
-from tui.widgets.campaign_plots import ChartPlot
+from servelab.tui.app import ServelabApp
+from servelab.tui.screens.campaign import CampaignScreen
+from servelab.tui.screens.campaigns import CampaignsScreen
+from servelab.tui.screens.confirm import ConfirmScreen
+from servelab.tui.widgets.campaign_plots import ChartPlot
 
 
 @pytest.fixture(autouse=True)

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from engines.campaign import control
-from engines.catalog import load_catalog
-from engines.errors import ServelabError
+from servelab.engines.campaign import control
+from servelab.engines.catalog import load_catalog
+from servelab.engines.errors import ServelabError
 from tests.fixtures.campaignlab import two_load_campaign
 from tests.fixtures.runlab import Lab
 from tests.fixtures.tmux import SERVELAB, Tmux

@@ -15,11 +15,11 @@ from tests.fixtures.engine import free_port
 from tests.fixtures.tui import TuiFolder
 from tests.fixtures.tui import screen_text
 from tests.fixtures.tui import wait_for
-from tui.app import ServelabApp
-from tui.screens.compare import CompareScreen
-from tui.screens.confirm import ConfirmScreen
-from tui.screens.experiments import ExperimentsScreen
-from tui.screens.run import RunScreen
+from servelab.tui.app import ServelabApp
+from servelab.tui.screens.compare import CompareScreen
+from servelab.tui.screens.confirm import ConfirmScreen
+from servelab.tui.screens.experiments import ExperimentsScreen
+from servelab.tui.screens.run import RunScreen
 
 pytestmark = pytest.mark.engine
 BASELINE, NGRAM = "tiny-cpu-vllm-baseline", "tiny-cpu-vllm-ngram"

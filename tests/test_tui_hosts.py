@@ -12,8 +12,8 @@ from tests.fixtures.sshd import SshServer
 from tests.fixtures.tui import SHARED_LOGS, TuiFolder
 from tests.fixtures.tui import pilot_wait as wait_for
 from tests.fixtures.tui import shown_text as screen_text
-from tui.app import ServelabApp
-from tui.screens.run import RunScreen
+from servelab.tui.app import ServelabApp
+from servelab.tui.screens.run import RunScreen
 
 pytestmark = pytest.mark.ssh
 SHARDS = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
@@ -58,9 +58,9 @@ async def test_run_screen_says_unreachable_not_alive_and_recovers(tui_folder: Tu
 async def test_runs_and_experiments_keep_a_down_hosts_runs_and_see_runs_launched_elsewhere(
     tui_folder: TuiFolder, downable_sshd: SshServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tui.screens import runs as runs_screen
-    from tui.screens.experiments import ExperimentsScreen
-    from tui.screens.runs import RunsScreen
+    from servelab.tui.screens import runs as runs_screen
+    from servelab.tui.screens.experiments import ExperimentsScreen
+    from servelab.tui.screens.runs import RunsScreen
 
     monkeypatch.setattr(runs_screen, "REFRESH_SECONDS", 600.0)  # only the folder watch can show a new run
     remote_blackwell(tui_folder, downable_sshd)
@@ -101,7 +101,7 @@ async def test_runs_and_experiments_keep_a_down_hosts_runs_and_see_runs_launched
 
 
 async def test_no_notification_for_a_run_that_was_ready_before_the_dashboard_opened(tui_folder: TuiFolder, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tui.screens import watch
+    from servelab.tui.screens import watch
 
     monkeypatch.setattr(watch, "LIST_SECONDS", 0.3)
     old = tui_folder.replay("tiny-cpu-vllm-ngram", SHARDS, rate=0, hold_s=60)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tui.keymap import load_keymap
+from servelab.tui.keymap import load_keymap
 
 KNOWN = {"log.search", "app.help"}
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from engines.logs.lines import LineKind, classify
+from servelab.engines.logs.lines import LineKind, classify
 from tests.fixtures.tui import RECORDED_LOGS, SHARED_LOGS
-from tui.widgets import line_index
-from tui.widgets.line_index import KINDS, AnchorScanner, LineClassifier, LineIndex, anchor_ends_find, display_text
+from servelab.tui.widgets import line_index
+from servelab.tui.widgets.line_index import KINDS, AnchorScanner, LineClassifier, LineIndex, anchor_ends_find, display_text
 
 NGRAM_LOG = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
 SHARDS_LOG = SHARED_LOGS / "vllm-shards-carriage-return-prefix-39610.log"

@@ -9,10 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engines.logs.analyzer import analyze_bytes
+from servelab.engines.logs.analyzer import analyze_bytes
 from tests.fixtures.tui import SHARED_LOGS
-from tui.widgets.line_index import LineIndex
-from tui.widgets.log_ingest import SLICE_ITEMS, IngestUpdate, LogIngest, SeriesWindows, pack_analysis, unpack_analysis
+from servelab.tui.widgets.line_index import LineIndex
+from servelab.tui.widgets.log_ingest import SLICE_ITEMS, IngestUpdate, LogIngest, SeriesWindows, pack_analysis, unpack_analysis
 
 NGRAM_LOG = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
 CRASH_LOG = SHARED_LOGS / "vllm-eagle3-whitelist-gemma3-32765.log"

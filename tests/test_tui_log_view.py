@@ -7,8 +7,8 @@ from pathlib import Path
 from textual.app import App, ComposeResult
 
 from tests.fixtures.tui import SHARED_LOGS
-from tui.widgets.line_index import LineIndex
-from tui.widgets.log_view import LogPanel, LogView, compile_search
+from servelab.tui.widgets.line_index import LineIndex
+from servelab.tui.widgets.log_view import LogPanel, LogView, compile_search
 
 NGRAM_LOG = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
 
@@ -121,7 +121,7 @@ def test_compile_search_accepts_text_that_is_not_a_regex() -> None:
 async def test_following_survives_rows_folded_away_under_it(tmp_path: Path) -> None:
     """A deferred index shows lines unfolded first; their kinds then fold noise and the log
     shrinks under a following view: it must stay at the end, still following."""
-    from tui.widgets.line_index import LineClassifier
+    from servelab.tui.widgets.line_index import LineClassifier
 
     index = LineIndex(tmp_path / "spool.log", deferred=True)
     app = LogApp(index)

@@ -14,21 +14,21 @@ from pathlib import Path
 
 import pytest
 
-from engines.nodes_run import GROUP_JSON, MultiNodeRecord, NodeRun, node_run_id
-from engines.runs import new_run_id
-from engines.runstate import RunState
+from servelab.engines.nodes_run import GROUP_JSON, MultiNodeRecord, NodeRun, node_run_id
+from servelab.engines.runs import new_run_id
+from servelab.engines.runstate import RunState
 from tests.fixtures.runlab import Lab
 from tests.fixtures.sshd import SshServer
 from tests.fixtures.stub_nodes import stub_group
 from tests.fixtures.tui import TuiFolder, pilot_wait, screen_text
-from tui.app import ServelabApp
-from tui.screens.confirm import ConfirmScreen
-from tui.screens.experiments import ExperimentsScreen
-from tui.screens.nodes_run import NodesRunScreen, run_screen_for
-from tui.screens.preflight import PreflightScreen
-from tui.screens.runs import RunsScreen
-from tui.widgets.line_index import display_text
-from tui.widgets.log_view import LogPanel
+from servelab.tui.app import ServelabApp
+from servelab.tui.screens.confirm import ConfirmScreen
+from servelab.tui.screens.experiments import ExperimentsScreen
+from servelab.tui.screens.nodes_run import NodesRunScreen, run_screen_for
+from servelab.tui.screens.preflight import PreflightScreen
+from servelab.tui.screens.runs import RunsScreen
+from servelab.tui.widgets.line_index import display_text
+from servelab.tui.widgets.log_view import LogPanel
 
 LOGS = Path(__file__).parent / "data" / "logs" / "multinode"
 

@@ -11,11 +11,11 @@ import pytest
 from tests.fixtures.tui import SHARED_LOGS
 from tests.fixtures.tui import TuiFolder
 from tests.fixtures.tui import screen_text, wait_for
-from tui.app import ServelabApp
-from tui.screens import watch
-from tui.screens.run import RunScreen, with_history
-from tui.widgets.run_view_model import StageRow
-from tui.widgets.log_view import LogPanel
+from servelab.tui.app import ServelabApp
+from servelab.tui.screens import watch
+from servelab.tui.screens.run import RunScreen, with_history
+from servelab.tui.widgets.run_view_model import StageRow
+from servelab.tui.widgets.log_view import LogPanel
 
 WHITELIST_CRASH = SHARED_LOGS / "vllm-eagle3-whitelist-gemma3-32765.log"
 NGRAM_SERVE = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
@@ -109,7 +109,7 @@ def test_old_spool_copies_are_pruned(tmp_path) -> None:  # type: ignore[no-untyp
     import os
     import time
 
-    from tui.screens.run import prune_spool
+    from servelab.tui.screens.run import prune_spool
 
     old, new = tmp_path / "old-run.log", tmp_path / "new-run.log"
     old.write_bytes(b"x")
@@ -121,7 +121,7 @@ def test_old_spool_copies_are_pruned(tmp_path) -> None:  # type: ignore[no-untyp
 
 
 async def test_a_truncated_log_starts_the_view_and_analysis_afresh(tui_folder: TuiFolder) -> None:
-    from engines.runs import LOG_NAME
+    from servelab.engines.runs import LOG_NAME
 
     run_id = tui_folder.replay("tiny-cpu-vllm-baseline", NGRAM_SERVE, rate=0, exit_code=0, hold_s=30.0)
     app = ServelabApp(tui_folder.folder)
@@ -146,8 +146,8 @@ async def test_a_truncated_log_starts_the_view_and_analysis_afresh(tui_folder: T
 async def test_a_long_log_shows_its_end_before_it_is_indexed_then_the_whole_log(tui_folder: TuiFolder, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Opening a long run: its last lines are on screen while the log is still being read from byte 0;
     then the view swaps to the whole log (following its end), which agrees with a scan of the file."""
-    from engines.runs import LOG_NAME, TAIL_BYTES
-    from tui.widgets.line_index import LineIndex
+    from servelab.engines.runs import LOG_NAME, TAIL_BYTES
+    from servelab.tui.widgets.line_index import LineIndex
 
     body = NGRAM_SERVE.read_bytes()
     data = body * (16 * TAIL_BYTES // len(body)) + b"INFO the very last line of a long log\n"

@@ -6,19 +6,19 @@ import json
 from pathlib import Path
 from typing import Any
 
-from engines.catalog import load_catalog
-from engines.runs import Runs
+from servelab.engines.catalog import load_catalog
+from servelab.engines.runs import Runs
 from tests.fixtures.tui import SHARED_LOGS
 from tests.fixtures.tui import TuiFolder
 from tests.fixtures.tui import screen_text
 from tests.fixtures.tui import wait_for
-from tui.app import ServelabApp
-from engines.compare import Row, build
-from tui.screens.compare import CompareScreen
-from tui.screens.confirm import ConfirmScreen
-from tui.screens.preflight import PreflightScreen
-from tui.screens.run import RunScreen
-from tui.screens.runs import RunsScreen
+from servelab.tui.app import ServelabApp
+from servelab.engines.compare import Row, build
+from servelab.tui.screens.compare import CompareScreen
+from servelab.tui.screens.confirm import ConfirmScreen
+from servelab.tui.screens.preflight import PreflightScreen
+from servelab.tui.screens.run import RunScreen
+from servelab.tui.screens.runs import RunsScreen
 
 NGRAM_SERVE = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
 

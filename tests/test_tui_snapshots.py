@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.tui import RECORDED_LOGS, TuiFolder
-from tui.app import ServelabApp
-from tui.screens.run import RunScreen
+from servelab.tui.app import ServelabApp
+from servelab.tui.screens.run import RunScreen
 
 KV_TOO_SMALL = RECORDED_LOGS / "vllm-cpu-kv-cache-too-small.log"
 RUN_ID = "tiny-cpu-vllm-baseline-20260101-000000-abcd"

@@ -14,8 +14,8 @@ from tests.fixtures.sshd import SshServer
 from tests.fixtures.tui import SHARED_LOGS, TuiFolder
 from tests.fixtures.tui import screen_text
 from tests.fixtures.tui import wait_for
-from tui.app import ServelabApp
-from tui.screens.run import RunScreen
+from servelab.tui.app import ServelabApp
+from servelab.tui.screens.run import RunScreen
 
 pytestmark = pytest.mark.ssh
 SHARDS = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"

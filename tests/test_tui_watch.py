@@ -7,12 +7,12 @@ from collections.abc import Callable
 
 import pytest
 
-from engines.catalog import load_catalog
-from engines.runs import RunRecord, Runs, RunStatus
-from engines.runstate import RunState
+from servelab.engines.catalog import load_catalog
+from servelab.engines.runs import RunRecord, Runs, RunStatus
+from servelab.engines.runstate import RunState
 from tests.fixtures.tui import SHARED_LOGS, TuiFolder
-from tui.screens import watch
-from tui.screens.watch import RunWatcher
+from servelab.tui.screens import watch
+from servelab.tui.screens.watch import RunWatcher
 
 NGRAM_SERVE = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
 
@@ -89,7 +89,7 @@ async def test_the_dashboard_warns_once_when_a_follower_fails_and_still_says_rea
     tui_folder: TuiFolder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tests.fixtures.tui import wait_for
-    from tui.app import ServelabApp
+    from servelab.tui.app import ServelabApp
 
     monkeypatch.setattr(watch, "LIST_SECONDS", 0.3)
     monkeypatch.setattr(watch, "POLL_SECONDS", 0.2)

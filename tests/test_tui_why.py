@@ -6,17 +6,17 @@ import json
 
 from rich.console import Console
 
-from engines.catalog import load_catalog
-from engines.diagnosis.artifacts import DIAGNOSIS_JSON
-from engines.diagnosis.model import Arm, Diagnosis, Measurements, StepCost
-from engines.diagnosis.reference import closest
-from engines.diagnosis.rules import RunFacts, diagnose
-from engines.runs import Runs
+from servelab.engines.catalog import load_catalog
+from servelab.engines.diagnosis.artifacts import DIAGNOSIS_JSON
+from servelab.engines.diagnosis.model import Arm, Diagnosis, Measurements, StepCost
+from servelab.engines.diagnosis.reference import closest
+from servelab.engines.diagnosis.rules import RunFacts, diagnose
+from servelab.engines.runs import Runs
 from tests.fixtures.tui import SHARED_LOGS, TuiFolder
-from tui.app import ServelabApp
-from tui.screens.compare import CompareScreen
-from tui.screens.run import RunScreen
-from tui.screens.why import WhyScreen
+from servelab.tui.app import ServelabApp
+from servelab.tui.screens.compare import CompareScreen
+from servelab.tui.screens.run import RunScreen
+from servelab.tui.screens.why import WhyScreen
 
 NGRAM_SERVE = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
 

@@ -23,13 +23,13 @@ from textual.message_pump import MessagePump
 from textual.screen import Screen
 from textual.theme import Theme
 
-from engines.catalog import Catalog, default_dir, load_catalog
-from engines.errors import ServelabError
-from tui.keymap import load_keymap
+from servelab.engines.catalog import Catalog, default_dir, load_catalog
+from servelab.engines.errors import ServelabError
+from servelab.tui.keymap import load_keymap
 
 if TYPE_CHECKING:
-    from engines.runs import Runs
-    from tui.screens.watch import RunWatcher
+    from servelab.engines.runs import Runs
+    from servelab.tui.screens.watch import RunWatcher
 
 HIGH_CONTRAST = Theme(
     name="servelab-high-contrast",
@@ -93,7 +93,7 @@ class ServelabApp(App[int]):
             self.sub_title = "read-only"
 
     def get_default_screen(self) -> Screen[Any]:
-        from tui.screens.experiments import ExperimentsScreen
+        from servelab.tui.screens.experiments import ExperimentsScreen
 
         return ExperimentsScreen()
 
@@ -109,7 +109,7 @@ class ServelabApp(App[int]):
 
     def runs(self) -> Runs:
         """The run lifecycle for the folder as last loaded (loads it on first use)."""
-        from engines.runs import Runs
+        from servelab.engines.runs import Runs
 
         if self.catalog is None:
             self.catalog = load_catalog(self.folder)
@@ -121,7 +121,7 @@ class ServelabApp(App[int]):
 
     @work(exclusive=True, group="watch-runs", exit_on_error=False)
     async def _watch_runs(self) -> None:
-        from tui.screens.watch import RunWatcher
+        from servelab.tui.screens.watch import RunWatcher
 
         watcher = RunWatcher(self.runs, self.announce, self.follower_failed)
         self.watcher = watcher
@@ -136,7 +136,7 @@ class ServelabApp(App[int]):
         that went down or came back, refreshes every screen within the poll interval."""
         import asyncio
 
-        from engines.hosts.base import HostUnreachable
+        from servelab.engines.hosts.base import HostUnreachable
 
         last: dict[str, tuple[frozenset[str], bool]] = {}
 
@@ -167,7 +167,7 @@ class ServelabApp(App[int]):
         self.bell()
         if event == "ready":
             self.auto_probe(run_id, experiment)
-        from tui.screens.experiments import ExperimentsScreen
+        from servelab.tui.screens.experiments import ExperimentsScreen
 
         for screen in self.screen_stack:
             if isinstance(screen, ExperimentsScreen) and screen.catalog is not None:
@@ -212,8 +212,8 @@ class ServelabApp(App[int]):
 
     @work(group="probe", exit_on_error=False)
     async def _probe(self, run_id: str, only_if_new: bool) -> None:
-        from engines.hosts.base import HostUnreachable
-        from engines.probe.artifacts import load_probe, probe_run
+        from servelab.engines.hosts.base import HostUnreachable
+        from servelab.engines.probe.artifacts import load_probe, probe_run
 
         runs = self.runs()
 
@@ -235,7 +235,7 @@ class ServelabApp(App[int]):
         length = summary.get("spec_decode_acceptance_length")
         extra = f", acceptance length {length:.2f}" if isinstance(length, (int, float)) else ""
         self.notify(f"{run_id}: {summary.get('output_throughput') or 0:.1f} output tok/s{extra}", title="probe done", timeout=8)
-        from tui.screens.experiments import ExperimentsScreen
+        from servelab.tui.screens.experiments import ExperimentsScreen
 
         for screen in self.screen_stack:
             if isinstance(screen, ExperimentsScreen):
@@ -267,7 +267,7 @@ class ServelabApp(App[int]):
 
     # -- global actions -------------------------------------------------------------------------
     def action_help(self) -> None:
-        from tui.screens.help import HelpScreen
+        from servelab.tui.screens.help import HelpScreen
 
         if isinstance(self.screen, HelpScreen):
             self.pop_screen()
@@ -285,14 +285,14 @@ class ServelabApp(App[int]):
         self.theme = DEFAULT_THEME if self.theme == HIGH_CONTRAST.name else HIGH_CONTRAST.name
 
     def action_open_runs(self) -> None:
-        from tui.screens.runs import RunsScreen
+        from servelab.tui.screens.runs import RunsScreen
 
         if not isinstance(self.screen, RunsScreen):
             self.push_screen(RunsScreen())
 
     def action_open_campaigns(self) -> None:
-        from tui.screens.campaign import CampaignScreen
-        from tui.screens.campaigns import CampaignsScreen
+        from servelab.tui.screens.campaign import CampaignScreen
+        from servelab.tui.screens.campaigns import CampaignsScreen
 
         if isinstance(self.screen, CampaignScreen):
             self.pop_screen()
@@ -323,7 +323,7 @@ def servelab_app(node: MessagePump) -> ServelabApp:
 
 def known_binding_ids() -> set[str]:
     """Every binding id users may rebind (collected from the app, screens and widgets)."""
-    from tui.screens import all_binding_classes
+    from servelab.tui.screens import all_binding_classes
 
     ids: set[str] = set()
     classes: list[type[DOMNode]] = [ServelabApp, *all_binding_classes()]

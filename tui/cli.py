@@ -13,18 +13,18 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from engines.errors import ServelabError
+from servelab.engines.errors import ServelabError
 
 #: Command groups, in the order ``--help`` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
-    "tui.commands.experiments",
-    "tui.commands.analyze",
-    "tui.commands.runs",
-    "tui.commands.probe",
-    "tui.commands.diagnose",
-    "tui.commands.preflight",
-    "tui.commands.campaign",
-    "tui.commands.drafter",
+    "servelab.tui.commands.experiments",
+    "servelab.tui.commands.analyze",
+    "servelab.tui.commands.runs",
+    "servelab.tui.commands.probe",
+    "servelab.tui.commands.diagnose",
+    "servelab.tui.commands.preflight",
+    "servelab.tui.commands.campaign",
+    "servelab.tui.commands.drafter",
 )
 
 
@@ -32,24 +32,24 @@ COMMAND_MODULES: tuple[str, ...] = (
 #: alone (importing all of them cost 0.4 s CPU before the first byte was read).
 #: tests/test_cli_dispatch.py holds it equal to what the modules register.
 COMMAND_MODULE: dict[str, str] = {
-    "list": "tui.commands.experiments",
-    "show": "tui.commands.experiments",
-    "check": "tui.commands.experiments",
-    "analyze": "tui.commands.analyze",
-    "launch": "tui.commands.runs",
-    "runs": "tui.commands.runs",
-    "status": "tui.commands.runs",
-    "nodes": "tui.commands.runs",
-    "logs": "tui.commands.runs",
-    "stop": "tui.commands.runs",
-    "cleanup": "tui.commands.runs",
-    "probe": "tui.commands.probe",
-    "compare": "tui.commands.probe",
-    "diagnose": "tui.commands.diagnose",
-    "preflight": "tui.commands.preflight",
-    "patches": "tui.commands.preflight",
-    "campaign": "tui.commands.campaign",
-    "drafter": "tui.commands.drafter",
+    "list": "servelab.tui.commands.experiments",
+    "show": "servelab.tui.commands.experiments",
+    "check": "servelab.tui.commands.experiments",
+    "analyze": "servelab.tui.commands.analyze",
+    "launch": "servelab.tui.commands.runs",
+    "runs": "servelab.tui.commands.runs",
+    "status": "servelab.tui.commands.runs",
+    "nodes": "servelab.tui.commands.runs",
+    "logs": "servelab.tui.commands.runs",
+    "stop": "servelab.tui.commands.runs",
+    "cleanup": "servelab.tui.commands.runs",
+    "probe": "servelab.tui.commands.probe",
+    "compare": "servelab.tui.commands.probe",
+    "diagnose": "servelab.tui.commands.diagnose",
+    "preflight": "servelab.tui.commands.preflight",
+    "patches": "servelab.tui.commands.preflight",
+    "campaign": "servelab.tui.commands.campaign",
+    "drafter": "servelab.tui.commands.drafter",
 }
 
 
@@ -86,7 +86,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 
 def _dashboard(args: argparse.Namespace) -> int:
-    from tui.app import run_app  # Textual is imported only when the dashboard opens
+    from servelab.tui.app import run_app  # Textual is imported only when the dashboard opens
 
     return run_app(folder=args.dir, readonly=getattr(args, "readonly", False))
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engines.campaign.definition import Campaign, load_campaign
-from engines.campaign.plan import plan
-from engines.catalog import Catalog
-from engines.errors import Problem, ServelabError
+from servelab.engines.campaign.definition import Campaign, load_campaign
+from servelab.engines.campaign.plan import plan
+from servelab.engines.catalog import Catalog
+from servelab.engines.errors import Problem, ServelabError
 
 #: Campaign files live here, inside the experiments folder.
 CAMPAIGNS_DIR = "campaigns"

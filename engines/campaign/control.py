@@ -20,23 +20,23 @@ from typing import Any
 import httpx
 import tomlkit
 
-from engines.adapter import get_adapter
-from engines.campaign.check import campaign_files, load_checked
-from engines.campaign.definition import load_campaign
-from engines.campaign.plan import Plan, Point, plan, point_name
-from engines.catalog import Catalog
-from engines.errors import ServelabError
-from engines.experiment import Experiment, SourcedExperiment
-from engines.helpers import helper_script, last_json, last_line
-from engines.hosts.base import Host, HostUnreachable, host_workdir
-from engines.hosts.registry import open_host
-from engines.hosts.scripts import SCRIPTS
-from engines.hostsfile import HostConfig
-from engines.preflight import run_preflight
-from engines.probe.client import chat_body
-from engines.probe.prompts import load as load_prompts
-from engines.runs import RunRecord, runs_root
-from engines.runstate import RunState
+from servelab.engines.adapter import get_adapter
+from servelab.engines.campaign.check import campaign_files, load_checked
+from servelab.engines.campaign.definition import load_campaign
+from servelab.engines.campaign.plan import Plan, Point, plan, point_name
+from servelab.engines.catalog import Catalog
+from servelab.engines.errors import ServelabError
+from servelab.engines.experiment import Experiment, SourcedExperiment
+from servelab.engines.helpers import helper_script, last_json, last_line
+from servelab.engines.hosts.base import Host, HostUnreachable, host_workdir
+from servelab.engines.hosts.registry import open_host
+from servelab.engines.hosts.scripts import SCRIPTS
+from servelab.engines.hostsfile import HostConfig
+from servelab.engines.preflight import run_preflight
+from servelab.engines.probe.client import chat_body
+from servelab.engines.probe.prompts import load as load_prompts
+from servelab.engines.runs import RunRecord, runs_root
+from servelab.engines.runstate import RunState
 
 CAMPAIGNS_DIR = "campaigns"
 PLAN_JSON = "plan.json"

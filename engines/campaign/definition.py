@@ -16,9 +16,9 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, model_validator
 
-from engines.errors import Problem
-from engines.experiment import Experiment, ProbeSettings, Strict
-from engines.loader import display_path, load_model, locate, parse_toml
+from servelab.engines.errors import Problem
+from servelab.engines.experiment import Experiment, ProbeSettings, Strict
+from servelab.engines.loader import display_path, load_model, locate, parse_toml
 
 #: Scalar values an axis can take (what a TOML experiment key can hold).
 AxisValue = str | int | float | bool

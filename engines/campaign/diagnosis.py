@@ -12,11 +12,11 @@ when speculation does not pay (speedup at most 1).
 
 from __future__ import annotations
 
-from engines.diagnosis.cost import step_cost
-from engines.diagnosis.model import Arm, Finding, Measurements
-from engines.diagnosis.reference import closest
-from engines.diagnosis.rules import PRAISE_FROM, RunFacts, diagnose
-from engines.experiment import Experiment
+from servelab.engines.diagnosis.cost import step_cost
+from servelab.engines.diagnosis.model import Arm, Finding, Measurements
+from servelab.engines.diagnosis.reference import closest
+from servelab.engines.diagnosis.rules import PRAISE_FROM, RunFacts, diagnose
+from servelab.engines.experiment import Experiment
 
 SOURCE = "the campaign probe (greedy, temperature 0)"
 

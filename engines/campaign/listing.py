@@ -14,21 +14,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engines.campaign import control
-from engines.campaign.check import campaign_files
-from engines.campaign.control import CampaignStatus, campaigns_root
-from engines.campaign.definition import load_campaign
-from engines.campaign.plan import Plan, plan
-from engines.catalog import Catalog
-from engines.errors import Problem, ServelabError
-from engines.hosts.base import HostUnreachable
-from engines.hosts.registry import open_host
+from servelab.engines.campaign import control
+from servelab.engines.campaign.check import campaign_files
+from servelab.engines.campaign.control import CampaignStatus, campaigns_root
+from servelab.engines.campaign.definition import load_campaign
+from servelab.engines.campaign.plan import Plan, plan
+from servelab.engines.catalog import Catalog
+from servelab.engines.errors import Problem, ServelabError
+from servelab.engines.hosts.base import HostUnreachable
+from servelab.engines.hosts.registry import open_host
 
 #: A started campaign's folder name: ``NAME-YYYYmmdd-HHMMSS-xxxx`` (``control.new_campaign_id``).
 CAMPAIGN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*-\d{8}-\d{6}-[0-9a-f]{4}$")
 
 if TYPE_CHECKING:
-    from engines.runs import Runs
+    from servelab.engines.runs import Runs
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def campaign_entries(catalog: Catalog, estimates: dict[tuple[str, str], float] |
 
 async def campaign_entries_with_history(catalog: Catalog, runs: Runs) -> list[CampaignEntry]:
     """``campaign_entries`` with each load estimated from earlier loads (``plan_with_history``'s rule, one listing for all)."""
-    from engines.history import load_estimates
+    from servelab.engines.history import load_estimates
 
     hosts = {load.experiment.host for e in campaign_entries(catalog) if e.plan is not None for load in e.plan.loads}
     seconds = await load_estimates(runs, hosts) if hosts else {}

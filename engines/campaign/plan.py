@@ -28,15 +28,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from engines.adapter import ENGINE_MODULES, get_adapter, speculative_flags
-from engines.campaign.definition import PROBE_KEYS, AxisValue, Campaign
-from engines.catalog import Catalog
-from engines.errors import Problem, ServelabError
-from engines.experiment import Experiment, SourcedExperiment
-from engines.loader import display_path, locate
+from servelab.engines.adapter import ENGINE_MODULES, get_adapter, speculative_flags
+from servelab.engines.campaign.definition import PROBE_KEYS, AxisValue, Campaign
+from servelab.engines.catalog import Catalog
+from servelab.engines.errors import Problem, ServelabError
+from servelab.engines.experiment import Experiment, SourcedExperiment
+from servelab.engines.loader import display_path, locate
 
 if TYPE_CHECKING:
-    from engines.runs import Runs
+    from servelab.engines.runs import Runs
 
 #: Keys that never change what is loaded.
 _NOT_SERVED = ("name", "description", "tags", "baseline", "probe")
@@ -227,7 +227,7 @@ def _host_model(catalog: Catalog, base: SourcedExperiment, model: str) -> str:
 
 async def plan_with_history(campaign: Campaign, catalog: Catalog, runs: Runs) -> Plan:
     """The plan, each load estimated from earlier probed loads of its model on its host."""
-    from engines.history import load_estimates
+    from servelab.engines.history import load_estimates
 
     hosts = {load.experiment.host for load in plan(campaign, catalog).loads}
     seconds = await load_estimates(runs, hosts)

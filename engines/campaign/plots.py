@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from engines.campaign.report import CampaignReport, PointRow
-from engines.errors import ServelabError
+from servelab.engines.campaign.report import CampaignReport, PointRow
+from servelab.engines.errors import ServelabError
 
 CHARTS = ("speedup", "acceptance", "throughput")
 FILE_FORMATS = ("svg", "png")

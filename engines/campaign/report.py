@@ -24,22 +24,22 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from engines.adapter import get_adapter
-from engines.campaign.control import PLAN_JSON, STATE_JSON, Located, locate
-from engines.campaign.diagnosis import diagnose_point, headline
-from engines.catalog import Catalog
-from engines.diagnosis.degenerate import unique_char_share
-from engines.diagnosis.model import Finding
-from engines.errors import ServelabError
-from engines.experiment import Experiment
-from engines.hosts.base import HostUnreachable
-from engines.probe.metrics import Acceptance
-from engines.probe.prompts import Prompt, PromptSet
-from engines.probe.prompts import load as load_prompts
-from engines.probe.runner import aggregate, combine, server_figures
-from engines.probe.metrics import latency_between
-from engines.probe.client import result_from_events
-from engines.probe.stats import MAD_TO_SIGMA
+from servelab.engines.adapter import get_adapter
+from servelab.engines.campaign.control import PLAN_JSON, STATE_JSON, Located, locate
+from servelab.engines.campaign.diagnosis import diagnose_point, headline
+from servelab.engines.catalog import Catalog
+from servelab.engines.diagnosis.degenerate import unique_char_share
+from servelab.engines.diagnosis.model import Finding
+from servelab.engines.errors import ServelabError
+from servelab.engines.experiment import Experiment
+from servelab.engines.hosts.base import HostUnreachable
+from servelab.engines.probe.metrics import Acceptance
+from servelab.engines.probe.prompts import Prompt, PromptSet
+from servelab.engines.probe.prompts import load as load_prompts
+from servelab.engines.probe.runner import aggregate, combine, server_figures
+from servelab.engines.probe.metrics import latency_between
+from servelab.engines.probe.client import result_from_events
+from servelab.engines.probe.stats import MAD_TO_SIGMA
 
 FORMATS = ("table", "markdown", "csv", "json")
 
@@ -275,7 +275,7 @@ async def build_report(catalog: Catalog, ref: str) -> CampaignReport:
 
 async def crash_causes(catalog: Catalog, load_states: Mapping[int, Mapping[str, Any]]) -> dict[int, str]:
     """The root cause the log analyzer finds in each crashed load's run (the supervisor only knows the exit code)."""
-    from engines.runs import Runs  # the report reads runs only for crashed loads
+    from servelab.engines.runs import Runs  # the report reads runs only for crashed loads
 
     runs = Runs(catalog)
     out: dict[int, str] = {}

@@ -5,16 +5,16 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from engines.diagnosis.measure import Progress, SuiteSettings
-from engines.diagnosis.model import Diagnosis, from_dict
-from engines.diagnosis.static import drafter_checks
-from engines.diagnosis.suite import Baseline, diagnose_server
-from engines.errors import ServelabError
-from engines.probe.artifacts import load_probe, run_experiment
-from engines.probe.prompts import load as load_prompts
+from servelab.engines.diagnosis.measure import Progress, SuiteSettings
+from servelab.engines.diagnosis.model import Diagnosis, from_dict
+from servelab.engines.diagnosis.static import drafter_checks
+from servelab.engines.diagnosis.suite import Baseline, diagnose_server
+from servelab.engines.errors import ServelabError
+from servelab.engines.probe.artifacts import load_probe, run_experiment
+from servelab.engines.probe.prompts import load as load_prompts
 
 if TYPE_CHECKING:
-    from engines.runs import RunRecord, Runs
+    from servelab.engines.runs import RunRecord, Runs
 
 DIAGNOSIS_JSON = "diagnosis.json"
 #: vLLM samples at 1.0 when neither the request nor generation_config.json sets a temperature.
@@ -47,7 +47,7 @@ def drafter_path(runs: Runs, rec: RunRecord, draft: str | None) -> str | None:
 
 async def baseline_step(runs: Runs, run_id: str, exp_baseline: str | None, model: str) -> tuple[float | None, str | None, float | None, str]:
     """(plain decode ms per token, baseline run, measured speedup, note) from the probed runs."""
-    from engines.compare import baseline_speedup
+    from servelab.engines.compare import baseline_speedup
 
     own = await load_probe(runs, run_id)
     measured: float | None = None

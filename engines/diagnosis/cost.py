@@ -10,8 +10,8 @@ gives the speedup estimate that is shown next to the measured one (see ``curve``
 
 from __future__ import annotations
 
-from engines.diagnosis.curve import estimate_by_k, recommend_k
-from engines.diagnosis.model import Arm, StepCost
+from servelab.engines.diagnosis.curve import estimate_by_k, recommend_k
+from servelab.engines.diagnosis.model import Arm, StepCost
 
 
 def step_cost(

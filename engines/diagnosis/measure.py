@@ -20,18 +20,18 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from engines.diagnosis.degenerate import unique_bigram_share, unique_char_share
-from engines.diagnosis.model import Arm, Measurements
-from engines.errors import ServelabError
-from engines.probe.client import stream_chat
-from engines.probe.metrics import Acceptance
-from engines.probe.prompts import Prompt, PromptSet
-from engines.probe.runner import served_model, wait_ready
-from engines.probe.stats import median
+from servelab.engines.diagnosis.degenerate import unique_bigram_share, unique_char_share
+from servelab.engines.diagnosis.model import Arm, Measurements
+from servelab.engines.errors import ServelabError
+from servelab.engines.probe.client import stream_chat
+from servelab.engines.probe.metrics import Acceptance
+from servelab.engines.probe.prompts import Prompt, PromptSet
+from servelab.engines.probe.runner import served_model, wait_ready
+from servelab.engines.probe.stats import median
 
 if TYPE_CHECKING:
-    from engines.adapter import EngineAdapter
-    from engines.experiment import Experiment
+    from servelab.engines.adapter import EngineAdapter
+    from servelab.engines.experiment import Experiment
 
 Progress = Callable[[str], None]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engines.diagnosis.model import ReferenceMatch
+from servelab.engines.diagnosis.model import ReferenceMatch
 
 
 @dataclass(frozen=True)

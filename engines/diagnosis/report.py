@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engines.diagnosis.model import Arm, Diagnosis
+from servelab.engines.diagnosis.model import Arm, Diagnosis
 
 
 def _pct(x: float | None) -> str:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engines.diagnosis.curve import DEAD_START_BELOW, read_shape
-from engines.diagnosis.degenerate import DEGENERATE_BELOW, is_degenerate
-from engines.diagnosis.model import Arm, Finding, Measurements, ReferenceMatch, StaticCheck, StepCost, rank
+from servelab.engines.diagnosis.curve import DEAD_START_BELOW, read_shape
+from servelab.engines.diagnosis.degenerate import DEGENERATE_BELOW, is_degenerate
+from servelab.engines.diagnosis.model import Arm, Finding, Measurements, ReferenceMatch, StaticCheck, StepCost, rank
 
 #: Acceptance at least this high is what a figure "to praise" looks like.
 PRAISE_FROM = 0.3

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engines.adapter import get_adapter
-from engines.diagnosis.model import StaticCheck
-from engines.drafter.facts import FactsError
-from engines.drafter.run import check_drafter
-from engines.errors import ServelabError
-from engines.hosts.base import HostUnreachable
+from servelab.engines.adapter import get_adapter
+from servelab.engines.diagnosis.model import StaticCheck
+from servelab.engines.drafter.facts import FactsError
+from servelab.engines.drafter.run import check_drafter
+from servelab.engines.errors import ServelabError
+from servelab.engines.hosts.base import HostUnreachable
 
 if TYPE_CHECKING:
-    from engines.experiment import Experiment
-    from engines.hosts.base import Host
+    from servelab.engines.experiment import Experiment
+    from servelab.engines.hosts.base import Host
 
 #: Methods whose drafter is a checkpoint the checks can read.
 CHECKED_METHODS = frozenset({"eagle", "eagle3", "draft_model", "mtp"})

@@ -13,18 +13,18 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from engines.adapter import get_adapter
-from engines.diagnosis.cost import step_cost
-from engines.diagnosis.measure import Progress, SuiteSettings, measure
-from engines.diagnosis.model import Diagnosis, StaticCheck
-from engines.diagnosis.reference import closest
-from engines.diagnosis.rules import RunFacts, diagnose
-from engines.errors import ServelabError
-from engines.probe.metrics import latency_between
-from engines.probe.prompts import PromptSet
+from servelab.engines.adapter import get_adapter
+from servelab.engines.diagnosis.cost import step_cost
+from servelab.engines.diagnosis.measure import Progress, SuiteSettings, measure
+from servelab.engines.diagnosis.model import Diagnosis, StaticCheck
+from servelab.engines.diagnosis.reference import closest
+from servelab.engines.diagnosis.rules import RunFacts, diagnose
+from servelab.engines.errors import ServelabError
+from servelab.engines.probe.metrics import latency_between
+from servelab.engines.probe.prompts import PromptSet
 
 if TYPE_CHECKING:
-    from engines.experiment import Experiment
+    from servelab.engines.experiment import Experiment
 
 
 async def _scrape(base_url: str) -> str | None:

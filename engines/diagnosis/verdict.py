@@ -6,7 +6,7 @@ next: ..."
 
 from __future__ import annotations
 
-from engines.diagnosis.model import Diagnosis
+from servelab.engines.diagnosis.model import Diagnosis
 
 
 def verdict_line(run: str, verdict: str | None, speedup: float | None, diag: Diagnosis) -> str:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engines.drafter.facts import ModelFacts
-from engines.drafter.findings import Finding
-from engines.drafter.rules import EngineRules
+from servelab.engines.drafter.facts import ModelFacts
+from servelab.engines.drafter.findings import Finding
+from servelab.engines.drafter.rules import EngineRules
 
 #: Methods whose drafter consumes the target's hidden states (so hidden sizes must agree).
 HIDDEN_METHODS = frozenset({"eagle", "eagle3", "mtp"})

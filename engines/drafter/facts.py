@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from engines.hosts.base import Host
-from engines.safetensors_header import HeaderError, SafetensorsHeader, decode_ints, read_header, read_tensor
+from servelab.engines.hosts.base import Host
+from servelab.engines.safetensors_header import HeaderError, SafetensorsHeader, decode_ints, read_header, read_tensor
 
 #: Small JSON files only: a config larger than this is not a config.
 MAX_JSON = 4_000_000

@@ -6,13 +6,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from engines.adapter import EngineAdapter
-from engines.drafter.checks import DrafterCase, check
-from engines.drafter.facts import FactsError, read_model
-from engines.drafter.findings import Finding, blocking
-from engines.drafter.rules import EngineRules, RulesQuery, SourceReader
-from engines.helpers import run_helper
-from engines.hosts.base import Host
+from servelab.engines.adapter import EngineAdapter
+from servelab.engines.drafter.checks import DrafterCase, check
+from servelab.engines.drafter.facts import FactsError, read_model
+from servelab.engines.drafter.findings import Finding, blocking
+from servelab.engines.drafter.rules import EngineRules, RulesQuery, SourceReader
+from servelab.engines.helpers import run_helper
+from servelab.engines.hosts.base import Host
 
 #: Engine source files are read whole; none of the ones the rules need is near this size.
 MAX_SOURCE = 2_000_000

@@ -16,9 +16,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from engines.errors import ServelabError
-from engines.hosts.base import Completed, Host
-from engines.hosts.scripts import SCRIPTS, HostScript, ScriptUploadError
+from servelab.engines.errors import ServelabError
+from servelab.engines.hosts.base import Completed, Host
+from servelab.engines.hosts.scripts import SCRIPTS, HostScript, ScriptUploadError
 
 FOLDER = Path(__file__).resolve().parent
 

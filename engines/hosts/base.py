@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from engines.hostsfile import HostConfig
+from servelab.engines.hostsfile import HostConfig
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ import os
 import secrets
 from pathlib import Path
 
-from engines.hosts.base import Completed
-from engines.hostsfile import HostConfig
+from servelab.engines.hosts.base import Completed
+from servelab.engines.hostsfile import HostConfig
 
 
 class LocalHost:

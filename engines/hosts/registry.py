@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 
-from engines.hosts.base import Host
-from engines.hosts.local import LocalHost
-from engines.hostsfile import HostConfig
+from servelab.engines.hosts.base import Host
+from servelab.engines.hosts.local import LocalHost
+from servelab.engines.hostsfile import HostConfig
 
 #: (id(loop), host name) -> (loop, config, host). Holding the loop keeps its id from being reused.
 _cache: dict[tuple[int, str], tuple[object, HostConfig, Host]] = {}
@@ -34,7 +34,7 @@ def open_host(cfg: HostConfig) -> Host:
     if cfg.is_local:
         host: Host = LocalHost(cfg)
     else:
-        from engines.hosts.ssh import SshHost  # asyncssh (and cryptography) load only when needed
+        from servelab.engines.hosts.ssh import SshHost  # asyncssh (and cryptography) load only when needed
 
         host = SshHost(cfg)
     _cache[key] = (loop, cfg, host)

@@ -18,9 +18,9 @@ import weakref
 from dataclasses import dataclass
 from functools import cached_property
 
-from engines.errors import ServelabError
-from engines.hosts.base import Completed, Host, host_workdir
-from engines.hostsfile import HostConfig
+from servelab.engines.errors import ServelabError
+from servelab.engines.hosts.base import Completed, Host, host_workdir
+from servelab.engines.hostsfile import HostConfig
 
 #: Where scripts live under a host's workdir.
 SCRIPTS_DIR = ".servelab/helpers"

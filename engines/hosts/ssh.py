@@ -22,9 +22,9 @@ from typing import TypeVar
 
 import asyncssh
 
-from engines.hosts.base import Completed, HostUnreachable
-from engines.hosts.sshconfig import SshTarget, resolve_target, split_target
-from engines.hostsfile import HostConfig
+from servelab.engines.hosts.base import Completed, HostUnreachable
+from servelab.engines.hosts.sshconfig import SshTarget, resolve_target, split_target
+from servelab.engines.hostsfile import HostConfig
 
 T = TypeVar("T")
 __all__ = ["SshHost", "config_paths", "split_target"]

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from engines.adapter import all_adapters, get_adapter
-from engines.logs.grammar import STAGES, Header, LogGrammar, is_primary_process
-from engines.logs.hints import find_hint
-from engines.logs.lines import Line, strip_ansi
-from engines.logs.prefilter import Prefilter
-from engines.logs.rootcause import FRAMES_STATE, STALE_LINES, TB_START, RootCause, TracebackTracker
-from engines.runstate import RunState
+from servelab.engines.adapter import all_adapters, get_adapter
+from servelab.engines.logs.grammar import STAGES, Header, LogGrammar, is_primary_process
+from servelab.engines.logs.hints import find_hint
+from servelab.engines.logs.lines import Line, strip_ansi
+from servelab.engines.logs.prefilter import Prefilter
+from servelab.engines.logs.rootcause import FRAMES_STATE, STALE_LINES, TB_START, RootCause, TracebackTracker
+from servelab.engines.runstate import RunState
 
 __all__ = [
     "Analysis",

@@ -18,10 +18,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from engines.adapter import get_adapter
-from engines.hosts.base import Host
-from engines.logs.analyzer import Analysis, LogAnalyzer, Stage
-from engines.logs.grammar import STAGE_LABELS, STAGES, LogGrammar
+from servelab.engines.adapter import get_adapter
+from servelab.engines.hosts.base import Host
+from servelab.engines.logs.analyzer import Analysis, LogAnalyzer, Stage
+from servelab.engines.logs.grammar import STAGE_LABELS, STAGES, LogGrammar
 
 __all__ = ["STAGES", "STAGE_LABELS", "LiveAnalyses", "LiveAnalysis", "analyzer_for", "current_stage"]
 

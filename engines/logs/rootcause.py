@@ -14,7 +14,7 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 
-from engines.logs.grammar import LogGrammar
+from servelab.engines.logs.grammar import LogGrammar
 
 __all__ = ["RootCause", "TracebackTracker", "EXCEPTION_LINE"]
 

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from engines.errors import ServelabError
+from servelab.engines.errors import ServelabError
 
 #: Categories of the built-in set, in order.
 CATEGORIES: tuple[str, ...] = ("conversation", "coding", "math", "extraction", "summarisation", "translation")

@@ -22,16 +22,16 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from engines.errors import ServelabError
-from engines.probe.client import RequestResult, chat_body, result_from_events, stream_chat
-from engines.probe.metrics import Acceptance, AcceptanceWindow, LatencyHistograms, NoAcceptance, ServerLatency, latency_between
-from engines.probe.prompts import Prompt, PromptSet
-from engines.probe.stats import mean, median, percentile, summarise
-from engines.probe.timer import RequestTimer, local_timer
+from servelab.engines.errors import ServelabError
+from servelab.engines.probe.client import RequestResult, chat_body, result_from_events, stream_chat
+from servelab.engines.probe.metrics import Acceptance, AcceptanceWindow, LatencyHistograms, NoAcceptance, ServerLatency, latency_between
+from servelab.engines.probe.prompts import Prompt, PromptSet
+from servelab.engines.probe.stats import mean, median, percentile, summarise
+from servelab.engines.probe.timer import RequestTimer, local_timer
 
 if TYPE_CHECKING:
-    from engines.adapter import EngineAdapter
-    from engines.experiment import Experiment
+    from servelab.engines.adapter import EngineAdapter
+    from servelab.engines.experiment import Experiment
 
 #: Bumped when the result layout changes.
 FORMAT_VERSION = 1

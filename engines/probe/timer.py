@@ -14,10 +14,10 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from engines.errors import ServelabError
-from engines.helpers import HelperError, run_helper
-from engines.hosts.base import Host
-from engines.hostsfile import HostConfig
+from servelab.engines.errors import ServelabError
+from servelab.engines.helpers import HelperError, run_helper
+from servelab.engines.hosts.base import Host
+from servelab.engines.hostsfile import HostConfig
 
 HELPER = "timed_client.py"
 
@@ -84,7 +84,7 @@ class HostTimer:
 
 def local_timer(url: str, python: str | None = None, *, realtime: bool = True, cpus: list[int] | None = None) -> HostTimer:
     """The timer for a server reached directly from this machine (``run_probe`` given only a URL)."""
-    from engines.hosts.local import LocalHost
+    from servelab.engines.hosts.local import LocalHost
 
     return HostTimer(LocalHost(HostConfig()), python or sys.executable, url, realtime=realtime, cpus=cpus)
 

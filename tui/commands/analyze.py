@@ -7,10 +7,10 @@ import json
 import sys
 from pathlib import Path
 
-from engines.adapter import ENGINE_MODULES
-from engines.errors import ServelabError
-from engines.logs.analyzer import Analysis, analyze_file
-from engines.runstate import RunState
+from servelab.engines.adapter import ENGINE_MODULES
+from servelab.engines.errors import ServelabError
+from servelab.engines.logs.analyzer import Analysis, analyze_file
+from servelab.engines.runstate import RunState
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -13,15 +13,15 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
-from engines.campaign import control
-from engines.campaign.check import load_checked
-from engines.campaign.control import CampaignStatus
-from engines.campaign.plan import Plan, describe, plan_with_history
-from engines.campaign.plots import plot_series, write_plots
-from engines.campaign.report import FORMATS, build_report, render
-from engines.catalog import Catalog, load_catalog
-from engines.errors import ServelabError
-from tui.commands.hostloop import run_on_hosts
+from servelab.engines.campaign import control
+from servelab.engines.campaign.check import load_checked
+from servelab.engines.campaign.control import CampaignStatus
+from servelab.engines.campaign.plan import Plan, describe, plan_with_history
+from servelab.engines.campaign.plots import plot_series, write_plots
+from servelab.engines.campaign.report import FORMATS, build_report, render
+from servelab.engines.catalog import Catalog, load_catalog
+from servelab.engines.errors import ServelabError
+from servelab.tui.commands.hostloop import run_on_hosts
 
 T = TypeVar("T")
 
@@ -73,7 +73,7 @@ def _show(args: argparse.Namespace, st: CampaignStatus) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     async def body(catalog: Catalog) -> Plan:
-        from engines.runs import Runs
+        from servelab.engines.runs import Runs
 
         runs = Runs(catalog)
         planned = await plan_with_history(load_checked(catalog, args.campaign), catalog, runs)

@@ -6,9 +6,9 @@ import argparse
 import json
 import sys
 
-from engines.diagnosis.artifacts import DIAGNOSIS_JSON, diagnose_run
-from engines.diagnosis.report import lines
-from tui.commands.probe import _run
+from servelab.engines.diagnosis.artifacts import DIAGNOSIS_JSON, diagnose_run
+from servelab.engines.diagnosis.report import lines
+from servelab.tui.commands.probe import _run
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

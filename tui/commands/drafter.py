@@ -8,13 +8,13 @@ import json
 import os
 from typing import Any
 
-from engines.adapter import ENGINE_MODULES, get_adapter
-from engines.catalog import load_catalog
-from engines.drafter.facts import FactsError
-from engines.drafter.run import DrafterReport, check_drafter
-from engines.errors import ServelabError
-from engines.helpers import HelperError
-from engines.hosts.base import HostUnreachable
+from servelab.engines.adapter import ENGINE_MODULES, get_adapter
+from servelab.engines.catalog import load_catalog
+from servelab.engines.drafter.facts import FactsError
+from servelab.engines.drafter.run import DrafterReport, check_drafter
+from servelab.engines.errors import ServelabError
+from servelab.engines.helpers import HelperError
+from servelab.engines.hosts.base import HostUnreachable
 
 METHODS = ("eagle3", "eagle", "draft_model", "mtp")
 
@@ -40,7 +40,7 @@ def cmd_drafter(args: argparse.Namespace) -> int:
         draft, target = os.path.abspath(draft), os.path.abspath(target)
 
     async def go() -> DrafterReport:
-        from engines.hosts.registry import close_all, open_host
+        from servelab.engines.hosts.registry import close_all, open_host
 
         try:
             host = open_host(cfg)

@@ -8,10 +8,10 @@ import shlex
 import sys
 from typing import Any
 
-from engines.adapter import speculative_flags
-from engines.campaign.check import campaign_files, check_campaign, find_campaign
-from engines.catalog import check, load_catalog
-from engines.loader import display_path
+from servelab.engines.adapter import speculative_flags
+from servelab.engines.campaign.check import campaign_files, check_campaign, find_campaign
+from servelab.engines.catalog import check, load_catalog
+from servelab.engines.loader import display_path
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

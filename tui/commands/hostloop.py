@@ -6,9 +6,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from engines.errors import ServelabError
-from engines.hosts.base import HostUnreachable
-from engines.hosts.registry import close_all
+from servelab.engines.errors import ServelabError
+from servelab.engines.hosts.base import HostUnreachable
+from servelab.engines.hosts.registry import close_all
 
 T = TypeVar("T")
 

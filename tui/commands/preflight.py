@@ -9,14 +9,14 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from engines.adapter import get_adapter
-from engines.catalog import Catalog, load_catalog
-from engines.errors import ServelabError
-from engines.experiment import SourcedExperiment
-from engines.helpers import HelperError
-from engines.hosts.base import Host, HostUnreachable
-from engines.patches import PatchReport, apply_patches, check_patches, load_patch_set, revert_patches
-from engines.preflight import Check, PreflightReport, read_hostinfo, run_preflight
+from servelab.engines.adapter import get_adapter
+from servelab.engines.catalog import Catalog, load_catalog
+from servelab.engines.errors import ServelabError
+from servelab.engines.experiment import SourcedExperiment
+from servelab.engines.helpers import HelperError
+from servelab.engines.hosts.base import Host, HostUnreachable
+from servelab.engines.patches import PatchReport, apply_patches, check_patches, load_patch_set, revert_patches
+from servelab.engines.preflight import Check, PreflightReport, read_hostinfo, run_preflight
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -42,8 +42,8 @@ def _common(p: argparse.ArgumentParser) -> None:
 def _preflight_nodes(catalog: Catalog, exp: SourcedExperiment, as_json: bool) -> int:
     """A multi-node experiment: each node's own checks (e.g. Ray importable with that node's Python),
     then servelab's preflight on every node's host; the same round a launch runs first."""
-    from engines.nodes_run import MultiNodeRuns
-    from engines.runs import Runs
+    from servelab.engines.nodes_run import MultiNodeRuns
+    from servelab.engines.runs import Runs
 
     checks = _run(MultiNodeRuns(Runs(catalog)).preflight(exp))
     if as_json:
@@ -55,14 +55,14 @@ def _preflight_nodes(catalog: Catalog, exp: SourcedExperiment, as_json: bool) ->
 
 
 def _host(catalog: Catalog, exp: SourcedExperiment, name: str | None) -> Host:
-    from engines.hosts.registry import open_host
+    from servelab.engines.hosts.registry import open_host
 
     return open_host(catalog.host(name or exp.experiment.host))
 
 
 def _run(coro: Any) -> Any:
     """Run one command's coroutine and close the host connections it opened."""
-    from engines.hosts.registry import close_all
+    from servelab.engines.hosts.registry import close_all
 
     async def main() -> Any:
         try:

@@ -7,13 +7,13 @@ import asyncio
 import sys
 from typing import Any
 
-from engines.catalog import load_catalog
-from engines.compare import FORMATS, compare_runs, render
-from engines.errors import ServelabError
-from engines.hosts.base import HostUnreachable
-from engines.hosts.registry import close_all
-from engines.probe.artifacts import PROBE_JSON, REQUESTS_JSONL, probe_run, wait_for_ready
-from engines.runs import Runs
+from servelab.engines.catalog import load_catalog
+from servelab.engines.compare import FORMATS, compare_runs, render
+from servelab.engines.errors import ServelabError
+from servelab.engines.hosts.base import HostUnreachable
+from servelab.engines.hosts.registry import close_all
+from servelab.engines.probe.artifacts import PROBE_JSON, REQUESTS_JSONL, probe_run, wait_for_ready
+from servelab.engines.runs import Runs
 
 #: Figures the human summary of ``probe`` prints: (label, key, digits).
 SUMMARY: tuple[tuple[str, str, int], ...] = (

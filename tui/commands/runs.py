@@ -12,12 +12,12 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from engines.catalog import load_catalog
-from engines.errors import ServelabError
-from engines.logs.live import current_stage
-from engines.runs import CHUNK, NoSuchRun, RunRecord, Runs
-from engines.runstate import RunState
-from tui.commands.hostloop import run_on_hosts
+from servelab.engines.catalog import load_catalog
+from servelab.engines.errors import ServelabError
+from servelab.engines.logs.live import current_stage
+from servelab.engines.runs import CHUNK, NoSuchRun, RunRecord, Runs
+from servelab.engines.runstate import RunState
+from servelab.tui.commands.hostloop import run_on_hosts
 
 T = TypeVar("T")
 
@@ -86,7 +86,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 async def _launch_nodes(runs: Runs, args: argparse.Namespace) -> int:
     """A multi-node experiment: every node's preflight, then its processes in the mechanism's order."""
-    from engines.nodes_run import MultiNodeRuns, NodeCheck
+    from servelab.engines.nodes_run import MultiNodeRuns, NodeCheck
 
     if args.host:
         raise ServelabError(f"--host: {args.experiment} names its own hosts (hosts = [...]); a multi-node run cannot be moved")
@@ -111,8 +111,8 @@ async def _launch_nodes(runs: Runs, args: argparse.Namespace) -> int:
 
 def cmd_nodes(args: argparse.Namespace) -> int:
     async def body(runs: Runs) -> int:
-        from engines.nodes_run import MultiNodeRuns
-        from engines.nodes_view import current_view, lanes_json, resolve_group
+        from servelab.engines.nodes_run import MultiNodeRuns
+        from servelab.engines.nodes_view import current_view, lanes_json, resolve_group
 
         nodes = MultiNodeRuns(runs)
         group = await resolve_group(runs, args.run)  # the group's id or any node's
@@ -280,7 +280,7 @@ def _emit(out: Any, data: bytes, errors: bool) -> None:
         out.write(data)
         out.flush()
         return
-    from engines.logs.lines import LineKind, classify, strip_ansi
+    from servelab.engines.logs.lines import LineKind, classify, strip_ansi
 
     wanted = {LineKind.ERROR, LineKind.TRACEBACK}
     for raw in data.splitlines():
@@ -299,7 +299,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
         try:
             st = await runs.stop(args.run, grace=args.grace)
         except NoSuchRun:
-            from engines.nodes_run import MultiNodeRuns
+            from servelab.engines.nodes_run import MultiNodeRuns
 
             nodes = MultiNodeRuns(runs)
             group = await nodes.find_group(args.run)

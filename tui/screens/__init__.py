@@ -10,18 +10,18 @@ if TYPE_CHECKING:
 
 #: Modules whose classes carry rebindable ``Binding``s (imported lazily: Textual is heavy).
 BINDING_MODULES: tuple[str, ...] = (
-    "tui.screens.experiments",
-    "tui.screens.run",
-    "tui.screens.nodes_run",
-    "tui.screens.runs",
-    "tui.screens.compare",
-    "tui.screens.why",
-    "tui.screens.help",
-    "tui.screens.preflight",
-    "tui.screens.confirm",
-    "tui.screens.campaigns",
-    "tui.screens.campaign",
-    "tui.widgets.log_view",
+    "servelab.tui.screens.experiments",
+    "servelab.tui.screens.run",
+    "servelab.tui.screens.nodes_run",
+    "servelab.tui.screens.runs",
+    "servelab.tui.screens.compare",
+    "servelab.tui.screens.why",
+    "servelab.tui.screens.help",
+    "servelab.tui.screens.preflight",
+    "servelab.tui.screens.confirm",
+    "servelab.tui.screens.campaigns",
+    "servelab.tui.screens.campaign",
+    "servelab.tui.widgets.log_view",
 )
 
 

@@ -19,17 +19,17 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
-from engines.campaign import control
-from engines.campaign.control import CampaignStatus
-from engines.campaign.listing import CurrentStep, current_step
-from engines.campaign.plots import CampaignPlots, plot_series
-from engines.campaign.report import CampaignReport, build_report
-from engines.catalog import Catalog, load_catalog
-from engines.errors import ServelabError
-from engines.hosts.base import HostUnreachable
-from tui.app import servelab_app
-from tui.widgets.campaign_plots import CampaignCharts
-from tui.widgets.campaign_view import current_text, points_table, reasons_text, recommendation_text, status_line
+from servelab.engines.campaign import control
+from servelab.engines.campaign.control import CampaignStatus
+from servelab.engines.campaign.listing import CurrentStep, current_step
+from servelab.engines.campaign.plots import CampaignPlots, plot_series
+from servelab.engines.campaign.report import CampaignReport, build_report
+from servelab.engines.catalog import Catalog, load_catalog
+from servelab.engines.errors import ServelabError
+from servelab.engines.hosts.base import HostUnreachable
+from servelab.tui.app import servelab_app
+from servelab.tui.widgets.campaign_plots import CampaignCharts
+from servelab.tui.widgets.campaign_view import current_text, points_table, reasons_text, recommendation_text, status_line
 
 #: How often the screen reads the campaign's state on its host.
 REFRESH_SECONDS = 1.0
@@ -144,7 +144,7 @@ class CampaignScreen(Screen[None]):
         if st is not None and not st.supervisor_alive:
             self.notify(f"{self.campaign_id} is not running ({st.status})", timeout=3)
             return
-        from tui.screens.confirm import ConfirmScreen
+        from servelab.tui.screens.confirm import ConfirmScreen
 
         def answered(yes: bool | None) -> None:
             if yes:

@@ -21,14 +21,14 @@ from textual.containers import Container, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from engines.campaign import control
-from engines.campaign.control import CampaignStatus
-from engines.campaign.listing import CampaignEntry, StartedCampaigns, campaign_entries_with_history, started_campaigns
-from engines.catalog import Catalog, load_catalog
-from engines.errors import ServelabError
-from engines.hosts.base import HostUnreachable
-from tui.app import servelab_app
-from tui.widgets.campaign_view import minutes, plan_renderable, state_text, status_line
+from servelab.engines.campaign import control
+from servelab.engines.campaign.control import CampaignStatus
+from servelab.engines.campaign.listing import CampaignEntry, StartedCampaigns, campaign_entries_with_history, started_campaigns
+from servelab.engines.catalog import Catalog, load_catalog
+from servelab.engines.errors import ServelabError
+from servelab.engines.hosts.base import HostUnreachable
+from servelab.tui.app import servelab_app
+from servelab.tui.widgets.campaign_view import minutes, plan_renderable, state_text, status_line
 
 #: How often the list asks the hosts about their campaigns.
 REFRESH_SECONDS = 5.0
@@ -238,7 +238,7 @@ class CampaignsScreen(Screen[None]):
                 self.notify(f"{row.entry.name} was never started" + ("" if readonly else ": press S to start it"), timeout=4)
                 return
         assert st is not None
-        from tui.screens.campaign import CampaignScreen
+        from servelab.tui.screens.campaign import CampaignScreen
 
         self.app.push_screen(CampaignScreen(st.id))
 
@@ -265,7 +265,7 @@ class CampaignsScreen(Screen[None]):
         p = entry.plan
         hosts = ", ".join(sorted({pt.experiment.host for pt in p.points}))
         how = "without preflight" if skip_preflight else "each load preflighted first"
-        from tui.screens.confirm import ConfirmScreen
+        from servelab.tui.screens.confirm import ConfirmScreen
 
         def answered(yes: bool | None) -> None:
             if yes:
@@ -294,7 +294,7 @@ class CampaignsScreen(Screen[None]):
         finally:
             self.starting = None
         self.notify(f"{st.id} started on {st.host}", title="campaign started", timeout=6)
-        from tui.screens.campaign import CampaignScreen
+        from servelab.tui.screens.campaign import CampaignScreen
 
         self.app.push_screen(CampaignScreen(st.id))
         await self._load()

@@ -14,11 +14,11 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from engines.compare import Comparison, compare_runs, render
-from engines.errors import ServelabError
-from engines.hosts.base import HostUnreachable
-from engines.history import latest_probed
-from tui.app import servelab_app
+from servelab.engines.compare import Comparison, compare_runs, render
+from servelab.engines.errors import ServelabError
+from servelab.engines.hosts.base import HostUnreachable
+from servelab.engines.history import latest_probed
+from servelab.tui.app import servelab_app
 
 class CompareScreen(Screen[None]):
     """Runs side by side."""
@@ -110,6 +110,6 @@ class CompareScreen(Screen[None]):
     def action_why(self) -> None:
         if self.comparison is None:
             return
-        from tui.screens.why import WhyScreen
+        from servelab.tui.screens.why import WhyScreen
 
         self.app.push_screen(WhyScreen(list(self.comparison.runs)))

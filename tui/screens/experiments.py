@@ -23,12 +23,12 @@ from textual.containers import Container, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from engines.catalog import Catalog, FileEntry, load_catalog
-from engines.errors import ServelabError
-from engines.hosts.seen import clock, now
-from engines.loader import display_path
-from engines.history import LatestRun, latest_runs
-from tui.app import servelab_app
+from servelab.engines.catalog import Catalog, FileEntry, load_catalog
+from servelab.engines.errors import ServelabError
+from servelab.engines.hosts.seen import clock, now
+from servelab.engines.loader import display_path
+from servelab.engines.history import LatestRun, latest_runs
+from servelab.tui.app import servelab_app
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("sel", " "),
@@ -286,7 +286,7 @@ class ExperimentsScreen(Screen[None]):
         if latest is None:
             self.notify(f"{row.name} has no run yet" + ("" if servelab_app(self).readonly else ": press l to launch"), timeout=4)
             return
-        from tui.screens.nodes_run import run_screen_for
+        from servelab.tui.screens.nodes_run import run_screen_for
 
         self.app.push_screen(run_screen_for(latest.run_id))
 
@@ -294,7 +294,7 @@ class ExperimentsScreen(Screen[None]):
         row = self._valid_current()
         if row is None or self.catalog is None:
             return
-        from tui.screens.preflight import PreflightScreen
+        from servelab.tui.screens.preflight import PreflightScreen
 
         self.app.push_screen(PreflightScreen(self.catalog, row.name, launch=False))
 
@@ -305,8 +305,8 @@ class ExperimentsScreen(Screen[None]):
         row = self._valid_current()
         if row is None or self.catalog is None or servelab_app(self).readonly:
             return
-        from engines.nodes_group import launch_question
-        from tui.screens.preflight import PreflightScreen
+        from servelab.engines.nodes_group import launch_question
+        from servelab.tui.screens.preflight import PreflightScreen
 
         catalog = self.catalog
         try:
@@ -317,7 +317,7 @@ class ExperimentsScreen(Screen[None]):
 
         def launched(run_id: str | None) -> None:
             if run_id:
-                from tui.screens.nodes_run import run_screen_for
+                from servelab.tui.screens.nodes_run import run_screen_for
 
                 self.app.push_screen(run_screen_for(run_id, group=question is not None))
                 if self.catalog is not None:
@@ -326,7 +326,7 @@ class ExperimentsScreen(Screen[None]):
         if question is None:
             self.app.push_screen(PreflightScreen(catalog, row.name, launch=True, skip_preflight=skip_preflight), launched)
             return
-        from tui.screens.confirm import ConfirmScreen
+        from servelab.tui.screens.confirm import ConfirmScreen
 
         def confirmed(yes: bool | None) -> None:  # a multi-node run starts a process on every node: asked first
             if yes:
@@ -351,7 +351,7 @@ class ExperimentsScreen(Screen[None]):
         if len(names) < 2:
             self.notify("select at least two experiments with space", timeout=4)
             return
-        from tui.screens.compare import CompareScreen
+        from servelab.tui.screens.compare import CompareScreen
 
         self.app.push_screen(CompareScreen(names))
 

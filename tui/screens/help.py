@@ -12,7 +12,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tui.keymap import keymap_path
+from servelab.tui.keymap import keymap_path
 
 GENERAL = (
     "Every screen: ? help · q back (quits on the first screen) · ctrl+p command palette · R runs · M campaigns · ctrl+t high contrast.",

@@ -20,19 +20,19 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
-from engines.errors import ServelabError
-from engines.hosts.base import HostUnreachable
-from engines.history import probe_of
-from engines.nodes_run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeLine, NodeRun
-from engines.nodes_view import NodeChunk, NodesLog, NodesView, filter_label, follow_chunks, group_id_of, next_filter, resolve_group
-from engines.runs import Runs
-from tui.app import servelab_app
-from tui.screens.run import spool_path
-from tui.widgets.log_ingest import IngestUpdate, LogIngest
-from tui.widgets.log_view import LogPanel
-from tui.widgets.node_lanes import lanes_table
-from tui.widgets.probe_panel import ProbePanel
-from tui.widgets.root_cause import RootCausePanel
+from servelab.engines.errors import ServelabError
+from servelab.engines.hosts.base import HostUnreachable
+from servelab.engines.history import probe_of
+from servelab.engines.nodes_run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeLine, NodeRun
+from servelab.engines.nodes_view import NodeChunk, NodesLog, NodesView, filter_label, follow_chunks, group_id_of, next_filter, resolve_group
+from servelab.engines.runs import Runs
+from servelab.tui.app import servelab_app
+from servelab.tui.screens.run import spool_path
+from servelab.tui.widgets.log_ingest import IngestUpdate, LogIngest
+from servelab.tui.widgets.log_view import LogPanel
+from servelab.tui.widgets.node_lanes import lanes_table
+from servelab.tui.widgets.probe_panel import ProbePanel
+from servelab.tui.widgets.root_cause import RootCausePanel
 
 STATUS_SECONDS = 2.0
 PROBE_SECONDS = 5.0
@@ -43,7 +43,7 @@ def run_screen_for(run_id: str, *, group: bool = False) -> Screen[None]:
     run id) shows every node."""
     if group or group_id_of(run_id) is not None:
         return NodesRunScreen(run_id)
-    from tui.screens.run import RunScreen
+    from servelab.tui.screens.run import RunScreen
 
     return RunScreen(run_id)
 
@@ -133,7 +133,7 @@ class NodesRunScreen(Screen[None]):
                 await asyncio.sleep(3.0)
                 continue
             if self.record is None:  # an ordinary run after all (an experiment named like a node)
-                from tui.screens.run import RunScreen
+                from servelab.tui.screens.run import RunScreen
 
                 self.app.switch_screen(RunScreen(self.run_id))
                 return
@@ -295,7 +295,7 @@ class NodesRunScreen(Screen[None]):
     def action_stop(self) -> None:
         if servelab_app(self).readonly or self.record is None:
             return
-        from tui.screens.confirm import ConfirmScreen
+        from servelab.tui.screens.confirm import ConfirmScreen
 
         record = self.record
         detail = "\n".join(f"n{n.rank} {n.host} {n.role}: {n.run_id}" for n in record.nodes)
@@ -328,7 +328,7 @@ class NodesRunScreen(Screen[None]):
         self._render_probe()
 
     def action_why(self) -> None:
-        from tui.screens.why import WhyScreen
+        from servelab.tui.screens.why import WhyScreen
 
         head = self.record.head.run_id if self.record is not None else self.run_id
         self.app.push_screen(WhyScreen([head]))

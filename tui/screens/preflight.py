@@ -16,12 +16,12 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from engines.catalog import Catalog
-from engines.errors import ServelabError
-from engines.hosts.base import HostUnreachable
-from engines.nodes_group import launch_experiment
-from engines.preflight import CHECK_NAMES, Check, run_preflight
-from tui.app import servelab_app
+from servelab.engines.catalog import Catalog
+from servelab.engines.errors import ServelabError
+from servelab.engines.hosts.base import HostUnreachable
+from servelab.engines.nodes_group import launch_experiment
+from servelab.engines.preflight import CHECK_NAMES, Check, run_preflight
+from servelab.tui.app import servelab_app
 
 #: How each finding severity is marked.
 SEVERITY_MARKS: dict[str, tuple[str, str]] = {"error": ("✗", "bold red"), "warning": ("!", "yellow"), "info": ("i", "dim")}

@@ -24,19 +24,19 @@ from textual.containers import Container
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
-from engines.errors import ServelabError
-from engines.hosts.base import HostUnreachable
-from engines.history import earlier_stage_seconds, probe_of
-from engines.logs.live import LiveAnalysis
-from engines.runs import RunRecord, Runs, RunUnreachable
-from tui.app import servelab_app
-from tui.widgets.line_index import LineIndex
-from tui.widgets.log_ingest import IngestUpdate, LogIngest
-from tui.widgets.log_view import LogPanel
-from tui.widgets.probe_panel import ProbePanel
-from tui.widgets.root_cause import RootCausePanel
-from tui.widgets.run_view_model import RunView, StageRow, format_duration, view_from_analysis
-from tui.widgets.stage_timeline import StageTimeline
+from servelab.engines.errors import ServelabError
+from servelab.engines.hosts.base import HostUnreachable
+from servelab.engines.history import earlier_stage_seconds, probe_of
+from servelab.engines.logs.live import LiveAnalysis
+from servelab.engines.runs import RunRecord, Runs, RunUnreachable
+from servelab.tui.app import servelab_app
+from servelab.tui.widgets.line_index import LineIndex
+from servelab.tui.widgets.log_ingest import IngestUpdate, LogIngest
+from servelab.tui.widgets.log_view import LogPanel
+from servelab.tui.widgets.probe_panel import ProbePanel
+from servelab.tui.widgets.root_cause import RootCausePanel
+from servelab.tui.widgets.run_view_model import RunView, StageRow, format_duration, view_from_analysis
+from servelab.tui.widgets.stage_timeline import StageTimeline
 
 STATUS_SECONDS = 2.0
 #: Local log copies older than this are removed when a run screen opens.
@@ -422,7 +422,7 @@ class RunScreen(Screen[None]):
     def action_stop(self) -> None:
         if servelab_app(self).readonly:
             return
-        from tui.screens.confirm import ConfirmScreen
+        from servelab.tui.screens.confirm import ConfirmScreen
 
         def answered(yes: bool | None) -> None:
             if yes:
@@ -454,6 +454,6 @@ class RunScreen(Screen[None]):
         self._render_probe()
 
     def action_why(self) -> None:
-        from tui.screens.why import WhyScreen
+        from servelab.tui.screens.why import WhyScreen
 
         self.app.push_screen(WhyScreen([self.run_id]))

@@ -11,14 +11,14 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from engines.errors import ServelabError
-from engines.hosts.base import HostUnreachable
-from engines.hosts.seen import HostSeen
-from engines.nodes_group import RunsRow, runs_rows
-from engines.nodes_run import MultiNodeRuns
-from engines.runs import KnownRun, RunRecord
-from engines.runstate import RunState
-from tui.app import servelab_app
+from servelab.engines.errors import ServelabError
+from servelab.engines.hosts.base import HostUnreachable
+from servelab.engines.hosts.seen import HostSeen
+from servelab.engines.nodes_group import RunsRow, runs_rows
+from servelab.engines.nodes_run import MultiNodeRuns
+from servelab.engines.runs import KnownRun, RunRecord
+from servelab.engines.runstate import RunState
+from servelab.tui.app import servelab_app
 
 REFRESH_SECONDS = 5.0
 
@@ -137,7 +137,7 @@ class RunsScreen(Screen[None]):
     def action_open(self) -> None:
         row = self.current_row()
         if row is not None:
-            from tui.screens.nodes_run import run_screen_for
+            from servelab.tui.screens.nodes_run import run_screen_for
 
             self.app.push_screen(run_screen_for(row.id, group=bool(row.nodes)))
 
@@ -157,7 +157,7 @@ class RunsScreen(Screen[None]):
         if not any(k.record.status is RunState.RUNNING for k in [row.head, *row.nodes]):
             self.notify(f"{row.id} is not running ({row.status})", timeout=3)
             return
-        from tui.screens.confirm import ConfirmScreen
+        from servelab.tui.screens.confirm import ConfirmScreen
 
         def answered(yes: bool | None) -> None:
             if yes:
@@ -201,7 +201,7 @@ class RunsScreen(Screen[None]):
         if not leftovers:
             self.notify("nothing to clean up: no stray processes or shared memory of ended runs", timeout=4)
             return
-        from tui.screens.confirm import ConfirmScreen
+        from servelab.tui.screens.confirm import ConfirmScreen
 
         if await self.app.push_screen_wait(ConfirmScreen(f"Remove {len(leftovers)} leftover(s) of ended runs?", "\n".join(leftovers[:12]))):
             try:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from engines.errors import ServelabError
-from engines.hosts.base import HostUnreachable
-from engines.logs.analyzer import Analysis
-from engines.runs import Runs, RunStatus
-from engines.runstate import RunState
+from servelab.engines.errors import ServelabError
+from servelab.engines.hosts.base import HostUnreachable
+from servelab.engines.logs.analyzer import Analysis
+from servelab.engines.runs import Runs, RunStatus
+from servelab.engines.runstate import RunState
 
 LIST_SECONDS = 5.0
 #: How often a running run's analysis is polled (it reads only the bytes added since).

@@ -15,11 +15,11 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
-from engines.diagnosis.artifacts import diagnose_run, load_diagnosis
-from engines.diagnosis.report import lines
-from engines.errors import ServelabError
-from engines.hosts.base import HostUnreachable
-from tui.app import servelab_app
+from servelab.engines.diagnosis.artifacts import diagnose_run, load_diagnosis
+from servelab.engines.diagnosis.report import lines
+from servelab.engines.errors import ServelabError
+from servelab.engines.hosts.base import HostUnreachable
+from servelab.tui.app import servelab_app
 
 _SEVERITY_STYLE = {"[error]": "bold red", "[warning]": "bold yellow", "[info]": "cyan"}
 

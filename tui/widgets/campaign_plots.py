@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.containers import Container
 from textual_plotext import PlotextPlot
 
-from engines.campaign.plots import CHARTS, CampaignPlots, Chart
+from servelab.engines.campaign.plots import CHARTS, CampaignPlots, Chart
 
 
 class ChartPlot(PlotextPlot):

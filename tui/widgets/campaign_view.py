@@ -11,11 +11,11 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from engines.campaign.control import CampaignStatus
-from engines.campaign.diagnosis import headline
-from engines.campaign.listing import CampaignEntry, CurrentStep
-from engines.campaign.report import CampaignReport, PointRow
-from engines.loader import display_path
+from servelab.engines.campaign.control import CampaignStatus
+from servelab.engines.campaign.diagnosis import headline
+from servelab.engines.campaign.listing import CampaignEntry, CurrentStep
+from servelab.engines.campaign.report import CampaignReport, PointRow
+from servelab.engines.loader import display_path
 
 #: Styles of the point and load states the supervisor writes (unknown ones are drawn plain).
 STATE_STYLES: dict[str, str] = {

@@ -38,8 +38,8 @@ from operator import add
 from pathlib import Path
 from typing import Any
 
-from engines.logs import lines as _lines
-from engines.logs.lines import LineKind, classify, strip_ansi
+from servelab.engines.logs import lines as _lines
+from servelab.engines.logs.lines import LineKind, classify, strip_ansi
 
 #: Kinds by code; the code is what the index stores per line.
 KINDS: tuple[LineKind, ...] = tuple(LineKind)

@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from tui.widgets.line_index import Classified, LineClassifier, LineIndex
+from servelab.tui.widgets.line_index import Classified, LineClassifier, LineIndex
 
 if TYPE_CHECKING:  # the worker process imports the analyzer; the dashboard only receives its snapshots
-    from engines.logs.analyzer import Analysis, LogAnalyzer
+    from servelab.engines.logs.analyzer import Analysis, LogAnalyzer
 
 #: Bytes the worker classifies or analyses between two looks at its input.
 BLOCK = 1 << 20
@@ -210,7 +210,7 @@ class LogIngest:
         except RuntimeError:
             self._loop = None
         self._proc = subprocess.Popen(  # our own worker, on our own interpreter: no shell, no input from the log
-            [sys.executable, "-m", "tui.widgets.log_ingest"],
+            [sys.executable, "-m", "servelab.tui.widgets.log_ingest"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,  # it reports its errors as messages; nothing may scribble on the TUI
@@ -367,8 +367,8 @@ class LogIngest:
 
 # -- the worker process ---------------------------------------------------------------------------------
 def _make_analyzer(engine: str) -> LogAnalyzer:
-    from engines.adapter import get_adapter
-    from engines.logs.analyzer import LogAnalyzer
+    from servelab.engines.adapter import get_adapter
+    from servelab.engines.logs.analyzer import LogAnalyzer
 
     return LogAnalyzer(get_adapter(engine).grammar)
 

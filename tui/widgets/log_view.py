@@ -30,8 +30,8 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Input, Static
 
-from engines.logs.lines import LineKind
-from tui.widgets.line_index import LineIndex
+from servelab.engines.logs.lines import LineKind
+from servelab.tui.widgets.line_index import LineIndex
 
 _KIND_CLASS: dict[LineKind, str] = {
     LineKind.ERROR: "logview--error",

@@ -7,9 +7,9 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from engines.nodes_view import LaneView
-from tui.widgets.run_view_model import format_duration, stage_row
-from tui.widgets.stage_timeline import BAR_WIDTH, MARKS
+from servelab.engines.nodes_view import LaneView
+from servelab.tui.widgets.run_view_model import format_duration, stage_row
+from servelab.tui.widgets.stage_timeline import BAR_WIDTH, MARKS
 
 
 def lanes_table(lanes: list[LaneView]) -> Table:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engines.history import stage_seconds
-from engines.logs.analyzer import Analysis, RootCause, SpecFigures, Stage
-from engines.logs.live import STAGE_LABELS, STAGES
-from engines.runstate import RunState
+from servelab.engines.history import stage_seconds
+from servelab.engines.logs.analyzer import Analysis, RootCause, SpecFigures, Stage
+from servelab.engines.logs.live import STAGE_LABELS, STAGES
+from servelab.engines.runstate import RunState
 
 
 @dataclass

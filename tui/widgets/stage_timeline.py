@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from tui.widgets.run_view_model import StageRow, format_duration
+from servelab.tui.widgets.run_view_model import StageRow, format_duration
 
 MARKS: dict[str, tuple[str, str]] = {
     "done": ("✓", "bold green"),

@@ -1,0 +1,5 @@
+import sys
+
+from servelab.tui.cli import main
+
+sys.exit(main())
