@@ -12,7 +12,7 @@ from tests.fixtures.tui import SHARED_LOGS
 from tests.fixtures.tui import TuiFolder
 from tests.fixtures.tui import screen_text, wait_for
 from servelab.tui.app import ServelabApp
-from servelab.tui.screens import watch
+from servelab.engines import watch
 from servelab.tui.screens.run import RunScreen, with_history
 from servelab.tui.widgets.run_view_model import StageRow
 from servelab.tui.widgets.log_view import LogPanel

@@ -1,4 +1,4 @@
-"""The run watcher (tui/screens/watch.py) on a real replayed run, without the app around it."""
+"""The run watcher (engines/watch.py) on a real replayed run, without the app around it."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from servelab.engines.catalog import load_catalog
 from servelab.engines.runs import RunRecord, Runs, RunStatus
 from servelab.engines.runstate import RunState
 from tests.fixtures.tui import SHARED_LOGS, TuiFolder
-from servelab.tui.screens import watch
-from servelab.tui.screens.watch import RunWatcher
+from servelab.engines import watch
+from servelab.engines.watch import RunWatcher
 
 NGRAM_SERVE = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
 

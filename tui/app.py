@@ -29,7 +29,7 @@ from servelab.tui.keymap import load_keymap
 
 if TYPE_CHECKING:
     from servelab.engines.runs import Runs
-    from servelab.tui.screens.watch import RunWatcher
+    from servelab.engines.watch import RunWatcher
 
 HIGH_CONTRAST = Theme(
     name="servelab-high-contrast",
@@ -121,7 +121,7 @@ class ServelabApp(App[int]):
 
     @work(exclusive=True, group="watch-runs", exit_on_error=False)
     async def _watch_runs(self) -> None:
-        from servelab.tui.screens.watch import RunWatcher
+        from servelab.engines.watch import RunWatcher
 
         watcher = RunWatcher(self.runs, self.announce, self.follower_failed)
         self.watcher = watcher

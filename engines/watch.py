@@ -1,9 +1,11 @@
-"""Watches every running run from the app, so the operator hears (bell) when one is ready or crashes.
+"""The run watcher: follows every running run for the app, so the operator hears (bell) when one is ready or crashes.
+
+Textual-free: the dashboard (``tui/app.py``) starts it and turns its announcements into bells and notices.
 
 Each running run is polled through ``Runs.status``, whose analysis is the run's one shared
 :class:`~engines.logs.live.LiveAnalysis`: a run open on its screen is fed by that screen's log
-stream and not read again here. A process that ends with a non-zero exit code also counts as a
-crash when the log did not say so. A follower that fails on something unexpected is reported
+stream and not read again here. A process that exited with a non-zero exit code also counts as a
+crash when the log did not say so (the one rule, :func:`engines.history.display_state`). A follower that fails on something unexpected is reported
 (``on_error``) and forgotten, so the next listing starts it again rather than the run going quiet.
 """
 
@@ -13,6 +15,7 @@ import asyncio
 from collections.abc import Callable
 
 from servelab.engines.errors import ServelabError
+from servelab.engines.history import display_state
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.logs.analyzer import Analysis
 from servelab.engines.runs import Runs, RunStatus
@@ -127,7 +130,9 @@ class RunWatcher:
         self._ended(run_id, experiment, status)
 
     def _ended(self, run_id: str, experiment: str, status: RunStatus) -> None:
-        if status.exit_code not in (None, 0) and status.record.status is not RunState.STOPPED:
+        # The one crash rule (engines.history.display_state): what the process did, the log's word
+        # having been announced already by _check.
+        if display_state(status.record.status, status.exit_code, None) is RunState.CRASHED:
             self._once(run_id, experiment, "crashed", f"exit code {status.exit_code}")
 
     def _check(self, run_id: str, experiment: str, analysis: Analysis, quiet: bool = False) -> None:
