@@ -72,3 +72,30 @@ def test_the_tui_keeps_no_run_state_rules() -> None:
             if spelled and any(isinstance(side, ast.Attribute) and side.attr == "state" for side in sides):
                 offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert offenders == []
+
+
+def test_the_tui_imports_no_private_name_of_the_core() -> None:
+    """What tui/ needs of engines/ is public there: no ``from servelab.engines.x import _y``, nor
+    ``import servelab.engines.x._y`` (a private module), nor ``engines_module._y`` through an alias."""
+    offenders = []
+    for path in (REPO / "tui").rglob("*.py"):
+        aliases: set[str] = set()
+        for node in ast.walk(_tree(path)):
+            where = f"{path.relative_to(REPO)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("servelab.engines"):
+                module = node.module or ""
+                offenders += [f"{where}: {module}.{a.name}" for a in node.names if a.name.startswith("_")]
+                offenders += [f"{where}: {module}" for part in module.split(".") if part.startswith("_")]
+                aliases.update(a.asname or a.name for a in node.names if not a.name.startswith("_"))
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.startswith("servelab.engines"):
+                        offenders += [f"{where}: {a.name}" for part in a.name.split(".") if part.startswith("_")]
+                        if a.asname:
+                            aliases.add(a.asname)
+        modules = {name for name in aliases if not name[:1].isupper()}  # modules by name (from servelab.engines.logs import lines as _lines)
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
+                if node.attr.startswith("_") and not node.attr.startswith("__"):
+                    offenders.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value.id}.{node.attr}")
+    assert offenders == []

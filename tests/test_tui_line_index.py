@@ -11,8 +11,10 @@ import pytest
 
 from servelab.engines.logs.lines import LineKind, classify
 from tests.fixtures.tui import RECORDED_LOGS, SHARED_LOGS
+from servelab.engines.logs import classify as line_classify
+from servelab.engines.logs.classify import KINDS, AnchorScanner, LineClassifier, anchor_ends_find, display_text
 from servelab.tui.widgets import line_index
-from servelab.tui.widgets.line_index import KINDS, AnchorScanner, LineClassifier, LineIndex, anchor_ends_find, display_text
+from servelab.tui.widgets.line_index import LineIndex
 
 NGRAM_LOG = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
 SHARDS_LOG = SHARED_LOGS / "vllm-shards-carriage-return-prefix-39610.log"
@@ -134,8 +136,8 @@ def anchored_lines(block: bytes, ends: list[int]) -> set[int]:
 
 def test_one_pass_anchor_scan_finds_the_lines_each_anchor_search_finds_on_every_recorded_log(monkeypatch: pytest.MonkeyPatch) -> None:
     """Hyperscan's one pass and the per-anchor ``bytes.find`` (small blocks, no Hyperscan) flag the same lines."""
-    assert line_index._hs is not None, "hyperscan is a dependency: the one-pass scan must be the one tested"
-    monkeypatch.setattr(line_index, "HS_FROM_BYTES", 0)  # the recorded logs are small: scan them with it anyway
+    assert line_classify._hs is not None, "hyperscan is a dependency: the one-pass scan must be the one tested"
+    monkeypatch.setattr(line_classify, "HS_FROM_BYTES", 0)  # the recorded logs are small: scan them with it anyway
     scanner = AnchorScanner()
     flagged = 0
     for log in all_logs():

@@ -12,7 +12,8 @@ from typing import Any
 from servelab.engines.logs.analyzer import analyze_bytes
 from tests.fixtures.tui import SHARED_LOGS
 from servelab.tui.widgets.line_index import LineIndex
-from servelab.tui.widgets.log_ingest import SLICE_ITEMS, IngestUpdate, LogIngest, SeriesWindows, pack_analysis, unpack_analysis
+from servelab.engines.logs.ingest import SLICE_ITEMS, SeriesWindows, pack_analysis, unpack_analysis
+from servelab.tui.widgets.log_ingest import IngestUpdate, LogIngest
 
 NGRAM_LOG = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
 CRASH_LOG = SHARED_LOGS / "vllm-eagle3-whitelist-gemma3-32765.log"

@@ -121,7 +121,7 @@ def test_compile_search_accepts_text_that_is_not_a_regex() -> None:
 async def test_following_survives_rows_folded_away_under_it(tmp_path: Path) -> None:
     """A deferred index shows lines unfolded first; their kinds then fold noise and the log
     shrinks under a following view: it must stay at the end, still following."""
-    from servelab.tui.widgets.line_index import LineClassifier
+    from servelab.engines.logs.classify import LineClassifier
 
     index = LineIndex(tmp_path / "spool.log", deferred=True)
     app = LogApp(index)

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-__all__ = ["Line", "LineKind", "LineSplitter", "classify", "classify_run", "strip_ansi", "is_noise"]
+__all__ = ["CLASSIFY_MARKS", "Line", "LineKind", "LineSplitter", "classify", "classify_run", "strip_ansi", "is_noise"]
 
 # CSI sequences (colours, cursor moves) and OSC sequences (titles, links).
 _ANSI = re.compile(rb"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[@-Z\\-_])")
@@ -198,6 +198,10 @@ _ERROR_MARKS = ("Traceback (most recent call last)", "Error: ", "Exception: ", "
 _LEVEL_HEAD = 60
 _TB_MARKS = ('  File "', "Traceback (most recent call last)", "During handling of the above exception",
              "The above exception was the direct cause")
+
+
+#: Every mark :func:`classify` looks for in a group (a viewer's prefilter must find each of them).
+CLASSIFY_MARKS: tuple[str, ...] = (*_NOISE_WARNING_MARKS, *_WARN_ECHOES, *_CHATTER, *_ERROR_MARKS, *_TB_MARKS)
 
 
 def classify(text: str) -> LineKind:

@@ -32,7 +32,7 @@ try:  # a compiled multi-pattern matcher; ``re`` answers the same when it is mis
 except ImportError:  # pragma: no cover - hyperscan ships wheels for the platforms servelab runs on
     _hs = None
 
-__all__ = ["Prefilter", "HYPERSCAN"]
+__all__ = ["Prefilter", "HYPERSCAN", "compiled_database"]
 
 #: True when chunk scans run on Hyperscan (the bench prints it).
 HYPERSCAN = _hs is not None
@@ -98,6 +98,16 @@ def _hs_database(patterns: tuple[str, ...]) -> bytes:
     except OSError:
         pass  # a read-only home: compile again next time
     return blob
+
+
+def compiled_database(patterns: tuple[str, ...]) -> Any:
+    """A Hyperscan block-mode database of ``patterns`` (ids: their positions), compiled once and
+    cached on disk like the prefilter's own (see :func:`_hs_database`); Hyperscan must be installed.
+
+    The one way servelab builds a Hyperscan database: the viewer's line kinds
+    (:mod:`engines.logs.classify`) use it too.
+    """
+    return _hs.loadb(_hs_database(patterns), _hs.HS_MODE_BLOCK)
 
 
 _PID_END = re.compile(rb"pid=\d+(?:, ip=[\d.]+)?\) \Z", re.ASCII)

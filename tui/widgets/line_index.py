@@ -3,16 +3,17 @@
 Holding a multi-hour log as widgets or rich text costs kilobytes per line (see the TUI notes);
 here a line costs the low 4 bytes of its offset and a kind byte (typed arrays, no Python object
 per line; a row slot only for the few hidden lines), and its text is read back from the spool file
-only when it is on screen. Textual-free, so
-it can be tested and benchmarked alone, and run in the ingest worker process.
+only when it is on screen. Textual-free, so it can be tested and benchmarked alone; what a line
+*is* (its kind) is the core's :mod:`engines.logs.classify`.
 
 Two steps per chunk, so the cheap one never waits for the dear one:
 - *offsets* (:meth:`LineIndex.append`): the chunk goes to the spool and its line starts are found
   with C-level primitives (``bytes.split`` + ``itertools.accumulate`` into an ``array``), about
   0.5 µs a line. Also where a view shows a long log's end before the rest is read. From then on every line can be shown and jumped to.
-- *kinds* (:class:`LineClassifier`): each line's kind (colour, noise folding, errors) and the
-  progress-bar collapsing. Inline by default; with ``deferred=True`` the owner classifies in
-  another process (:mod:`tui.widgets.log_ingest`) and hands the result to :meth:`LineIndex.apply`.
+- *kinds* (:class:`~engines.logs.classify.LineClassifier`, the core's): each line's kind (colour,
+  noise folding, errors) and the progress-bar collapsing. Inline by default; with ``deferred=True``
+  the owner classifies in another process (:mod:`engines.logs.ingest`, started by
+  :mod:`tui.widgets.log_ingest`) and hands the result to :meth:`LineIndex.apply`.
   Lines not classified yet are shown unfolded, coloured by classifying them as they are drawn.
 
 Display rules, kept in the index so the view only maps rows to lines:
@@ -32,240 +33,19 @@ from array import array
 from bisect import bisect_left, bisect_right, insort
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass
 from itertools import accumulate, compress, repeat
 from operator import add
 from pathlib import Path
-from typing import Any
 
-from servelab.engines.logs import lines as _lines
-from servelab.engines.logs.lines import LineKind, classify, strip_ansi
+from servelab.engines.logs.classify import ERROR_CODES, KINDS, NOISE_CODES, SUPERSEDED, Classified, LineClassifier, display_text
+from servelab.engines.logs.lines import LineKind, classify
 
-#: Kinds by code; the code is what the index stores per line.
-KINDS: tuple[LineKind, ...] = tuple(LineKind)
-_CODE = {kind: i for i, kind in enumerate(KINDS)}
-_SUPERSEDED = 0x80
-_NOISE_CODES = frozenset(_CODE[k] for k in KINDS if k.is_noise)
-_ERROR_CODES = frozenset({_CODE[LineKind.ERROR], _CODE[LineKind.TRACEBACK]})
-_PROGRESS = _CODE[LineKind.PROGRESS]
-_INFO = _CODE[LineKind.INFO]
-_PREFIX = re.compile(r"^\((?:[A-Za-z0-9_]+ )?pid=\d+\)\s*")
-_BAR_KEY = re.compile(r"^(.*?)\s*\d+(?:\.\d+)?%")
-_READ_BLOCK = 1 << 22
 #: Line starts are kept as their low ``_OFFSET_BITS`` bits (4 bytes a line); the lines where the
 #: high part steps up (every 4 GiB of spool) are listed apart.
 _OFFSET_BITS = 32
+_READ_BLOCK = 1 << 22
 #: Display texts kept (a few screens' worth; the view keeps its own rendered lines besides).
 TEXT_CACHE_LINES = 512
-
-#: A line containing none of these byte strings is plain INFO for :func:`classify` (it only does
-#: substring tests: each of its marks contains one of these) and shows as its own bytes (no
-#: ``\\r``, ANSI or tab). Finding them per chunk with ``bytes.find`` leaves Python work only for
-#: the few lines that have one. ``tests/test_tui_line_index.py`` checks, on every recorded log,
-#: that this gives exactly what :func:`classify` gives line by line.
-_ANCHORS: tuple[bytes, ...] = (
-    b"\r", b"\x1b", b"\t",
-    b"WARN", b"arn", b"rror", b"RROR", b"xception", b"NCCL", b"INFO:", b"<frozen", b"loo", b"Route: ",
-    b"flashinfer", b"it/s]", b"s/it]", b"% Completed", b"%|", b'File "', b"Traceback", b"CRITICAL", b"Killed",
-    b"Segmentation", b"core dumped", b"deprecated",
-)
-
-
-def _anchors() -> tuple[bytes, ...]:
-    """The anchors, plus any of classify's marks that none of them covers (new ones stay exact)."""
-    extra: list[bytes] = []
-    for group in (_lines._NOISE_WARNING_MARKS, _lines._WARN_ECHOES, _lines._CHATTER, _lines._ERROR_MARKS,
-                  _lines._TB_MARKS):
-        for mark in group:
-            raw = mark.encode()
-            if not any(a in raw for a in _ANCHORS) and raw not in extra:
-                extra.append(raw)
-    return _ANCHORS + tuple(extra)
-
-
-ANCHORS = _anchors()
-
-_hs: Any
-try:  # every anchor in one pass over a block; ``bytes.find`` per anchor answers the same without it
-    import hyperscan as _hs
-except ImportError:  # pragma: no cover - hyperscan ships wheels for the platforms servelab runs on
-    _hs = None
-
-
-def _anchor_db() -> Any:
-    """The anchors as one Hyperscan database (literals as ``\\xHH`` escapes; compiling: a few ms)."""
-    db = _hs.Database(mode=_hs.HS_MODE_BLOCK)
-    db.compile(
-        expressions=[b"".join(b"\\x%02x" % c for c in a) for a in ANCHORS],
-        ids=list(range(len(ANCHORS))),
-        elements=len(ANCHORS),
-        flags=[0] * len(ANCHORS),
-    )
-    return db
-
-
-def anchor_ends_find(block: bytes) -> list[int]:
-    """Offsets just past an anchor, at least one per line holding one (``bytes.find`` per anchor).
-
-    Each anchor is one scan of the whole block: ~50 scans, ~5 s for a 1,000,000-line log. Kept
-    for a machine without Hyperscan, and as the reference :func:`anchor_ends` is tested against.
-    """
-    out: list[int] = []
-    find = block.find
-    for anchor in ANCHORS:
-        pos = find(anchor)
-        while pos >= 0:
-            out.append(pos + len(anchor))
-            nl = block.find(b"\n", pos)
-            if nl < 0:
-                break
-            pos = find(anchor, nl + 1)
-    return out
-
-
-_DB: Any = None
-_DB_LOCK = threading.Lock()
-
-
-#: Blocks from this size on are scanned with Hyperscan (its database compiled on the first one):
-#: compiling costs ~0.1 s, which a small block (a long log's end on opening, a followed log's
-#: latest lines) would never win back; ``bytes.find`` scans 256 kB for every anchor in ~5 ms.
-HS_FROM_BYTES = 1 << 19
-
-
-class AnchorScanner:
-    """What :func:`anchor_ends_find` finds, in one Hyperscan pass (~20x faster on a plain log).
-
-    The compiled database is shared; the scratch space is this scanner's own (a scratch must not
-    be used by two scans at once, and indexes may classify in several threads).
-    """
-
-    __slots__ = ("_scratch",)
-
-    def __init__(self) -> None:
-        self._scratch: Any = None
-
-    def ends(self, block: bytes) -> list[int]:
-        global _DB
-        if _hs is None or (_DB is None and len(block) < HS_FROM_BYTES):
-            return anchor_ends_find(block)
-        if self._scratch is None:
-            with _DB_LOCK:
-                if _DB is None:
-                    _DB = _anchor_db()
-            self._scratch = _hs.Scratch(_DB)
-        out: list[int] = []
-        append = out.append
-        find = block.find
-        line_end = [-1]  # the \n closing the line of the last match: later matches in it add nothing
-
-        def on_match(_id: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
-            if to <= line_end[0]:
-                return
-            append(to)
-            nl = find(b"\n", to)
-            line_end[0] = nl if nl >= 0 else len(block)
-
-        _DB.scan(block, match_event_handler=on_match, scratch=self._scratch)
-        return out
-
-
-def display_text(raw: bytes) -> str:
-    """The text a line shows: its last non-empty ``\\r`` update, without ANSI codes."""
-    if raw.endswith(b"\r"):
-        raw = raw.rstrip(b"\r")
-    if b"\r" in raw:
-        segments = [s for s in raw.split(b"\r") if s]
-        raw = segments[-1] if segments else b""
-    return strip_ansi(raw).decode("utf-8", "replace").replace("\t", "    ")
-
-
-def _bar_key(text: str) -> str | None:
-    m = _BAR_KEY.match(_PREFIX.sub("", text))
-    return m.group(1) if m else None
-
-
-@dataclass(frozen=True, slots=True)
-class Classified:
-    """Kinds of the consecutive lines ``first ..``: what the classifier hands to the index."""
-
-    first: int
-    #: One code per line (``_SUPERSEDED`` set on bar updates hidden by a later one in the block).
-    codes: bytes
-    #: Earlier lines (before ``first``) that this block's bar update supersedes.
-    hidden_before: tuple[int, ...]
-    #: Display width of the widest line (bytes for plain lines: an upper bound).
-    width: int
-
-
-class LineClassifier:
-    """Kinds of complete lines, block by block, in order; holds only the open progress bar."""
-
-    __slots__ = ("_bar", "_bar_line", "_bar_blanks", "next_line", "_scanner")
-
-    def __init__(self) -> None:
-        self._scanner = AnchorScanner()
-        self._bar: str | None = None
-        self._bar_line = -1
-        self._bar_blanks: list[int] = []
-        #: The line the next block must start with.
-        self.next_line = 0
-
-    def classify(self, block: bytes) -> Classified:
-        """``block`` holds whole lines, each ending with ``\\n``."""
-        first = self.next_line
-        parts = block.split(b"\n")
-        parts.pop()
-        n = len(parts)
-        self.next_line = first + n
-        codes = bytearray([_INFO]) * n
-        lens = array("q", map(len, parts))
-        if n == 0:
-            return Classified(first, b"", (), 0)
-        ends = array("q", map(int.__add__, accumulate(lens), range(n)))  # offset of each \n
-        special = {bisect_left(ends, end - 1) for end in self._scanner.ends(block)}
-        hidden_before: list[int] = []
-        todo = sorted(special)
-        i = k = 0  # next line to look at; next special line in todo
-        while True:
-            if self._bar is None:  # jump to the next special line (an open bar looks at every line)
-                while k < len(todo) and todo[k] < i:
-                    k += 1
-                if k == len(todo):
-                    break
-                i = todo[k]
-            if i >= n:
-                break
-            raw = parts[i]
-            if i in special:
-                plain = not (b"\r" in raw or b"\x1b" in raw or b"\t" in raw)
-                text = raw.decode("utf-8", "replace") if plain else display_text(raw)
-                code = _CODE[classify(text)]
-                lens[i] = len(text)
-            else:
-                text = raw.decode("utf-8", "replace")
-                code = _INFO
-            codes[i] = code
-            if code == _PROGRESS or self._bar is not None:
-                self._collapse(first, first + i, code, text, codes, hidden_before)
-            i += 1
-        return Classified(first, bytes(codes), tuple(hidden_before), max(lens))
-
-    def _collapse(self, first: int, line: int, code: int, text: str, codes: bytearray, hidden: list[int]) -> None:
-        """Hide the previous update of the same progress bar (and the blank prefix lines after it)."""
-        if code == _PROGRESS:
-            key = _bar_key(text)
-            if key is not None and key == self._bar and self._bar_line >= 0:
-                for old in (self._bar_line, *self._bar_blanks):
-                    if old >= first:
-                        codes[old - first] |= _SUPERSEDED
-                    else:
-                        hidden.append(old)
-            self._bar, self._bar_line, self._bar_blanks = key, line, []
-        elif code == _INFO and self._bar is not None and not _PREFIX.sub("", text).strip():
-            self._bar_blanks.append(line)
-        else:
-            self._bar, self._bar_line, self._bar_blanks = None, -1, []
 
 
 class LineIndex:
@@ -406,7 +186,7 @@ class LineIndex:
         with self._lock:
             if line >= len(self._kinds):
                 return classify(self.text(line))
-            return KINDS[self._kinds[line] & ~_SUPERSEDED]
+            return KINDS[self._kinds[line] & ~SUPERSEDED]
 
     @property
     def matches(self) -> array[int]:
@@ -549,7 +329,7 @@ class LineIndex:
             for old in hidden:
                 if not filtering and not self._is_hidden(old):
                     insort(self._hidden, old)
-                self._kinds[old] |= _SUPERSEDED
+                self._kinds[old] |= SUPERSEDED
             while filtering and self._rows and self._rows[-1] in hidden:
                 self._rows.pop()
         self._kinds.frombytes(codes)
@@ -577,7 +357,7 @@ class LineIndex:
         """bytes.translate table: code -> 1 when a line of that code is shown."""
         table = bytearray(256)
         for code in range(len(KINDS)):
-            if not (self.fold_noise and code in _NOISE_CODES):
+            if not (self.fold_noise and code in NOISE_CODES):
                 table[code] = 1
         return bytes(table)
 
@@ -643,6 +423,6 @@ class LineIndex:
                 os.close(self._rfd)
 
 
-_ERROR_TABLE = bytes(1 if code in _ERROR_CODES else 0 for code in range(256))
+_ERROR_TABLE = bytes(1 if code in ERROR_CODES else 0 for code in range(256))
 #: bytes.translate tables over 0/1 flags: _NOT swaps them.
 _NOT = bytes([1, 0]) + bytes(254)
