@@ -9,6 +9,9 @@ Modules:
   ``snapshot``), :class:`~engines.logs.analyzer.Analysis` (``to_json()`` is ``servelab analyze --json``),
   ``analyze_bytes``, ``analyze_file``, ``guess_engine``.
 - ``prefilter``: which lines reach Python at all (C-speed scans over each chunk).
+- ``classify``: what a line is for a viewer (kind codes, progress-bar collapsing, the text it shows),
+  block by block, for the dashboard's log view.
+- ``ingest``: the dashboard's per-log worker process (classifies, then analyses; its pipe protocol).
 - ``rootcause``: per-process traceback segmentation, chains, wrappers, the pick.
 - ``hints``: the table of known failures and their one-line next steps.
 """
