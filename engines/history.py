@@ -20,7 +20,7 @@ from typing import Any
 
 from servelab.engines.compare import baseline_speedup
 from servelab.engines.errors import ServelabError
-from servelab.engines.logs.analyzer import Analysis, Stage
+from servelab.engines.logs.values import Analysis, Stage
 from servelab.engines.probe.artifacts import load_probe
 from servelab.engines.runs import RunRecord, Runs
 from servelab.engines.runstate import RunState

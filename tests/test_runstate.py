@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from servelab.engines.errors import ServelabError
-from servelab.engines.logs.analyzer import analyze_file
+from servelab.engines.logs.files import analyze_file
 from servelab.engines.runs import RunRecord
 from servelab.engines.runstate import STYLES, RunState, is_terminal
 

@@ -20,8 +20,9 @@ from collections.abc import Callable
 
 from servelab.engines.adapter import get_adapter
 from servelab.engines.hosts.base import Host
-from servelab.engines.logs.analyzer import Analysis, LogAnalyzer, Stage
+from servelab.engines.logs.analyzer import LogAnalyzer
 from servelab.engines.logs.grammar import STAGE_LABELS, STAGES, LogGrammar
+from servelab.engines.logs.values import Analysis, Stage
 
 __all__ = ["STAGES", "STAGE_LABELS", "LiveAnalyses", "LiveAnalysis", "analyzer_for", "current_stage"]
 

@@ -36,7 +36,8 @@ from typing import IO, TYPE_CHECKING, Any
 from servelab.tui.widgets.line_index import Classified, LineClassifier, LineIndex
 
 if TYPE_CHECKING:  # the worker process imports the analyzer; the dashboard only receives its snapshots
-    from servelab.engines.logs.analyzer import Analysis, LogAnalyzer
+    from servelab.engines.logs.analyzer import LogAnalyzer
+    from servelab.engines.logs.values import Analysis
 
 #: Bytes the worker classifies or analyses between two looks at its input.
 BLOCK = 1 << 20
