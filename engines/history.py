@@ -23,7 +23,7 @@ from servelab.engines.errors import ServelabError
 from servelab.engines.logs.values import Analysis, Stage
 from servelab.engines.probe.artifacts import load_probe
 from servelab.engines.runs import RunRecord, Runs
-from servelab.engines.runstate import RunState
+from servelab.engines.runstate import RunState, StageState
 
 #: Timestamp shapes engines print (vLLM ``11-29 11:08:09``, SGLang ``2026-11-29 11:08:09``...).
 _TS_FORMATS = ("%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%m-%d %H:%M:%S", "%H:%M:%S")
@@ -87,8 +87,8 @@ def load_seconds(analysis: Analysis | None, probe: Mapping[str, Any] | None) -> 
             return float(sum(values))
     if analysis is not None:
         ready = next((s for s in analysis.stages if s.name == "ready"), None)
-        if ready is not None and ready.status == "done":
-            return sum(stage_seconds(s) or 0.0 for s in analysis.stages if s.status == "done")
+        if ready is not None and ready.status == StageState.DONE:
+            return sum(stage_seconds(s) or 0.0 for s in analysis.stages if s.status == StageState.DONE)
     return None
 
 

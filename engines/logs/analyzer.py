@@ -42,7 +42,7 @@ from servelab.engines.logs.rules import (
 from servelab.engines.logs.series import SERIES_POINTS, Read, Series, spec_figures, spec_point, throughput_point
 from servelab.engines.logs.stages import StageTracker
 from servelab.engines.logs.values import Analysis, SpecPoint, ThroughputPoint
-from servelab.engines.runstate import RunState
+from servelab.engines.runstate import RunState, StageState
 
 __all__ = ["EAGER_LINES", "MAX_LINE", "LogAnalyzer"]
 
@@ -548,7 +548,7 @@ class LogAnalyzer:
             if not was_ready:
                 failed = self._timeline.failed(stages, cause, self.grammar.frame_stages)
                 if failed is not None:
-                    failed.status = "failed"
+                    failed.status = StageState.FAILED
                     failed.ended_at = failed.ended_at or self._last_ts
                     failed_stage = failed.name
         elif self._shutdown or self._exited:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from servelab.engines.logs.grammar import STAGES
 from servelab.engines.logs.rules import to_number
 from servelab.engines.logs.values import Progress, RootCause, Stage
+from servelab.engines.runstate import StageState
 
 __all__ = ["StageTracker"]
 
@@ -26,45 +27,45 @@ class StageTracker:
 
     def pick_start(self, cands: tuple[int, ...]) -> int:
         for i in cands:
-            if self.stages[i].status != "done":
+            if self.stages[i].status != StageState.DONE:
                 return i
         return cands[-1]
 
     def pick_running(self, cands: tuple[int, ...]) -> int | None:
         for i in reversed(cands):
-            if self.stages[i].status == "running":
+            if self.stages[i].status == StageState.RUNNING:
                 return i
         return None
 
     def start(self, i: int, ts: str | None, detail: str | None) -> None:
         st = self.stages[i]
-        if st.status == "pending" and i >= self.furthest:
-            st.status = "running"
+        if st.status == StageState.PENDING and i >= self.furthest:
+            st.status = StageState.RUNNING
             st.started_at = ts
-        elif st.status == "pending":
-            st.status = "done"  # reported late (another process, out of order): it has happened
+        elif st.status == StageState.PENDING:
+            st.status = StageState.DONE  # reported late (another process, out of order): it has happened
             st.started_at = st.ended_at = ts
-        elif st.status == "done" and i >= self.furthest:
-            st.status = "running"  # a second bar of the same stage (FULL after PIECEWISE, draft graphs)
+        elif st.status == StageState.DONE and i >= self.furthest:
+            st.status = StageState.RUNNING  # a second bar of the same stage (FULL after PIECEWISE, draft graphs)
             st.ended_at = None
         if detail:
             st.detail = detail
         if i > self.furthest:
             for j in range(i):
                 sj = self.stages[j]
-                if sj.status == "running":
-                    sj.status = "done"
+                if sj.status == StageState.RUNNING:
+                    sj.status = StageState.DONE
                     sj.ended_at = ts
             self.furthest = i
 
     def end(self, i: int, ts: str | None, detail: str | None) -> None:
         st = self.stages[i]
-        if st.status == "running":
-            st.status = "done"
+        if st.status == StageState.RUNNING:
+            st.status = StageState.DONE
             st.ended_at = ts
-        elif st.status == "pending" and i >= self.furthest:
+        elif st.status == StageState.PENDING and i >= self.furthest:
             self.start(i, None, None)  # its start was not in the log
-            st.status = "done"
+            st.status = StageState.DONE
             st.ended_at = ts
         if detail:
             st.detail = detail
@@ -74,8 +75,8 @@ class StageTracker:
         if i is None:
             i = self.pick_start(cands)
         st = self.stages[i]
-        if st.status != "running" or i < self.furthest:
-            if st.status == "done" and i < self.furthest:
+        if st.status != StageState.RUNNING or i < self.furthest:
+            if st.status == StageState.DONE and i < self.furthest:
                 return  # a late bar of an earlier stage (another rank): ignore
             self.start(i, ts, None)
         gd = m.groupdict()
@@ -90,7 +91,7 @@ class StageTracker:
         """The run is up: the last stage (``ready``) is done, every earlier one with it."""
         ready = len(STAGES) - 1
         self.start(ready, ts, None)
-        self.stages[ready].status = "done"
+        self.stages[ready].status = StageState.DONE
         self.stages[ready].ended_at = ts
 
     def copy(self) -> list[Stage]:
@@ -101,12 +102,12 @@ class StageTracker:
         """The stage of ``stages`` (a copy) a crash before ready failed in: the one running, or, when
         the log shows no stage (an excerpt that starts inside the traceback), the one the innermost
         recognised frame of the cause names (``frame_stages``: the grammar's (needle, stage))."""
-        running = [s for s in stages if s.status == "running"]
+        running = [s for s in stages if s.status == StageState.RUNNING]
         if self.furthest <= 0 and cause is not None and frame_stages:
             for line in reversed(cause.excerpt):
                 for needle, name in frame_stages:
                     if needle in line:
                         for s in running:
-                            s.status = "done"  # it ran (the process printed), and it is not where it failed
+                            s.status = StageState.DONE  # it ran (the process printed), and it is not where it failed
                         return stages[STAGES.index(name)]
         return running[-1] if running else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from servelab.engines.runstate import RunState
+from servelab.engines.runstate import RunState, StageState
 
 __all__ = ["Analysis", "Progress", "RootCause", "SpecFigures", "SpecPoint", "Stage", "ThroughputPoint"]
 
@@ -62,7 +62,7 @@ class Stage:
     """One startup stage. Times are the log's own timestamps (strings), None when not printed."""
 
     name: str
-    status: str = "pending"  # pending | running | done | failed
+    status: StageState = StageState.PENDING
     started_at: str | None = None
     ended_at: str | None = None
     progress: Progress | None = None

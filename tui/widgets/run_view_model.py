@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from servelab.engines.history import stage_seconds
 from servelab.engines.logs.live import STAGE_LABELS, STAGES
 from servelab.engines.logs.values import Analysis, RootCause, SpecFigures, Stage
-from servelab.engines.runstate import RunState
+from servelab.engines.runstate import RunState, StageState
 
 
 @dataclass
@@ -20,7 +20,7 @@ class StageRow:
 
     id: str
     label: str
-    status: str = "pending"  # pending, running, done, failed
+    status: StageState = StageState.PENDING
     done: float | None = None
     total: float | None = None
     rate: str | None = None
