@@ -7,12 +7,28 @@ ingest worker's process boundary, so they hold plain data only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from servelab.engines.runstate import RunState, StageState
 
-__all__ = ["Analysis", "Progress", "RootCause", "SpecFigures", "SpecPoint", "Stage", "ThroughputPoint"]
+__all__ = [
+    "Analysis",
+    "Progress",
+    "RootCause",
+    "SpecFigures",
+    "SpecPoint",
+    "Stage",
+    "ThroughputPoint",
+    "log_span_s",
+    "parse_log_time",
+    "stage_seconds",
+]
+
+#: Timestamp shapes engines print (vLLM ``11-29 11:08:09``, SGLang ``2026-11-29 11:08:09``...).
+_TS_FORMATS = ("%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%m-%d %H:%M:%S", "%H:%M:%S")
 
 
 @dataclass
@@ -77,6 +93,45 @@ class Stage:
             "progress": self.progress.to_json() if self.progress else None,
             "detail": self.detail,
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Stage:
+        """A stage from its ``to_json()`` (as ``servelab analyze --json`` wrote it; missing keys are defaults)."""
+        progress = data.get("progress")
+        return cls(
+            name=str(data.get("name")),
+            status=StageState(data.get("status") or StageState.PENDING),
+            started_at=data.get("started_at"),
+            ended_at=data.get("ended_at"),
+            progress=Progress(**progress) if isinstance(progress, dict) else None,
+            detail=str(data.get("detail") or ""),
+        )
+
+
+def parse_log_time(value: str | None) -> datetime | None:
+    """A log's timestamp (fractions dropped), None when missing or not a known shape."""
+    if not value:
+        return None
+    text = value.strip().split(".")[0].split(",")[0]
+    for fmt in _TS_FORMATS:
+        try:
+            return datetime.strptime(text, fmt)
+        except ValueError:
+            continue
+    return None
+
+
+def log_span_s(started: str | None, ended: str | None) -> float | None:
+    """Seconds between two log timestamps (None when either is missing or unparsable)."""
+    a, b = parse_log_time(started), parse_log_time(ended)
+    if a is None or b is None:
+        return None
+    return (b - a).total_seconds()
+
+
+def stage_seconds(stage: Stage) -> float | None:
+    """How long a stage took (or has taken so far, when its end is not logged yet: None)."""
+    return log_span_s(stage.started_at, stage.ended_at)
 
 
 @dataclass

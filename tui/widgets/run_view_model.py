@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from servelab.engines.history import stage_seconds
 from servelab.engines.logs.live import STAGE_LABELS, STAGES
-from servelab.engines.logs.values import Analysis, RootCause, SpecFigures, Stage
+from servelab.engines.logs.values import Analysis, RootCause, SpecFigures, Stage, stage_seconds
 from servelab.engines.runstate import RunState, StageState
 
 
