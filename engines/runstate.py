@@ -111,7 +111,7 @@ STAGE_STYLES: dict[StageState, str] = {
     StageState.DONE: "bold green",
     StageState.FAILED: "bold red",
 }
-
+#: The mark drawn before a stage's name, in its style.
 STAGE_MARKS: dict[StageState, str] = {
     StageState.PENDING: "·",
     StageState.RUNNING: "▶",

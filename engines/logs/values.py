@@ -2,7 +2,8 @@
 
 :class:`Analysis` is what :class:`~servelab.engines.logs.analyzer.LogAnalyzer` answers; its
 ``to_json()`` is the ``servelab analyze --json`` object. These values are pickled across the
-ingest worker's process boundary, so they hold plain data only.
+ingest worker's process boundary, so they hold plain data only. :func:`stage_seconds` is how
+long a stage took by the log's own clock (:func:`parse_log_time` reads the engines' timestamps).
 """
 
 from __future__ import annotations
