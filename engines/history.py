@@ -2,7 +2,8 @@
 
 - :func:`latest_runs`: each experiment's newest run with its state, load time and probe figures;
 - :func:`display_state`: the one word a run's state is shown as (the log's word while it runs);
-- :func:`load_seconds` / :func:`stage_seconds`: how long a load took, by the log's own clock;
+- :func:`load_seconds`: how long a load took, by the log's own clock (each stage's
+  :func:`~servelab.engines.logs.values.stage_seconds`);
 - :func:`earlier_stage_seconds`: median stage durations of earlier loads, for ETAs;
 - :func:`latest_probed`: the newest run of each experiment that has a probe to compare.
 
@@ -14,20 +15,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from statistics import median
 from typing import Any
 
 from servelab.engines.compare import baseline_speedup
 from servelab.engines.errors import ServelabError
-from servelab.engines.logs.analyzer import Analysis, Stage
+from servelab.engines.logs.values import Analysis, stage_seconds
 from servelab.engines.probe.artifacts import load_probe
 from servelab.engines.runs import RunRecord, Runs
-from servelab.engines.runstate import RunState
-
-#: Timestamp shapes engines print (vLLM ``11-29 11:08:09``, SGLang ``2026-11-29 11:08:09``...).
-_TS_FORMATS = ("%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%m-%d %H:%M:%S", "%H:%M:%S")
-
+from servelab.engines.runstate import RunState, StageState
 
 @dataclass
 class LatestRun:
@@ -40,32 +36,6 @@ class LatestRun:
     acceptance_length: float | None = None
     output_throughput: float | None = None
     speedup: float | None = None
-
-
-def parse_log_time(value: str | None) -> datetime | None:
-    """A log's timestamp (fractions dropped), None when missing or not a known shape."""
-    if not value:
-        return None
-    text = value.strip().split(".")[0].split(",")[0]
-    for fmt in _TS_FORMATS:
-        try:
-            return datetime.strptime(text, fmt)
-        except ValueError:
-            continue
-    return None
-
-
-def log_span_s(started: str | None, ended: str | None) -> float | None:
-    """Seconds between two log timestamps (None when either is missing or unparsable)."""
-    a, b = parse_log_time(started), parse_log_time(ended)
-    if a is None or b is None:
-        return None
-    return (b - a).total_seconds()
-
-
-def stage_seconds(stage: Stage) -> float | None:
-    """How long a stage took (or has taken so far, when its end is not logged yet: None)."""
-    return log_span_s(stage.started_at, stage.ended_at)
 
 
 def display_state(record_status: RunState, exit_code: int | None, analysis: Analysis | None) -> RunState:
@@ -87,8 +57,8 @@ def load_seconds(analysis: Analysis | None, probe: Mapping[str, Any] | None) -> 
             return float(sum(values))
     if analysis is not None:
         ready = next((s for s in analysis.stages if s.name == "ready"), None)
-        if ready is not None and ready.status == "done":
-            return sum(stage_seconds(s) or 0.0 for s in analysis.stages if s.status == "done")
+        if ready is not None and ready.status == StageState.DONE:
+            return sum(stage_seconds(s) or 0.0 for s in analysis.stages if s.status == StageState.DONE)
     return None
 
 

@@ -33,7 +33,7 @@ from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.helpers import run_script
 from servelab.engines.hosts.scripts import ScriptUploadError
 from servelab.engines.hostsfile import HostConfig
-from servelab.engines.logs.rootcause import RootCause
+from servelab.engines.logs.values import RootCause
 from servelab.engines.multinode import NodePlan, NodeProcess, start_order
 from servelab.engines.nodes_ray import is_ray_daemon
 from servelab.engines.nodes_hints import RendezvousHint, live_logs, rendezvous_hint, stamp_of

@@ -21,10 +21,11 @@ from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 
 from servelab.engines.adapter import get_adapter
-from servelab.engines.logs.analyzer import Analysis, LogAnalyzer, Stage
+from servelab.engines.logs.analyzer import LogAnalyzer
 from servelab.engines.logs.grammar import Header, LogGrammar
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.logs.live import CHUNK, LiveAnalyses, LiveAnalysis, current_stage
+from servelab.engines.logs.values import Analysis, Stage
 from servelab.engines.nodes_hints import RendezvousHint
 from servelab.engines.nodes_run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeFailure, NodeLine, NodeRun, follow_node, merge_nodes
 from servelab.engines.runs import NoSuchRun, Runs

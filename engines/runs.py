@@ -34,7 +34,7 @@ from servelab.engines.hosts.base import Host, HostUnreachable, host_workdir
 from servelab.engines.hosts.registry import open_host
 from servelab.engines.hosts.seen import HostSeen, SeenStore, clock, host_key
 from servelab.engines.hostsfile import HostConfig
-from servelab.engines.logs.analyzer import Analysis
+from servelab.engines.logs.values import Analysis
 from servelab.engines.logs.live import LiveAnalyses
 from servelab.engines.preflight import run_preflight
 from servelab.engines.runstate import RunState

@@ -8,7 +8,10 @@ Two sources name a run's state, and every screen, the CLI and the JSON use these
 - the log analyzer: ``starting``, ``loading``, ``ready``, ``crashed``, ``exited``, and ``waiting``
   before the first byte has been read.
 
-``RunState`` is a ``StrEnum``, so JSON keeps the plain strings it always had.
+``StageState`` names where one startup stage is (``pending``, ``running``, ``done``, ``failed``).
+
+Both are ``StrEnum``s, so JSON keeps the plain strings it always had; each has one style table
+that every screen draws it in.
 """
 
 from __future__ import annotations
@@ -80,3 +83,38 @@ STYLES: dict[RunState, str] = {
 def is_terminal(state: RunState | str) -> bool:
     """``RunState.is_terminal`` for a state that may still be a plain string."""
     return RunState.parse(state).is_terminal
+
+
+class StageState(StrEnum):
+    """A startup stage's state (``Stage.status``). The string values are the ones ``--json`` carries."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+    @property
+    def style(self) -> str:
+        """The Rich style every screen draws this state (its mark, its name) in."""
+        return STAGE_STYLES[self]
+
+    @property
+    def mark(self) -> str:
+        """The one-character mark in front of a stage's name."""
+        return STAGE_MARKS[self]
+
+
+#: One style per stage state, for the run screen's stage bars and the multi-node lanes.
+STAGE_STYLES: dict[StageState, str] = {
+    StageState.PENDING: "dim",
+    StageState.RUNNING: "bold cyan",
+    StageState.DONE: "bold green",
+    StageState.FAILED: "bold red",
+}
+#: The mark drawn before a stage's name, in its style.
+STAGE_MARKS: dict[StageState, str] = {
+    StageState.PENDING: "·",
+    StageState.RUNNING: "▶",
+    StageState.DONE: "✓",
+    StageState.FAILED: "✗",
+}

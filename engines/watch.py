@@ -17,7 +17,7 @@ from collections.abc import Callable
 from servelab.engines.errors import ServelabError
 from servelab.engines.history import display_state
 from servelab.engines.hosts.base import HostUnreachable
-from servelab.engines.logs.analyzer import Analysis
+from servelab.engines.logs.values import Analysis
 from servelab.engines.runs import Runs, RunStatus
 from servelab.engines.runstate import RunState
 

@@ -11,9 +11,12 @@ import pytest
 
 from servelab.engines.adapter import get_adapter
 from servelab.engines.logs import rootcause
-from servelab.engines.logs.analyzer import SERIES_POINTS, Analysis, LogAnalyzer, analyze_bytes, guess_engine
+from servelab.engines.logs.analyzer import LogAnalyzer
+from servelab.engines.logs.files import analyze_bytes, guess_engine
 from servelab.engines.logs.hints import HINTS, find_hint
 from servelab.engines.logs.lines import LineSplitter
+from servelab.engines.logs.series import SERIES_POINTS
+from servelab.engines.logs.values import Analysis
 from tests.conftest import SHARED_LOGS
 
 DATA = Path(__file__).resolve().parent / "data" / "logs"

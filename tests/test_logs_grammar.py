@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from servelab.engines.adapter import all_adapters, get_adapter
-from servelab.engines.logs.analyzer import STAGES, analyze_bytes
-from servelab.engines.logs.grammar import LogGrammar, is_primary_process, parse_header
+from servelab.engines.logs.files import analyze_bytes
+from servelab.engines.logs.grammar import STAGES, LogGrammar, is_primary_process, parse_header
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import pytest
 from servelab.engines.catalog import load_catalog
 from servelab.engines.hosts.local import LocalHost
 from servelab.engines.hostsfile import HostConfig
-from servelab.engines.logs.analyzer import analyze_bytes
+from servelab.engines.logs.files import analyze_bytes
 from servelab.engines.logs.live import LiveAnalyses, LiveAnalysis, current_stage
 from servelab.engines.runs import Runs
 from servelab.engines.runstate import RunState

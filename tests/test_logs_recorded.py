@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engines.logs.analyzer import analyze_bytes, analyze_file
+from servelab.engines.logs.files import analyze_bytes, analyze_file
 
 DATA = Path(__file__).resolve().parent / "data" / "logs"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engines.logs.analyzer import analyze_file
+from servelab.engines.logs.files import analyze_file
 
 DATA = Path(__file__).resolve().parent / "data" / "logs"
 WRAPPERS = ("Received sigquit", "Triggering SIGQUIT", "kill_process_tree")

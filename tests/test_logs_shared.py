@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engines.logs.analyzer import analyze_file, guess_engine
+from servelab.engines.logs.files import analyze_file, guess_engine
 from tests.conftest import SHARED_LOGS
 
 SHARED = SHARED_LOGS  # ../shared/logs: the real logs the project is given

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engines.logs.analyzer import analyze_bytes
+from servelab.engines.logs.files import analyze_bytes
 from servelab.engines.logs.live import LiveAnalyses
 from servelab.engines.nodes_run import MultiNodeRecord, NodeLine, NodeRun
 from servelab.engines.nodes_view import NodeChunk, NodesLog, filter_label, group_id_of, next_filter, rank_analyzer

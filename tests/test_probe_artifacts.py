@@ -8,7 +8,7 @@ import pytest
 
 from servelab.engines.catalog import load_catalog
 from servelab.engines.errors import ServelabError
-from servelab.engines.probe.artifacts import identity, probe_run, probe_when_ready, stage_seconds, wait_for_ready
+from servelab.engines.probe.artifacts import identity, load_stages_s, probe_run, probe_when_ready, wait_for_ready
 from servelab.engines.runs import RunRecord
 from tests.conftest import EXPERIMENTS
 
@@ -22,8 +22,8 @@ def test_stage_seconds_from_log_timestamps() -> None:
             {"name": "warmup", "started_at": "garbage", "ended_at": "11-29 11:34:00"},
         ]
     }
-    assert stage_seconds(analysis) == {"weights": 1501.0, "compile": 30.0}
-    assert stage_seconds({}) == {}
+    assert load_stages_s(analysis) == {"weights": 1501.0, "compile": 30.0}
+    assert load_stages_s({}) == {}
 
 
 def test_identity_names_what_must_match() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from servelab.engines.errors import ServelabError
-from servelab.engines.logs.analyzer import analyze_file
+from servelab.engines.logs.files import analyze_file
 from servelab.engines.runs import RunRecord
 from servelab.engines.runstate import STYLES, RunState, is_terminal
 
@@ -85,3 +85,15 @@ def test_run_json_round_trips_with_the_same_strings() -> None:
     )
     assert rec.status is RunState.STOPPED
     assert json.loads(json.dumps(rec.to_json()))["status"] == "stopped"
+
+
+def test_stage_states_are_plain_strings_with_one_style_each() -> None:
+    from servelab.engines.runstate import STAGE_MARKS, STAGE_STYLES, StageState
+
+    assert [s.value for s in StageState] == ["pending", "running", "done", "failed"]
+    assert set(STAGE_STYLES) == set(StageState) and set(STAGE_MARKS) == set(StageState)
+    analysis = analyze_file(next(LOGS.glob("*.log")))
+    for stage in analysis.stages:
+        assert isinstance(stage.status, StageState) and stage.status.style
+    assert json.loads(json.dumps(analysis.to_json()))["stages"][0]["status"] in {s.value for s in StageState}
+    assert StageState.DONE == "done" and f"{StageState.RUNNING:<8}" == "running "

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from servelab.engines.logs.analyzer import analyze_bytes
+from servelab.engines.logs.files import analyze_bytes
 from tests.fixtures.tui import SHARED_LOGS
 from servelab.tui.widgets.line_index import LineIndex
 from servelab.engines.logs.ingest import SLICE_ITEMS, SeriesWindows, pack_analysis, unpack_analysis

@@ -20,8 +20,10 @@ from collections.abc import Callable
 
 from servelab.engines.adapter import get_adapter
 from servelab.engines.hosts.base import Host
-from servelab.engines.logs.analyzer import Analysis, LogAnalyzer, Stage
+from servelab.engines.logs.analyzer import LogAnalyzer
 from servelab.engines.logs.grammar import STAGE_LABELS, STAGES, LogGrammar
+from servelab.engines.logs.values import Analysis, Stage
+from servelab.engines.runstate import StageState
 
 __all__ = ["STAGES", "STAGE_LABELS", "LiveAnalyses", "LiveAnalysis", "analyzer_for", "current_stage"]
 
@@ -138,7 +140,7 @@ class LiveAnalysis:
 
 def current_stage(analysis: Analysis) -> Stage | None:
     """The stage the run is in: the one that failed, else the last one running, else the last done."""
-    for status in ("failed", "running", "done"):
+    for status in (StageState.FAILED, StageState.RUNNING, StageState.DONE):
         found = [s for s in analysis.stages if s.status == status]
         if found:
             return found[-1]

@@ -15,8 +15,9 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from servelab.engines.logs.grammar import LogGrammar
+from servelab.engines.logs.values import RootCause
 
-__all__ = ["RootCause", "TracebackTracker", "EXCEPTION_LINE"]
+__all__ = ["TracebackTracker", "EXCEPTION_LINE"]
 
 #: ``Type: message`` at the start of a line (dotted module paths allowed).
 EXCEPTION_LINE = re.compile(
@@ -42,34 +43,6 @@ _ERROR_LEVELS = ("ERROR", "CRITICAL")
 _EXC_SUFFIXES = ("Error", "ption", "rrupt", "ilure")
 #: The state of a traceback that is reading its frames (the analyzer's frame runs apply only then).
 FRAMES_STATE = _FRAMES
-
-
-@dataclass
-class RootCause:
-    """The failure to show the operator. ``exception`` is None when the log cut the traceback off."""
-
-    exception: str | None
-    message: str
-    process: str
-    line: int
-    excerpt: list[str] = field(default_factory=list)
-    #: Innermost frame, ``file.py:N in func`` (where it broke), when known.
-    where: str | None = None
-    #: True when the message was pulled out of a wrapper ("Capture cuda graph failed: <inner>").
-    harvested: bool = False
-    #: Where the wrapper says it happened ("during CUDA graph capture"), when the message was harvested.
-    context: str | None = None
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "exception": self.exception,
-            "message": self.message,
-            "process": self.process,
-            "line": self.line,
-            "where": self.where,
-            "context": self.context,
-            "excerpt": list(self.excerpt),
-        }
 
 
 @dataclass

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 import tomllib
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from servelab.engines.adapter import get_adapter
 from servelab.engines.errors import ServelabError
 from servelab.engines.experiment import Experiment
+from servelab.engines.logs.values import Stage, stage_seconds
 from servelab.engines.probe.prompts import load as load_prompts
 from servelab.engines.probe.runner import ProbeResult, ProbeSettingsView, Progress, run_probe
 from servelab.engines.probe.timer import HostTimer
@@ -82,28 +83,14 @@ def identity(exp: Experiment, rec: RunRecord, gpus: list[str], nodes: list[dict[
     return out
 
 
-_TS_FORMATS = ("%m-%d %H:%M:%S", "%Y-%m-%d %H:%M:%S", "%H:%M:%S")
-
-
-def _parse_ts(value: str | None) -> dt.datetime | None:
-    if not value:
-        return None
-    text = re.sub(r"[.,]\d+$", "", value.strip())
-    for fmt in _TS_FORMATS:
-        try:
-            return dt.datetime.strptime(text, fmt)
-        except ValueError:
-            continue
-    return None
-
-
-def stage_seconds(analysis: dict[str, Any]) -> dict[str, float]:
-    """Seconds each finished startup stage took, from the analyzer's log timestamps."""
+def load_stages_s(analysis: Mapping[str, Any]) -> dict[str, float]:
+    """Seconds each finished startup stage took (``probe.json``'s ``load_stages_s``), from an
+    analysis's JSON: its stages, typed again, timed by :func:`~servelab.engines.logs.values.stage_seconds`."""
     out: dict[str, float] = {}
-    for st in analysis.get("stages") or []:
-        a, b = _parse_ts(st.get("started_at")), _parse_ts(st.get("ended_at"))
-        if a is not None and b is not None and b >= a:
-            out[str(st.get("name"))] = (b - a).total_seconds()
+    for stage in (Stage.from_json(st) for st in analysis.get("stages") or []):
+        seconds = stage_seconds(stage)
+        if seconds is not None and seconds >= 0:
+            out[stage.name] = seconds
     return out
 
 
@@ -144,7 +131,7 @@ async def probe_run(runs: Runs, run_id: str, *, progress: Progress | None = None
     )
     # Stage timings are final once the server is ready, so read them after the probe.
     after = await runs.status(run_id)
-    result.summary["load_stages_s"] = stage_seconds(after.analysis.to_json() if after.analysis is not None else {})
+    result.summary["load_stages_s"] = load_stages_s(after.analysis.to_json() if after.analysis is not None else {})
     result.summary["run"] = run_id
     result.summary["experiment"] = rec.experiment
     result.summary["baseline_experiment"] = exp.baseline

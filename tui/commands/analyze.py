@@ -9,7 +9,8 @@ from pathlib import Path
 
 from servelab.engines.adapter import ENGINE_MODULES
 from servelab.engines.errors import ServelabError
-from servelab.engines.logs.analyzer import Analysis, analyze_file
+from servelab.engines.logs.files import analyze_file
+from servelab.engines.logs.values import Analysis
 from servelab.engines.runstate import RunState
 
 

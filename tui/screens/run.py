@@ -29,6 +29,7 @@ from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.history import earlier_stage_seconds, probe_of
 from servelab.engines.logs.live import LiveAnalysis
 from servelab.engines.runs import RunRecord, Runs, RunUnreachable
+from servelab.engines.runstate import StageState
 from servelab.tui.app import servelab_app
 from servelab.tui.widgets.line_index import LineIndex
 from servelab.tui.widgets.log_ingest import IngestUpdate, LogIngest
@@ -64,7 +65,7 @@ def prune_spool(folder: Path, max_age_s: float = SPOOL_DAYS * 86400) -> None:
 
 def with_history(stage: StageRow, earlier_s: float | None, running_for_s: float = 0.0) -> StageRow:
     """A running stage without its own ETA gets one from earlier loads."""
-    if earlier_s is None or stage.status != "running" or stage.eta_s is not None:
+    if earlier_s is None or stage.status != StageState.RUNNING or stage.eta_s is not None:
         return stage
     elapsed = running_for_s
     note = f"earlier loads took {format_duration(earlier_s)}"
@@ -345,7 +346,7 @@ class RunScreen(Screen[None]):
         self._render_title()
         now = time.monotonic()
         for stage in self.view.stages:
-            if stage.status == "running":
+            if stage.status == StageState.RUNNING:
                 self._running_since.setdefault(stage.id, now)
         stages = [
             with_history(stage, self.stage_history.get(stage.id), now - self._running_since.get(stage.id, now))
@@ -356,7 +357,7 @@ class RunScreen(Screen[None]):
             # Compact: done and running stages, then only the next pending one.
             shown, pending_seen = [], False
             for stage in stages:
-                if stage.status == "pending":
+                if stage.status == StageState.PENDING:
                     if pending_seen or self.view.root_cause is not None:
                         continue
                     pending_seen = True

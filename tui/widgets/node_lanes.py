@@ -8,8 +8,9 @@ from rich.table import Table
 from rich.text import Text
 
 from servelab.engines.nodes_view import LaneView
+from servelab.engines.runstate import StageState
 from servelab.tui.widgets.run_view_model import format_duration, stage_row
-from servelab.tui.widgets.stage_timeline import BAR_WIDTH, MARKS
+from servelab.tui.widgets.stage_timeline import BAR_WIDTH
 
 
 def lanes_table(lanes: list[LaneView]) -> Table:
@@ -28,14 +29,15 @@ def lanes_table(lanes: list[LaneView]) -> Table:
             table.add_row(Text(lv.lane.label, style="bold"), Text(state, style=state.style), Text("·", style="dim"), Text("waiting", style="dim"), Text(""), Text(""))
             continue
         row = stage_row(stage)
-        mark, style = MARKS.get(row.status, MARKS["pending"])
+        state_of_stage = StageState(row.status)
+        mark, style = state_of_stage.mark, state_of_stage.style
         bar: ProgressBar | Text
         if row.total:
             bar = ProgressBar(total=row.total, completed=min(row.done or 0.0, row.total), width=BAR_WIDTH,
-                              complete_style="red" if row.status == "failed" else "green" if row.status == "done" else "cyan")
-        elif row.status == "running":
+                              complete_style="red" if row.status == StageState.FAILED else "green" if row.status == StageState.DONE else "cyan")
+        elif row.status == StageState.RUNNING:
             bar = ProgressBar(total=None, width=BAR_WIDTH, pulse=True)
-        elif row.status == "done":
+        elif row.status == StageState.DONE:
             bar = ProgressBar(total=1, completed=1, width=BAR_WIDTH, complete_style="green")
         else:
             bar = Text("")

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from servelab.engines.logs.analyzer import SpecFigures
+from servelab.engines.logs.values import SpecFigures
 
 
 def _fmt(value: Any, spec: str, suffix: str = "") -> str:

@@ -1,4 +1,4 @@
-"""What the run screen shows, built from the core's typed :class:`~engines.logs.analyzer.Analysis`.
+"""What the run screen shows, built from the core's typed :class:`~engines.logs.values.Analysis`.
 
 Textual-free, so it is tested without an app. A renamed field of the analysis is a type error
 here (mypy and the tests), not a dashboard that quietly goes blank.
@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from servelab.engines.history import stage_seconds
-from servelab.engines.logs.analyzer import Analysis, RootCause, SpecFigures, Stage
 from servelab.engines.logs.live import STAGE_LABELS, STAGES
-from servelab.engines.runstate import RunState
+from servelab.engines.logs.values import Analysis, RootCause, SpecFigures, Stage, stage_seconds
+from servelab.engines.runstate import RunState, StageState
 
 
 @dataclass
@@ -20,7 +19,7 @@ class StageRow:
 
     id: str
     label: str
-    status: str = "pending"  # pending, running, done, failed
+    status: StageState = StageState.PENDING
     done: float | None = None
     total: float | None = None
     rate: str | None = None

@@ -7,15 +7,9 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from servelab.engines.runstate import StageState
 from servelab.tui.widgets.run_view_model import StageRow, format_duration
 
-MARKS: dict[str, tuple[str, str]] = {
-    "done": ("✓", "bold green"),
-    "running": ("▶", "bold cyan"),
-    "failed": ("✗", "bold red"),
-    "skipped": ("–", "dim"),
-    "pending": ("·", "dim"),
-}
 BAR_WIDTH = 22
 
 
@@ -27,27 +21,28 @@ def stage_table(stages: list[StageRow], *, header: Text | None = None) -> Table:
     table.add_column(width=BAR_WIDTH, no_wrap=True)
     table.add_column(no_wrap=True, overflow="ellipsis", ratio=1)
     for stage in stages:
-        mark, style = MARKS.get(stage.status, MARKS["pending"])
-        name = Text(stage.label, style=style if stage.status != "pending" else "dim")
+        state = StageState(stage.status)
+        mark, style = state.mark, state.style
+        name = Text(stage.label, style=style)
         bar: ProgressBar | Text
         if stage.total:
             done = stage.done or 0.0
             bar = ProgressBar(total=stage.total, completed=min(done, stage.total), width=BAR_WIDTH,
-                              complete_style="red" if stage.status == "failed" else "green" if stage.status == "done" else "cyan")
+                              complete_style="red" if stage.status == StageState.FAILED else "green" if stage.status == StageState.DONE else "cyan")
             counts = f"{done:g}/{stage.total:g}"
-        elif stage.status == "running":
+        elif stage.status == StageState.RUNNING:
             bar = ProgressBar(total=None, width=BAR_WIDTH, pulse=True)
             counts = ""
-        elif stage.status == "done":
+        elif stage.status == StageState.DONE:
             bar = ProgressBar(total=1, completed=1, width=BAR_WIDTH, complete_style="green")
             counts = ""
         else:
             bar = Text("")
             counts = ""
         info: list[str] = [c for c in (counts, stage.rate or "") if c]
-        if stage.status == "running" and stage.eta_s is not None:
+        if stage.status == StageState.RUNNING and stage.eta_s is not None:
             info.append(f"ETA {format_duration(stage.eta_s)}")
-        if stage.elapsed_s is not None and stage.status != "pending":
+        if stage.elapsed_s is not None and stage.status != StageState.PENDING:
             info.append(format_duration(stage.elapsed_s))
         if stage.detail:
             info.append(stage.detail)

@@ -1,0 +1,208 @@
+"""What a log analysis says, as typed values: the run's state, its stages, the root cause, figures.
+
+:class:`Analysis` is what :class:`~servelab.engines.logs.analyzer.LogAnalyzer` answers; its
+``to_json()`` is the ``servelab analyze --json`` object. These values are pickled across the
+ingest worker's process boundary, so they hold plain data only. :func:`stage_seconds` is how
+long a stage took by the log's own clock (:func:`parse_log_time` reads the engines' timestamps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from servelab.engines.runstate import RunState, StageState
+
+__all__ = [
+    "Analysis",
+    "Progress",
+    "RootCause",
+    "SpecFigures",
+    "SpecPoint",
+    "Stage",
+    "ThroughputPoint",
+    "log_span_s",
+    "parse_log_time",
+    "stage_seconds",
+]
+
+#: Timestamp shapes engines print (vLLM ``11-29 11:08:09``, SGLang ``2026-11-29 11:08:09``...).
+_TS_FORMATS = ("%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%m-%d %H:%M:%S", "%H:%M:%S")
+
+
+@dataclass
+class RootCause:
+    """The failure to show the operator. ``exception`` is None when the log cut the traceback off."""
+
+    exception: str | None
+    message: str
+    process: str
+    line: int
+    excerpt: list[str] = field(default_factory=list)
+    #: Innermost frame, ``file.py:N in func`` (where it broke), when known.
+    where: str | None = None
+    #: True when the message was pulled out of a wrapper ("Capture cuda graph failed: <inner>").
+    harvested: bool = False
+    #: Where the wrapper says it happened ("during CUDA graph capture"), when the message was harvested.
+    context: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "exception": self.exception,
+            "message": self.message,
+            "process": self.process,
+            "line": self.line,
+            "where": self.where,
+            "context": self.context,
+            "excerpt": list(self.excerpt),
+        }
+
+
+
+@dataclass
+class Progress:
+    """A bar's state: ``rate`` in items per second, ``eta_s`` seconds left (None when unknown)."""
+
+    done: int
+    total: int
+    rate: float | None = None
+    eta_s: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"done": self.done, "total": self.total, "rate": self.rate, "eta_s": self.eta_s}
+
+
+@dataclass
+class Stage:
+    """One startup stage. Times are the log's own timestamps (strings), None when not printed."""
+
+    name: str
+    status: StageState = StageState.PENDING
+    started_at: str | None = None
+    ended_at: str | None = None
+    progress: Progress | None = None
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "progress": self.progress.to_json() if self.progress else None,
+            "detail": self.detail,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Stage:
+        """A stage from its ``to_json()`` (as ``servelab analyze --json`` wrote it; missing keys are defaults)."""
+        progress = data.get("progress")
+        return cls(
+            name=str(data.get("name")),
+            status=StageState(data.get("status") or StageState.PENDING),
+            started_at=data.get("started_at"),
+            ended_at=data.get("ended_at"),
+            progress=Progress(**progress) if isinstance(progress, dict) else None,
+            detail=str(data.get("detail") or ""),
+        )
+
+
+def parse_log_time(value: str | None) -> datetime | None:
+    """A log's timestamp (fractions dropped), None when missing or not a known shape."""
+    if not value:
+        return None
+    text = value.strip().split(".")[0].split(",")[0]
+    for fmt in _TS_FORMATS:
+        try:
+            return datetime.strptime(text, fmt)
+        except ValueError:
+            continue
+    return None
+
+
+def log_span_s(started: str | None, ended: str | None) -> float | None:
+    """Seconds between two log timestamps (None when either is missing or unparsable)."""
+    a, b = parse_log_time(started), parse_log_time(ended)
+    if a is None or b is None:
+        return None
+    return (b - a).total_seconds()
+
+
+def stage_seconds(stage: Stage) -> float | None:
+    """How long a stage took (or has taken so far, when its end is not logged yet: None)."""
+    return log_span_s(stage.started_at, stage.ended_at)
+
+
+@dataclass
+class SpecFigures:
+    """Speculative-decoding figures as printed: acceptance rate is a fraction 0..1."""
+
+    acceptance_rate: float | None
+    mean_acceptance_length: float | None
+    per_position: list[float] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "acceptance_rate": self.acceptance_rate,
+            "mean_acceptance_length": self.mean_acceptance_length,
+            "per_position": list(self.per_position),
+        }
+
+
+@dataclass(frozen=True)
+class SpecPoint:
+    ts: str | None
+    line: int
+    acceptance_rate: float | None
+    mean_acceptance_length: float | None
+
+
+@dataclass(frozen=True)
+class ThroughputPoint:
+    ts: str | None
+    line: int
+    generation_tps: float | None
+    prompt_tps: float | None
+
+
+@dataclass
+class Analysis:
+    """What the log says right now. ``to_json()`` is the ``servelab analyze --json`` object."""
+
+    engine: str
+    state: RunState  # starting | loading | ready | crashed | exited
+    was_ready: bool
+    stages: list[Stage]
+    root_cause: RootCause | None
+    hint: str | None
+    spec_decode: SpecFigures | None
+    spec_series: list[SpecPoint]
+    throughput_series: list[ThroughputPoint]
+    lines: int
+    exit_code: int | None = None
+    #: The stage the run failed in (None unless it crashed before it was up).
+    failed_stage: str | None = None
+
+    def stage(self, name: str) -> Stage:
+        for s in self.stages:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    def to_json(self) -> dict[str, Any]:
+        last_tp = self.throughput_series[-1] if self.throughput_series else None
+        return {
+            "engine": self.engine,
+            "state": self.state,
+            "was_ready": self.was_ready,
+            "stages": [s.to_json() for s in self.stages],
+            "root_cause": self.root_cause.to_json() if self.root_cause else None,
+            "hint": self.hint,
+            "spec_decode": self.spec_decode.to_json() if self.spec_decode else None,
+            "generation_throughput": last_tp.generation_tps if last_tp else None,
+            "lines": self.lines,
+            "exit_code": self.exit_code,
+            "failed_stage": self.failed_stage,
+        }
