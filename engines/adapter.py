@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from servelab.engines.drafter.rules import EngineRules, RulesQuery, SourceReader
     from servelab.engines.experiment import Experiment
     from servelab.engines.logs.grammar import LogGrammar
-    from servelab.engines.multinode import NodePlan, NodeTarget
-    from servelab.engines.nodes_hints import RendezvousGrammar
+    from servelab.engines.nodes.plan import NodePlan, NodeTarget
+    from servelab.engines.nodes.hints import RendezvousGrammar
     from servelab.engines.probe.metrics import AcceptanceWindow, LatencyHistograms
     from servelab.engines.probe.prompts import PromptSet
 
@@ -124,7 +124,7 @@ class EngineAdapter(Protocol):
         """What each node of a multi-node experiment runs, head first (``targets[0]``)."""
         ...
 
-    #: The engine's rendezvous lines, and what a stuck join points at (``engines/nodes_hints.py``).
+    #: The engine's rendezvous lines, and what a stuck join points at (``engines/nodes/hints.py``).
     rendezvous: RendezvousGrammar
 
     def read_acceptance(self, http: httpx.AsyncClient, exp: Experiment | None, prompts: PromptSet, max_tokens: int) -> AcceptanceWindow:

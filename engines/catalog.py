@@ -17,7 +17,7 @@ from servelab.engines.errors import Problem, ServelabError
 from servelab.engines.experiment import Experiment, SourcedExperiment, split_host_port
 from servelab.engines.hostsfile import LOCAL, HostConfig, HostsFile
 from servelab.engines.loader import display_path, load_model, locate, parse_toml
-from servelab.engines.multinode import NodeAddress, NodePlan, NodeTarget
+from servelab.engines.nodes.plan import NodeAddress, NodePlan, NodeTarget
 
 HOSTS_FILE = "hosts.toml"
 #: Where the command line looks when ``--dir`` is not given.

@@ -497,7 +497,7 @@ async def diagnosis_lines(runs: Runs, run_ids: Sequence[str], speedups: dict[str
     from servelab.engines.diagnosis.artifacts import load_diagnosis
     from servelab.engines.diagnosis.verdict import verdict_line
 
-    from servelab.engines.nodes_view import head_run_id
+    from servelab.engines.nodes.view import head_run_id
 
     out = []
     for run_id in run_ids:

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from servelab.engines.adapter import ArgValidation, Inexpressible, LaunchSpec, engine_args_problems, render_flags
 from servelab.engines.experiment import Experiment
-from servelab.engines.multinode import NodePlan, NodeProcess, NodeTarget, host_port, multinode_problems, rendezvous_of, with_env
-from servelab.engines.nodes_hints import RendezvousGrammar
+from servelab.engines.nodes.plan import NodePlan, NodeProcess, NodeTarget, host_port, multinode_problems, rendezvous_of, with_env
+from servelab.engines.nodes.hints import RendezvousGrammar
 from servelab.engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
 from servelab.engines.probe.metrics import LatencyHistograms
 

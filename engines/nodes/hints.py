@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from servelab.engines.nodes_run import NodeState
+    from servelab.engines.nodes.run import NodeState
 
 
 @dataclass(frozen=True)
