@@ -16,8 +16,7 @@ Members, by concern:
 from __future__ import annotations
 
 import importlib
-import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -27,36 +26,17 @@ if TYPE_CHECKING:
     from servelab.engines.drafter.rules import EngineRules, RulesQuery, SourceReader
     from servelab.engines.experiment import Experiment
     from servelab.engines.logs.grammar import LogGrammar
-    from servelab.engines.nodes.plan import NodePlan, NodeTarget
-    from servelab.engines.nodes.hints import RendezvousGrammar
     from servelab.engines.probe.metrics import AcceptanceWindow, LatencyHistograms
     from servelab.engines.probe.prompts import PromptSet
+    from servelab.engines.values import NodePlan, NodeTarget, RendezvousGrammar
+
+from servelab.engines.values import Inexpressible, LaunchSpec
 
 #: Modules that each define ``ADAPTER``. One line per engine.
 ENGINE_MODULES: dict[str, str] = {
     "vllm": "servelab.engines.vllm",
     "sglang": "servelab.engines.sglang",
 }
-
-
-@dataclass(frozen=True)
-class LaunchSpec:
-    """The exact argv and extra environment that start an engine. Never passed through a shell."""
-
-    argv: list[str]
-    env: dict[str, str] = field(default_factory=dict)
-
-    def display(self) -> str:
-        """Shell-quoted, for showing and copying only."""
-        return shlex.join(self.argv)
-
-
-@dataclass(frozen=True)
-class Inexpressible:
-    """A setting this engine cannot express, reported at check time (never silently dropped)."""
-
-    path: str
-    message: str
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from servelab.engines.adapter import LaunchSpec
+from servelab.engines.values import LaunchSpec
 from servelab.engines.catalog import Catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.experiment import SourcedExperiment

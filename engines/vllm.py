@@ -13,11 +13,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from servelab.engines.adapter import ArgValidation, Inexpressible, LaunchSpec, engine_args_problems, render_flags
+from servelab.engines.adapter import ArgValidation, engine_args_problems, render_flags
+from servelab.engines.values import Inexpressible, LaunchSpec
 from servelab.engines.experiment import Experiment
-from servelab.engines.nodes.plan import NodePlan, NodeProcess, NodeTarget, multinode_problems, rendezvous_of, with_env
+from servelab.engines.nodes.plan import multinode_problems, rendezvous_of, with_env
+from servelab.engines.values import NodePlan, NodeProcess, NodeTarget
 from servelab.engines.nodes.ray import ray_env, ray_node_process
-from servelab.engines.nodes.hints import RendezvousGrammar
+from servelab.engines.values import RendezvousGrammar
 from servelab.engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
 from servelab.engines.probe.metrics import LatencyHistograms
 

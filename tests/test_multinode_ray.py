@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engines.adapter import LaunchSpec
+from servelab.engines.values import LaunchSpec
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.registry import close_all
 from servelab.engines.nodes.ray import ray_temp_dir

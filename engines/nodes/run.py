@@ -34,9 +34,10 @@ from servelab.engines.helpers import run_script
 from servelab.engines.hosts.scripts import ScriptUploadError
 from servelab.engines.hostsfile import HostConfig
 from servelab.engines.logs.rootcause import RootCause
-from servelab.engines.nodes.plan import NodePlan, NodeProcess, start_order
+from servelab.engines.nodes.plan import start_order
+from servelab.engines.values import NodePlan, NodeProcess
 from servelab.engines.nodes.ray import is_ray_daemon
-from servelab.engines.nodes.hints import RendezvousHint, live_logs, rendezvous_hint, stamp_of
+from servelab.engines.nodes.hints import RendezvousHint, rendezvous_hint, stamp_of
 from servelab.engines.runs import RunRecord, Runs, RunStatus, new_run_id
 from servelab.engines.runstate import RunState
 
@@ -570,6 +571,11 @@ class MultiNodeRuns:
         await asyncio.gather(*(one(r) for r in ids))
         report.seconds = time.monotonic() - t0
         return report
+
+
+def live_logs(states: list[NodeState]) -> list[NodeState]:
+    """Nodes whose join can still hang: alive and not yet ready."""
+    return [n for n in states if n.status is not None and n.status.alive and not (n.status.analysis and n.status.analysis.was_ready)]
 
 
 def _failure_of(n: NodeState, last_stamp: float | None) -> NodeFailure | None:
