@@ -20,17 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from servelab.engines.values import AcceptanceWindow, Inexpressible, LatencyHistograms, LaunchSpec, NodePlan, NodeTarget, PromptSet, RendezvousGrammar
+
 if TYPE_CHECKING:
     import httpx
 
     from servelab.engines.drafter.rules import EngineRules, RulesQuery, SourceReader
     from servelab.engines.experiment import Experiment
     from servelab.engines.logs.grammar import LogGrammar
-    from servelab.engines.probe.metrics import AcceptanceWindow, LatencyHistograms
-    from servelab.engines.probe.prompts import PromptSet
-    from servelab.engines.values import NodePlan, NodeTarget, RendezvousGrammar
-
-from servelab.engines.values import Inexpressible, LaunchSpec
 
 #: Modules that each define ``ADAPTER``. One line per engine.
 ENGINE_MODULES: dict[str, str] = {

@@ -1,5 +1,6 @@
 """Values that engine adapters and the core both hold: a launch command, a setting an engine
-cannot express, and the multi-node plan types (a node, its processes, the engine's rendezvous lines).
+cannot express, the multi-node plan types (a node, its processes, the engine's rendezvous lines)
+and what the probe hands an adapter and gets back (prompts, an acceptance window, histogram names).
 
 A leaf: it imports nothing of servelab, so ``engines/adapter.py`` (the protocol), the adapters
 (``engines/vllm.py``, ``engines/sglang.py``) and ``engines/nodes/`` can all name these types without
@@ -8,8 +9,12 @@ importing each other.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shlex
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -97,3 +102,82 @@ class RendezvousGrammar:
     phrases: tuple[tuple[str, str], ...] = ()
     #: The flags that carry where a node dials the head (``--dist-init-addr``; ``--master-addr``, ``--master-port``).
     join_flags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """Speculative-decoding acceptance over one window, with where it came from.
+
+    ``rate`` = accepted / draft tokens (0..1); ``length`` = 1 + accepted / drafts (counts the bonus
+    token); ``per_position[i]`` = accepted at draft position i / drafts.
+    """
+
+    source: str
+    drafts: float | None
+    draft_tokens: float | None
+    accepted: float | None
+    rate: float | None
+    length: float
+    per_position: list[float] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class AcceptanceWindow(Protocol):
+    """Brackets the timed requests of one repeat: ``start`` before, ``note`` each, ``finish`` after."""
+
+    async def start(self) -> None:
+        """Snapshot or reset whatever the engine counts."""
+        ...
+
+    def request_fields(self) -> dict[str, Any]:
+        """Extra JSON fields for each chat request (e.g. asking for per-request spec details)."""
+        ...
+
+    def note(self, payload: Mapping[str, Any]) -> None:
+        """See one request's last non-empty stream payload (usage / engine extras)."""
+        ...
+
+    async def finish(self) -> Acceptance | None:
+        """The window's acceptance; None when the server did not speculate."""
+        ...
+
+
+@dataclass(frozen=True)
+class LatencyHistograms:
+    """The names of an engine's own latency histograms in ``/metrics`` (seconds, Prometheus)."""
+
+    ttft: str
+    itl: str
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One request: an id, a category, and the chat messages sent (first user turn only)."""
+
+    id: str
+    category: str
+    messages: tuple[dict[str, str], ...]
+
+    @property
+    def text(self) -> str:
+        """The last user message, for engines' native (non-chat) routes."""
+        return self.messages[-1]["content"]
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """A named, hashed list of prompts."""
+
+    name: str
+    prompts: tuple[Prompt, ...]
+
+    @property
+    def hash(self) -> str:
+        """sha256 of the exact messages in order: equal hashes mean the same requests."""
+        blob = json.dumps([[p.id, list(p.messages)] for p in self.prompts], sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def __len__(self) -> int:
+        return len(self.prompts)

@@ -18,9 +18,8 @@ The head's server connects with ``RAY_ADDRESS`` and ``--distributed-executor-bac
 
 from __future__ import annotations
 
-from servelab.engines.values import LaunchSpec
+from servelab.engines.values import LaunchSpec, NodeProcess, NodeTarget
 from servelab.engines.nodes.plan import ray_cli
-from servelab.engines.values import NodeProcess, NodeTarget
 
 #: What ``ray start`` prints once the node's daemons run (ray/scripts/scripts.py).
 RAY_UP_LINE = "Ray runtime started."
