@@ -3,8 +3,9 @@
 An experiment with ``hosts = ["gpu-a", "gpu-b"]`` (the first is the head) and
 ``[multinode] backend = "ray" | "native"`` becomes one :class:`NodePlan` per host: the processes
 that node runs, in the order the mechanism needs them. The adapters render the engine-specific
-part (``EngineAdapter.node_plans``); this module holds the types and the checks that span hosts
-(addresses, GPUs per node), so no engine is special-cased here. ``[multinode]`` itself is
+part (``EngineAdapter.node_plans``); this module holds the checks and helpers that span hosts
+(start order, addresses, rendezvous ports), so no engine is special-cased here. The plan types
+(:class:`NodePlan`, :class:`NodeTarget`, ...) live in ``engines/values.py``, which the adapters import too. ``[multinode]`` itself is
 :class:`engines.experiment.MultiNode`.
 """
 
