@@ -74,7 +74,8 @@ from servelab.engines.hosts.ssh import SshHost  # noqa: E402
 from servelab.engines.hostsfile import HostConfig  # noqa: E402
 from servelab.engines.probe import prompts as prompt_sets  # noqa: E402
 from servelab.engines.probe.client import chat_body, stream_chat  # noqa: E402
-from servelab.engines.probe.metrics import LatencyHistograms, histogram_totals  # noqa: E402
+from servelab.engines.probe.metrics import histogram_totals  # noqa: E402
+from servelab.engines.values import LatencyHistograms, PromptSet  # noqa: E402
 from servelab.engines.probe.runner import ProbeSettingsView, run_probe  # noqa: E402
 from servelab.engines.probe.timer import HostTimer  # noqa: E402
 from tests.fixtures.engine import TinyServer, WireTap, plain_stream, start_tiny, stop_group  # noqa: E402
@@ -116,7 +117,7 @@ def wire_means(tap: WireTap | None, n: int) -> tuple[float, float]:
     return mean([f[0] for f in figs]), mean([(f[1] - f[0]) / max(1, f[2] - 1) for f in figs])
 
 
-async def probed(route: str, client: str, url: str, server: TinyServer, timer: HostTimer, ps: prompt_sets.PromptSet, max_tokens: int) -> Row:
+async def probed(route: str, client: str, url: str, server: TinyServer, timer: HostTimer, ps: PromptSet, max_tokens: int) -> Row:
     load = os.getloadavg()[0]
     tap = tap_or_none(server.port)
     try:
@@ -132,7 +133,7 @@ async def probed(route: str, client: str, url: str, server: TinyServer, timer: H
     })
 
 
-async def plain(server: TinyServer, ps: prompt_sets.PromptSet, max_tokens: int) -> Row:
+async def plain(server: TinyServer, ps: PromptSet, max_tokens: int) -> Row:
     load = os.getloadavg()[0]
     a = await scrape(server.url)
     seen = await asyncio.to_thread(plain_stream, server.url, [chat_body("tiny-llama", p, max_tokens) for p in ps.prompts])

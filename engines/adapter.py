@@ -16,10 +16,11 @@ Members, by concern:
 from __future__ import annotations
 
 import importlib
-import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from servelab.engines.values import AcceptanceWindow, Inexpressible, LatencyHistograms, LaunchSpec, NodePlan, NodeTarget, PromptSet, RendezvousGrammar
 
 if TYPE_CHECKING:
     import httpx
@@ -27,36 +28,12 @@ if TYPE_CHECKING:
     from servelab.engines.drafter.rules import EngineRules, RulesQuery, SourceReader
     from servelab.engines.experiment import Experiment
     from servelab.engines.logs.grammar import LogGrammar
-    from servelab.engines.multinode import NodePlan, NodeTarget
-    from servelab.engines.nodes_hints import RendezvousGrammar
-    from servelab.engines.probe.metrics import AcceptanceWindow, LatencyHistograms
-    from servelab.engines.probe.prompts import PromptSet
 
 #: Modules that each define ``ADAPTER``. One line per engine.
 ENGINE_MODULES: dict[str, str] = {
     "vllm": "servelab.engines.vllm",
     "sglang": "servelab.engines.sglang",
 }
-
-
-@dataclass(frozen=True)
-class LaunchSpec:
-    """The exact argv and extra environment that start an engine. Never passed through a shell."""
-
-    argv: list[str]
-    env: dict[str, str] = field(default_factory=dict)
-
-    def display(self) -> str:
-        """Shell-quoted, for showing and copying only."""
-        return shlex.join(self.argv)
-
-
-@dataclass(frozen=True)
-class Inexpressible:
-    """A setting this engine cannot express, reported at check time (never silently dropped)."""
-
-    path: str
-    message: str
 
 
 @dataclass(frozen=True)
@@ -124,7 +101,7 @@ class EngineAdapter(Protocol):
         """What each node of a multi-node experiment runs, head first (``targets[0]``)."""
         ...
 
-    #: The engine's rendezvous lines, and what a stuck join points at (``engines/nodes_hints.py``).
+    #: The engine's rendezvous lines, and what a stuck join points at (``engines/nodes/hints.py``).
     rendezvous: RendezvousGrammar
 
     def read_acceptance(self, http: httpx.AsyncClient, exp: Experiment | None, prompts: PromptSet, max_tokens: int) -> AcceptanceWindow:

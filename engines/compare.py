@@ -494,10 +494,10 @@ async def compare_runs(runs: Runs, run_ids: Sequence[str], baseline_run: str | N
 
 async def diagnosis_lines(runs: Runs, run_ids: Sequence[str], speedups: dict[str, Speedup]) -> list[str]:
     """For each diagnosed run: the speed verdict with its likely cause and the next setting."""
-    from servelab.engines.diagnosis.artifacts import load_diagnosis
+    from servelab.engines.diagnosis.stored import load_diagnosis
     from servelab.engines.diagnosis.verdict import verdict_line
 
-    from servelab.engines.nodes_view import head_run_id
+    from servelab.engines.nodes.view import head_run_id
 
     out = []
     for run_id in run_ids:

@@ -25,7 +25,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from servelab.engines.adapter import LaunchSpec
+from servelab.engines.values import LaunchSpec
 from servelab.engines.catalog import Catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.experiment import SourcedExperiment
@@ -261,7 +261,7 @@ class Runs:
     ) -> RunRecord:
         """Write the run's folder on ``cfg`` and start ``spec`` there through runctl (no preflight).
 
-        :meth:`launch` uses it for one host; ``engines.nodes_run`` for each node of a multi-node run.
+        :meth:`launch` uses it for one host; ``engines.nodes.run`` for each node of a multi-node run.
         """
         h = open_host(cfg)
         run_dir = f"{runs_root(cfg)}/{run_id}"

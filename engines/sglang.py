@@ -11,12 +11,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from servelab.engines.adapter import ArgValidation, Inexpressible, LaunchSpec, engine_args_problems, render_flags
+from servelab.engines.adapter import ArgValidation, engine_args_problems, render_flags
+from servelab.engines.values import Acceptance, Inexpressible, LatencyHistograms, LaunchSpec, NodePlan, NodeProcess, NodeTarget, PromptSet, RendezvousGrammar
 from servelab.engines.experiment import Experiment
-from servelab.engines.multinode import NodePlan, NodeProcess, NodeTarget, host_port, multinode_problems, rendezvous_of, with_env
-from servelab.engines.nodes_hints import RendezvousGrammar
+from servelab.engines.nodes.plan import host_port, multinode_problems, rendezvous_of, with_env
 from servelab.engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
-from servelab.engines.probe.metrics import LatencyHistograms
 
 #: SGLang's host-side argument check, run by the host's interpreter (see engines/helpers/validate_args.py).
 ARGCHECK = Path(__file__).with_name("sglang_argcheck.py")
@@ -25,8 +24,6 @@ if TYPE_CHECKING:
     import httpx
 
     from servelab.engines.drafter.rules import EngineRules, RulesQuery, SourceReader
-    from servelab.engines.probe.metrics import Acceptance
-    from servelab.engines.probe.prompts import PromptSet
 
 #: Flags servelab sets per node of a multi-node experiment.
 NODE_FLAGS = ("nnodes", "node-rank", "dist-init-addr")
@@ -367,7 +364,6 @@ def acceptance_from_records(records: list[dict[str, Any]], k: int | None, source
     accepted draft tokens = completion - verify steps, unless the records carry SGLang 0.5.23's own
     ``spec_num_correct_drafts`` / ``spec_num_proposed_drafts`` (then those, as its accept rate uses).
     """
-    from servelab.engines.probe.metrics import Acceptance
 
     verify = sum(float(r.get("spec_verify_ct") or 0) for r in records)
     completion = sum(float(r.get("completion_tokens") or 0) for r in records)
@@ -506,7 +502,6 @@ class SglangAcceptanceWindow:
     async def _server_info(self) -> Acceptance | None:
         import httpx
 
-        from servelab.engines.probe.metrics import Acceptance
 
         for path in ("/server_info", "/get_server_info"):
             try:

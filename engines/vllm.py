@@ -13,13 +13,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from servelab.engines.adapter import ArgValidation, Inexpressible, LaunchSpec, engine_args_problems, render_flags
+from servelab.engines.adapter import ArgValidation, engine_args_problems, render_flags
+from servelab.engines.values import Acceptance, Inexpressible, LatencyHistograms, LaunchSpec, NodePlan, NodeProcess, NodeTarget, PromptSet, RendezvousGrammar
 from servelab.engines.experiment import Experiment
-from servelab.engines.multinode import NodePlan, NodeProcess, NodeTarget, multinode_problems, rendezvous_of, with_env
-from servelab.engines.nodes_ray import ray_env, ray_node_process
-from servelab.engines.nodes_hints import RendezvousGrammar
+from servelab.engines.nodes.plan import multinode_problems, rendezvous_of, with_env
+from servelab.engines.nodes.ray import ray_env, ray_node_process
 from servelab.engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
-from servelab.engines.probe.metrics import LatencyHistograms
 
 #: vLLM's host-side argument check, run by the host's interpreter (see engines/helpers/validate_args.py).
 ARGCHECK = Path(__file__).with_name("vllm_argcheck.py")
@@ -28,8 +27,6 @@ if TYPE_CHECKING:
     import httpx
 
     from servelab.engines.drafter.rules import EngineRules, RulesQuery, SourceReader
-    from servelab.engines.probe.metrics import Acceptance
-    from servelab.engines.probe.prompts import PromptSet
 
 #: Flags servelab sets from top-level keys; writing them in [engine_args] would contradict those.
 MANAGED_FLAGS: dict[str, str] = {
@@ -401,7 +398,6 @@ class VllmCounterWindow:
         return None
 
     async def finish(self) -> Acceptance | None:
-        from servelab.engines.probe.metrics import Acceptance
 
         if self._before is None:
             raise RuntimeError("finish() before start()")

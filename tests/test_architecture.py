@@ -99,3 +99,53 @@ def test_the_tui_imports_no_private_name_of_the_core() -> None:
                 if node.attr.startswith("_") and not node.attr.startswith("__"):
                     offenders.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value.id}.{node.attr}")
     assert offenders == []
+
+
+def _engines_import_graph() -> dict[str, set[str]]:
+    """``servelab.engines.*`` module -> the engines modules it imports: every import statement, at the top,
+    under ``TYPE_CHECKING`` or inside a function (``from pkg import module`` names the module)."""
+    files = {}
+    for path in (REPO / "engines").rglob("*.py"):
+        parts = list(path.relative_to(REPO).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        files["servelab." + ".".join(parts)] = path
+    graph: dict[str, set[str]] = {m: set() for m in files}
+    for mod, path in files.items():
+        package = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+        for node in ast.walk(_tree(path)):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, base] if base else up)
+                names = [base, *(f"{base}.{a.name}" for a in node.names)]
+            for name in names:
+                while name and name not in files:
+                    name = name.rpartition(".")[0]
+                if name and name != mod:
+                    graph[mod].add(name)
+    return graph
+
+
+def test_engines_has_no_import_circle() -> None:
+    """No engines module reaches itself through imports, ``TYPE_CHECKING`` ones included (shared values
+    live in the leaf ``engines/values.py``, not in a module that imports its users back)."""
+    graph = _engines_import_graph()
+    assert "servelab.engines.nodes.run" in graph and "servelab.engines.values" in graph
+    reach: dict[str, set[str]] = {}
+    for start in graph:
+        seen: set[str] = set()
+        todo = list(graph[start])
+        while todo:
+            m = todo.pop()
+            if m not in seen:
+                seen.add(m)
+                todo.extend(graph[m])
+        reach[start] = seen
+    circles = {tuple(sorted({m, *(o for o in reach[m] if m in reach[o])})) for m in graph if m in reach[m]}
+    assert sorted(circles) == []
+    assert graph["servelab.engines.values"] == set(), "engines/values.py is a leaf: it imports nothing of servelab"

@@ -12,7 +12,7 @@ import pytest
 
 from servelab.engines.catalog import check, load_catalog
 from servelab.engines.hostsfile import HostConfig
-from servelab.engines.multinode import start_order
+from servelab.engines.nodes.plan import start_order
 from tests.conftest import EXPERIMENTS, REPO
 
 HOSTS = """

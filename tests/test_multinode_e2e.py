@@ -18,8 +18,8 @@ import pytest
 from servelab.engines.hosts.registry import close_all
 from servelab.engines.logs.live import LiveAnalyses
 from servelab.engines.probe.artifacts import load_probe, probe_run
-from servelab.engines.nodes_run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeLine
-from servelab.engines.nodes_view import NodeChunk, NodesLog, NodesView
+from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeLine
+from servelab.engines.nodes.view import NodeChunk, NodesLog, NodesView
 from servelab.engines.runstate import RunState
 from tests.conftest import ENGINE_PYTHON, need_engine, need_sglang
 from tests.fixtures.multinode_lab import SGLANG_2N, VLLM_2N, NodesLab, left_on_machine, mn, poll, write_folder
@@ -130,7 +130,7 @@ def test_sglang_two_nodes_end_to_end_with_the_worker_link_cut(lab: NodesLab) -> 
         followed = [ln.text for ln in lines if ln.rank == n.rank]
         assert followed == on_disk, (n.host, len(followed), len(on_disk))
     assert any("[n1 box]" in ln.render() and "TP1" in ln.text for ln in lines)
-    # the dashboard's view of this run (engines/nodes_view.py): a row per rank, TP1's read from node 1's own lines
+    # the dashboard's view of this run (engines/nodes/view.py): a row per rank, TP1's read from node 1's own lines
     view = nodes_view_of(lab, rec)
     assert [lv.lane.label for lv in view.lanes] == ["n0 local TP0", "n1 box TP1"]
     assert view.lanes[0].analysis is not None and view.lanes[0].analysis.stage("ready").status == "done"

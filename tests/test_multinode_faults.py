@@ -28,8 +28,8 @@ import pytest
 from servelab.engines.catalog import load_catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.registry import close_all
-from servelab.engines.nodes_hints import local_now, stamp_of
-from servelab.engines.nodes_run import MultiNodeRecord, MultiNodeStatus
+from servelab.engines.nodes.hints import local_now, stamp_of
+from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeStatus
 from servelab.engines.runstate import RunState
 from tests.conftest import SGLANG_PYTHON, need_sglang
 from tests.fixtures.engine import free_port

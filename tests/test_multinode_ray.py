@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engines.adapter import LaunchSpec
+from servelab.engines.values import LaunchSpec
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.registry import close_all
-from servelab.engines.nodes_ray import ray_temp_dir
-from servelab.engines.nodes_run import MultiNodeRecord, NodeRun, node_run_id
+from servelab.engines.nodes.ray import ray_temp_dir
+from servelab.engines.nodes.run import MultiNodeRecord, NodeRun, node_run_id
 from servelab.engines.runstate import RunState
 from tests.conftest import ENGINE_PYTHON, need_engine
 from tests.fixtures.multinode_lab import VLLM_RAY_2N, NodesLab, left_on_machine, mn, poll, write_folder

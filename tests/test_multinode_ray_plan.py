@@ -1,4 +1,4 @@
-"""The Ray node processes servelab plans (engines/nodes_ray.py), and the node check run for real."""
+"""The Ray node processes servelab plans (engines/nodes/ray.py), and the node check run for real."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import socket
 import subprocess
 import sys
 
-from servelab.engines.multinode import NodeAddress, NodeTarget
+from servelab.engines.values import NodeAddress, NodeTarget
 from servelab.engines.helpers import helper_script
-from servelab.engines.nodes_ray import RAY_CHECK_SCRIPT, RAY_UP_LINE, client_port, ray_node_process
+from servelab.engines.nodes.ray import RAY_CHECK_SCRIPT, RAY_UP_LINE, client_port, ray_node_process
 
 
 def target(rank: int, address: str) -> NodeTarget:

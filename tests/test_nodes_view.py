@@ -1,4 +1,4 @@
-"""A multi-node run as one run (engines/nodes_view.py), on real two-node logs: a stage row per node,
+"""A multi-node run as one run (engines/nodes/view.py), on real two-node logs: a stage row per node,
 per rank where the lines carry SGLang's TP tags, the merged lines tagged with their node, the filter."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from servelab.engines.logs.files import analyze_bytes
 from servelab.engines.logs.live import LiveAnalyses
-from servelab.engines.nodes_run import MultiNodeRecord, NodeLine, NodeRun
-from servelab.engines.nodes_view import NodeChunk, NodesLog, filter_label, group_id_of, next_filter, rank_analyzer
+from servelab.engines.nodes.run import MultiNodeRecord, NodeLine, NodeRun
+from servelab.engines.nodes.view import NodeChunk, NodesLog, filter_label, group_id_of, next_filter, rank_analyzer
 from servelab.engines.runstate import RunState
 
 LOGS = Path(__file__).parent / "data" / "logs" / "multinode"
@@ -130,7 +130,7 @@ def test_a_rank_first_seen_past_the_kept_prefix_reads_from_there_on(monkeypatch:
     """Only the log's first bytes are kept to start a late rank's row: past them, the row starts
     with the chunk that named the rank (here every rank past TP7's first line), and still sees its
     own "Load weight begin"."""
-    monkeypatch.setattr("servelab.engines.nodes_view.RANK_PREFIX_BYTES", 300)
+    monkeypatch.setattr("servelab.engines.nodes.view.RANK_PREFIX_BYTES", 300)
     rec = record("sglang", ["gpu-a"])
     nodes_log, _ = feed_all(rec, ("sglang-tp8-ranks-load-weight-pr11716.log",), 120)
     view = nodes_log.view()

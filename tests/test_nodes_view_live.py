@@ -11,8 +11,8 @@ from contextlib import aclosing
 import pytest
 
 from servelab.engines.compare import compare_runs, render
-from servelab.engines.nodes_run import MultiNodeRuns, NodeLine
-from servelab.engines.nodes_view import NodeChunk, NodesLog, current_view, follow_chunks, head_run_id, lanes_json, resolve_group
+from servelab.engines.nodes.run import MultiNodeRuns, NodeLine
+from servelab.engines.nodes.view import NodeChunk, NodesLog, current_view, follow_chunks, head_run_id, lanes_json, resolve_group
 from servelab.engines.probe.artifacts import load_probe, probe_run
 from servelab.engines.runs import NoSuchRun
 from tests.fixtures.runlab import Lab

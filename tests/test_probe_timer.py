@@ -15,7 +15,7 @@ import pytest
 
 from servelab.engines.errors import ServelabError
 from servelab.engines.probe.client import result_from_events
-from servelab.engines.probe.prompts import Prompt
+from servelab.engines.values import Prompt
 from servelab.engines.probe import prompts
 from servelab.engines.probe.runner import CPU_WAIT_NOTE_MS, ProbeSettingsView, run_probe
 from servelab.engines.probe.timer import TimedBatch, local_timer, parse_answer

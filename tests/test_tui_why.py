@@ -7,7 +7,7 @@ import json
 from rich.console import Console
 
 from servelab.engines.catalog import load_catalog
-from servelab.engines.diagnosis.artifacts import DIAGNOSIS_JSON
+from servelab.engines.diagnosis.stored import DIAGNOSIS_JSON
 from servelab.engines.diagnosis.model import Arm, Diagnosis, Measurements, StepCost
 from servelab.engines.diagnosis.reference import closest
 from servelab.engines.diagnosis.rules import RunFacts, diagnose

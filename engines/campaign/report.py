@@ -33,8 +33,7 @@ from servelab.engines.diagnosis.model import Finding
 from servelab.engines.errors import ServelabError
 from servelab.engines.experiment import Experiment
 from servelab.engines.hosts.base import HostUnreachable
-from servelab.engines.probe.metrics import Acceptance
-from servelab.engines.probe.prompts import Prompt, PromptSet
+from servelab.engines.values import Acceptance, Prompt, PromptSet
 from servelab.engines.probe.prompts import load as load_prompts
 from servelab.engines.probe.runner import aggregate, combine, server_figures
 from servelab.engines.probe.metrics import latency_between

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from servelab.engines.diagnosis.measure import Progress, SuiteSettings
-from servelab.engines.diagnosis.model import Diagnosis, from_dict
+from servelab.engines.diagnosis.model import Diagnosis
 from servelab.engines.diagnosis.static import drafter_checks
+from servelab.engines.diagnosis.stored import DIAGNOSIS_JSON
 from servelab.engines.diagnosis.suite import Baseline, diagnose_server
 from servelab.engines.errors import ServelabError
 from servelab.engines.probe.artifacts import load_probe, run_experiment
@@ -16,7 +17,6 @@ from servelab.engines.probe.prompts import load as load_prompts
 if TYPE_CHECKING:
     from servelab.engines.runs import RunRecord, Runs
 
-DIAGNOSIS_JSON = "diagnosis.json"
 #: vLLM samples at 1.0 when neither the request nor generation_config.json sets a temperature.
 DEFAULT_TEMPERATURE = 1.0
 
@@ -97,19 +97,3 @@ async def diagnose_run(runs: Runs, run_id: str, *, progress: Progress | None = N
     )
     await runs.write_artifact(run_id, DIAGNOSIS_JSON, (json.dumps(diag.to_dict(), indent=2) + "\n").encode("utf-8"))
     return diag
-
-
-def parse(raw: bytes, run_id: str) -> Diagnosis:
-    try:
-        data: Any = json.loads(raw.decode("utf-8"))
-        if not isinstance(data, dict):
-            raise ValueError("not an object")
-        return from_dict(data)
-    except (ValueError, UnicodeDecodeError, KeyError, TypeError) as exc:
-        raise ServelabError(f"run {run_id}: {DIAGNOSIS_JSON} is unreadable ({exc})") from None
-
-
-async def load_diagnosis(runs: Runs, run_id: str) -> Diagnosis | None:
-    """A run's stored diagnosis (None when it was never diagnosed)."""
-    raw = await runs.read_artifact(run_id, DIAGNOSIS_JSON)
-    return None if raw is None else parse(raw, run_id)

@@ -24,8 +24,7 @@ from servelab.engines.diagnosis.degenerate import unique_bigram_share, unique_ch
 from servelab.engines.diagnosis.model import Arm, Measurements
 from servelab.engines.errors import ServelabError
 from servelab.engines.probe.client import stream_chat
-from servelab.engines.probe.metrics import Acceptance
-from servelab.engines.probe.prompts import Prompt, PromptSet
+from servelab.engines.values import Acceptance, Prompt, PromptSet
 from servelab.engines.probe.runner import served_model, wait_ready
 from servelab.engines.probe.stats import median
 

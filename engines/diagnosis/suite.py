@@ -21,7 +21,7 @@ from servelab.engines.diagnosis.reference import closest
 from servelab.engines.diagnosis.rules import RunFacts, diagnose
 from servelab.engines.errors import ServelabError
 from servelab.engines.probe.metrics import latency_between
-from servelab.engines.probe.prompts import PromptSet
+from servelab.engines.values import PromptSet
 
 if TYPE_CHECKING:
     from servelab.engines.experiment import Experiment

@@ -171,7 +171,7 @@ class LogGrammar:
     frame_stages: tuple[tuple[str, str], ...] = ()
     #: The process-name tag that numbers the ranks when each rank logs its own lines (SGLang's
     #: ``TP0`` … ``TP15``): a multi-node run then shows a stage row per rank
-    #: (``engines.nodes_view``). Empty when a node's stage lines carry no rank tag.
+    #: (``engines.nodes.view``). Empty when a node's stage lines carry no rank tag.
     rank_tag: str = ""
 
 

@@ -100,7 +100,7 @@ async def probe_run(runs: Runs, run_id: str, *, progress: Progress | None = None
     A multi-node run (its group id or any node's run id) is probed through its head's server, and
     the results are stored in the head's folder, where :func:`load_probe` finds them for any of its ids.
     """
-    from servelab.engines.nodes_view import head_run_id, identity_nodes
+    from servelab.engines.nodes.view import head_run_id, identity_nodes
 
     run_id, group = await head_run_id(runs, run_id)
     st = await runs.status(run_id)
@@ -145,7 +145,7 @@ async def probe_run(runs: Runs, run_id: str, *, progress: Progress | None = None
 async def load_probe(runs: Runs, run_id: str) -> dict[str, Any] | None:
     """A run's stored ``probe.json`` (None when it was never probed); a multi-node run's (its group
     id or any node's id) is the head's."""
-    from servelab.engines.nodes_view import group_id_of, head_run_id
+    from servelab.engines.nodes.view import group_id_of, head_run_id
     from servelab.engines.runs import NoSuchRun
 
     try:
@@ -174,7 +174,7 @@ async def wait_for_ready(runs: Runs, run_id: str, timeout_s: float = 3600.0, pol
     A multi-node run is ready when its head's server is."""
     import asyncio
 
-    from servelab.engines.nodes_view import head_run_id
+    from servelab.engines.nodes.view import head_run_id
 
     run_id, _ = await head_run_id(runs, run_id)
     loop = asyncio.get_running_loop()
@@ -195,7 +195,7 @@ async def wait_for_ready(runs: Runs, run_id: str, timeout_s: float = 3600.0, pol
 
 async def probe_when_ready(runs: Runs, run_id: str, *, progress: Progress | None = None) -> ProbeResult | None:
     """What runs right after launch: wait for ready, then probe if the experiment's ``[probe] auto`` asks."""
-    from servelab.engines.nodes_view import head_run_id
+    from servelab.engines.nodes.view import head_run_id
 
     run_id, _ = await head_run_id(runs, run_id)
     _host, rec = await runs.find(run_id)

@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from servelab.engines.probe.prompts import Prompt
+from servelab.engines.values import Prompt
 
 
 @dataclass

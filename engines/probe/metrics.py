@@ -1,58 +1,21 @@
 """Acceptance figures and the Prometheus text they are read from.
 
 Each engine counts acceptance its own way (engine adapters implement ``read_acceptance``); this
-module holds what they share: the :class:`Acceptance` result, the :class:`AcceptanceWindow`
-protocol the runner drives around the timed requests, and counter reading with
-``prometheus_client``'s parser (never by hand: label escaping and exposition details differ).
+module holds what they share: counter reading with ``prometheus_client``'s parser (never by
+hand: label escaping and exposition details differ). The :class:`Acceptance` result, the
+:class:`AcceptanceWindow` protocol the runner drives around the timed requests and
+:class:`LatencyHistograms` are named by the adapter protocol, so they live in ``engines/values.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-
-@dataclass(frozen=True)
-class Acceptance:
-    """Speculative-decoding acceptance over one window, with where it came from.
-
-    ``rate`` = accepted / draft tokens (0..1); ``length`` = 1 + accepted / drafts (counts the bonus
-    token); ``per_position[i]`` = accepted at draft position i / drafts.
-    """
-
-    source: str
-    drafts: float | None
-    draft_tokens: float | None
-    accepted: float | None
-    rate: float | None
-    length: float
-    per_position: list[float] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-class AcceptanceWindow(Protocol):
-    """Brackets the timed requests of one repeat: ``start`` before, ``note`` each, ``finish`` after."""
-
-    async def start(self) -> None:
-        """Snapshot or reset whatever the engine counts."""
-        ...
-
-    def request_fields(self) -> dict[str, Any]:
-        """Extra JSON fields for each chat request (e.g. asking for per-request spec details)."""
-        ...
-
-    def note(self, payload: Mapping[str, Any]) -> None:
-        """See one request's last non-empty stream payload (usage / engine extras)."""
-        ...
-
-    async def finish(self) -> Acceptance | None:
-        """The window's acceptance; None when the server did not speculate."""
-        ...
+from servelab.engines.values import Acceptance, LatencyHistograms
 
 
 def sum_counters(text: str, names: Iterable[str], by_label: str | None = None) -> dict[str, Any]:
@@ -95,14 +58,6 @@ class NoAcceptance:
 
     async def finish(self) -> Acceptance | None:
         return None
-
-
-@dataclass(frozen=True)
-class LatencyHistograms:
-    """The names of an engine's own latency histograms in ``/metrics`` (seconds, Prometheus)."""
-
-    ttft: str
-    itl: str
 
 
 @dataclass(frozen=True)

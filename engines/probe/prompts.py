@@ -7,12 +7,11 @@ prompts, so two runs are only compared when they asked the same things.
 
 from __future__ import annotations
 
-import hashlib
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from servelab.engines.errors import ServelabError
+from servelab.engines.values import Prompt, PromptSet
 
 #: Categories of the built-in set, in order.
 CATEGORIES: tuple[str, ...] = ("conversation", "coding", "math", "extraction", "summarisation", "translation")
@@ -49,37 +48,6 @@ _BUILTIN: dict[str, list[str]] = {
         "Translate into German: Please restart the server after the patch has been applied.",
     ],
 }
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """One request: an id, a category, and the chat messages sent (first user turn only)."""
-
-    id: str
-    category: str
-    messages: tuple[dict[str, str], ...]
-
-    @property
-    def text(self) -> str:
-        """The last user message, for engines' native (non-chat) routes."""
-        return self.messages[-1]["content"]
-
-
-@dataclass(frozen=True)
-class PromptSet:
-    """A named, hashed list of prompts."""
-
-    name: str
-    prompts: tuple[Prompt, ...]
-
-    @property
-    def hash(self) -> str:
-        """sha256 of the exact messages in order: equal hashes mean the same requests."""
-        blob = json.dumps([[p.id, list(p.messages)] for p in self.prompts], sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-    def __len__(self) -> int:
-        return len(self.prompts)
 
 
 def _user(text: str) -> tuple[dict[str, str], ...]:

@@ -24,8 +24,8 @@ import httpx
 
 from servelab.engines.errors import ServelabError
 from servelab.engines.probe.client import RequestResult, chat_body, result_from_events, stream_chat
-from servelab.engines.probe.metrics import Acceptance, AcceptanceWindow, LatencyHistograms, NoAcceptance, ServerLatency, latency_between
-from servelab.engines.probe.prompts import Prompt, PromptSet
+from servelab.engines.probe.metrics import NoAcceptance, ServerLatency, latency_between
+from servelab.engines.values import Acceptance, AcceptanceWindow, LatencyHistograms, Prompt, PromptSet
 from servelab.engines.probe.stats import mean, median, percentile, summarise
 from servelab.engines.probe.timer import RequestTimer, local_timer
 

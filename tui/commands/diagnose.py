@@ -6,7 +6,8 @@ import argparse
 import json
 import sys
 
-from servelab.engines.diagnosis.artifacts import DIAGNOSIS_JSON, diagnose_run
+from servelab.engines.diagnosis.artifacts import diagnose_run
+from servelab.engines.diagnosis.stored import DIAGNOSIS_JSON
 from servelab.engines.diagnosis.report import lines
 from servelab.tui.commands.probe import _run
 

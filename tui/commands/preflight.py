@@ -42,7 +42,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 def _preflight_nodes(catalog: Catalog, exp: SourcedExperiment, as_json: bool) -> int:
     """A multi-node experiment: each node's own checks (e.g. Ray importable with that node's Python),
     then servelab's preflight on every node's host; the same round a launch runs first."""
-    from servelab.engines.nodes_run import MultiNodeRuns
+    from servelab.engines.nodes.run import MultiNodeRuns
     from servelab.engines.runs import Runs
 
     checks = _run(MultiNodeRuns(Runs(catalog)).preflight(exp))

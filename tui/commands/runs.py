@@ -86,7 +86,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 async def _launch_nodes(runs: Runs, args: argparse.Namespace) -> int:
     """A multi-node experiment: every node's preflight, then its processes in the mechanism's order."""
-    from servelab.engines.nodes_run import MultiNodeRuns, NodeCheck
+    from servelab.engines.nodes.run import MultiNodeRuns, NodeCheck
 
     if args.host:
         raise ServelabError(f"--host: {args.experiment} names its own hosts (hosts = [...]); a multi-node run cannot be moved")
@@ -111,8 +111,8 @@ async def _launch_nodes(runs: Runs, args: argparse.Namespace) -> int:
 
 def cmd_nodes(args: argparse.Namespace) -> int:
     async def body(runs: Runs) -> int:
-        from servelab.engines.nodes_run import MultiNodeRuns
-        from servelab.engines.nodes_view import current_view, lanes_json, resolve_group
+        from servelab.engines.nodes.run import MultiNodeRuns
+        from servelab.engines.nodes.view import current_view, lanes_json, resolve_group
 
         nodes = MultiNodeRuns(runs)
         group = await resolve_group(runs, args.run)  # the group's id or any node's
@@ -299,7 +299,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
         try:
             st = await runs.stop(args.run, grace=args.grace)
         except NoSuchRun:
-            from servelab.engines.nodes_run import MultiNodeRuns
+            from servelab.engines.nodes.run import MultiNodeRuns
 
             nodes = MultiNodeRuns(runs)
             group = await nodes.find_group(args.run)

@@ -305,7 +305,7 @@ class ExperimentsScreen(Screen[None]):
         row = self._valid_current()
         if row is None or self.catalog is None or servelab_app(self).readonly:
             return
-        from servelab.engines.nodes_group import launch_question
+        from servelab.engines.nodes.group import launch_question
         from servelab.tui.screens.preflight import PreflightScreen
 
         catalog = self.catalog

@@ -1,7 +1,7 @@
 """A multi-node run as one run: a stage row per node (per rank for SGLang), one merged log tagged
 ``[n<rank> host]`` that ``v`` filters by node, the one root cause across nodes, probe and stop.
 
-It draws what ``engines.nodes_view`` computes: ``follow_chunks`` + :class:`NodesLog` for the rows
+It draws what ``engines.nodes.view`` computes: ``follow_chunks`` + :class:`NodesLog` for the rows
 and lines, ``MultiNodeRuns.status`` every 2 s for liveness, the first failing node and the hint.
 The merged log (and each node's, made the first time the filter shows it) is a :class:`LogIngest`
 that classifies lines in its worker process; the analyses are the nodes' own, not the merged log's.
@@ -23,8 +23,8 @@ from textual.widgets import Footer, Header, Static
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.history import probe_of
-from servelab.engines.nodes_run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeLine, NodeRun
-from servelab.engines.nodes_view import NodeChunk, NodesLog, NodesView, filter_label, follow_chunks, group_id_of, next_filter, resolve_group
+from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeLine, NodeRun
+from servelab.engines.nodes.view import NodeChunk, NodesLog, NodesView, filter_label, follow_chunks, group_id_of, next_filter, resolve_group
 from servelab.engines.runs import Runs
 from servelab.tui.app import servelab_app
 from servelab.tui.screens.run import spool_path

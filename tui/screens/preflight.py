@@ -19,7 +19,7 @@ from textual.widgets import Static
 from servelab.engines.catalog import Catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
-from servelab.engines.nodes_group import launch_experiment
+from servelab.engines.nodes.group import launch_experiment
 from servelab.engines.preflight import CHECK_NAMES, Check, run_preflight
 from servelab.tui.app import servelab_app
 

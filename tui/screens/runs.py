@@ -14,8 +14,8 @@ from textual.widgets import DataTable, Footer, Header, Static
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.hosts.seen import HostSeen
-from servelab.engines.nodes_group import RunsRow, runs_rows
-from servelab.engines.nodes_run import MultiNodeRuns
+from servelab.engines.nodes.group import RunsRow, runs_rows
+from servelab.engines.nodes.run import MultiNodeRuns
 from servelab.engines.runs import KnownRun, RunRecord
 from servelab.engines.runstate import RunState
 from servelab.tui.app import servelab_app

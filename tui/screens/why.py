@@ -15,7 +15,8 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
-from servelab.engines.diagnosis.artifacts import diagnose_run, load_diagnosis
+from servelab.engines.diagnosis.artifacts import diagnose_run
+from servelab.engines.diagnosis.stored import load_diagnosis
 from servelab.engines.diagnosis.report import lines
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable

@@ -1,5 +1,5 @@
 """A multi-node run's stage rows: one line per node (per rank for SGLang), each with its state and
-the stage it is in, drawn like the run screen's stage bars (the rows come from engines/nodes_view.py)."""
+the stage it is in, drawn like the run screen's stage bars (the rows come from engines/nodes/view.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from servelab.engines.nodes_view import LaneView
+from servelab.engines.nodes.view import LaneView
 from servelab.engines.runstate import StageState
 from servelab.tui.widgets.run_view_model import format_duration, stage_row
 from servelab.tui.widgets.stage_timeline import BAR_WIDTH

@@ -26,8 +26,8 @@ from servelab.engines.logs.grammar import Header, LogGrammar
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.logs.live import CHUNK, LiveAnalyses, LiveAnalysis, current_stage
 from servelab.engines.logs.values import Analysis, Stage
-from servelab.engines.nodes_hints import RendezvousHint
-from servelab.engines.nodes_run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeFailure, NodeLine, NodeRun, follow_node, merge_nodes
+from servelab.engines.nodes.hints import RendezvousHint
+from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeFailure, NodeLine, NodeRun, follow_node, merge_nodes
 from servelab.engines.runs import NoSuchRun, Runs
 from servelab.engines.runstate import RunState
 
@@ -55,7 +55,7 @@ __all__ = [
 #: announce themselves while loading; a rank first seen past this is read from that chunk on).
 RANK_PREFIX_BYTES = 8 << 20
 
-#: ``<experiment>.n<rank>[.<role>]-<stamp>-<hex>``: a node's run id (``engines.nodes_run.node_run_id``).
+#: ``<experiment>.n<rank>[.<role>]-<stamp>-<hex>``: a node's run id (``engines.nodes.run.node_run_id``).
 _NODE_ID = re.compile(r"^(?P<exp>.+)\.n(?P<rank>\d+)(?:\.(?P<role>[A-Za-z0-9_-]+))?(?P<tail>-\d{8}-\d{6}-[0-9a-f]{4})$")
 
 

@@ -1,6 +1,6 @@
 """A multi-node run where the dashboard lists and starts runs: one row for the group in the runs
 list (not one per node), and one launch that picks the right starter (``Runs.launch`` for one
-host, :class:`~engines.nodes_run.MultiNodeRuns` for several) with a question naming the nodes.
+host, :class:`~engines.nodes.run.MultiNodeRuns` for several) with a question naming the nodes.
 
 The dashboard shows these as they are; which experiment is multi-node, what the confirm says and
 how node records group are decided here.
@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from servelab.engines.catalog import Catalog
-from servelab.engines.nodes_run import MultiNodeRuns, NodeCheck
-from servelab.engines.nodes_view import group_id_of, node_of
+from servelab.engines.nodes.run import MultiNodeRuns, NodeCheck
+from servelab.engines.nodes.view import group_id_of, node_of
 from servelab.engines.preflight import Check
 from servelab.engines.runs import KnownRun, Runs
 from servelab.engines.runstate import RunState

@@ -18,8 +18,8 @@ The head's server connects with ``RAY_ADDRESS`` and ``--distributed-executor-bac
 
 from __future__ import annotations
 
-from servelab.engines.adapter import LaunchSpec
-from servelab.engines.multinode import NodeProcess, NodeTarget, ray_cli
+from servelab.engines.values import LaunchSpec, NodeProcess, NodeTarget
+from servelab.engines.nodes.plan import ray_cli
 
 #: What ``ray start`` prints once the node's daemons run (ray/scripts/scripts.py).
 RAY_UP_LINE = "Ray runtime started."

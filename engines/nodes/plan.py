@@ -3,66 +3,16 @@
 An experiment with ``hosts = ["gpu-a", "gpu-b"]`` (the first is the head) and
 ``[multinode] backend = "ray" | "native"`` becomes one :class:`NodePlan` per host: the processes
 that node runs, in the order the mechanism needs them. The adapters render the engine-specific
-part (``EngineAdapter.node_plans``); this module holds the types and the checks that span hosts
-(addresses, GPUs per node), so no engine is special-cased here. ``[multinode]`` itself is
+part (``EngineAdapter.node_plans``); this module holds the checks and helpers that span hosts
+(start order, addresses, rendezvous ports), so no engine is special-cased here. The plan types
+(:class:`NodePlan`, :class:`NodeTarget`, ...) live in ``engines/values.py``, which the adapters import too. ``[multinode]`` itself is
 :class:`engines.experiment.MultiNode`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from servelab.engines.adapter import Inexpressible, LaunchSpec
 from servelab.engines.experiment import Experiment, split_host_port
-
-@dataclass(frozen=True)
-class NodeAddress:
-    """A node of the experiment: its rank, its hosts.toml name, the address the others reach it at."""
-
-    rank: int
-    host: str
-    address: str
-
-
-@dataclass(frozen=True)
-class NodeTarget:
-    """A node as an adapter renders it: where it is, and its paths as that host sees them."""
-
-    node: NodeAddress
-    python: str
-    model: str
-    draft_model: str | None = None
-
-
-@dataclass(frozen=True)
-class NodeProcess:
-    """One process a node runs. ``serves`` marks the one that answers HTTP (only on the head).
-
-    ``check`` is a quick command of the engine's own (run on the node with ``spec.env`` before
-    anything starts on any node): when it fails, its last stderr line, in the engine's words, stops
-    the launch (``check_label`` names it there). With ``check_script`` (a servelab helper in
-    engines/helpers/) the check is that script, run the one way host scripts run (uploaded once,
-    ``check[0]`` the interpreter, ``check[1:]`` its arguments). ``port`` is what the process listens on, so nodes
-    sharing a machine do not collide. ``up_line``: the launch waits for this line in the process's
-    log (at most ``up_timeout_s``) before it starts the next one (a Ray daemon before its peers).
-    """
-
-    role: str
-    spec: LaunchSpec
-    serves: bool = False
-    check: list[str] | None = None
-    check_script: str | None = None
-    port: int | None = None
-    check_label: str | None = None
-    up_line: str | None = None
-    up_timeout_s: float = 120.0
-
-
-@dataclass(frozen=True)
-class NodePlan:
-    """What one node runs, in start order."""
-
-    node: NodeAddress
-    processes: list[NodeProcess] = field(default_factory=list)
+from servelab.engines.values import Inexpressible, LaunchSpec, NodePlan, NodeTarget
 
 
 def start_order(plans: list[NodePlan]) -> list[tuple[int, int]]:

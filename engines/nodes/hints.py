@@ -13,26 +13,9 @@ from __future__ import annotations
 import datetime as dt
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from servelab.engines.nodes_run import NodeState
-
-
-@dataclass(frozen=True)
-class RendezvousGrammar:
-    """An engine's rendezvous lines: when joining starts, when it is done, and lines that are hints."""
-
-    begin: tuple[str, ...]
-    end: tuple[str, ...]
-    #: Seconds a healthy join takes at most (on a loaded 2-core CPU box it is ~25 s).
-    expected_s: float
-    #: What a stuck join points at, in the engine's settings.
-    settings: str
-    #: ``(phrase, hint)``: a line containing the phrase gets the hint as soon as it shows.
-    phrases: tuple[tuple[str, str], ...] = ()
-    #: The flags that carry where a node dials the head (``--dist-init-addr``; ``--master-addr``, ``--master-port``).
-    join_flags: tuple[str, ...] = ()
+from servelab.engines.values import RendezvousGrammar
 
 
 class HasRendezvous(Protocol):
@@ -134,8 +117,3 @@ def rendezvous_hint(
             line, hint, waited = found
             return RendezvousHint(rank, host, line, hint, waited, dials_of(grammar, rank, argvs or {}) if waited is not None else "")
     return None
-
-
-def live_logs(states: list[NodeState]) -> list[NodeState]:
-    """Nodes whose join can still hang: alive and not yet ready."""
-    return [n for n in states if n.status is not None and n.status.alive and not (n.status.analysis and n.status.analysis.was_ready)]

@@ -10,7 +10,7 @@ commands, each node's quick check, the log lines) comes from the adapter's
 - **Preflight on every node first**: servelab's preflight for each node's host, plus each
   process's own ``check`` command (the engine's words when it fails). One failing node stops the
   launch before anything starts.
-- **Start order**: :func:`engines.multinode.start_order` (helper daemons, then workers, then the head).
+- **Start order**: :func:`engines.nodes.plan.start_order` (helper daemons, then workers, then the head).
 - **Root cause across nodes**: the node that failed first, by the time of its failure, not the
   head's wrapper that reports a peer's death.
 """
@@ -34,9 +34,10 @@ from servelab.engines.helpers import run_script
 from servelab.engines.hosts.scripts import ScriptUploadError
 from servelab.engines.hostsfile import HostConfig
 from servelab.engines.logs.values import RootCause
-from servelab.engines.multinode import NodePlan, NodeProcess, start_order
-from servelab.engines.nodes_ray import is_ray_daemon
-from servelab.engines.nodes_hints import RendezvousHint, live_logs, rendezvous_hint, stamp_of
+from servelab.engines.nodes.plan import start_order
+from servelab.engines.values import NodePlan, NodeProcess
+from servelab.engines.nodes.ray import is_ray_daemon
+from servelab.engines.nodes.hints import RendezvousHint, rendezvous_hint, stamp_of
 from servelab.engines.runs import RunRecord, Runs, RunStatus, new_run_id
 from servelab.engines.runstate import RunState
 
@@ -570,6 +571,11 @@ class MultiNodeRuns:
         await asyncio.gather(*(one(r) for r in ids))
         report.seconds = time.monotonic() - t0
         return report
+
+
+def live_logs(states: list[NodeState]) -> list[NodeState]:
+    """Nodes whose join can still hang: alive and not yet ready."""
+    return [n for n in states if n.status is not None and n.status.alive and not (n.status.analysis and n.status.analysis.was_ready)]
 
 
 def _failure_of(n: NodeState, last_stamp: float | None) -> NodeFailure | None:

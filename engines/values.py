@@ -1,0 +1,183 @@
+"""Values that engine adapters and the core both hold: a launch command, a setting an engine
+cannot express, the multi-node plan types (a node, its processes, the engine's rendezvous lines)
+and what the probe hands an adapter and gets back (prompts, an acceptance window, histogram names).
+
+A leaf: it imports nothing of servelab, so ``engines/adapter.py`` (the protocol), the adapters
+(``engines/vllm.py``, ``engines/sglang.py``) and ``engines/nodes/`` can all name these types without
+importing each other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """The exact argv and extra environment that start an engine. Never passed through a shell."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+    def display(self) -> str:
+        """Shell-quoted, for showing and copying only."""
+        return shlex.join(self.argv)
+
+
+@dataclass(frozen=True)
+class Inexpressible:
+    """A setting this engine cannot express, reported at check time (never silently dropped)."""
+
+    path: str
+    message: str
+
+
+@dataclass(frozen=True)
+class NodeAddress:
+    """A node of the experiment: its rank, its hosts.toml name, the address the others reach it at."""
+
+    rank: int
+    host: str
+    address: str
+
+
+@dataclass(frozen=True)
+class NodeTarget:
+    """A node as an adapter renders it: where it is, and its paths as that host sees them."""
+
+    node: NodeAddress
+    python: str
+    model: str
+    draft_model: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeProcess:
+    """One process a node runs. ``serves`` marks the one that answers HTTP (only on the head).
+
+    ``check`` is a quick command of the engine's own (run on the node with ``spec.env`` before
+    anything starts on any node): when it fails, its last stderr line, in the engine's words, stops
+    the launch (``check_label`` names it there). With ``check_script`` (a servelab helper in
+    engines/helpers/) the check is that script, run the one way host scripts run (uploaded once,
+    ``check[0]`` the interpreter, ``check[1:]`` its arguments). ``port`` is what the process listens on, so nodes
+    sharing a machine do not collide. ``up_line``: the launch waits for this line in the process's
+    log (at most ``up_timeout_s``) before it starts the next one (a Ray daemon before its peers).
+    """
+
+    role: str
+    spec: LaunchSpec
+    serves: bool = False
+    check: list[str] | None = None
+    check_script: str | None = None
+    port: int | None = None
+    check_label: str | None = None
+    up_line: str | None = None
+    up_timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """What one node runs, in start order."""
+
+    node: NodeAddress
+    processes: list[NodeProcess] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RendezvousGrammar:
+    """An engine's rendezvous lines: when joining starts, when it is done, and lines that are hints."""
+
+    begin: tuple[str, ...]
+    end: tuple[str, ...]
+    #: Seconds a healthy join takes at most (on a loaded 2-core CPU box it is ~25 s).
+    expected_s: float
+    #: What a stuck join points at, in the engine's settings.
+    settings: str
+    #: ``(phrase, hint)``: a line containing the phrase gets the hint as soon as it shows.
+    phrases: tuple[tuple[str, str], ...] = ()
+    #: The flags that carry where a node dials the head (``--dist-init-addr``; ``--master-addr``, ``--master-port``).
+    join_flags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """Speculative-decoding acceptance over one window, with where it came from.
+
+    ``rate`` = accepted / draft tokens (0..1); ``length`` = 1 + accepted / drafts (counts the bonus
+    token); ``per_position[i]`` = accepted at draft position i / drafts.
+    """
+
+    source: str
+    drafts: float | None
+    draft_tokens: float | None
+    accepted: float | None
+    rate: float | None
+    length: float
+    per_position: list[float] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class AcceptanceWindow(Protocol):
+    """Brackets the timed requests of one repeat: ``start`` before, ``note`` each, ``finish`` after."""
+
+    async def start(self) -> None:
+        """Snapshot or reset whatever the engine counts."""
+        ...
+
+    def request_fields(self) -> dict[str, Any]:
+        """Extra JSON fields for each chat request (e.g. asking for per-request spec details)."""
+        ...
+
+    def note(self, payload: Mapping[str, Any]) -> None:
+        """See one request's last non-empty stream payload (usage / engine extras)."""
+        ...
+
+    async def finish(self) -> Acceptance | None:
+        """The window's acceptance; None when the server did not speculate."""
+        ...
+
+
+@dataclass(frozen=True)
+class LatencyHistograms:
+    """The names of an engine's own latency histograms in ``/metrics`` (seconds, Prometheus)."""
+
+    ttft: str
+    itl: str
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One request: an id, a category, and the chat messages sent (first user turn only)."""
+
+    id: str
+    category: str
+    messages: tuple[dict[str, str], ...]
+
+    @property
+    def text(self) -> str:
+        """The last user message, for engines' native (non-chat) routes."""
+        return self.messages[-1]["content"]
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """A named, hashed list of prompts."""
+
+    name: str
+    prompts: tuple[Prompt, ...]
+
+    @property
+    def hash(self) -> str:
+        """sha256 of the exact messages in order: equal hashes mean the same requests."""
+        blob = json.dumps([[p.id, list(p.messages)] for p in self.prompts], sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def __len__(self) -> int:
+        return len(self.prompts)
