@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.engines.errors import ServelabError
+from servelab.engines.helpers import hostlib
 from servelab.engines.hosts.base import Completed, Host
 from servelab.engines.hosts.scripts import SCRIPTS, HostScript, ScriptUploadError
 
@@ -49,17 +50,8 @@ async def run_script(
 
 
 def last_json(done: Completed) -> dict[str, Any] | None:
-    """The helper's answer: the last stdout line that is a JSON object."""
-    for line in reversed(done.stdout.decode("utf-8", "replace").splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                value = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(value, dict):
-                return value
-    return None
+    """The helper's answer: the last stdout line that is a JSON object (the host scripts' own rule)."""
+    return hostlib.last_json(done.stdout)
 
 
 def last_line(data: bytes) -> str:

@@ -275,14 +275,9 @@ class Supervisor:
             return {"error": "%s did not answer within %d s" % (os.path.basename(argv[1]), timeout)}
         finally:
             self.child = None
-        for line in reversed(out.decode("utf-8", "replace").splitlines()):
-            if line.startswith("{"):
-                try:
-                    value = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(value, dict):
-                    return value
+        value = hostlib.last_json(out)
+        if value is not None:
+            return value
         tail = [ln for ln in err.decode("utf-8", "replace").splitlines() if ln.strip()]
         return {"error": tail[-1] if tail else "no answer from %s" % os.path.basename(argv[1])}
 

@@ -99,6 +99,20 @@ def answer(fd: int, value: dict[str, Any]) -> None:
         pass
 
 
+def last_json(output: bytes) -> dict[str, Any] | None:
+    """A command's answer: the last line of its output that is a JSON object."""
+    for line in reversed(output.decode("utf-8", "replace").splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                value = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                return value
+    return None
+
+
 def print_json(value: dict[str, Any]) -> None:
     """The command's one JSON answer, the last line of stdout."""
     sys.stdout.write(json.dumps(value) + "\n")
