@@ -2,7 +2,7 @@
 
 Prints figures; asserts nothing. Each round makes N calls (default 20) in turn of ``hostinfo.py
 --quick``, ``validate_args.py`` (a trivial check file), ``patchtool.py check`` (no patches) and
-``runctl.py holders``, once the old way (the whole source as the ``-c`` argument of every call,
+``runctl.py holders``, once the old way (the whole source, and its bundle's modules, as the ``-c`` argument of every call,
 the form servelab used before host scripts) and once through ``engines/hosts/scripts.py``
 (uploaded once, then ``python <path>``), on the real OpenSSH server of the tests (127.0.0.1) and
 on the local host. Rounds interleave old and new so load drifts hit both alike; the new form's
@@ -53,9 +53,32 @@ def _calls(work: str) -> list[tuple[str, list[str], bytes | None]]:
     ]
 
 
+#: For a bundle's modules in the old form: served from the ``-c`` text itself (a meta path finder).
+_MODULES = """import importlib.abc, importlib.util, sys
+class _Bundle(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path, target=None):
+        return importlib.util.spec_from_loader(name, self) if name in _SRC else None
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        exec(compile(_SRC[module.__name__], module.__name__ + ".py", "exec"), module.__dict__)
+sys.meta_path.insert(0, _Bundle())
+exec(compile(_MAIN, "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+"""
+
+
+def _old_source(name: str) -> str:
+    """The helper's whole text (and its bundle's modules', when it imports some) for ``python -c``."""
+    script = helper_script(name)
+    if not script.modules:
+        return script.source.decode()
+    sources = {file.removesuffix(".py"): data.decode() for file, data in script.modules}
+    return f"_SRC = {sources!r}\n_MAIN = {script.source.decode()!r}\n{_MODULES}"
+
+
 async def _old(host: Host, name: str, args: list[str], stdin: bytes | None) -> Completed:
     """The form before host scripts: the helper's whole text as ``python -c``, on every call."""
-    return await host.run([PY, "-c", helper_script(name).source.decode(), *args], input=stdin, timeout=120)
+    return await host.run([PY, "-c", _old_source(name), *args], input=stdin, timeout=120)
 
 
 async def _call(host: Host, form: str, name: str, args: list[str], stdin: bytes | None, scripts: HostScripts) -> float:
@@ -105,7 +128,7 @@ async def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args()
     cycle = [name for name, _, _ in _calls("/")]
-    sizes = ", ".join(f"{name} {len(helper_script(name).source)} B" for name in cycle)
+    sizes = ", ".join(f"{name} {len(_old_source(name).encode())} B" for name in cycle)
     print(f"bytes each call puts on the command line the old way: {sizes}; the new way: the path (~60 B)")
     print(f"machine: {os.cpu_count()} cores, {_load()}")
     with tempfile.TemporaryDirectory(prefix="servelab-bench-") as tmp:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -145,3 +146,76 @@ async def test_the_cache_is_per_host_a_local_and_an_ssh_host_never_share_it(ssh_
         assert scripts.checks == 2 and scripts.uploads == 1  # the file was there: the SSH side found it
     finally:
         await remote.close()
+
+
+#: A shared module, and two scripts of the same folder that import it (one as ``from x import``).
+SHARED = b"WORD = 'shared-1'\n\ndef say(who):\n    return '%s %s' % (who, WORD)\n"
+ONE = b"import shared\nprint(shared.say('one'))\n"
+TWO = b"import sys\nfrom shared import say\nprint(say('two'), sys.argv[1:])\n"
+
+
+def _bundle_folder(tmp_path: Path, words: bytes = SHARED) -> Path:
+    src = tmp_path / "src"
+    src.mkdir(exist_ok=True)
+    (src / "shared.py").write_bytes(words)
+    (src / "one.py").write_bytes(ONE)
+    (src / "two.py").write_bytes(TWO)
+    (src / "unused.py").write_bytes(b"raise SystemExit('never sent')\n")
+    return src
+
+
+def _bundles(tmp_path: Path) -> list[Path]:
+    return sorted(p for p in (tmp_path / "work" / SCRIPTS_DIR).iterdir() if p.is_dir())
+
+
+async def test_two_scripts_sharing_a_module_each_run_with_it(host: Host, tmp_path: Path) -> None:
+    src = _bundle_folder(tmp_path)
+    one, two = HostScript.from_folder(src, "one.py"), HostScript.from_folder(src, "two.py")
+    assert [f for f, _ in one.modules] == [f for f, _ in two.modules] == ["shared.py"]
+    scripts = HostScripts()
+    for _ in range(3):
+        assert (await scripts.run(host, sys.executable, one)).text() == "one shared-1\n"
+        done = await scripts.run(host, sys.executable, two, "$(touch PWNED)", "a b")
+        assert done.text() == "two shared-1 ['$(touch PWNED)', 'a b']\n"
+        assert done.argv == [sys.executable, two.path_on(host.config), "$(touch PWNED)", "a b"]
+    assert (scripts.uploads, scripts.checks) == (2, 2)
+    assert [p.name for p in _bundles(tmp_path)] == sorted([f"one-{one.sha12}", f"two-{two.sha12}"])
+    for bundle, script in zip(_bundles(tmp_path), sorted([one, two], key=lambda s: s.name)):
+        assert sorted(p.name for p in bundle.iterdir() if p.suffix == ".py") == sorted([script.name, "shared.py"])
+    assert not (tmp_path / "PWNED").exists()
+
+
+async def test_a_changed_shared_module_is_a_new_bundle(host: Host, tmp_path: Path) -> None:
+    old = HostScript.from_folder(_bundle_folder(tmp_path), "one.py")
+    scripts = HostScripts()
+    assert (await scripts.run(host, sys.executable, old)).text() == "one shared-1\n"
+    new = HostScript.from_folder(_bundle_folder(tmp_path, SHARED.replace(b"shared-1", b"shared-2")), "one.py")
+    assert new.source == old.source and new.sha12 != old.sha12
+    assert (await scripts.run(host, sys.executable, new)).text() == "one shared-2\n"
+    assert (await scripts.run(host, sys.executable, old)).text() == "one shared-1\n"  # the old bundle is intact
+    assert [p.name for p in _bundles(tmp_path)] == sorted([f"one-{old.sha12}", f"one-{new.sha12}"])
+    assert scripts.uploads == 2
+
+
+async def test_a_removed_bundle_is_put_back_once_and_the_call_succeeds(host: Host, tmp_path: Path) -> None:
+    two = HostScript.from_folder(_bundle_folder(tmp_path), "two.py")
+    scripts = HostScripts()
+    assert (await scripts.run(host, sys.executable, two, "1")).ok
+    [bundle] = _bundles(tmp_path)
+    shutil.rmtree(bundle)  # the workdir was wiped
+    done = await scripts.run(host, sys.executable, two, "2")
+    assert done.ok, done.stderr
+    assert done.text() == "two shared-1 ['2']\n" and scripts.uploads == 2
+    (bundle / "shared.py").unlink()  # a cleaner took one file of it (the script is still there)
+    done = await scripts.run(host, sys.executable, two, "3")
+    assert done.ok, done.stderr
+    assert done.text() == "two shared-1 ['3']\n" and scripts.uploads == 3
+    assert (bundle / "shared.py").read_bytes() == SHARED
+
+
+async def test_runctl_and_campaignctl_carry_hostlib(host: Host, tmp_path: Path) -> None:
+    for name in ("runctl.py", "campaignctl.py"):
+        assert [f for f, _ in helper_script(name).modules] == ["hostlib.py"]
+    answer = await run_helper(host, sys.executable, "runctl.py", "holders", "1")
+    assert answer == {"holders": []}
+    assert [p.name for p in _bundles(tmp_path)] == [f"runctl-{helper_script('runctl.py').sha12}"]

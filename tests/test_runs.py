@@ -372,7 +372,7 @@ async def test_the_run_control_helper_is_uploaded_again_when_removed(lab: Lab) -
     runs = lab.runs()
     first = await runs.launch("again", skip_preflight=True)
     await _collect(runs, first.id)
-    helpers = list((lab.workdir / ".servelab" / "helpers").glob("runctl-*.py"))
+    helpers = list((lab.workdir / ".servelab" / "helpers").glob("runctl-*/runctl.py"))  # runctl.py travels in a bundle with hostlib.py
     assert len(helpers) == 1
     helpers[0].unlink()  # someone cleans the workdir by hand
     assert [r.id for r in await runs.list("local")] == [first.id]

@@ -2,9 +2,11 @@
 
 Each helper (``runctl.py``, ``hostinfo.py``, ``validate_args.py``, ``patchtool.py``, ``timed_client.py``,
 ``raycheck.py``) uses the standard library only (``raycheck.py`` also imports Ray, which is what it
-checks) and never imports servelab, because the host has only the engine's environment. It reaches
-the host as a host script (``engines/hosts/scripts.py``: uploaded once per content hash, run as
-``python <path> ARGS``), takes a JSON request on stdin and prints one JSON answer as the last line
+checks) and never imports servelab, because the host has only the engine's environment; what they
+share is in modules of this folder (``hostlib.py``: JSON files, /proc, the detached start), which a
+helper imports as ``import hostlib`` (``from . import hostlib`` when servelab imports it). It reaches
+the host as a host script (``engines/hosts/scripts.py``: the script and the modules it imports,
+uploaded once per content hash, run as ``python <path> ARGS``), takes a JSON request on stdin and prints one JSON answer as the last line
 of stdout; whatever the engine prints while imported goes to stderr.
 """
 
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab.engines.errors import ServelabError
+from servelab.engines.helpers import hostlib
 from servelab.engines.hosts.base import Completed, Host
 from servelab.engines.hosts.scripts import SCRIPTS, HostScript, ScriptUploadError
 
@@ -29,8 +32,8 @@ class HelperError(ServelabError):
 
 @cache
 def helper_script(name: str) -> HostScript:
-    """``engines/helpers/<name>`` as a host script (read once per process)."""
-    return HostScript(name, (FOLDER / name).read_bytes())
+    """``engines/helpers/<name>`` as a host script, with the modules of this folder it imports (read once per process)."""
+    return HostScript.from_folder(FOLDER, name)
 
 
 async def run_script(
@@ -47,17 +50,8 @@ async def run_script(
 
 
 def last_json(done: Completed) -> dict[str, Any] | None:
-    """The helper's answer: the last stdout line that is a JSON object."""
-    for line in reversed(done.stdout.decode("utf-8", "replace").splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                value = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(value, dict):
-                return value
-    return None
+    """The helper's answer: the last stdout line that is a JSON object (the host scripts' own rule)."""
+    return hostlib.last_json(done.stdout)
 
 
 def last_line(data: bytes) -> str:

@@ -1,7 +1,7 @@
 """Host-side campaign supervisor: runs a campaign's queue on the host, detached, from its plan.
 
-Copied to the host and run with the host's own Python (standard library only, no servelab
-import), like ``runctl.py``. servelab (the laptop side, ``engines/campaign/control.py``) writes
+Uploaded to the host in a bundle with ``hostlib.py`` and run with the host's own Python (standard
+library only, no servelab import), like ``runctl.py``. servelab (the laptop side, ``engines/campaign/control.py``) writes
 ``<workdir>/campaigns/<id>/plan.json`` and runs ``campaignctl.py start DIR``; from then on the
 queue lives here, so closing the laptop, a dashboard or the SSH link does not pause it.
 
@@ -34,10 +34,18 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 if sys.path and sys.path[0] in ("", "."):
     del sys.path[0]  # never import from the working folder
+
+if TYPE_CHECKING or __package__:  # imported by servelab (``servelab.engines.helpers.campaignctl``)
+    from . import hostlib
+else:  # run as a host script: its bundle's folder (or engines/helpers) is first on sys.path
+    import hostlib
+
+read_json = hostlib.read_json
+write_json = hostlib.write_json
 
 PLAN = "plan.json"
 STATE = "state.json"
@@ -62,27 +70,6 @@ def now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def read_json(path: str) -> Any:
-    try:
-        with open(path, "rb") as f:
-            return json.loads(f.read().decode("utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def write_atomic(path: str, data: bytes) -> None:
-    tmp = "%s.tmp-%d" % (path, os.getpid())
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def write_json(path: str, value: Any) -> None:
-    write_atomic(path, (json.dumps(value, indent=1, sort_keys=True) + "\n").encode("utf-8"))
-
-
 def log(msg: str) -> None:
     sys.stdout.write("%s %s\n" % (now_iso(), msg))
     sys.stdout.flush()
@@ -90,15 +77,10 @@ def log(msg: str) -> None:
 
 # -- /proc ---------------------------------------------------------------------------------------------
 def proc_start_time(pid: int) -> int | None:
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            raw = f.read().decode("utf-8", "replace")
-    except OSError:
+    st = hostlib.proc_stat(pid)
+    if st is None or st[0] in ("Z", "X"):
         return None
-    rest = raw[raw.rfind(")") + 2 :].split()
-    if rest[0] in ("Z", "X"):
-        return None
-    return int(rest[19])
+    return st[3]
 
 
 def proc_argv(pid: int) -> list[str]:
@@ -293,14 +275,9 @@ class Supervisor:
             return {"error": "%s did not answer within %d s" % (os.path.basename(argv[1]), timeout)}
         finally:
             self.child = None
-        for line in reversed(out.decode("utf-8", "replace").splitlines()):
-            if line.startswith("{"):
-                try:
-                    value = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(value, dict):
-                    return value
+        value = hostlib.last_json(out)
+        if value is not None:
+            return value
         tail = [ln for ln in err.decode("utf-8", "replace").splitlines() if ln.strip()]
         return {"error": tail[-1] if tail else "no answer from %s" % os.path.basename(argv[1])}
 
@@ -542,6 +519,33 @@ class Supervisor:
 
 
 # -- commands ----------------------------------------------------------------------------------------
+def supervisor_main(camp_dir: str, w: int) -> int:
+    """The detached supervisor (``hostlib.detach``'s grandchild): its output to the log, then the queue."""
+    answered = False
+    try:
+        out = os.open(os.path.join(camp_dir, LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        sys.stdout = os.fdopen(1, "w", buffering=1)
+        sys.stderr = sys.stdout
+        pid = os.getpid()
+        write_json(os.path.join(camp_dir, PID), {"pid": pid, "pgid": os.getpgid(0), "start_time": proc_start_time(pid), "started_at": now_iso()})
+        sup = Supervisor(camp_dir)
+        hostlib.answer(w, {"ok": True, "pid": pid})
+        answered = True
+        log("supervisor %d started" % pid)
+        return sup.run()
+    except BaseException as exc:  # noqa: BLE001 - the log is the only witness
+        import traceback
+
+        traceback.print_exc()
+        if not answered:
+            hostlib.answer(w, {"ok": False, "error": "%s: %s" % (type(exc).__name__, exc)})
+        return 1
+
+
 def cmd_start(camp_dir: str) -> dict[str, Any]:
     if not os.path.isfile(os.path.join(camp_dir, PLAN)):
         return {"ok": False, "error": "no plan.json in %s" % camp_dir}
@@ -551,56 +555,12 @@ def cmd_start(camp_dir: str) -> dict[str, Any]:
         running = supervisor_alive(camp_dir)
         if running:
             return {"ok": False, "error": "the supervisor of %s is already running (pid %s)" % (os.path.basename(camp_dir), running["pid"])}
-        r, w = os.pipe()
-        child = os.fork()
-        if child == 0:
-            try:
-                os.close(r)
-                lock.close()
-                os.setsid()
-                if os.fork() == 0:
-                    code = 1
-                    try:
-                        out = os.open(os.path.join(camp_dir, LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-                        null = os.open(os.devnull, os.O_RDONLY)
-                        os.dup2(null, 0)
-                        os.dup2(out, 1)
-                        os.dup2(out, 2)
-                        sys.stdout = os.fdopen(1, "w", buffering=1)
-                        sys.stderr = sys.stdout
-                        pid = os.getpid()
-                        write_json(os.path.join(camp_dir, PID), {"pid": pid, "pgid": os.getpgid(0), "start_time": proc_start_time(pid), "started_at": now_iso()})
-                        sup = Supervisor(camp_dir)
-                        os.write(w, json.dumps({"ok": True, "pid": pid}).encode())
-                        os.close(w)
-                        log("supervisor %d started" % pid)
-                        code = sup.run()
-                    except BaseException as exc:  # noqa: BLE001 - the log is the only witness
-                        import traceback
-
-                        traceback.print_exc()
-                        try:
-                            os.write(w, json.dumps({"ok": False, "error": "%s: %s" % (type(exc).__name__, exc)}).encode())
-                        except OSError:
-                            pass
-                    finally:
-                        os._exit(code)
-            finally:
-                os._exit(0)
-        os.close(w)
-        os.waitpid(child, 0)
-        chunks = []
-        while True:
-            data = os.read(r, 65536)
-            if not data:
-                break
-            chunks.append(data)
-        os.close(r)
+        reply = hostlib.detach(lambda w: supervisor_main(camp_dir, w), close=[lock])
     finally:
         lock.close()
-    if not chunks:
+    if not reply:
         return {"ok": False, "error": "the supervisor died before it started (see %s)" % os.path.join(camp_dir, LOG)}
-    answer: dict[str, Any] = json.loads(b"".join(chunks).decode())
+    answer: dict[str, Any] = json.loads(reply.decode())
     return answer
 
 
@@ -636,8 +596,7 @@ def main(argv: list[str]) -> int:
     else:
         sys.stderr.write("unknown command %s\n" % cmd)
         return 2
-    sys.stdout.write(json.dumps(out) + "\n")
-    sys.stdout.flush()
+    hostlib.print_json(out)
     return 0
 
 

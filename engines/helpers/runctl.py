@@ -1,7 +1,7 @@
 """Host-side run control for servelab: start, inspect and stop engine runs.
 
-This file is copied to each host and run with the host's own Python (standard library only, no
-servelab import), so that every decision about a process is taken on the machine where the process
+This file is uploaded to each host in a bundle with ``hostlib.py`` (``engines/hosts/scripts.py``) and
+run with the host's own Python (standard library only, no servelab import), so that every decision about a process is taken on the machine where the process
 lives, in one round trip, with no shell involved:
 
 - ``start RUN_DIR``: under a host-wide lock, refuse when the port or the GPUs are held (saying by
@@ -31,7 +31,16 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING or __package__:  # imported by servelab (``servelab.engines.helpers.runctl``)
+    from . import hostlib
+else:  # run as a host script: its bundle's folder (or engines/helpers) is first on sys.path
+    import hostlib
+
+read_json = hostlib.read_json
+write_atomic = hostlib.write_atomic
+proc_stat = hostlib.proc_stat
 
 MARKER = "SERVELAB_RUN_ID"
 RUN_JSON = "run.json"
@@ -48,29 +57,12 @@ SHM_DIR = "/dev/shm"
 ENGINE_SHM_PREFIXES = ("psm_", "sem.mp-", "torch_", "nccl", "vllm", "sglang", "sgl_", "cuda.shm")
 
 
-# -- small file helpers ---------------------------------------------------------------------------
-def read_json(path: str) -> Any:
-    try:
-        with open(path, "rb") as f:
-            return json.loads(f.read().decode("utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def write_atomic(path: str, data: bytes) -> None:
-    tmp = "%s.tmp-%d" % (path, os.getpid())
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
+# -- run files -------------------------------------------------------------------------------------
 def update_record(run_dir: str, **fields: Any) -> dict[str, Any]:
     path = os.path.join(run_dir, RUN_JSON)
     rec = read_json(path) or {}
     rec.update(fields)
-    write_atomic(path, (json.dumps(rec, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+    hostlib.write_json(path, rec, indent=2)
     return rec
 
 
@@ -83,18 +75,6 @@ def read_exit_code(run_dir: str) -> int | None:
 
 
 # -- /proc ------------------------------------------------------------------------------------------
-def proc_stat(pid: int) -> tuple[str, int, int, int] | None:
-    """(state, pgid, sid, starttime) of a process, or None when it does not exist."""
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            raw = f.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    rest = raw[raw.rfind(")") + 2 :].split()
-    # rest[0] is field 3 (state); pgid is field 5, session 6, starttime 22.
-    return rest[0], int(rest[2]), int(rest[3]), int(rest[19])
-
-
 def has_marker(pid: int, run_id: str) -> bool:
     try:
         with open("/proc/%d/environ" % pid, "rb") as f:
@@ -336,8 +316,7 @@ def supervise(run_dir: str, rec: dict[str, Any], report_fd: int) -> int:
         with open(log_path, "ab") as f:
             f.write(("servelab: cannot start %s: %s\n" % (rec["argv"][0] if rec.get("argv") else "?", exc.strerror or exc)).encode())
         write_atomic(os.path.join(run_dir, EXIT_CODE), b"127\n")
-        os.write(report_fd, json.dumps({"ok": False, "error": "cannot start %s: %s" % (rec["argv"][0], exc.strerror or exc)}).encode())
-        os.close(report_fd)
+        hostlib.answer(report_fd, {"ok": False, "error": "cannot start %s: %s" % (rec["argv"][0], exc.strerror or exc)})
         return 127
     st = proc_stat(proc.pid)
     started = update_record(
@@ -348,8 +327,7 @@ def supervise(run_dir: str, rec: dict[str, Any], report_fd: int) -> int:
         supervisor_pid=os.getpid(),
         status="running",
     )
-    os.write(report_fd, json.dumps({"ok": True, "record": started}).encode())
-    os.close(report_fd)
+    hostlib.answer(report_fd, {"ok": True, "record": started})
     owned: set[str] = set()
     while True:
         try:
@@ -379,35 +357,12 @@ def cmd_start(run_dir: str) -> dict[str, Any]:
         if reasons:
             shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran: leave no run behind
             return {"ok": False, "refused": reasons}
-        r, w = os.pipe()
-        child = os.fork()
-        if child == 0:  # first child: new session, then fork the supervisor and leave
-            try:
-                os.close(r)
-                lock.close()
-                os.setsid()
-                if os.fork() == 0:
-                    code = 1
-                    try:
-                        code = supervise(run_dir, rec, w)
-                    finally:
-                        os._exit(code)
-            finally:
-                os._exit(0)
-        os.close(w)
-        os.waitpid(child, 0)
-        chunks = []
-        while True:
-            data = os.read(r, 65536)
-            if not data:
-                break
-            chunks.append(data)
-        os.close(r)
+        reply = hostlib.detach(lambda w: supervise(run_dir, rec, w), close=[lock])
     finally:
         lock.close()
-    if not chunks:
+    if not reply:
         return {"ok": False, "error": "the supervisor died before starting the engine"}
-    answer: dict[str, Any] = json.loads(b"".join(chunks).decode())
+    answer: dict[str, Any] = json.loads(reply.decode())
     return answer
 
 
@@ -599,8 +554,7 @@ def main(argv: list[str]) -> int:
     else:
         sys.stderr.write("unknown command %s\n" % cmd)
         return 2
-    sys.stdout.write(json.dumps(out) + "\n")
-    sys.stdout.flush()
+    hostlib.print_json(out)
     return 0
 
 
