@@ -10,7 +10,7 @@ import pytest
 
 from tests.fixtures.tui import SHARED_LOGS
 from tests.fixtures.tui import TuiFolder
-from tests.fixtures.tui import count_bells, open_run_screen, screen_text, wait_for
+from tests.fixtures.tui import open_run_screen, screen_text, wait_for, watched_run_screen
 from servelab.tui.app import ServelabApp
 from servelab.tui.screens import watch
 from servelab.tui.screens.run import with_history
@@ -27,13 +27,7 @@ def fast_watch(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def test_crash_pins_root_cause_and_hint_and_rings(tui_folder: TuiFolder, fast_watch: None) -> None:
-    gate = tui_folder.workdir / "go"
-    run_id = tui_folder.replay("kimi-k25-vllm-eagle3", WHITELIST_CRASH, rate=50, exit_code=1, hold_s=5.0, gate=gate)
-    app = ServelabApp(tui_folder.folder)
-    bells = count_bells(app)
-    async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause()
-        screen = await open_run_screen(app, pilot, run_id, gate)  # news: written after the dashboard saw the run
+    async with watched_run_screen(tui_folder, "kimi-k25-vllm-eagle3", WHITELIST_CRASH, (100, 30), rate=50, exit_code=1, hold_s=5.0) as (app, pilot, screen, bells):
         await wait_for(pilot, lambda: screen.view.state == "crashed" and "exit code 1" in screen.liveness)
         await wait_for(pilot, lambda: "CRASHED" in screen_text(app))  # the state, then the frame that shows it
         text = screen_text(app)
@@ -50,13 +44,7 @@ async def test_crash_pins_root_cause_and_hint_and_rings(tui_folder: TuiFolder, f
 
 
 async def test_ready_run_shows_stage_bars_and_announces_ready(tui_folder: TuiFolder, fast_watch: None) -> None:
-    gate = tui_folder.workdir / "go"
-    run_id = tui_folder.replay("tiny-cpu-vllm-ngram", NGRAM_SERVE, rate=400, exit_code=0, hold_s=6.0, gate=gate)
-    app = ServelabApp(tui_folder.folder)
-    bells = count_bells(app)
-    async with app.run_test(size=(100, 40)) as pilot:
-        await pilot.pause()
-        screen = await open_run_screen(app, pilot, run_id, gate)  # news: written after the dashboard saw the run
+    async with watched_run_screen(tui_folder, "tiny-cpu-vllm-ngram", NGRAM_SERVE, (100, 40), rate=400, exit_code=0, hold_s=6.0) as (app, pilot, screen, bells):
         await wait_for(pilot, lambda: screen.index.line_count >= NGRAM_SERVE.read_bytes().count(b"\n"))
         await wait_for(pilot, lambda: "alive" in screen.liveness or "exit code" in screen.liveness)
         # the analysis, then the frames that draw it: wait for what is asserted below
