@@ -22,7 +22,7 @@ import pytest
 from servelab.engines.logs.analyzer import LogAnalyzer, analyze_bytes, analyze_file, guess_engine
 from servelab.engines.adapter import get_adapter
 from tests.conftest import SHARED_LOGS
-from tests.fixtures.log_expect import check_progress, check_spec_and_throughput
+from tests.fixtures.log_expect import LogExpect, check_progress, check_spec_and_throughput
 
 DATA = Path(__file__).resolve().parent / "data" / "logs"
 CUT = "cut off before its exception line"
@@ -32,12 +32,7 @@ OOM_HINT = "GPU out of memory"
 
 
 @dataclass
-class Expect:
-    engine: str
-    state: str
-    was_ready: bool = False
-    #: (exception or None, message fragment, process, line)
-    root: tuple[str | None, str, str, int] | None = None
+class Expect(LogExpect):
     where: str | None = None
     #: the stage the run failed in (None: not stated by the log)
     failed_stage: str | None = None

@@ -16,18 +16,13 @@ import pytest
 
 from servelab.engines.logs.analyzer import analyze_file, guess_engine
 from tests.conftest import SHARED_LOGS
-from tests.fixtures.log_expect import check_progress, check_spec_and_throughput
+from tests.fixtures.log_expect import LogExpect, check_progress, check_spec_and_throughput
 
 SHARED = SHARED_LOGS  # ../shared/logs: the real logs the project is given
 
 
 @dataclass
-class Expect:
-    engine: str
-    state: str
-    was_ready: bool = False
-    #: (exception or None, message fragment, process, line)
-    root: tuple[str | None, str, str, int] | None = None
+class Expect(LogExpect):
     stages: dict[str, str] = field(default_factory=dict)
     progress: dict[str, tuple[int, int]] = field(default_factory=dict)
     hint: str | None = None
