@@ -15,38 +15,26 @@ fails the verify step; it needs AMX kernels), so both measure the plain server.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from servelab.engines.adapter import get_adapter  # noqa: E402
+from _bench_client import Comparison, arguments, compare, within_10  # noqa: E402
+
 from servelab.engines.catalog import load_catalog  # noqa: E402
-from servelab.engines.probe import prompts as prompt_sets  # noqa: E402
-from servelab.engines.probe.runner import ProbeSettingsView, run_probe  # noqa: E402
 from servelab.engines.probe.stats import median  # noqa: E402
+from tests.fixtures.engine import stop_group  # noqa: E402
 
 SGLANG_PYTHON = REPO / ".venv-sglang" / "bin" / "python"
 TINY_MODEL = REPO / ".models" / "tiny-llama"
 EXPERIMENT = "tiny-cpu-sglang-baseline"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_tiny(port: int, log: Path) -> subprocess.Popen[bytes]:
@@ -71,16 +59,7 @@ def start_tiny(port: int, log: Path) -> subprocess.Popen[bytes]:
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
     """Stop the process group this script started (SGLang's scheduler and detokenizer are in it)."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    stop_group(proc, grace=30)
 
 
 def run_bench(url: str, dataset: Path, n: int, max_tokens: int, out: Path) -> dict[str, Any]:
@@ -98,64 +77,25 @@ def run_bench(url: str, dataset: Path, n: int, max_tokens: int, out: Path) -> di
     return dict(json.loads(lines[-1]))
 
 
-def row(label: str, a: Any, b: Any, digits: int = 2) -> str:
-    def f(x: Any) -> str:
-        return "-" if x is None else f"{x:.{digits}f}"
-
-    ratio = f"{a / b:.3f}" if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else ""
-    return f"  {label:<22} {f(a):>16} {f(b):>22} {ratio:>8}"
-
-
 def main() -> int:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--url", help="an already running SGLang (default: start tiny-cpu-sglang-baseline's server)")
-    ap.add_argument("--prompts", default="builtin:mixed")
-    ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--rounds", type=int, default=2)
-    args = ap.parse_args()
-
-    ps = prompt_sets.load(args.prompts, base=REPO / "experiments")
-    exp = load_catalog(REPO / "experiments").get(EXPERIMENT).experiment
-    work = Path(tempfile.mkdtemp(prefix="probe-vs-sglang-bench-"))
-    dataset = work / "prompts.json"  # ShareGPT shape: the first turn is the prompt, the second only a placeholder
-    dataset.write_text(json.dumps([{"conversations": [{"from": "human", "value": p.text}, {"from": "gpt", "value": "- -"}]} for p in ps.prompts]))
-    proc = None
-    url = args.url
-    if url is None:
-        port = free_port()
-        print(f"starting {EXPERIMENT}'s server on 127.0.0.1:{port} ...", flush=True)
-        t0 = time.monotonic()
-        proc = start_tiny(port, work / "engine.log")
-        print(f"ready after {time.monotonic() - t0:.0f} s (load {os.getloadavg()[0]:.2f})", flush=True)
-        url = f"http://127.0.0.1:{port}"
-    try:
-        probe_tps: list[float] = []
-        bench_tps: list[float] = []
-        for rnd in range(args.rounds):
-            result = asyncio.run(
-                run_probe(url, ps, ProbeSettingsView(max_tokens=args.max_tokens, concurrency=1, repeats=1, warmup=1),
-                          adapter=get_adapter("sglang"), experiment=exp)
-            )
-            p = result.summary
-            b = run_bench(url, dataset, len(ps), args.max_tokens, work / f"bench-{rnd}.jsonl")
-            print(f"\nround {rnd + 1}: {len(ps)} prompts ({ps.name}), max_tokens {args.max_tokens}, concurrency 1, temperature 0")
-            print(f"  {'':<22} {'servelab probe':>16} {'sglang.bench_serving':>22} {'ratio':>8}")
-            print(row("median TTFT (ms)", p.get("median_ttft_ms"), b.get("median_ttft_ms")))
-            print(row("median TPOT (ms)", p.get("median_tpot_ms"), b.get("median_tpot_ms")))
-            print(row("mean TPOT (ms)", p.get("mean_tpot_ms"), b.get("mean_tpot_ms")))
-            print(row("output tok/s", p.get("output_throughput"), b.get("output_throughput"), 1))
-            print(row("total output tokens", p.get("total_output_tokens"), b.get("total_output_tokens"), 0))
-            print(f"  (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores: other work skews these)")
-            if p.get("output_throughput") and b.get("output_throughput"):
-                probe_tps.append(p["output_throughput"])
-                bench_tps.append(b["output_throughput"])
-        if probe_tps:
-            mp, mb = median(probe_tps), median(bench_tps)
-            print(f"\nmedian output tok/s over {len(probe_tps)} rounds: probe {mp:.1f}, bench_serving {mb:.1f}, ratio {mp / mb:.3f} "
-                  f"({'within' if abs(mp / mb - 1) <= 0.10 else 'NOT within'} 10 %)")
-    finally:
-        if proc is not None:
-            stop(proc)
+    args = arguments(__doc__, "an already running SGLang (default: start tiny-cpu-sglang-baseline's server)", rounds=2).parse_args()
+    probe_tps, bench_tps = compare(args, Comparison(
+        engine="sglang", experiment=EXPERIMENT, bench_title="sglang.bench_serving",
+        rows=[
+            ("median TTFT (ms)", "median_ttft_ms", 2),
+            ("median TPOT (ms)", "median_tpot_ms", 2),
+            ("mean TPOT (ms)", "mean_tpot_ms", 2),
+            ("output tok/s", "output_throughput", 1),
+            ("total output tokens", "total_output_tokens", 0),
+        ],
+        load_note="other work skews these", placeholder="- -", widths=(22, 16, 22),
+        start=start_tiny, stop=stop,
+        bench=lambda url, dataset, n, max_tokens, work, rnd: run_bench(url, dataset, n, max_tokens, work / f"bench-{rnd}.jsonl"),
+        starting=lambda port: f"starting {EXPERIMENT}'s server on 127.0.0.1:{port} ...", ready="ready",
+    ), prefix="probe-vs-sglang-bench-")
+    if probe_tps:
+        mp, mb = median(probe_tps), median(bench_tps)
+        print(f"\nmedian output tok/s over {len(probe_tps)} rounds: probe {mp:.1f}, bench_serving {mb:.1f}, ratio {mp / mb:.3f} {within_10(mp, mb)}")
     return 0
 
 

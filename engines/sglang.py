@@ -16,6 +16,7 @@ from servelab.engines.values import Acceptance, Inexpressible, LatencyHistograms
 from servelab.engines.experiment import Experiment
 from servelab.engines.nodes.plan import host_port, multinode_problems, rendezvous_of, with_env
 from servelab.engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
+from servelab.engines.server_flags import ParallelFlag, server_flags
 
 #: SGLang's host-side argument check, run by the host's interpreter (see engines/helpers/validate_args.py).
 ARGCHECK = Path(__file__).with_name("sglang_argcheck.py")
@@ -47,6 +48,9 @@ MANAGED_FLAGS: dict[str, str] = {
     "speculative-eagle-topk": "speculative.eagle_topk",
     "speculative-num-draft-tokens": "speculative.num_draft_tokens",
 }
+
+#: The parallel sizes' flags, in the order SGLang's command line has them.
+PARALLEL_FLAGS = (ParallelFlag("tensor", "--tp-size"), ParallelFlag("data", "--dp-size"), ParallelFlag("expert", "--ep-size"), ParallelFlag("pipeline", "--pp-size"))
 
 #: servelab's method names to SGLang's ``--speculative-algorithm`` values.
 ALGORITHMS: dict[str, str] = {
@@ -248,20 +252,7 @@ class SglangAdapter:
         return flags + rendered
 
     def engine_flags(self, exp: Experiment, model: str, draft_model: str | None) -> list[str]:
-        flags = ["--model-path", model, "--port", str(exp.port)]
-        if exp.served_model_name:
-            flags += ["--served-model-name", exp.served_model_name]
-        p = exp.parallel
-        if p.tensor > 1:
-            flags += ["--tp-size", str(p.tensor)]
-        if p.data > 1:
-            flags += ["--dp-size", str(p.data)]
-        if p.expert > 1:
-            flags += ["--ep-size", str(p.expert)]
-        if p.pipeline > 1:
-            flags += ["--pp-size", str(p.pipeline)]
-        rendered, _ = render_flags({k: v for k, v in exp.engine_args.items() if k not in MANAGED_FLAGS})
-        return flags + rendered + self.speculative_flags(exp, draft_model)
+        return server_flags(exp, "--model-path", model, PARALLEL_FLAGS, MANAGED_FLAGS) + self.speculative_flags(exp, draft_model)
 
     def validation(self, exp: Experiment, model: str, draft_model: str | None) -> ArgValidation:
         """The server's own flags, judged on the host by SGLang's resolution and checks, then servelab's (no weights loaded)."""

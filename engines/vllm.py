@@ -13,12 +13,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from servelab.engines.adapter import ArgValidation, engine_args_problems, render_flags
+from servelab.engines.adapter import ArgValidation, engine_args_problems
 from servelab.engines.values import Acceptance, Inexpressible, LatencyHistograms, LaunchSpec, NodePlan, NodeProcess, NodeTarget, PromptSet, RendezvousGrammar
 from servelab.engines.experiment import Experiment
 from servelab.engines.nodes.plan import multinode_problems, rendezvous_of, with_env
 from servelab.engines.nodes.ray import ray_env, ray_node_process
 from servelab.engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
+from servelab.engines.server_flags import ParallelFlag, server_flags
 
 #: vLLM's host-side argument check, run by the host's interpreter (see engines/helpers/validate_args.py).
 ARGCHECK = Path(__file__).with_name("vllm_argcheck.py")
@@ -39,6 +40,12 @@ MANAGED_FLAGS: dict[str, str] = {
     "enable-expert-parallel": "parallel.expert",
     "speculative-config": "speculative",
 }
+
+#: The parallel sizes' flags, in the order vLLM's command line has them (expert parallelism is a switch).
+PARALLEL_FLAGS = (
+    ParallelFlag("tensor", "--tensor-parallel-size"), ParallelFlag("pipeline", "--pipeline-parallel-size"),
+    ParallelFlag("data", "--data-parallel-size"), ParallelFlag("expert", "--enable-expert-parallel", sized=False),
+)
 
 #: Flags servelab sets per node of a multi-node experiment.
 #: vLLM's own CLI (``vllm serve``): the only entry whose ``serve`` acts on ``--headless``
@@ -273,20 +280,7 @@ class VllmAdapter:
         return shlex.join(["--speculative-config", json.dumps(cfg, separators=(",", ":"))])
 
     def engine_flags(self, exp: Experiment, model: str, draft_model: str | None) -> list[str]:
-        flags = ["--model", model, "--port", str(exp.port)]
-        if exp.served_model_name:
-            flags += ["--served-model-name", exp.served_model_name]
-        p = exp.parallel
-        if p.tensor > 1:
-            flags += ["--tensor-parallel-size", str(p.tensor)]
-        if p.pipeline > 1:
-            flags += ["--pipeline-parallel-size", str(p.pipeline)]
-        if p.data > 1:
-            flags += ["--data-parallel-size", str(p.data)]
-        if p.expert > 1:
-            flags.append("--enable-expert-parallel")
-        rendered, _ = render_flags({k: v for k, v in exp.engine_args.items() if k not in MANAGED_FLAGS})
-        flags += rendered
+        flags = server_flags(exp, "--model", model, PARALLEL_FLAGS, MANAGED_FLAGS)
         spec = self.speculative_config(exp, draft_model)
         if spec is not None:
             flags += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]

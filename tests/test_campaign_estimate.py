@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from pathlib import Path
 
 from servelab.engines.campaign.check import load_checked
@@ -67,11 +66,7 @@ async def test_a_host_without_earlier_runs_leaves_the_estimate_unknown(lab: Lab)
 
 
 async def test_every_host_that_could_not_be_asked_is_named(lab: Lab) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        closed = s.getsockname()[1]
-    with (lab.folder / "hosts.toml").open("a") as f:
-        f.write(f'\n[hosts.gone]\nssh = "127.0.0.1:{closed}"\nconnect_timeout = 2.0\n')
+    lab.add_gone_host()
     runs = lab.runs()
     # "gone" is listed before "local": its reason must survive the later listing.
     assert await load_estimates(runs, ["local", "gone"]) == {}

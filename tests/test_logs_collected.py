@@ -23,6 +23,7 @@ from servelab.engines.adapter import get_adapter
 from servelab.engines.logs.analyzer import LogAnalyzer
 from servelab.engines.logs.files import analyze_bytes, analyze_file, guess_engine
 from tests.conftest import SHARED_LOGS
+from tests.fixtures.log_expect import LogExpect, check_progress, check_spec_and_throughput
 
 DATA = Path(__file__).resolve().parent / "data" / "logs"
 CUT = "cut off before its exception line"
@@ -32,12 +33,7 @@ OOM_HINT = "GPU out of memory"
 
 
 @dataclass
-class Expect:
-    engine: str
-    state: str
-    was_ready: bool = False
-    #: (exception or None, message fragment, process, line)
-    root: tuple[str | None, str, str, int] | None = None
+class Expect(LogExpect):
     where: str | None = None
     #: the stage the run failed in (None: not stated by the log)
     failed_stage: str | None = None
@@ -178,19 +174,8 @@ def test_collected_log(name: str) -> None:
         assert a.hint is None
     else:
         assert a.hint is not None and all(h in a.hint for h in exp.hint), a.hint
-    if exp.spec is None:
-        assert a.spec_decode is None
-    else:
-        rate, mal, npos = exp.spec
-        assert a.spec_decode is not None
-        assert a.spec_decode.acceptance_rate == pytest.approx(rate, abs=1e-3)
-        assert a.spec_decode.mean_acceptance_length == pytest.approx(mal)
-        assert len(a.spec_decode.per_position) == npos
-    if exp.gen_tps is not None:
-        assert a.throughput_series and a.throughput_series[-1].generation_tps == pytest.approx(exp.gen_tps)
-    for stage, (done, total) in exp.progress.items():
-        p = a.stage(stage).progress
-        assert p is not None and (p.done, p.total) == (done, total), stage
+    check_spec_and_throughput(a, exp.spec, exp.gen_tps)
+    check_progress(a, exp.progress)
     js = a.to_json()
     assert js["failed_stage"] == a.failed_stage
     assert (js["root_cause"] or {}).get("context") == (rc.context if rc else None)

@@ -16,17 +16,13 @@ import pytest
 
 from servelab.engines.logs.files import analyze_file, guess_engine
 from tests.conftest import SHARED_LOGS
+from tests.fixtures.log_expect import LogExpect, check_progress, check_spec_and_throughput
 
 SHARED = SHARED_LOGS  # ../shared/logs: the real logs the project is given
 
 
 @dataclass
-class Expect:
-    engine: str
-    state: str
-    was_ready: bool = False
-    #: (exception or None, message fragment, process, line)
-    root: tuple[str | None, str, str, int] | None = None
+class Expect(LogExpect):
     stages: dict[str, str] = field(default_factory=dict)
     progress: dict[str, tuple[int, int]] = field(default_factory=dict)
     hint: str | None = None
@@ -181,23 +177,12 @@ def test_shared_log(name: str) -> None:
         assert a.root_cause is not None and a.root_cause.where == exp.where
     for stage, status in exp.stages.items():
         assert a.stage(stage).status == status, stage
-    for stage, (done, total) in exp.progress.items():
-        p = a.stage(stage).progress
-        assert p is not None and (p.done, p.total) == (done, total), stage
+    check_progress(a, exp.progress)
     if exp.hint is None:
         assert a.hint is None
     else:
         assert a.hint is not None and exp.hint in a.hint
-    if exp.spec is None:
-        assert a.spec_decode is None
-    else:
-        rate, mal, npos = exp.spec
-        assert a.spec_decode is not None
-        assert a.spec_decode.acceptance_rate == pytest.approx(rate, abs=1e-3)
-        assert a.spec_decode.mean_acceptance_length == pytest.approx(mal)
-        assert len(a.spec_decode.per_position) == npos
-    if exp.gen_tps is not None:
-        assert a.throughput_series and a.throughput_series[-1].generation_tps == pytest.approx(exp.gen_tps)
+    check_spec_and_throughput(a, exp.spec, exp.gen_tps)
     js = a.to_json()
     assert [s["name"] for s in js["stages"]] == ["process", "config", "weights", "drafter", "compile", "kv_cache", "cuda_graphs", "warmup", "ready"]
     assert js["state"] in ("starting", "loading", "ready", "crashed", "exited")

@@ -18,7 +18,7 @@ import pytest
 from servelab.engines.hosts.registry import close_all
 from servelab.engines.logs.live import LiveAnalyses
 from servelab.engines.probe.artifacts import load_probe, probe_run
-from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeLine
+from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeLine, StopReport
 from servelab.engines.nodes.view import NodeChunk, NodesLog, NodesView
 from servelab.engines.runstate import RunState
 from tests.conftest import ENGINE_PYTHON, need_engine, need_sglang
@@ -58,6 +58,18 @@ async def complete(m: MultiNodeRuns, rec: MultiNodeRecord) -> dict[str, Any]:
     req = urllib.request.Request(f"{url}/v1/completions", body, {"content-type": "application/json"})
     answer: dict[str, Any] = await asyncio.to_thread(lambda: json.loads(urllib.request.urlopen(req, timeout=120).read()))
     return answer
+
+
+async def serve_then_stop(m: MultiNodeRuns, rec: MultiNodeRecord, figures: dict[str, float]) -> StopReport:
+    """A completion (4 tokens), a probe of the group (figure ``probe_tps``), then a stop across the
+    nodes with no problem (figure ``stop_s``)."""
+    assert (await complete(m, rec))["usage"]["completion_tokens"] == 4
+    figures["probe_tps"] = (await probe_group(m, rec))["output_throughput"]
+    t1 = time.monotonic()
+    report = await m.stop(rec, grace=20)
+    figures["stop_s"] = time.monotonic() - t1
+    assert report.problems == []
+    return report
 
 
 def nodes_view_of(lab: NodesLab, rec: MultiNodeRecord) -> NodesView:
@@ -108,12 +120,7 @@ def test_sglang_two_nodes_end_to_end_with_the_worker_link_cut(lab: NodesLab) -> 
             assert any(ln.rank == 1 and "TP1] Load weight end" in ln.text for ln in lines)
             assert any(ln.rank == 1 and "TP1] KV Cache is allocated" in ln.text for ln in lines)
             assert worker.status is not None and worker.status.alive
-            assert (await complete(m, rec))["usage"]["completion_tokens"] == 4
-            figures["probe_tps"] = (await probe_group(m, rec))["output_throughput"]
-            t1 = time.monotonic()
-            report = await m.stop(rec, grace=20)
-            figures["stop_s"] = time.monotonic() - t1
-            assert report.problems == []
+            report = await serve_then_stop(m, rec, figures)
             assert {s.record.status for s in report.stopped} == {RunState.STOPPED}
             await asyncio.wait_for(follower, 60)
         finally:
@@ -221,12 +228,7 @@ def test_vllm_native_two_nodes_end_to_end(tmp_path: Path, nodes_sshd: SshServer)
             assert st.root_cause is None, st.root_cause
             figures["ready_s"] = time.monotonic() - t0
             assert st.nodes[1].status is not None and st.nodes[1].status.alive
-            assert (await complete(m, rec))["usage"]["completion_tokens"] == 4
-            figures["probe_tps"] = (await probe_group(m, rec))["output_throughput"]
-            t1 = time.monotonic()
-            report = await m.stop(rec, grace=20)
-            figures["stop_s"] = time.monotonic() - t1
-            assert report.problems == []
+            await serve_then_stop(m, rec, figures)
             await asyncio.wait_for(follower, 60)
         finally:
             follower.cancel()

@@ -6,7 +6,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -235,11 +234,7 @@ async def test_list_find_and_unknown_runs(lab: Lab) -> None:
 
 
 async def test_list_reports_an_unreachable_host(lab: Lab) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        closed = s.getsockname()[1]
-    with (lab.folder / "hosts.toml").open("a") as f:
-        f.write(f'\n[hosts.gone]\nssh = "127.0.0.1:{closed}"\nconnect_timeout = 2.0\n')
+    lab.add_gone_host()
     lab.experiment("here", env={"STUB_LINES": "1"})
     runs = lab.runs()
     rec = await runs.launch("here", skip_preflight=True)

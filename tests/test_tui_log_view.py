@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from textual.app import App, ComposeResult
+from textual.pilot import Pilot
 
 from tests.fixtures.tui import SHARED_LOGS
 from servelab.tui.widgets.line_index import LineIndex
@@ -25,6 +28,18 @@ class LogApp(App[None]):
         self.query_one(LogView).focus()
 
 
+@asynccontextmanager
+async def ngram_log_app(tmp_path: Path) -> AsyncIterator[tuple[LogApp, Pilot[None], LineIndex, LogPanel]]:
+    """A 100x20 LogApp showing the n-gram log, its first frame drawn: (app, pilot, index, panel)."""
+    index = LineIndex(tmp_path / "spool.log")
+    app = LogApp(index)
+    async with app.run_test(size=(100, 20)) as pilot:
+        panel = app.query_one(LogPanel)
+        panel.lines_added(index.append(NGRAM_LOG.read_bytes()))
+        await pilot.pause()
+        yield app, pilot, index, panel
+
+
 def visible(app: LogApp) -> str:
     return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
 
@@ -34,12 +49,7 @@ def status(app: LogApp) -> str:
 
 
 async def test_follow_pause_marker_and_resume(tmp_path: Path) -> None:
-    index = LineIndex(tmp_path / "spool.log")
-    app = LogApp(index)
-    async with app.run_test(size=(100, 20)) as pilot:
-        panel = app.query_one(LogPanel)
-        panel.lines_added(index.append(NGRAM_LOG.read_bytes()))
-        await pilot.pause()
+    async with ngram_log_app(tmp_path) as (app, pilot, index, panel):
         view = panel.view
         assert view.follow and view.scroll_offset.y == view.max_scroll_y > 0
         await pilot.press("k")  # any move up pauses
@@ -56,12 +66,7 @@ async def test_follow_pause_marker_and_resume(tmp_path: Path) -> None:
 
 
 async def test_search_highlights_jumps_and_filter_hides(tmp_path: Path) -> None:
-    index = LineIndex(tmp_path / "spool.log")
-    app = LogApp(index)
-    async with app.run_test(size=(100, 20)) as pilot:
-        panel = app.query_one(LogPanel)
-        panel.lines_added(index.append(NGRAM_LOG.read_bytes()))
-        await pilot.pause()
+    async with ngram_log_app(tmp_path) as (app, pilot, index, panel):
         await pilot.press("slash", *"speculative", "enter")
         await app.workers.wait_for_complete()
         await pilot.pause()

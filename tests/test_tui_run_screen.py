@@ -10,10 +10,10 @@ import pytest
 
 from tests.fixtures.tui import SHARED_LOGS
 from tests.fixtures.tui import TuiFolder
-from tests.fixtures.tui import screen_text, wait_for
+from tests.fixtures.tui import open_run_screen, screen_text, wait_for, watched_run_screen
 from servelab.tui.app import ServelabApp
 from servelab.engines import watch
-from servelab.tui.screens.run import RunScreen, with_history
+from servelab.tui.screens.run import with_history
 from servelab.tui.widgets.run_view_model import StageRow
 from servelab.tui.widgets.log_view import LogPanel
 
@@ -27,18 +27,7 @@ def fast_watch(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def test_crash_pins_root_cause_and_hint_and_rings(tui_folder: TuiFolder, fast_watch: None) -> None:
-    gate = tui_folder.workdir / "go"
-    run_id = tui_folder.replay("kimi-k25-vllm-eagle3", WHITELIST_CRASH, rate=50, exit_code=1, hold_s=5.0, gate=gate)
-    app = ServelabApp(tui_folder.folder)
-    bells: list[int] = []
-    app.bell = lambda: bells.append(1)  # type: ignore[method-assign]
-    async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause()
-        await app.push_screen(RunScreen(run_id))
-        await wait_for(pilot, lambda: app.watcher is not None and app.watcher.has_seen(run_id))
-        gate.touch()  # news: written after the dashboard saw the run
-        screen = app.screen
-        assert isinstance(screen, RunScreen)
+    async with watched_run_screen(tui_folder, "kimi-k25-vllm-eagle3", WHITELIST_CRASH, (100, 30), rate=50, exit_code=1, hold_s=5.0) as (app, pilot, screen, bells):
         await wait_for(pilot, lambda: screen.view.state == "crashed" and "exit code 1" in screen.liveness)
         await wait_for(pilot, lambda: "CRASHED" in screen_text(app))  # the state, then the frame that shows it
         text = screen_text(app)
@@ -55,18 +44,7 @@ async def test_crash_pins_root_cause_and_hint_and_rings(tui_folder: TuiFolder, f
 
 
 async def test_ready_run_shows_stage_bars_and_announces_ready(tui_folder: TuiFolder, fast_watch: None) -> None:
-    gate = tui_folder.workdir / "go"
-    run_id = tui_folder.replay("tiny-cpu-vllm-ngram", NGRAM_SERVE, rate=400, exit_code=0, hold_s=6.0, gate=gate)
-    app = ServelabApp(tui_folder.folder)
-    bells: list[int] = []
-    app.bell = lambda: bells.append(1)  # type: ignore[method-assign]
-    async with app.run_test(size=(100, 40)) as pilot:
-        await pilot.pause()
-        await app.push_screen(RunScreen(run_id))
-        await wait_for(pilot, lambda: app.watcher is not None and app.watcher.has_seen(run_id))
-        gate.touch()  # news: written after the dashboard saw the run
-        screen = app.screen
-        assert isinstance(screen, RunScreen)
+    async with watched_run_screen(tui_folder, "tiny-cpu-vllm-ngram", NGRAM_SERVE, (100, 40), rate=400, exit_code=0, hold_s=6.0) as (app, pilot, screen, bells):
         await wait_for(pilot, lambda: screen.index.line_count >= NGRAM_SERVE.read_bytes().count(b"\n"))
         await wait_for(pilot, lambda: "alive" in screen.liveness or "exit code" in screen.liveness)
         # the analysis, then the frames that draw it: wait for what is asserted below
@@ -86,9 +64,7 @@ async def test_readonly_run_screen_hides_stop_and_probe(tui_folder: TuiFolder) -
     app.watch_runs = False
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.pause()
-        await app.push_screen(RunScreen(run_id))
-        screen = app.screen
-        assert isinstance(screen, RunScreen)
+        screen = await open_run_screen(app, pilot, run_id)
         await wait_for(pilot, lambda: "alive" in screen.liveness or "exit" in screen.liveness)
         await wait_for(pilot, lambda: "Search" in screen_text(app).splitlines()[-1])  # the footer drawn for this screen
         footer = screen_text(app).splitlines()[-1]
@@ -128,9 +104,7 @@ async def test_a_truncated_log_starts_the_view_and_analysis_afresh(tui_folder: T
     app.watch_runs = False
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.pause()
-        await app.push_screen(RunScreen(run_id))
-        screen = app.screen
-        assert isinstance(screen, RunScreen)
+        screen = await open_run_screen(app, pilot, run_id)
         total = NGRAM_SERVE.read_bytes().count(b"\n")
         await wait_for(pilot, lambda: screen.index.line_count >= total and screen.index.unclassified == 0)
         first_worker = screen.ingest.worker_pid
@@ -160,9 +134,7 @@ async def test_a_long_log_shows_its_end_before_it_is_indexed_then_the_whole_log(
     app.watch_runs = False
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_for(pilot, lambda: log.exists() and log.stat().st_size == len(data))
-        await app.push_screen(RunScreen(run_id))
-        screen = app.screen
-        assert isinstance(screen, RunScreen)
+        screen = await open_run_screen(app, pilot, run_id)
         panel = screen.query_one(LogPanel)
 
         def last_line_shown() -> bool:
@@ -210,9 +182,7 @@ async def test_cycles_that_died_while_the_heap_was_frozen_are_freed_when_the_run
         frozen_before = gc.get_freeze_count()
         held = [_Cycle()]
         gone = weakref.ref(held[0])
-        await app.push_screen(RunScreen(run_id))
-        screen = app.screen
-        assert isinstance(screen, RunScreen)
+        screen = await open_run_screen(app, pilot, run_id)
         await wait_for(pilot, lambda: screen.index.line_count > 0 and gc.get_freeze_count() > frozen_before)
         held.clear()
         gc.collect()

@@ -13,9 +13,8 @@ import pytest
 from tests.fixtures.sshd import SshServer
 from tests.fixtures.tui import SHARED_LOGS, TuiFolder
 from tests.fixtures.tui import screen_text
-from tests.fixtures.tui import wait_for
+from tests.fixtures.tui import open_run_screen, wait_for
 from servelab.tui.app import ServelabApp
-from servelab.tui.screens.run import RunScreen
 
 pytestmark = pytest.mark.ssh
 SHARDS = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
@@ -34,9 +33,7 @@ async def test_run_over_ssh_survives_a_dropped_connection(tui_folder: TuiFolder,
     app.watch_runs = False
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.pause()
-        await app.push_screen(RunScreen(run_id))
-        screen = app.screen
-        assert isinstance(screen, RunScreen)
+        screen = await open_run_screen(app, pilot, run_id)
         await wait_for(pilot, lambda: screen.index.line_count > 20 and "alive" in screen.liveness)
         seen = screen.index.line_count
         for pid in ssh_config.session_pids():  # the connection drops (server side)

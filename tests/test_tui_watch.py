@@ -46,6 +46,13 @@ class FakeRunsListingFailsOnce(Runs):
         return await super().list(host)
 
 
+@pytest.fixture
+def fast_watch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watcher lists every 0.3 s and polls every 0.2 s."""
+    monkeypatch.setattr(watch, "LIST_SECONDS", 0.3)
+    monkeypatch.setattr(watch, "POLL_SECONDS", 0.2)
+
+
 async def _until(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
     for _ in range(int(timeout / 0.05)):
         if predicate():
@@ -74,10 +81,8 @@ async def _watch_replay(tui_folder: TuiFolder, runs: Runs) -> tuple[str, list[tu
 
 
 async def test_a_follower_that_fails_is_reported_started_again_and_the_run_still_announced_ready(
-    tui_folder: TuiFolder, monkeypatch: pytest.MonkeyPatch
+    tui_folder: TuiFolder, monkeypatch: pytest.MonkeyPatch, fast_watch: None
 ) -> None:
-    monkeypatch.setattr(watch, "LIST_SECONDS", 0.3)
-    monkeypatch.setattr(watch, "POLL_SECONDS", 0.2)
     runs = FakeRunsFailingOnceAtReady(load_catalog(tui_folder.folder))
     run_id, announced, failed = await _watch_replay(tui_folder, runs)
     assert runs.failures == 1
@@ -86,13 +91,11 @@ async def test_a_follower_that_fails_is_reported_started_again_and_the_run_still
 
 
 async def test_the_dashboard_warns_once_when_a_follower_fails_and_still_says_ready(
-    tui_folder: TuiFolder, monkeypatch: pytest.MonkeyPatch
+    tui_folder: TuiFolder, monkeypatch: pytest.MonkeyPatch, fast_watch: None
 ) -> None:
     from tests.fixtures.tui import wait_for
     from servelab.tui.app import ServelabApp
 
-    monkeypatch.setattr(watch, "LIST_SECONDS", 0.3)
-    monkeypatch.setattr(watch, "POLL_SECONDS", 0.2)
     runs = FakeRunsFailingOnceAtReady(load_catalog(tui_folder.folder))
     gate = tui_folder.workdir / "go"
     run_id = tui_folder.replay("tiny-cpu-vllm-ngram", NGRAM_SERVE, rate=400, hold_s=30.0, gate=gate)
@@ -108,10 +111,8 @@ async def test_the_dashboard_warns_once_when_a_follower_fails_and_still_says_rea
 
 
 async def test_a_listing_that_fails_is_reported_once_and_the_watcher_keeps_listing(
-    tui_folder: TuiFolder, monkeypatch: pytest.MonkeyPatch
+    tui_folder: TuiFolder, monkeypatch: pytest.MonkeyPatch, fast_watch: None
 ) -> None:
-    monkeypatch.setattr(watch, "LIST_SECONDS", 0.3)
-    monkeypatch.setattr(watch, "POLL_SECONDS", 0.2)
     runs = FakeRunsListingFailsOnce(load_catalog(tui_folder.folder))
     run_id, announced, failed = await _watch_replay(tui_folder, runs)
     assert [(rid, str(exc)) for rid, exc in failed] == [("", "listing broke once")]

@@ -9,7 +9,7 @@ this interface only, so they behave the same on this machine and on a remote GPU
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from abc import ABC, abstractmethod
 
 from servelab.engines.hostsfile import HostConfig
 
@@ -43,14 +43,14 @@ class HostUnreachable(Exception):
     """The host cannot be reached now (refused, timed out, unknown host key...). Message is one line."""
 
 
-@runtime_checkable
-class Host(Protocol):
-    """A machine where engines run."""
+class Host(ABC):
+    """A machine where engines run: ``LocalHost`` (this machine) and ``SshHost`` implement it."""
 
     config: HostConfig
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        return self.config.name
 
     async def run(
         self,
@@ -62,28 +62,34 @@ class Host(Protocol):
         timeout: float | None = 60.0,
     ) -> Completed:
         """Run an argv to completion on the host (each element reaches the program as one literal argument)."""
-        ...
+        return await self._run(argv, input, env, cwd, timeout)
 
+    @abstractmethod
+    async def _run(self, argv: list[str], input: bytes | None, env: dict[str, str] | None, cwd: str | None, timeout: float | None) -> Completed:
+        """``run``, every argument given."""
+
+    @abstractmethod
     async def read_bytes(self, path: str, offset: int = 0, limit: int | None = None) -> bytes:
         """Bytes of a file from ``offset`` (at most ``limit``); FileNotFoundError if absent."""
-        ...
 
+    @abstractmethod
     async def write_bytes(self, path: str, data: bytes) -> None:
         """Write a file atomically (temp file + rename), creating parent folders."""
-        ...
 
+    @abstractmethod
     async def exists(self, path: str) -> bool: ...
 
+    @abstractmethod
     async def size(self, path: str) -> int:
         """Size of a file in bytes; FileNotFoundError if absent (follow uses it to notice truncation)."""
-        ...
 
+    @abstractmethod
     async def listdir(self, path: str) -> list[str]:
         """Names in a folder ([] if it does not exist)."""
-        ...
 
+    @abstractmethod
     async def forward_port(self, remote_port: int) -> int:
         """A port on this machine that reaches ``remote_port`` on the host's loopback (local: the same port)."""
-        ...
 
+    @abstractmethod
     async def close(self) -> None: ...

@@ -11,29 +11,17 @@ import os
 import secrets
 from pathlib import Path
 
-from servelab.engines.hosts.base import Completed
+from servelab.engines.hosts.base import Completed, Host
 from servelab.engines.hostsfile import HostConfig
 
 
-class LocalHost:
+class LocalHost(Host):
     """Runs argv lists with asyncio subprocesses; no shell anywhere."""
 
     def __init__(self, config: HostConfig) -> None:
         self.config = config
 
-    @property
-    def name(self) -> str:
-        return self.config.name
-
-    async def run(
-        self,
-        argv: list[str],
-        *,
-        input: bytes | None = None,
-        env: dict[str, str] | None = None,
-        cwd: str | None = None,
-        timeout: float | None = 60.0,
-    ) -> Completed:
+    async def _run(self, argv: list[str], input: bytes | None, env: dict[str, str] | None, cwd: str | None, timeout: float | None) -> Completed:
         full_env = {**os.environ, **(env or {})}
         try:
             proc = await asyncio.create_subprocess_exec(

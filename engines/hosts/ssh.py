@@ -22,7 +22,7 @@ from typing import TypeVar
 
 import asyncssh
 
-from servelab.engines.hosts.base import Completed, HostUnreachable
+from servelab.engines.hosts.base import Completed, Host, HostUnreachable
 from servelab.engines.hosts.sshconfig import SshTarget, resolve_target, split_target
 from servelab.engines.hostsfile import HostConfig
 
@@ -82,7 +82,7 @@ class _Client(asyncssh.SSHClient):
         self._host._lost(self._conn)
 
 
-class SshHost:
+class SshHost(Host):
     """A host reached over SSH."""
 
     def __init__(self, config: HostConfig, *, ssh_config: list[str] | None = None, backoff: tuple[float, ...] = BACKOFF) -> None:
@@ -97,10 +97,6 @@ class SshHost:
         self._forwards: dict[int, asyncssh.SSHListener] = {}
         #: How many connections this host has opened (the first plus reconnects): shown by tests.
         self.connects = 0
-
-    @property
-    def name(self) -> str:
-        return self.config.name
 
     # -- connection -----------------------------------------------------------------------------
     def _lost(self, conn: asyncssh.SSHClientConnection | None = None) -> None:
@@ -195,15 +191,7 @@ class SshHost:
         self._lost()
 
     # -- commands -------------------------------------------------------------------------------
-    async def run(
-        self,
-        argv: list[str],
-        *,
-        input: bytes | None = None,
-        env: dict[str, str] | None = None,
-        cwd: str | None = None,
-        timeout: float | None = 60.0,
-    ) -> Completed:
+    async def _run(self, argv: list[str], input: bytes | None, env: dict[str, str] | None, cwd: str | None, timeout: float | None) -> Completed:
         words = list(argv)
         if env:
             # Servers accept few variables over the protocol; `env NAME=VALUE... argv` always works.

@@ -204,41 +204,37 @@ _TB_MARKS = ('  File "', "Traceback (most recent call last)", "During handling o
 CLASSIFY_MARKS: tuple[str, ...] = (*_NOISE_WARNING_MARKS, *_WARN_ECHOES, *_CHATTER, *_ERROR_MARKS, *_TB_MARKS)
 
 
+def _has_any(text: str, marks: tuple[str, ...]) -> bool:
+    for m in marks:
+        if m in text:
+            return True
+    return False
+
+
 def classify(text: str) -> LineKind:
     """Kind of one ANSI-free line. Substring tests only: cheap enough for every visible row."""
     if "WARNING" in text or "Warning" in text or "warn" in text:
-        for m in _NOISE_WARNING_MARKS:
-            if m in text:
-                return LineKind.NOISE_WARNING
-        for m in _WARN_ECHOES:
-            if m in text:
-                return LineKind.NOISE_WARNING
+        if _has_any(text, _NOISE_WARNING_MARKS) or _has_any(text, _WARN_ECHOES):
+            return LineKind.NOISE_WARNING
     if "<frozen importlib" in text:
         return LineKind.NOISE_IMPORT
     if "NCCL INFO" in text or "[Gloo]" in text or "gloo" in text and "INFO" in text:
         return LineKind.NOISE_NCCL
     if "Route: " in text and "Methods:" in text:
         return LineKind.NOISE_ROUTES
-    if "INFO:" in text and " - \"" in text and "HTTP/" in text:
-        for m in _POLL_PATHS:
-            if m in text:
-                return LineKind.NOISE_ACCESS
-    if "flashinfer.jit" in text:
+    if "INFO:" in text and " - \"" in text and "HTTP/" in text and _has_any(text, _POLL_PATHS):
+        return LineKind.NOISE_ACCESS
+    if "flashinfer.jit" in text or _has_any(text, _CHATTER):
         return LineKind.NOISE_CHATTER
-    for m in _CHATTER:
-        if m in text:
-            return LineKind.NOISE_CHATTER
-    for m in _TB_MARKS:
-        if m in text:
-            return LineKind.TRACEBACK
+    if _has_any(text, _TB_MARKS):
+        return LineKind.TRACEBACK
     if "it/s]" in text or "s/it]" in text or "% Completed |" in text or ("%|" in text and "/" in text):
         return LineKind.PROGRESS
     if "WARNING" in text[:_LEVEL_HEAD] and "ERROR" not in text[:_LEVEL_HEAD]:
         # a warning record that merely mentions an error ("can cause `OSError: ...`") is a warning
         return LineKind.WARNING
-    for m in _ERROR_MARKS:
-        if m in text:
-            return LineKind.ERROR
+    if _has_any(text, _ERROR_MARKS):
+        return LineKind.ERROR
     if "WARNING" in text or "NCCL WARN" in text:
         return LineKind.WARNING
     return LineKind.INFO
