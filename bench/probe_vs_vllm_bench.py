@@ -37,7 +37,8 @@ sys.path.insert(0, str(REPO))
 from servelab.engines.adapter import get_adapter  # noqa: E402
 from servelab.engines.catalog import load_catalog  # noqa: E402
 from servelab.engines.probe import prompts as prompt_sets  # noqa: E402
-from servelab.engines.probe.runner import ProbeSettingsView, run_probe  # noqa: E402
+from servelab.engines.experiment import ProbeSettings  # noqa: E402
+from servelab.engines.probe.runner import run_probe  # noqa: E402
 from servelab.engines.probe.stats import median  # noqa: E402
 
 ENGINE_PYTHON = REPO / ".venv-engine" / "bin" / "python"
@@ -158,7 +159,7 @@ def main() -> int:
         bench_tps: list[float] = []
         for rnd in range(args.rounds):
             result = asyncio.run(
-                run_probe(url, ps, ProbeSettingsView(max_tokens=args.max_tokens, concurrency=1, repeats=1, warmup=1),
+                run_probe(url, ps, ProbeSettings(max_tokens=args.max_tokens, concurrency=1, repeats=1, warmup=1),
                           adapter=get_adapter("vllm"), experiment=exp)
             )
             p = result.summary

@@ -18,7 +18,7 @@ from servelab.engines.adapter import get_adapter
 from servelab.engines.errors import ServelabError
 from servelab.engines.experiment import Experiment
 from servelab.engines.probe.prompts import load as load_prompts
-from servelab.engines.probe.runner import ProbeResult, ProbeSettingsView, Progress, run_probe
+from servelab.engines.probe.runner import ProbeResult, Progress, run_probe
 from servelab.engines.probe.timer import HostTimer
 from servelab.engines.runstate import RunState
 
@@ -133,7 +133,7 @@ async def probe_run(runs: Runs, run_id: str, *, progress: Progress | None = None
     result = await run_probe(
         base_url,
         prompts,
-        ProbeSettingsView(settings.max_tokens, settings.concurrency, settings.repeats, settings.warmup),
+        settings,
         adapter=get_adapter(exp.engine),
         experiment=exp,
         identity=ident,
