@@ -40,6 +40,7 @@ from servelab.engines.probe.runner import aggregate, combine, server_figures
 from servelab.engines.probe.metrics import latency_between
 from servelab.engines.probe.client import result_from_events
 from servelab.engines.probe.stats import MAD_TO_SIGMA
+from servelab.engines.runstate import CampaignState
 
 FORMATS = ("table", "markdown", "csv", "json")
 
@@ -52,7 +53,7 @@ class PointRow:
     load: int
     engine: str
     label: str
-    status: str
+    status: CampaignState
     error: str | None
     baseline_point: str | None
     output_tps: float | None = None
@@ -95,7 +96,7 @@ class BatchSizeTable:
 class CampaignReport:
     id: str
     campaign: str
-    status: str
+    status: CampaignState
     rows: list[PointRow]
     recommendation: str | None
     batch_size_tables: list[BatchSizeTable] = field(default_factory=list)
@@ -231,14 +232,14 @@ async def build_report(catalog: Catalog, ref: str) -> CampaignReport:
         label = str(point.get("base")) + (f" {spec.method} K={spec.num_tokens}" if spec.method != "none" else "") + (f" ({values})" if values else "")
         fields: dict[str, Any] = {
             "point": name, "load": int(point["load"]), "engine": point["engine"], "label": label,
-            "status": str(ps.get("status") or "pending"), "baseline_point": point.get("baseline_point"),
+            "status": CampaignState.parse(ps.get("status"), CampaignState.PENDING), "baseline_point": point.get("baseline_point"),
             "error": f"{ps.get('error')}; root cause: {causes[int(point['load'])]}" if ps.get("error") and int(point["load"]) in causes else ps.get("error"),
             "load_s": load_states.get(int(point["load"]), {}).get("load_s"),
             "k": exp.speculative.num_tokens if exp.speculative.method != "none" else None,
             "concurrency": int(point["probe"]["concurrency"]),
             "method": spec.method if spec.method != "none" else None,
         }
-        if ps.get("status") == "done" and ps.get("result"):
+        if fields["status"] is CampaignState.DONE and ps.get("result"):
             data = await _read_json(where, str(ps["result"]))
             prompt_spec = str(point["probe"]["prompts"])
             if prompt_spec not in prompt_sets:
@@ -267,10 +268,10 @@ async def build_report(catalog: Catalog, ref: str) -> CampaignReport:
             exps[row.load], rate=row.acceptance_rate, length=row.acceptance_length, per_position=row.per_position,
             distinct_share=row.distinct_share, step_ms=row.step_ms, baseline_step_ms=base.step_ms if base else None,
             baseline_point=row.baseline_point, speedup=s, requests=requests.get(row.point, 0), concurrency=row.concurrency or 1,
-        ) if row.status == "done" else ()
+        ) if row.status == CampaignState.DONE else ()
         out.append(replace(row, speedup=s, speedup_band=band, diagnosis=found))
     tables = batch_size_tables(out, {int(p["load"]): exps[int(p["load"])] for p in plan_doc["points"]})
-    return CampaignReport(where.id, str(plan_doc.get("campaign")), str(state.get("status") or "not started"), out, recommend(out), tables)
+    return CampaignReport(where.id, str(plan_doc.get("campaign")), CampaignState.parse(state.get("status"), CampaignState.NOT_STARTED), out, recommend(out), tables)
 
 
 async def crash_causes(catalog: Catalog, load_states: Mapping[int, Mapping[str, Any]]) -> dict[int, str]:
@@ -280,7 +281,7 @@ async def crash_causes(catalog: Catalog, load_states: Mapping[int, Mapping[str, 
     runs = Runs(catalog)
     out: dict[int, str] = {}
     for index, ls in load_states.items():
-        if ls.get("status") != "crashed" or not ls.get("run_id"):
+        if CampaignState.parse(ls.get("status")) is not CampaignState.CRASHED or not ls.get("run_id"):
             continue
         try:
             st = await runs.status(str(ls["run_id"]))
@@ -355,7 +356,7 @@ def _cells(r: PointRow) -> list[str]:
 
     return [
         f"{r.engine} {r.label}",
-        r.status + (f" ({_short(r.error)})" if r.error and r.status != "done" else ""),
+        r.status + (f" ({_short(r.error)})" if r.error and r.status != CampaignState.DONE else ""),
         f(r.acceptance_rate * 100.0 if r.acceptance_rate is not None else None, ".0f") + ("%" if r.acceptance_rate is not None else ""),
         f(r.acceptance_length, ".2f"),
         " ".join(f"{p:.2f}" for p in r.per_position),
