@@ -40,6 +40,7 @@ from servelab.engines.probe.runner import aggregate, combine, server_figures
 from servelab.engines.probe.metrics import latency_between
 from servelab.engines.probe.client import result_from_events
 from servelab.engines.probe.stats import MAD_TO_SIGMA
+from servelab.engines.probe.summary import ProbeSummary
 from servelab.engines.runstate import CampaignState
 
 FORMATS = ("table", "markdown", "csv", "json")
@@ -143,7 +144,7 @@ async def _acceptance(exp: Experiment, prompts: PromptSet, max_tokens: int, repe
             return None  # not recorded (no /metrics): acceptance stays absent, not zero
 
 
-async def point_summary(exp: Experiment, point: Mapping[str, Any], data: Mapping[str, Any], prompts: PromptSet) -> dict[str, Any]:
+async def point_summary(exp: Experiment, point: Mapping[str, Any], data: Mapping[str, Any], prompts: PromptSet) -> ProbeSummary:
     """``combine`` over the point's repeats: medians at the top, ``stats`` with MAD per figure."""
     by_id = {p.id: p for p in prompts.prompts}
     order = [by_id.get(i) or Prompt(i, "unknown", ()) for i in point["prompt_ids"]]
@@ -168,13 +169,13 @@ async def point_summary(exp: Experiment, point: Mapping[str, Any], data: Mapping
                 pass
         repeats.append(agg)
     if not repeats:
-        return {}
-    return {**combine(repeats), "output_distinct_share": unique_char_share(texts), "requests": len(texts)}
+        return ProbeSummary()
+    return ProbeSummary({**combine(repeats), "output_distinct_share": unique_char_share(texts), "requests": len(texts)})
 
 
-def _band(summary: Mapping[str, Any], key: str) -> float | None:
-    fig = (summary.get("stats") or {}).get(key)
-    if not isinstance(fig, dict) or fig.get("mad") is None or fig["mad"] != fig["mad"]:
+def _band(summary: ProbeSummary, key: str) -> float | None:
+    fig = summary.stat(key)
+    if fig.get("mad") is None or fig["mad"] != fig["mad"]:
         return None
     return float(fig["mad"]) * MAD_TO_SIGMA
 
@@ -245,20 +246,20 @@ async def build_report(catalog: Catalog, ref: str) -> CampaignReport:
             if prompt_spec not in prompt_sets:
                 prompt_sets[prompt_spec] = load_prompts(prompt_spec, base=catalog.folder)
             summary = await point_summary(exp, point, data or {}, prompt_sets[prompt_spec])
-            rate = summary.get("spec_decode_acceptance_rate")
+            rate = summary.acceptance_rate
             fields.update(
-                output_tps=summary.get("output_throughput"),
+                output_tps=summary.output_throughput,
                 output_tps_band=_band(summary, "output_throughput"),
-                ttft_ms=summary.get("median_ttft_ms"),
-                tpot_ms=summary.get("median_tpot_ms"),
+                ttft_ms=summary.median_ttft_ms,
+                tpot_ms=summary.median_tpot_ms,
                 acceptance_rate=rate / 100.0 if rate is not None else None,
-                acceptance_length=summary.get("spec_decode_acceptance_length"),
-                per_position=tuple(summary.get("spec_decode_per_position_acceptance_rates") or ()),
-                unstable=tuple(summary.get("unstable") or ()),
-                step_ms=summary.get("server_mean_itl_ms") or summary.get("median_itl_ms"),
-                distinct_share=summary.get("output_distinct_share"),
+                acceptance_length=summary.acceptance_length,
+                per_position=tuple(summary.per_position),
+                unstable=tuple(summary.unstable),
+                step_ms=summary.server_mean_itl_ms or summary.median_itl_ms,
+                distinct_share=summary.output_distinct_share,
             )
-            requests[name] = int(summary.get("requests") or 0)
+            requests[name] = summary.requests
         rows[name] = PointRow(**fields)
     out: list[PointRow] = []
     for row in rows.values():

@@ -28,6 +28,7 @@ from servelab.engines.probe.client import RequestResult, chat_body, result_from_
 from servelab.engines.probe.metrics import Acceptance, AcceptanceWindow, LatencyHistograms, NoAcceptance, ServerLatency, latency_between
 from servelab.engines.probe.prompts import Prompt, PromptSet
 from servelab.engines.probe.stats import mean, median, percentile, summarise
+from servelab.engines.probe.summary import ProbeSummary
 from servelab.engines.probe.timer import RequestTimer, local_timer
 
 if TYPE_CHECKING:
@@ -60,11 +61,11 @@ CPU_WAIT_NOTE_MS = 2.0
 class ProbeResult:
     """The summary (``probe.json``) and one row per timed request (``probe-requests.jsonl``)."""
 
-    summary: dict[str, Any]
+    summary: ProbeSummary
     requests: list[dict[str, Any]] = field(default_factory=list)
 
     def summary_json(self) -> str:
-        return json.dumps(self.summary, indent=2, sort_keys=False, default=_json_default) + "\n"
+        return self.summary.to_json()
 
     def requests_jsonl(self) -> str:
         return "".join(json.dumps(r, default=_json_default) + "\n" for r in self.requests)
@@ -399,4 +400,4 @@ async def _run_probe(plan: ProbePlan) -> ProbeResult:
         "per_repeat": repeats,
         "identity": ident,
     }
-    return ProbeResult(summary=summary, requests=rows)
+    return ProbeResult(summary=ProbeSummary(summary), requests=rows)
