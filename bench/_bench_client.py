@@ -23,7 +23,8 @@ from typing import Any
 from servelab.engines.adapter import get_adapter
 from servelab.engines.catalog import load_catalog
 from servelab.engines.probe import prompts as prompt_sets
-from servelab.engines.probe.runner import ProbeSettingsView, run_probe
+from servelab.engines.experiment import ProbeSettings
+from servelab.engines.probe.runner import run_probe
 from servelab.engines.probe.stats import median
 from tests.fixtures.engine import free_port
 
@@ -97,7 +98,7 @@ def compare(args: argparse.Namespace, c: Comparison, prefix: str) -> tuple[list[
     try:
         for rnd in range(args.rounds):
             result = asyncio.run(
-                run_probe(url, ps, ProbeSettingsView(max_tokens=args.max_tokens, concurrency=1, repeats=1, warmup=1),
+                run_probe(url, ps, ProbeSettings(max_tokens=args.max_tokens, concurrency=1, repeats=1, warmup=1),
                           adapter=get_adapter(c.engine), experiment=exp)
             )
             p = result.summary

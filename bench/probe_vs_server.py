@@ -76,7 +76,8 @@ from servelab.engines.probe import prompts as prompt_sets  # noqa: E402
 from servelab.engines.probe.client import chat_body, stream_chat  # noqa: E402
 from servelab.engines.probe.metrics import histogram_totals  # noqa: E402
 from servelab.engines.values import LatencyHistograms, PromptSet  # noqa: E402
-from servelab.engines.probe.runner import ProbeSettingsView, run_probe  # noqa: E402
+from servelab.engines.experiment import ProbeSettings  # noqa: E402
+from servelab.engines.probe.runner import run_probe  # noqa: E402
 from servelab.engines.probe.timer import HostTimer  # noqa: E402
 from tests.fixtures.engine import TinyServer, WireTap, plain_stream, start_tiny, stop_group  # noqa: E402
 from tests.fixtures.sshd import start_sshd  # noqa: E402
@@ -121,7 +122,7 @@ async def probed(route: str, client: str, url: str, server: TinyServer, timer: H
     load = os.getloadavg()[0]
     tap = tap_or_none(server.port)
     try:
-        s = (await run_probe(url, ps, ProbeSettingsView(max_tokens=max_tokens, concurrency=1, repeats=1, warmup=1), adapter=get_adapter("vllm"), timer=timer)).summary
+        s = (await run_probe(url, ps, ProbeSettings(max_tokens=max_tokens, concurrency=1, repeats=1, warmup=1), adapter=get_adapter("vllm"), timer=timer)).summary
         w_ttft, w_tpot = wire_means(tap, len(ps))
     finally:
         if tap is not None:

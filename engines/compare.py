@@ -18,12 +18,13 @@ import csv
 import io
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from servelab.engines.errors import ServelabError
 from servelab.engines.probe.stats import MAD_TO_SIGMA
+from servelab.engines.probe.summary import ProbeSummary
 
 if TYPE_CHECKING:
     from servelab.engines.runs import Runs
@@ -42,41 +43,41 @@ _MATCH_KEYS: tuple[tuple[str, str], ...] = (
 )
 
 
-def _model(summary: dict[str, Any]) -> Any:
-    return (summary.get("identity") or {}).get("model") or summary.get("model_id")
+#: A probe summary, or (from a script or a test) its keys as a plain mapping.
+SummaryLike = Mapping[str, Any]
 
 
-def _setting(summary: dict[str, Any], key: str) -> Any:
-    return _model(summary) if key == "model" else summary.get(key)
+def _setting(summary: ProbeSummary, key: str) -> Any:
+    return summary.model if key == "model" else summary.figure(key)
 
 
-def mismatches(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+def mismatches(a: SummaryLike, b: SummaryLike) -> list[str]:
     """Why two probes cannot be compared (empty when they can)."""
     out = []
+    sa, sb = ProbeSummary.of(a), ProbeSummary.of(b)
     for label, key in _MATCH_KEYS:
-        va, vb = _setting(a, key), _setting(b, key)
+        va, vb = _setting(sa, key), _setting(sb, key)
         if va != vb:
             out.append(f"different {label} ({va} vs {vb})")
     return out
 
 
-def _figure(summary: dict[str, Any], key: str) -> tuple[float | None, float]:
+def _figure(summary: ProbeSummary, key: str) -> tuple[float | None, float]:
     """(median, MAD) of a figure; MAD 0 when the file has no stats for it."""
-    value = summary.get(key)
-    stat = (summary.get("stats") or {}).get(key) or {}
+    value = summary.figure(key)
     if not isinstance(value, (int, float)):
         return None, 0.0
-    mad = stat.get("mad") if isinstance(stat, dict) else None
+    mad = summary.stat(key).get("mad")
     return float(value), float(mad) if isinstance(mad, (int, float)) and not math.isnan(mad) else 0.0
 
 
-def conservative(summary: dict[str, Any], key: str = "output_throughput") -> float | None:
-    m, d = _figure(summary, key)
+def conservative(summary: SummaryLike, key: str = "output_throughput") -> float | None:
+    m, d = _figure(ProbeSummary.of(summary), key)
     return None if m is None else m - MAD_TO_SIGMA * d
 
 
-def optimistic(summary: dict[str, Any], key: str = "output_throughput") -> float | None:
-    m, d = _figure(summary, key)
+def optimistic(summary: SummaryLike, key: str = "output_throughput") -> float | None:
+    m, d = _figure(ProbeSummary.of(summary), key)
     return None if m is None else m + MAD_TO_SIGMA * d
 
 
@@ -102,12 +103,12 @@ class Speedup:
         return "inconclusive"
 
 
-def speedup(run: dict[str, Any], base: dict[str, Any], base_run: str) -> Speedup:
+def speedup(run: SummaryLike, base: SummaryLike, base_run: str) -> Speedup:
     """Output tok/s ratio with its noise band, or a refusal naming what differs."""
     why = mismatches(run, base)
     if why:
         return Speedup(None, baseline_run=base_run, reason=f"refused against {base_run}: " + ", ".join(why))
-    (r, rd), (b, bd) = _figure(run, "output_throughput"), _figure(base, "output_throughput")
+    (r, rd), (b, bd) = _figure(ProbeSummary.of(run), "output_throughput"), _figure(ProbeSummary.of(base), "output_throughput")
     if not r or not b:
         return Speedup(None, baseline_run=base_run, reason="no output throughput to compare")
     value = r / b
@@ -180,15 +181,14 @@ def _shown(value: object, digits: int) -> float | None:
     return round(float(value), digits)
 
 
-def _metric(summary: dict[str, Any], key: str, digits: int = 2, scale: float = 1.0) -> str:
+def _metric(summary: ProbeSummary, key: str, digits: int = 2, scale: float = 1.0) -> str:
     m, d = _figure(summary, key)
     if m is None:
         return "-"
-    stat = (summary.get("stats") or {}).get(key) or {}
     text = f"{m * scale:.{digits}f}"
     if d:
         text += f" ±{d * scale:.{digits}f}"
-    if isinstance(stat, dict) and stat.get("unstable"):
+    if summary.stat(key).get("unstable"):
         text += " (unstable)"
     return text
 
@@ -236,40 +236,40 @@ METRIC_ROWS: tuple[tuple[str, str, int, float, str | None], ...] = (
 )
 
 
-def build(columns: Sequence[tuple[str, dict[str, Any]]], speedups: dict[str, Speedup]) -> Comparison:
+def build(columns: Sequence[tuple[str, SummaryLike]], speedups: dict[str, Speedup]) -> Comparison:
     """Rows and verdict for probed runs given as (run id, probe.json) pairs."""
     runs = [r for r, _ in columns]
-    sums = [s for _, s in columns]
+    sums = [ProbeSummary.of(s) for _, s in columns]
     rows: list[Row] = []
     for label, key in IDENTITY_ROWS:
         fmt = _nodes if key == "nodes" else _fmt
-        vals = [fmt((s.get("identity") or {}).get(key)) for s in sums]
+        vals = [fmt(s.identity.get(key)) for s in sums]
         rows.append(Row(label, vals, "identity"))
-    rows.append(Row("max_tokens", [_fmt(s.get("max_tokens")) for s in sums], "identity"))
-    rows.append(Row("concurrency", [_fmt(s.get("max_concurrency")) for s in sums], "identity"))
-    rows.append(Row("repeats", [_fmt(s.get("repeats")) for s in sums], "identity"))
+    rows.append(Row("max_tokens", [_fmt(s.max_tokens) for s in sums], "identity"))
+    rows.append(Row("concurrency", [_fmt(s.max_concurrency) for s in sums], "identity"))
+    rows.append(Row("repeats", [_fmt(s.repeats) for s in sums], "identity"))
     stages: list[str] = []
     for s in sums:
-        for name in s.get("load_stages_s") or {}:
+        for name in s.load_stages_s or {}:
             if name not in stages:
                 stages.append(name)
     for name in stages:
-        secs = [(s.get("load_stages_s") or {}).get(name) for s in sums]
+        secs = [(s.load_stages_s or {}).get(name) for s in sums]
         rows.append(Row(f"load: {name} (s)", [_fmt(v, 1) for v in secs], "metric", [_shown(v, 1) for v in secs], "lower"))
     for label, key, digits, scale, better in METRIC_ROWS:
         figures = [_figure(s, key)[0] for s in sums]
         shown = [_shown(m * scale if m is not None else None, digits) for m in figures]
         rows.append(Row(label, [_metric(s, key, digits, scale) for s in sums], "metric", shown, better))
-    rows.append(Row("per-position acceptance", [_fmt(s.get("spec_decode_per_position_acceptance_rates")) for s in sums], "metric"))
+    rows.append(Row("per-position acceptance", [_fmt(s.figure("spec_decode_per_position_acceptance_rates")) for s in sums], "metric"))
     cats: list[str] = []
     for s in sums:
-        cats.extend(c for c in s.get("per_category") or {} if c not in cats)
+        cats.extend(c for c in s.per_category if c not in cats)
     for cat in cats:
-        per_cat = [((s.get("per_category") or {}).get(cat) or {}).get("tokens_per_chunk") for s in sums]
+        per_cat = [(s.per_category.get(cat) or {}).get("tokens_per_chunk") for s in sums]
         rows.append(Row(f"tokens/chunk: {cat}", [_fmt(v) for v in per_cat], "metric"))
-    rows.append(Row("acceptance source", [_fmt(s.get("acceptance_source")) for s in sums], "metric"))
-    rows.append(Row("probe latency source", [_fmt(s.get("latency_source")) for s in sums], "metric"))
-    rows.append(Row("server latency source", [_fmt(s.get("server_latency_source")) for s in sums], "metric"))
+    rows.append(Row("acceptance source", [_fmt(s.acceptance_source) for s in sums], "metric"))
+    rows.append(Row("probe latency source", [_fmt(s.latency_source) for s in sums], "metric"))
+    rows.append(Row("server latency source", [_fmt(s.server_latency_source) for s in sums], "metric"))
     sp_vals = []
     for run in runs:
         sp = speedups.get(run)
@@ -282,15 +282,16 @@ def build(columns: Sequence[tuple[str, dict[str, Any]]], speedups: dict[str, Spe
     sp_nums = [_shown(sp.value, 2) if sp is not None else None for sp in (speedups.get(run) for run in runs)]
     rows.append(Row("speedup vs baseline", sp_vals, "metric", sp_nums, "higher"))
     comp = Comparison(runs=runs, rows=rows, speedups=speedups)
-    comp.verdict = verdict(columns, speedups)
+    comp.verdict = verdict(list(zip(runs, sums, strict=True)), speedups)
     return comp
 
 
 # -- the verdict ----------------------------------------------------------------------------------
-def verdict(columns: Sequence[tuple[str, dict[str, Any]]], speedups: dict[str, Speedup]) -> list[str]:
+def verdict(columns: Sequence[tuple[str, SummaryLike]], speedups: dict[str, Speedup]) -> list[str]:
     """Each conclusion with the rule and the numbers behind it."""
     lines: list[str] = []
-    for run, s in columns:
+    for run, summary in columns:
+        s = ProbeSummary.of(summary)
         sp = speedups.get(run)
         if sp is None:
             continue
@@ -299,8 +300,8 @@ def verdict(columns: Sequence[tuple[str, dict[str, Any]]], speedups: dict[str, S
             continue
         v = sp.verdict
         low, high = sp.value - (sp.band or 0), sp.value + (sp.band or 0)
-        acc = s.get("spec_decode_acceptance_length")
-        acc_txt = f"; acceptance length {acc:.2f}" if isinstance(acc, (int, float)) else ""
+        acc = s.acceptance_length
+        acc_txt = f"; acceptance length {acc:.2f}" if acc is not None else ""
         if v == "helps":
             rule = f"speedup {sp.value:.2f}x, noise band {low:.2f}-{high:.2f}x, is above {HELPS_ABOVE:.2f}x beyond the band"
         elif v == "hurts":
@@ -312,27 +313,27 @@ def verdict(columns: Sequence[tuple[str, dict[str, Any]]], speedups: dict[str, S
             )
         caveat = f"; CAVEAT: {sp.cross_host}, so hardware and load may differ" if sp.cross_host else ""
         lines.append(f"{run}: speculation {str(v).upper()} vs {sp.baseline_run}: {rule}{acc_txt}{caveat}")
-        unstable = [r for r, summ in ((run, s),) if "output_throughput" in (summ.get("unstable") or [])]
-        if unstable:
+        if "output_throughput" in s.unstable:
             lines.append(f"{run}: output tok/s is unstable (MAD > 10 % of median): repeat the probe before deciding")
     lines.extend(engine_verdict(columns))
     return lines
 
 
-def engine_verdict(columns: Sequence[tuple[str, dict[str, Any]]]) -> list[str]:
+def engine_verdict(columns: Sequence[tuple[str, SummaryLike]]) -> list[str]:
     """Across engines: the best configuration and whether switching engine is warranted."""
-    by_engine: dict[str, list[tuple[str, dict[str, Any]]]] = {}
-    for run, s in columns:
-        engine = (s.get("identity") or {}).get("engine") or s.get("backend") or "?"
+    by_engine: dict[str, list[tuple[str, ProbeSummary]]] = {}
+    for run, summary in columns:
+        s = ProbeSummary.of(summary)
+        engine = s.engine or "?"
         by_engine.setdefault(str(engine), []).append((run, s))
     if len(by_engine) < 2:
         return []
     first = columns[0][1]
-    for run, s in columns[1:]:
-        why = mismatches(first, s)
+    for run, other in columns[1:]:
+        why = mismatches(first, other)
         if why:
             return [f"engines: no verdict across engines: {run} vs {columns[0][0]}: " + ", ".join(why)]
-    best: dict[str, tuple[str, dict[str, Any], float]] = {}
+    best: dict[str, tuple[str, ProbeSummary, float]] = {}
     for engine, items in by_engine.items():
         scored = [(run, s, score) for run, s in items if (score := conservative(s)) is not None]
         if scored:
@@ -341,7 +342,7 @@ def engine_verdict(columns: Sequence[tuple[str, dict[str, Any]]]) -> list[str]:
         return ["engines: no verdict across engines: missing output throughput"]
     winner_engine, (w_run, w_sum, w_cons) = max(best.items(), key=lambda kv: kv[1][2])
     lines = [
-        f"engines: best configuration is {w_run} ({winner_engine}) with {w_sum['output_throughput']:.1f} output tok/s "
+        f"engines: best configuration is {w_run} ({winner_engine}) with {w_sum.output_throughput:.1f} output tok/s "
         f"(conservative {w_cons:.1f} = median - 1.4826 x MAD)"
     ]
     for engine, (run, s, _cons) in best.items():
@@ -417,23 +418,23 @@ def render(comp: Comparison, fmt: str = "table", diff_only: bool = False) -> str
 
 
 # -- from the runs' folders -----------------------------------------------------------------------
-async def baseline_speedup(runs: Runs, run_id: str, summary: dict[str, Any], baseline_run: str | None = None) -> Speedup | None:
+async def baseline_speedup(runs: Runs, run_id: str, summary: ProbeSummary, baseline_run: str | None = None) -> Speedup | None:
     """Speedup against the baseline experiment's latest probed run on the same host with the same
     prompts and settings, or against ``baseline_run`` when the user chose one (any host: the verdict
     then carries the cross-host caveat). A refusal says where it looked and what it found."""
     from servelab.engines.probe.artifacts import load_probe
 
-    host = (summary.get("identity") or {}).get("host")
+    host = summary.host
     if baseline_run is not None:
         probe = await load_probe(runs, baseline_run)
         if probe is None:
             raise ServelabError(f"baseline run {baseline_run} has no probe results (run 'servelab probe {baseline_run}' while it serves)")
         sp = speedup(summary, probe, baseline_run)
-        base_host = (probe.get("identity") or {}).get("host")
+        base_host = probe.host
         if host and base_host and base_host != host:
             sp = replace(sp, cross_host=f"baseline {baseline_run} ran on {base_host}, this run on {host}")
         return sp
-    base_exp = summary.get("baseline_experiment") or (summary.get("identity") or {}).get("baseline")
+    base_exp = summary.baseline_experiment
     if not base_exp:
         return None
     same_host = host if host in runs.catalog.hosts.names() else None
@@ -474,7 +475,7 @@ async def compare_runs(runs: Runs, run_ids: Sequence[str], baseline_run: str | N
 
     if not run_ids:
         raise ServelabError("compare needs at least one run id")
-    columns: list[tuple[str, dict[str, Any]]] = []
+    columns: list[tuple[str, ProbeSummary]] = []
     for run_id in run_ids:
         probe = await load_probe(runs, run_id)
         if probe is None:

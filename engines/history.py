@@ -22,6 +22,7 @@ from servelab.engines.compare import baseline_speedup
 from servelab.engines.errors import ServelabError
 from servelab.engines.logs.values import Analysis, stage_seconds
 from servelab.engines.probe.artifacts import load_probe
+from servelab.engines.probe.summary import ProbeSummary
 from servelab.engines.runs import RunRecord, Runs
 from servelab.engines.runstate import RunState, StageState
 
@@ -51,8 +52,8 @@ def display_state(record_status: RunState, exit_code: int | None, analysis: Anal
 
 def load_seconds(analysis: Analysis | None, probe: Mapping[str, Any] | None) -> float | None:
     """Seconds from start to ready: the probe's stage timings, else the live analysis."""
-    if probe and isinstance(probe.get("load_stages_s"), dict):
-        values = [v for v in probe["load_stages_s"].values() if isinstance(v, (int, float))]
+    if probe and (stages := ProbeSummary.of(probe).load_stages_s) is not None:
+        values = [v for v in stages.values() if isinstance(v, (int, float))]
         if values:
             return float(sum(values))
     if analysis is not None:
@@ -62,7 +63,7 @@ def load_seconds(analysis: Analysis | None, probe: Mapping[str, Any] | None) -> 
     return None
 
 
-async def probe_of(runs: Runs, run_id: str) -> dict[str, Any] | None:
+async def probe_of(runs: Runs, run_id: str) -> ProbeSummary | None:
     """The run's ``probe.json``, or None when it has none or it cannot be read."""
     try:
         return await load_probe(runs, run_id)
@@ -103,9 +104,9 @@ async def _one(runs: Runs, rec: RunRecord, analysis: Analysis | None) -> LatestR
     probe = await probe_of(runs, rec.id)
     latest.load_s = load_seconds(analysis, probe)
     if probe:
-        latest.acceptance_rate = _num(probe.get("spec_decode_acceptance_rate"))
-        latest.acceptance_length = _num(probe.get("spec_decode_acceptance_length"))
-        latest.output_throughput = _num(probe.get("output_throughput"))
+        latest.acceptance_rate = _num(probe.acceptance_rate)
+        latest.acceptance_length = _num(probe.acceptance_length)
+        latest.output_throughput = _num(probe.output_throughput)
         sp = await baseline_speedup(runs, rec.id, probe)
         latest.speedup = sp.value if sp is not None else None
     return latest
@@ -118,8 +119,8 @@ async def earlier_stage_seconds(runs: Runs, rec: RunRecord, limit: int = 3) -> d
     found = 0
     for other in sorted(same, key=lambda r: (r.started_at, r.id), reverse=True):
         probe = await load_probe(runs, other.id)
-        stages = (probe or {}).get("load_stages_s")
-        if not isinstance(stages, dict):
+        stages = probe.load_stages_s if probe is not None else None
+        if stages is None:
             continue
         for name, seconds in stages.items():
             if isinstance(seconds, (int, float)):

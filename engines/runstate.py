@@ -118,3 +118,61 @@ STAGE_MARKS: dict[StageState, str] = {
     StageState.DONE: "✓",
     StageState.FAILED: "✗",
 }
+
+
+class CampaignState(StrEnum):
+    """A campaign's, a load's or a point's state, as the host's supervisor writes them into
+    ``state.json`` (``engines/helpers/campaignctl.py`` spells the same strings; it runs with the
+    host's Python and cannot import servelab), plus the ones servelab says itself: ``interrupted``
+    (the supervisor is gone mid-way), ``starting``, ``not started`` and ``unknown``."""
+
+    # a point's
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    BLOCKED = "blocked"
+    STOPPED = "stopped"
+    # a load's (beside done, skipped)
+    LAUNCHING = "launching"
+    READY = "ready"
+    CRASHED = "crashed"
+    REFUSED = "refused"
+    # the campaign's (beside running, done, stopped, failed)
+    WAITING = "waiting"
+    INTERRUPTED = "interrupted"
+    STARTING = "starting"
+    NOT_STARTED = "not started"
+    UNKNOWN = "unknown"
+
+    @property
+    def style(self) -> str:
+        """The Rich style every screen draws this state in ("" where it is drawn plain)."""
+        return CAMPAIGN_STYLES.get(self, "")
+
+    @classmethod
+    def parse(cls, value: object, default: CampaignState | None = None) -> CampaignState:
+        """A state from ``state.json``: ``default`` (else ``unknown``) when missing, ``unknown`` when unrecognised."""
+        if value is None or value == "":
+            return default if default is not None else cls.UNKNOWN
+        try:
+            return cls(str(value))
+        except ValueError:
+            return cls.UNKNOWN
+
+
+#: One style per campaign state, for the campaigns list, the campaign screen and ``servelab campaign``.
+CAMPAIGN_STYLES: dict[CampaignState, str] = {
+    CampaignState.DONE: "green",
+    CampaignState.RUNNING: "bold yellow",
+    CampaignState.PENDING: "dim",
+    CampaignState.SKIPPED: "magenta",
+    CampaignState.BLOCKED: "magenta",
+    CampaignState.FAILED: "bold red",
+    CampaignState.CRASHED: "bold red",
+    CampaignState.STOPPED: "yellow",
+    CampaignState.INTERRUPTED: "bold yellow",
+    CampaignState.WAITING: "cyan",
+    CampaignState.NOT_STARTED: "dim",
+}

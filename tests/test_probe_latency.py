@@ -24,7 +24,8 @@ from servelab.engines.adapter import get_adapter
 from servelab.engines.hosts.ssh import SshHost
 from servelab.engines.hostsfile import HostConfig
 from servelab.engines.probe import prompts
-from servelab.engines.probe.runner import ProbeSettingsView, run_probe
+from servelab.engines.experiment import ProbeSettings
+from servelab.engines.probe.runner import run_probe
 from servelab.engines.probe.timer import HostTimer, RequestTimer
 from tests.conftest import ENGINE_PYTHON
 from tests.fixtures.engine import TinyServer, WireTap
@@ -49,7 +50,7 @@ def wire_tap(port: int) -> WireTap:
 
 async def probe(url: str, timer: RequestTimer | None = None) -> dict[str, Any]:
     result = await run_probe(
-        url, PROMPTS, ProbeSettingsView(max_tokens=MAX_TOKENS, concurrency=1, repeats=1, warmup=1),
+        url, PROMPTS, ProbeSettings(max_tokens=MAX_TOKENS, concurrency=1, repeats=1, warmup=1),
         adapter=get_adapter("vllm"), identity={"engine": "vllm"}, timer=timer,
     )
     return result.summary

@@ -111,12 +111,13 @@ async def test_missing_metrics_endpoint_is_one_clean_line() -> None:
     from servelab.engines.catalog import load_catalog
     from servelab.engines.errors import ServelabError
     from servelab.engines.probe import prompts
-    from servelab.engines.probe.runner import ProbeSettingsView, run_probe
+    from servelab.engines.experiment import ProbeSettings
+    from servelab.engines.probe.runner import run_probe
     from tests.conftest import EXPERIMENTS
     from tests.fixtures.fake_sglang import FakeSglangServer
 
     exp = load_catalog(EXPERIMENTS).get("tiny-cpu-vllm-ngram").experiment
     with FakeSglangServer("native") as server:  # answers chat, but has no /metrics
         with pytest.raises(ServelabError, match=r"probe of http://127\.0\.0\.1:\d+ failed: HTTPStatusError") as info:
-            await run_probe(server.url, prompts.builtin("math"), ProbeSettingsView(max_tokens=4, repeats=1, warmup=0), adapter=VLLM, experiment=exp)
+            await run_probe(server.url, prompts.builtin("math"), ProbeSettings(max_tokens=4, repeats=1, warmup=0), adapter=VLLM, experiment=exp)
     assert "\n" not in str(info.value)

@@ -11,7 +11,8 @@ from servelab.engines.adapter import get_adapter
 from servelab.engines.catalog import load_catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.probe import prompts
-from servelab.engines.probe.runner import ProbeSettingsView, run_probe, wait_ready
+from servelab.engines.experiment import ProbeSettings
+from servelab.engines.probe.runner import run_probe, wait_ready
 from tests.conftest import EXPERIMENTS
 from tests.fixtures.engine import TinyServer, free_port
 
@@ -34,7 +35,7 @@ def probed(tiny_vllm: TinyServer) -> dict:
     exp = load_catalog(EXPERIMENTS).get("tiny-cpu-vllm-ngram").experiment
     ps = prompts.builtin("mixed")
     result = asyncio.run(run_probe(
-        tiny_vllm.url, ps, ProbeSettingsView(max_tokens=32, concurrency=1, repeats=2, warmup=1),
+        tiny_vllm.url, ps, ProbeSettings(max_tokens=32, concurrency=1, repeats=2, warmup=1),
         adapter=get_adapter("vllm"), experiment=exp, identity={"engine": "vllm"}, label="t",
     ))
     return {"summary": json.loads(result.summary_json()), "requests": [json.loads(line) for line in result.requests_jsonl().splitlines()], "prompts": ps}

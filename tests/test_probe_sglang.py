@@ -7,7 +7,8 @@ import pytest
 from servelab.engines.adapter import get_adapter
 from servelab.engines.catalog import load_catalog
 from servelab.engines.probe import prompts
-from servelab.engines.probe.runner import ProbeSettingsView, run_probe
+from servelab.engines.experiment import ProbeSettings
+from servelab.engines.probe.runner import run_probe
 from servelab.engines.sglang import draft_tokens_per_step
 from tests.conftest import EXPERIMENTS
 from tests.fixtures.fake_sglang import AVG_ACCEPT_LENGTH, TOKENS_PER_STEP, FakeSglangServer, verify_steps
@@ -25,7 +26,7 @@ async def test_each_source_in_order(fake_sglang: FakeSglangServer, sglang_exp) -
     k = draft_tokens_per_step(sglang_exp)
     assert k is not None and k >= 1
     result = await run_probe(
-        fake_sglang.url, ps, ProbeSettingsView(max_tokens=MAX_TOKENS, repeats=1, warmup=0),
+        fake_sglang.url, ps, ProbeSettings(max_tokens=MAX_TOKENS, repeats=1, warmup=0),
         adapter=get_adapter("sglang"), experiment=sglang_exp,
     )
     s = result.summary
@@ -52,7 +53,7 @@ async def test_each_source_in_order(fake_sglang: FakeSglangServer, sglang_exp) -
 
 async def test_client_reads_chunks_and_usage() -> None:
     with FakeSglangServer("native") as server:
-        result = await run_probe(server.url, prompts.builtin("math"), ProbeSettingsView(max_tokens=10, repeats=1, warmup=0))
+        result = await run_probe(server.url, prompts.builtin("math"), ProbeSettings(max_tokens=10, repeats=1, warmup=0))
     row = result.requests[0]
     assert row["ok"] and row["output_tokens"] == 10 and row["content_chunks"] == 10 / TOKENS_PER_STEP
     assert row["tokens_per_chunk"] == TOKENS_PER_STEP

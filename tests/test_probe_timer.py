@@ -17,7 +17,8 @@ from servelab.engines.errors import ServelabError
 from servelab.engines.probe.client import result_from_events
 from servelab.engines.values import Prompt
 from servelab.engines.probe import prompts
-from servelab.engines.probe.runner import CPU_WAIT_NOTE_MS, ProbeSettingsView, run_probe
+from servelab.engines.experiment import ProbeSettings
+from servelab.engines.probe.runner import CPU_WAIT_NOTE_MS, run_probe
 from servelab.engines.probe.timer import TimedBatch, local_timer, parse_answer
 from tests.fixtures.engine import free_port
 from tests.fixtures.fake_sglang import FakeSglangServer
@@ -131,7 +132,7 @@ class FakeStarvedTimer:
 @pytest.mark.parametrize("wait_ms", [0.3, 40.0])
 async def test_the_probe_says_when_its_client_waited_for_a_cpu(wait_ms: float) -> None:
     with FakeSglangServer("openai") as server:
-        s = (await run_probe(server.url, prompts.builtin("mixed"), ProbeSettingsView(max_tokens=8, concurrency=1, repeats=1, warmup=0),
+        s = (await run_probe(server.url, prompts.builtin("mixed"), ProbeSettings(max_tokens=8, concurrency=1, repeats=1, warmup=0),
                              timer=FakeStarvedTimer(server.url, wait_ms))).summary
     assert s["client_mean_cpu_wait_ms"] == pytest.approx(wait_ms)
     assert ("real-time priority" in s["latency_source"]) == (os.geteuid() == 0)

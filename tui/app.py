@@ -28,6 +28,7 @@ from servelab.engines.errors import ServelabError
 from servelab.tui.keymap import load_keymap
 
 if TYPE_CHECKING:
+    from servelab.engines.probe.summary import ProbeSummary
     from servelab.engines.runs import Runs
     from servelab.engines.watch import RunWatcher
 
@@ -80,7 +81,7 @@ class ServelabApp(App[int]):
         self.watcher: RunWatcher | None = None
         #: Probes this app runs now (run id -> latest progress line), their results and failures.
         self.probing: dict[str, str] = {}
-        self.probe_results: dict[str, dict[str, Any]] = {}
+        self.probe_results: dict[str, ProbeSummary] = {}
         self.probe_errors: dict[str, str] = {}
         #: Set to False by tests that must not poll hosts in the background.
         self.watch_runs = True
@@ -232,9 +233,9 @@ class ServelabApp(App[int]):
             self.probing.pop(run_id, None)
         summary = result.summary
         self.probe_results[run_id] = summary
-        length = summary.get("spec_decode_acceptance_length")
-        extra = f", acceptance length {length:.2f}" if isinstance(length, (int, float)) else ""
-        self.notify(f"{run_id}: {summary.get('output_throughput') or 0:.1f} output tok/s{extra}", title="probe done", timeout=8)
+        length = summary.acceptance_length
+        extra = f", acceptance length {length:.2f}" if length is not None else ""
+        self.notify(f"{run_id}: {summary.output_throughput or 0:.1f} output tok/s{extra}", title="probe done", timeout=8)
         from servelab.tui.screens.experiments import ExperimentsScreen
 
         for screen in self.screen_stack:

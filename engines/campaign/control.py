@@ -36,7 +36,7 @@ from servelab.engines.preflight import run_preflight
 from servelab.engines.probe.client import chat_body
 from servelab.engines.probe.prompts import load as load_prompts
 from servelab.engines.runs import RunRecord, runs_root
-from servelab.engines.runstate import RunState
+from servelab.engines.runstate import CampaignState, RunState
 
 CAMPAIGNS_DIR = "campaigns"
 PLAN_JSON = "plan.json"
@@ -70,7 +70,7 @@ async def upload_scripts(host: Host) -> dict[str, str]:
 class PointState:
     name: str
     load: int
-    status: str
+    status: CampaignState
     error: str | None = None
     result: str | None = None
 
@@ -78,7 +78,7 @@ class PointState:
 @dataclass(frozen=True)
 class LoadState:
     index: int
-    status: str
+    status: CampaignState
     run_id: str | None = None
     error: str | None = None
     exit_code: int | None = None
@@ -94,7 +94,7 @@ class CampaignStatus:
     host: str
     dir: str
     #: running, waiting (for the GPU set), done, stopped, failed, or interrupted (supervisor gone).
-    status: str
+    status: CampaignState
     supervisor_alive: bool
     loads: list[LoadState] = field(default_factory=list)
     points: list[PointState] = field(default_factory=list)
@@ -102,8 +102,8 @@ class CampaignStatus:
     waiting_for: Any = None
     error: str | None = None
 
-    def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
+    def counts(self) -> dict[CampaignState, int]:
+        out: dict[CampaignState, int] = {}
         for p in self.points:
             out[p.status] = out.get(p.status, 0) + 1
         return out
@@ -130,16 +130,16 @@ def status_from_answer(answer: dict[str, Any], host: str, camp_dir: str, camp_id
     state = answer.get("state")
     alive = bool(answer.get("supervisor_alive"))
     if not isinstance(state, dict):
-        return CampaignStatus(camp_id, camp_id.rsplit("-", 3)[0], host, camp_dir, "starting" if alive else "not started", alive)
-    status = str(state.get("status") or "unknown")
-    if status in ("running", "waiting") and not alive:
-        status = "interrupted"
+        return CampaignStatus(camp_id, camp_id.rsplit("-", 3)[0], host, camp_dir, CampaignState.STARTING if alive else CampaignState.NOT_STARTED, alive)
+    status = CampaignState.parse(state.get("status"))
+    if status in (CampaignState.RUNNING, CampaignState.WAITING) and not alive:
+        status = CampaignState.INTERRUPTED
     loads = [
-        LoadState(int(ld["index"]), str(ld.get("status")), ld.get("run_id"), ld.get("error"), ld.get("exit_code"), ld.get("load_s"))
+        LoadState(int(ld["index"]), CampaignState.parse(ld.get("status")), ld.get("run_id"), ld.get("error"), ld.get("exit_code"), ld.get("load_s"))
         for ld in state.get("loads") or []
     ]
     points = [
-        PointState(name, int(p.get("load", 0)), str(p.get("status")), p.get("error"), p.get("result"))
+        PointState(name, int(p.get("load", 0)), CampaignState.parse(p.get("status")), p.get("error"), p.get("result"))
         for name, p in (state.get("points") or {}).items()
     ]
     return CampaignStatus(
@@ -161,7 +161,7 @@ def describe_status(st: CampaignStatus) -> list[str]:
     """The status as terminal lines."""
     counts = ", ".join(f"{n} {s}" for s, n in sorted(st.counts().items())) or "no points"
     lines = [f"campaign {st.id} on {st.host}: {st.status} ({counts})"]
-    if st.status == "interrupted":
+    if st.status == CampaignState.INTERRUPTED:
         lines.append(f"  the supervisor is gone: servelab campaign resume {st.id}")
     if st.waiting_for:
         lines.append(f"  waiting for the GPU set, held by {st.waiting_for}")
@@ -421,6 +421,6 @@ async def resume(catalog: Catalog, ref: str) -> CampaignStatus:
     current = await _status(where)
     if current.supervisor_alive:
         raise ServelabError(f"campaign {where.id} is still running on {where.host.name} (supervisor alive); nothing to resume")
-    if current.status == "done":
+    if current.status == CampaignState.DONE:
         raise ServelabError(f"campaign {where.id} is done; nothing to resume")
     return await _start_supervisor(where)

@@ -23,6 +23,7 @@ from typing import Any
 
 from servelab.engines.campaign.report import CampaignReport, PointRow
 from servelab.engines.errors import ServelabError
+from servelab.engines.runstate import CampaignState
 
 CHARTS = ("speedup", "acceptance", "throughput")
 FILE_FORMATS = ("svg", "png")
@@ -95,7 +96,7 @@ def _series(groups: dict[str, list[PointRow]], x: Any, y: Any, band: Any) -> tup
 
 def plot_series(report: CampaignReport) -> CampaignPlots:
     """The three charts of a report: only points with the figure measured appear (never a 0 for absent)."""
-    done = [r for r in report.rows if r.status == "done"]
+    done = [r for r in report.rows if r.status == CampaignState.DONE]
     many_c = len({r.concurrency for r in done}) > 1
     sped = [r for r in done if r.k is not None and r.speedup is not None]
     speedup = Chart(

@@ -39,6 +39,8 @@ from servelab.engines.probe.runner import aggregate, combine, server_figures
 from servelab.engines.probe.metrics import latency_between
 from servelab.engines.probe.client import result_from_events
 from servelab.engines.probe.stats import MAD_TO_SIGMA
+from servelab.engines.probe.summary import ProbeSummary
+from servelab.engines.runstate import CampaignState
 
 FORMATS = ("table", "markdown", "csv", "json")
 
@@ -51,7 +53,7 @@ class PointRow:
     load: int
     engine: str
     label: str
-    status: str
+    status: CampaignState
     error: str | None
     baseline_point: str | None
     output_tps: float | None = None
@@ -94,7 +96,7 @@ class BatchSizeTable:
 class CampaignReport:
     id: str
     campaign: str
-    status: str
+    status: CampaignState
     rows: list[PointRow]
     recommendation: str | None
     batch_size_tables: list[BatchSizeTable] = field(default_factory=list)
@@ -141,7 +143,7 @@ async def _acceptance(exp: Experiment, prompts: PromptSet, max_tokens: int, repe
             return None  # not recorded (no /metrics): acceptance stays absent, not zero
 
 
-async def point_summary(exp: Experiment, point: Mapping[str, Any], data: Mapping[str, Any], prompts: PromptSet) -> dict[str, Any]:
+async def point_summary(exp: Experiment, point: Mapping[str, Any], data: Mapping[str, Any], prompts: PromptSet) -> ProbeSummary:
     """``combine`` over the point's repeats: medians at the top, ``stats`` with MAD per figure."""
     by_id = {p.id: p for p in prompts.prompts}
     order = [by_id.get(i) or Prompt(i, "unknown", ()) for i in point["prompt_ids"]]
@@ -166,13 +168,13 @@ async def point_summary(exp: Experiment, point: Mapping[str, Any], data: Mapping
                 pass
         repeats.append(agg)
     if not repeats:
-        return {}
-    return {**combine(repeats), "output_distinct_share": unique_char_share(texts), "requests": len(texts)}
+        return ProbeSummary()
+    return ProbeSummary({**combine(repeats), "output_distinct_share": unique_char_share(texts), "requests": len(texts)})
 
 
-def _band(summary: Mapping[str, Any], key: str) -> float | None:
-    fig = (summary.get("stats") or {}).get(key)
-    if not isinstance(fig, dict) or fig.get("mad") is None or fig["mad"] != fig["mad"]:
+def _band(summary: ProbeSummary, key: str) -> float | None:
+    fig = summary.stat(key)
+    if fig.get("mad") is None or fig["mad"] != fig["mad"]:
         return None
     return float(fig["mad"]) * MAD_TO_SIGMA
 
@@ -230,33 +232,33 @@ async def build_report(catalog: Catalog, ref: str) -> CampaignReport:
         label = str(point.get("base")) + (f" {spec.method} K={spec.num_tokens}" if spec.method != "none" else "") + (f" ({values})" if values else "")
         fields: dict[str, Any] = {
             "point": name, "load": int(point["load"]), "engine": point["engine"], "label": label,
-            "status": str(ps.get("status") or "pending"), "baseline_point": point.get("baseline_point"),
+            "status": CampaignState.parse(ps.get("status"), CampaignState.PENDING), "baseline_point": point.get("baseline_point"),
             "error": f"{ps.get('error')}; root cause: {causes[int(point['load'])]}" if ps.get("error") and int(point["load"]) in causes else ps.get("error"),
             "load_s": load_states.get(int(point["load"]), {}).get("load_s"),
             "k": exp.speculative.num_tokens if exp.speculative.method != "none" else None,
             "concurrency": int(point["probe"]["concurrency"]),
             "method": spec.method if spec.method != "none" else None,
         }
-        if ps.get("status") == "done" and ps.get("result"):
+        if fields["status"] is CampaignState.DONE and ps.get("result"):
             data = await _read_json(where, str(ps["result"]))
             prompt_spec = str(point["probe"]["prompts"])
             if prompt_spec not in prompt_sets:
                 prompt_sets[prompt_spec] = load_prompts(prompt_spec, base=catalog.folder)
             summary = await point_summary(exp, point, data or {}, prompt_sets[prompt_spec])
-            rate = summary.get("spec_decode_acceptance_rate")
+            rate = summary.acceptance_rate
             fields.update(
-                output_tps=summary.get("output_throughput"),
+                output_tps=summary.output_throughput,
                 output_tps_band=_band(summary, "output_throughput"),
-                ttft_ms=summary.get("median_ttft_ms"),
-                tpot_ms=summary.get("median_tpot_ms"),
+                ttft_ms=summary.median_ttft_ms,
+                tpot_ms=summary.median_tpot_ms,
                 acceptance_rate=rate / 100.0 if rate is not None else None,
-                acceptance_length=summary.get("spec_decode_acceptance_length"),
-                per_position=tuple(summary.get("spec_decode_per_position_acceptance_rates") or ()),
-                unstable=tuple(summary.get("unstable") or ()),
-                step_ms=summary.get("server_mean_itl_ms") or summary.get("median_itl_ms"),
-                distinct_share=summary.get("output_distinct_share"),
+                acceptance_length=summary.acceptance_length,
+                per_position=tuple(summary.per_position),
+                unstable=tuple(summary.unstable),
+                step_ms=summary.server_mean_itl_ms or summary.median_itl_ms,
+                distinct_share=summary.output_distinct_share,
             )
-            requests[name] = int(summary.get("requests") or 0)
+            requests[name] = summary.requests
         rows[name] = PointRow(**fields)
     out: list[PointRow] = []
     for row in rows.values():
@@ -266,10 +268,10 @@ async def build_report(catalog: Catalog, ref: str) -> CampaignReport:
             exps[row.load], rate=row.acceptance_rate, length=row.acceptance_length, per_position=row.per_position,
             distinct_share=row.distinct_share, step_ms=row.step_ms, baseline_step_ms=base.step_ms if base else None,
             baseline_point=row.baseline_point, speedup=s, requests=requests.get(row.point, 0), concurrency=row.concurrency or 1,
-        ) if row.status == "done" else ()
+        ) if row.status == CampaignState.DONE else ()
         out.append(replace(row, speedup=s, speedup_band=band, diagnosis=found))
     tables = batch_size_tables(out, {int(p["load"]): exps[int(p["load"])] for p in plan_doc["points"]})
-    return CampaignReport(where.id, str(plan_doc.get("campaign")), str(state.get("status") or "not started"), out, recommend(out), tables)
+    return CampaignReport(where.id, str(plan_doc.get("campaign")), CampaignState.parse(state.get("status"), CampaignState.NOT_STARTED), out, recommend(out), tables)
 
 
 async def crash_causes(catalog: Catalog, load_states: Mapping[int, Mapping[str, Any]]) -> dict[int, str]:
@@ -279,7 +281,7 @@ async def crash_causes(catalog: Catalog, load_states: Mapping[int, Mapping[str, 
     runs = Runs(catalog)
     out: dict[int, str] = {}
     for index, ls in load_states.items():
-        if ls.get("status") != "crashed" or not ls.get("run_id"):
+        if CampaignState.parse(ls.get("status")) is not CampaignState.CRASHED or not ls.get("run_id"):
             continue
         try:
             st = await runs.status(str(ls["run_id"]))
@@ -354,7 +356,7 @@ def _cells(r: PointRow) -> list[str]:
 
     return [
         f"{r.engine} {r.label}",
-        r.status + (f" ({_short(r.error)})" if r.error and r.status != "done" else ""),
+        r.status + (f" ({_short(r.error)})" if r.error and r.status != CampaignState.DONE else ""),
         f(r.acceptance_rate * 100.0 if r.acceptance_rate is not None else None, ".0f") + ("%" if r.acceptance_rate is not None else ""),
         f(r.acceptance_length, ".2f"),
         " ".join(f"{p:.2f}" for p in r.per_position),

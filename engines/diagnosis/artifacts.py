@@ -60,7 +60,7 @@ async def baseline_step(runs: Runs, run_id: str, exp_baseline: str | None, model
         listed = [r for r in await runs.list() if r.experiment == exp_baseline and r.model == model]
         for rec in sorted(listed, key=lambda r: (r.started_at, r.id), reverse=True):
             probe = await load_probe(runs, rec.id)
-            if probe is not None and probe.get("max_concurrency") == 1:
+            if probe is not None and probe.max_concurrency == 1:
                 base_run = rec.id
                 break
     if base_run is None:
@@ -69,7 +69,7 @@ async def baseline_step(runs: Runs, run_id: str, exp_baseline: str | None, model
     # The server's own mean inter-token latency first (one observation per step), then the client's
     # median gap between chunks: a loaded machine can read chunks late and in bursts (gaps of 0).
     for key in ("server_mean_itl_ms", "median_itl_ms"):
-        plain = probe.get(key) if probe else None
+        plain = probe.figure(key) if probe else None
         if isinstance(plain, (int, float)) and plain > 0:
             return float(plain), base_run, measured, ""
     return None, base_run, measured, f"baseline run {base_run} has no per-token timing"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import tomllib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,8 @@ from servelab.engines.errors import ServelabError
 from servelab.engines.experiment import Experiment
 from servelab.engines.logs.values import Stage, stage_seconds
 from servelab.engines.probe.prompts import load as load_prompts
-from servelab.engines.probe.runner import ProbeResult, ProbeSettingsView, Progress, run_probe
+from servelab.engines.probe.runner import ProbeResult, Progress, run_probe
+from servelab.engines.probe.summary import ProbeSummary
 from servelab.engines.probe.timer import HostTimer
 from servelab.engines.runstate import RunState
 
@@ -120,7 +122,7 @@ async def probe_run(runs: Runs, run_id: str, *, progress: Progress | None = None
     result = await run_probe(
         base_url,
         prompts,
-        ProbeSettingsView(settings.max_tokens, settings.concurrency, settings.repeats, settings.warmup),
+        settings,
         adapter=get_adapter(exp.engine),
         experiment=exp,
         identity=ident,
@@ -131,18 +133,21 @@ async def probe_run(runs: Runs, run_id: str, *, progress: Progress | None = None
     )
     # Stage timings are final once the server is ready, so read them after the probe.
     after = await runs.status(run_id)
-    result.summary["load_stages_s"] = load_stages_s(after.analysis.to_json() if after.analysis is not None else {})
-    result.summary["run"] = run_id
-    result.summary["experiment"] = rec.experiment
-    result.summary["baseline_experiment"] = exp.baseline
-    if exp.speculative.method == "none" and "acceptance_source" not in result.summary:
-        result.summary["acceptance"] = f"not measured: {rec.experiment} does not speculate"  # absent fields, said so
+    summary = result.summary.with_fields(
+        load_stages_s=load_stages_s(after.analysis.to_json() if after.analysis is not None else {}),
+        run=run_id,
+        experiment=rec.experiment,
+        baseline_experiment=exp.baseline,
+    )
+    if exp.speculative.method == "none" and "acceptance_source" not in summary:
+        summary = summary.with_fields(acceptance=f"not measured: {rec.experiment} does not speculate")  # absent fields, said so
+    result.summary = summary
     await runs.write_artifact(run_id, PROBE_JSON, result.summary_json().encode("utf-8"))
     await runs.write_artifact(run_id, REQUESTS_JSONL, result.requests_jsonl().encode("utf-8"))
     return result
 
 
-async def load_probe(runs: Runs, run_id: str) -> dict[str, Any] | None:
+async def load_probe(runs: Runs, run_id: str) -> ProbeSummary | None:
     """A run's stored ``probe.json`` (None when it was never probed); a multi-node run's (its group
     id or any node's id) is the head's."""
     from servelab.engines.nodes.view import group_id_of, head_run_id
@@ -161,12 +166,11 @@ async def load_probe(runs: Runs, run_id: str) -> dict[str, Any] | None:
     if raw is None:
         return None
     try:
-        data = json.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
+        return ProbeSummary.from_json(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):  # UnicodeDecodeError is a ValueError too
         raise ServelabError(f"run {run_id}: {PROBE_JSON} is not valid JSON") from None
-    if not isinstance(data, dict):
-        raise ServelabError(f"run {run_id}: {PROBE_JSON} is not an object")
-    return data
+    except TypeError:
+        raise ServelabError(f"run {run_id}: {PROBE_JSON} is not an object") from None
 
 
 async def wait_for_ready(runs: Runs, run_id: str, timeout_s: float = 3600.0, poll_s: float = 2.0) -> None:

@@ -23,10 +23,12 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from servelab.engines.errors import ServelabError
+from servelab.engines.experiment import ProbeSettings
 from servelab.engines.probe.client import RequestResult, chat_body, result_from_events, stream_chat
 from servelab.engines.probe.metrics import NoAcceptance, ServerLatency, latency_between
 from servelab.engines.values import Acceptance, AcceptanceWindow, LatencyHistograms, Prompt, PromptSet
 from servelab.engines.probe.stats import mean, median, percentile, summarise
+from servelab.engines.probe.summary import ProbeSummary
 from servelab.engines.probe.timer import RequestTimer, local_timer
 
 if TYPE_CHECKING:
@@ -55,25 +57,15 @@ Progress = Callable[[str], None]
 CPU_WAIT_NOTE_MS = 2.0
 
 
-@dataclass(frozen=True)
-class ProbeSettingsView:
-    """What the runner needs from ``[probe]`` (decoupled from the pydantic model for tests)."""
-
-    max_tokens: int = 64
-    concurrency: int = 1
-    repeats: int = 3
-    warmup: int = 1
-
-
 @dataclass
 class ProbeResult:
     """The summary (``probe.json``) and one row per timed request (``probe-requests.jsonl``)."""
 
-    summary: dict[str, Any]
+    summary: ProbeSummary
     requests: list[dict[str, Any]] = field(default_factory=list)
 
     def summary_json(self) -> str:
-        return json.dumps(self.summary, indent=2, sort_keys=False, default=_json_default) + "\n"
+        return self.summary.to_json()
 
     def requests_jsonl(self) -> str:
         return "".join(json.dumps(r, default=_json_default) + "\n" for r in self.requests)
@@ -276,7 +268,7 @@ def per_category(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 async def run_probe(
     base_url: str,
     prompts: PromptSet,
-    settings: ProbeSettingsView,
+    settings: ProbeSettings,
     *,
     adapter: EngineAdapter | None = None,
     experiment: Experiment | None = None,
@@ -290,26 +282,38 @@ async def run_probe(
     """Probe a running server. ``adapter`` reads acceptance and the server's latency histograms the
     engine's way (None: neither). ``timer`` sends the timed requests (default: a separate process on
     this machine against ``base_url``; over SSH, ``probe_run`` runs it on the server's host)."""
-    timer = timer or local_timer(base_url)
+    plan = ProbePlan(
+        base_url, prompts, settings, adapter=adapter, experiment=experiment, identity=identity, label=label,
+        ready_timeout_s=ready_timeout_s, request_timeout_s=request_timeout_s, progress=progress, timer=timer or local_timer(base_url),
+    )
     try:
-        return await _run_probe(base_url, prompts, settings, adapter, experiment, identity, label, ready_timeout_s, request_timeout_s, progress, timer)
+        return await _run_probe(plan)
     except httpx.HTTPError as exc:
         raise ServelabError(f"probe of {base_url} failed: {type(exc).__name__}: {' '.join(str(exc).split())}") from None
 
 
-async def _run_probe(
-    base_url: str,
-    prompts: PromptSet,
-    settings: ProbeSettingsView,
-    adapter: EngineAdapter | None,
-    experiment: Experiment | None,
-    identity: dict[str, Any] | None,
-    label: str | None,
-    ready_timeout_s: float,
-    request_timeout_s: float,
-    progress: Progress | None,
-    timer: RequestTimer,
-) -> ProbeResult:
+@dataclass(frozen=True)
+class ProbePlan:
+    """One probe's inputs: the server, the prompts, the ``[probe]`` settings and how to read and time it."""
+
+    base_url: str
+    prompts: PromptSet
+    settings: ProbeSettings
+    timer: RequestTimer
+    adapter: EngineAdapter | None = None
+    experiment: Experiment | None = None
+    identity: dict[str, Any] | None = None
+    label: str | None = None
+    ready_timeout_s: float = 600.0
+    request_timeout_s: float = 300.0
+    progress: Progress | None = None
+
+
+async def _run_probe(plan: ProbePlan) -> ProbeResult:
+    base_url, prompts, settings, adapter, experiment = plan.base_url, plan.prompts, plan.settings, plan.adapter, plan.experiment
+    identity, label, ready_timeout_s, request_timeout_s, progress, timer = (
+        plan.identity, plan.label, plan.ready_timeout_s, plan.request_timeout_s, plan.progress, plan.timer,
+    )
     say = progress or (lambda _msg: None)
     hist: LatencyHistograms | None = adapter.latency_histograms if adapter is not None else None
     timeout = httpx.Timeout(request_timeout_s, connect=10.0)
@@ -396,4 +400,4 @@ async def _run_probe(
         "per_repeat": repeats,
         "identity": ident,
     }
-    return ProbeResult(summary=summary, requests=rows)
+    return ProbeResult(summary=ProbeSummary(summary), requests=rows)

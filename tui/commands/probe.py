@@ -67,33 +67,34 @@ def cmd_probe(args: argparse.Namespace) -> int:
         if args.json:
             sys.stdout.write(result.summary_json())
             return 0
-        print(f"{args.run}: {s['num_prompts']} prompts ({s['prompt_set']}, hash {s['prompt_set_hash']}), max_tokens {s['max_tokens']}, {s['repeats']} repeats")
-        stats = s.get("stats") or {}
+        print(f"{args.run}: {s.figure('num_prompts')} prompts ({s.figure('prompt_set')}, hash {s.figure('prompt_set_hash')}), max_tokens {s.max_tokens}, {s.repeats} repeats")
         for label, key, digits in SUMMARY:
-            if s.get(key) is None:
+            value = s.figure(key)
+            if value is None:
                 continue
-            text = f"{s[key]:.{digits}f}"
+            text = f"{value:.{digits}f}"
             if key in ("median_ttft_ms", "median_tpot_ms"):
-                p99 = s.get(key.replace("median_", "p99_"))
+                p99 = s.figure(key.replace("median_", "p99_"))
                 text += f" / {p99:.{digits}f}" if p99 is not None else ""
-            mad = (stats.get(key) or {}).get("mad")
+            mad = s.stat(key).get("mad")
             if mad:
-                text += f"  (MAD {mad:.{digits}f}{', unstable' if key in s.get('unstable', []) else ''})"
+                text += f"  (MAD {mad:.{digits}f}{', unstable' if key in s.unstable else ''})"
             print(f"  {label:<22} {text}")
-        if s.get("spec_decode_per_position_acceptance_rates"):
-            print("  per-position           " + " ".join(f"{v:.2f}" for v in s["spec_decode_per_position_acceptance_rates"]))
-        if s.get("server_mean_ttft_ms") is not None or s.get("server_mean_itl_ms") is not None:
+        if s.per_position:
+            print("  per-position           " + " ".join(f"{v:.2f}" for v in s.per_position))
+        if s.figure("server_mean_ttft_ms") is not None or s.server_mean_itl_ms is not None:
             def ms(key: str, digits: int) -> str:
-                return "-" if s.get(key) is None else f"{s[key]:.{digits}f}"
+                value = s.figure(key)
+                return "-" if value is None else f"{value:.{digits}f}"
 
             print(f"  TTFT mean probe/server {ms('mean_ttft_ms', 1)} / {ms('server_mean_ttft_ms', 1)}  (server: its own histogram)")
             print(f"  TPOT/ITL probe/server  {ms('mean_tpot_ms', 2)} / {ms('server_mean_itl_ms', 2)}")
-        if s.get("latency_source"):
-            print(f"  times from             {s['latency_source']}")
-        if s.get("acceptance_source"):
-            print(f"  acceptance from        {s['acceptance_source']}")
-        elif s.get("acceptance"):
-            print(f"  acceptance             {s['acceptance']}")
+        if s.latency_source:
+            print(f"  times from             {s.latency_source}")
+        if s.acceptance_source:
+            print(f"  acceptance from        {s.acceptance_source}")
+        elif s.figure("acceptance"):
+            print(f"  acceptance             {s.figure('acceptance')}")
         print(f"saved {PROBE_JSON} and {REQUESTS_JSONL} in the run's folder")
         return 0
 

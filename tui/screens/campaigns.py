@@ -27,6 +27,7 @@ from servelab.engines.campaign.listing import CampaignEntry, StartedCampaigns, c
 from servelab.engines.catalog import Catalog, load_catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
+from servelab.engines.runstate import CampaignState
 from servelab.tui.app import servelab_app
 from servelab.tui.widgets.campaign_view import minutes, plan_renderable, state_text, status_line
 
@@ -176,11 +177,11 @@ class CampaignsScreen(Screen[None]):
                 why = str(e.problems[0]) if e.problems else "invalid"
                 return [Text(e.name, style="bold red"), Text(_where(e)), Text("invalid", style="red"), Text(why[-70:], style="red"), Text(""), Text("")]
             latest = self.started.latest_of(e.plan.campaign)
-            status = Text.assemble("latest ", state_text(latest.status)) if latest is not None else Text("not started", style="dim")
+            status = Text.assemble("latest ", state_text(latest.status)) if latest is not None else state_text(CampaignState.NOT_STARTED)
             return [Text(e.name, style="bold"), Text(_where(e)), status, Text(str(len(e.plan.points))), Text(str(len(e.plan.loads))), Text(minutes(e.plan.estimate_s))]
         st = row.started
         assert st is not None
-        done = st.counts().get("done", 0)
+        done = st.counts().get(CampaignState.DONE, 0)
         return [Text(st.id), Text(st.host), state_text(st.status), Text(f"{done}/{len(st.points)} done"), Text(str(len(st.loads))), Text("")]
 
     # -- selection and detail ----------------------------------------------------------------------

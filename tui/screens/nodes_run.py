@@ -23,6 +23,7 @@ from textual.widgets import Footer, Header, Static
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.history import probe_of
+from servelab.engines.probe.summary import ProbeSummary
 from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeLine, NodeRun
 from servelab.engines.nodes.view import NodeChunk, NodesLog, NodesView, filter_label, follow_chunks, group_id_of, next_filter, resolve_group
 from servelab.engines.runs import Runs
@@ -69,7 +70,7 @@ class NodesRunScreen(Screen[None]):
         self.node_filter: int | None = None
         self.merged = LogIngest(self._fresh(run_id, ".nodes.log"), self._update)
         self._per_node: dict[int, LogIngest] = {}
-        self.probe: dict[str, Any] | None = None
+        self.probe: ProbeSummary | None = None
         self.liveness = "connecting…"
         self.ended = False
         self._shown = ("", "", "", "")

@@ -27,6 +27,7 @@ from textual.widgets import Footer, Header, Static
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.history import earlier_stage_seconds, probe_of
+from servelab.engines.probe.summary import ProbeSummary
 from servelab.engines.logs.live import LiveAnalysis
 from servelab.engines.runs import RunRecord, Runs, RunUnreachable
 from servelab.engines.runstate import StageState
@@ -91,7 +92,7 @@ class RunScreen(Screen[None]):
         self.liveness = "connecting…"
         #: Set while the run's host cannot be reached: its state is then unknown (no alive, no counting ETA).
         self.host_down: RunUnreachable | None = None
-        self.probe: dict[str, Any] | None = None
+        self.probe: ProbeSummary | None = None
         self.ingest = LogIngest(self._fresh_spool(), self._ingest_update)
         #: The log's end alone, shown while the whole log is spooled and indexed from its first
         #: byte behind it (a long log's last lines are on screen at once); None once swapped.

@@ -16,20 +16,8 @@ from servelab.engines.campaign.diagnosis import headline
 from servelab.engines.campaign.listing import CampaignEntry, CurrentStep
 from servelab.engines.campaign.report import CampaignReport, PointRow
 from servelab.engines.loader import display_path
+from servelab.engines.runstate import CampaignState
 
-#: Styles of the point and load states the supervisor writes (unknown ones are drawn plain).
-STATE_STYLES: dict[str, str] = {
-    "done": "green",
-    "running": "bold yellow",
-    "pending": "dim",
-    "skipped": "magenta",
-    "blocked": "magenta",
-    "failed": "bold red",
-    "crashed": "bold red",
-    "stopped": "yellow",
-    "interrupted": "bold yellow",
-    "waiting": "cyan",
-}
 CURRENT_MARK = "▶"
 
 
@@ -39,8 +27,9 @@ def minutes(seconds: float | None) -> str:
     return f"~{seconds / 60:.0f} min" if seconds >= 60 else f"~{seconds:.0f} s"
 
 
-def state_text(state: str) -> Text:
-    return Text(state, style=STATE_STYLES.get(state, ""))
+def state_text(state: CampaignState | str) -> Text:
+    """A campaign, load or point state in its one style (``CampaignState.style``; unknown ones plain)."""
+    return Text(state, style=CampaignState.parse(state).style)
 
 
 def plan_renderable(entry: CampaignEntry) -> Group:
@@ -71,7 +60,7 @@ def status_line(st: CampaignStatus) -> Text:
     line = Text.assemble(("campaign ", ""), (st.id, "bold"), f" on {st.host}: ", state_text(st.status), f" ({counts})")
     if st.waiting_for:
         line.append(f" · waiting for the GPU set, held by {st.waiting_for}", style="cyan")
-    if st.status == "interrupted":
+    if st.status == CampaignState.INTERRUPTED:
         line.append(" · the supervisor is gone: u resumes", style="yellow")
     if st.error:
         line.append(f" · error: {st.error}", style="red")
@@ -103,7 +92,7 @@ def points_table(st: CampaignStatus | None, report: CampaignReport | None, curre
     for name in order:
         row = rows.get(name)
         live = states.get(name)
-        state = live.status if live is not None else (row.status if row is not None else "pending")
+        state = live.status if live is not None else (row.status if row is not None else CampaignState.PENDING)
         is_current = current is not None and current.point == name
         label = f"{row.engine} {row.label}" if row is not None else name
         load = live.load if live is not None else (row.load if row is not None else 0)
@@ -135,10 +124,10 @@ def reasons_text(st: CampaignStatus | None, report: CampaignReport | None) -> Te
         state = point.status if point is not None else (row.status if row is not None else "")
         # the report's reason first: it adds the root cause the log analyzer found in a crashed load
         error = (row.error if row is not None else None) or (point.error if point is not None else None)
-        if error and state != "done":
+        if error and state != CampaignState.DONE:
             label = f"{row.engine} {row.label}" if row is not None else name
             text.append("\n" if text.plain else "")
-            text.append(f"{state} {label}: ", style=STATE_STYLES.get(state, "bold"))
+            text.append(f"{state} {label}: ", style=CampaignState.parse(state).style or "bold")
             text.append(error)
     return text
 

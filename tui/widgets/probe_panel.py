@@ -11,6 +11,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from servelab.engines.logs.values import SpecFigures
+from servelab.engines.probe.summary import ProbeSummary
 
 
 def _fmt(value: Any, spec: str, suffix: str = "") -> str:
@@ -29,20 +30,20 @@ def acceptance_bars(rates: list[float], width: int = 24) -> Table:
     return table
 
 
-def probe_renderable(probe: dict[str, Any]) -> Group:
+def probe_renderable(probe: ProbeSummary) -> Group:
     head = Text.assemble(
         ("PROBE ", "bold"),
-        f"output {_fmt(probe.get('output_throughput'), '.1f', ' tok/s')}",
-        f" · TTFT {_fmt(probe.get('median_ttft_ms'), '.0f', ' ms')}",
-        f" · TPOT {_fmt(probe.get('median_tpot_ms'), '.1f', ' ms')}",
-        f" · acceptance {_fmt(probe.get('spec_decode_acceptance_rate'), '.1f', '%')}",
-        f" · length {_fmt(probe.get('spec_decode_acceptance_length'), '.2f')}",
+        f"output {_fmt(probe.output_throughput, '.1f', ' tok/s')}",
+        f" · TTFT {_fmt(probe.median_ttft_ms, '.0f', ' ms')}",
+        f" · TPOT {_fmt(probe.median_tpot_ms, '.1f', ' ms')}",
+        f" · acceptance {_fmt(probe.acceptance_rate, '.1f', '%')}",
+        f" · length {_fmt(probe.acceptance_length, '.2f')}",
     )
     parts: list[RenderableType] = [head]
-    unstable = probe.get("unstable") or []
+    unstable = probe.unstable
     if unstable:
         parts.append(Text(f"unstable across repeats: {', '.join(unstable)}", style="yellow"))
-    rates = probe.get("spec_decode_per_position_acceptance_rates") or []
+    rates = probe.per_position
     if rates:
         parts.append(acceptance_bars([r for r in rates if isinstance(r, (int, float))]))
     return Group(*parts)
@@ -63,7 +64,7 @@ def live_renderable(spec: SpecFigures) -> Group:
 class ProbePanel(Static):
     """Hidden until the run has probe results."""
 
-    def show(self, probe: dict[str, Any] | None, progress: str | None = None, live: SpecFigures | None = None) -> None:
+    def show(self, probe: ProbeSummary | None, progress: str | None = None, live: SpecFigures | None = None) -> None:
         parts: list[RenderableType] = []
         if probe:
             parts.append(probe_renderable(probe))
