@@ -27,7 +27,8 @@ from servelab.engines.campaign.listing import CampaignEntry, StartedCampaigns, c
 from servelab.engines.catalog import Catalog, load_catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
-from servelab.tui.app import servelab_app
+from servelab.tui.face import servelab_app
+from servelab.tui.navigation import Confirm, OpenCampaign, go
 from servelab.tui.widgets.campaign_view import minutes, plan_renderable, state_text, status_line
 
 #: How often the list asks the hosts about their campaigns.
@@ -238,9 +239,7 @@ class CampaignsScreen(Screen[None]):
                 self.notify(f"{row.entry.name} was never started" + ("" if readonly else ": press S to start it"), timeout=4)
                 return
         assert st is not None
-        from servelab.tui.screens.campaign import CampaignScreen
-
-        self.app.push_screen(CampaignScreen(st.id))
+        go(self, OpenCampaign(st.id))
 
     def action_start(self) -> None:
         self._ask_start(skip_preflight=False)
@@ -265,14 +264,14 @@ class CampaignsScreen(Screen[None]):
         p = entry.plan
         hosts = ", ".join(sorted({pt.experiment.host for pt in p.points}))
         how = "without preflight" if skip_preflight else "each load preflighted first"
-        from servelab.tui.screens.confirm import ConfirmScreen
 
         def answered(yes: bool | None) -> None:
             if yes:
                 self._start(entry.name, skip_preflight)
 
-        self.app.push_screen(
-            ConfirmScreen(f"Start campaign {entry.name} on {hosts}?", f"{len(p.points)} points in {len(p.loads)} loads ({how}); estimated loading time {minutes(p.estimate_s)}. It runs on the host: closing the dashboard does not stop it."),
+        go(
+            self,
+            Confirm(f"Start campaign {entry.name} on {hosts}?", f"{len(p.points)} points in {len(p.loads)} loads ({how}); estimated loading time {minutes(p.estimate_s)}. It runs on the host: closing the dashboard does not stop it."),
             answered,
         )
 
@@ -294,7 +293,5 @@ class CampaignsScreen(Screen[None]):
         finally:
             self.starting = None
         self.notify(f"{st.id} started on {st.host}", title="campaign started", timeout=6)
-        from servelab.tui.screens.campaign import CampaignScreen
-
-        self.app.push_screen(CampaignScreen(st.id))
+        go(self, OpenCampaign(st.id))
         await self._load()

@@ -24,28 +24,19 @@ from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.history import probe_of
 from servelab.engines.nodes_run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeLine, NodeRun
-from servelab.engines.nodes_view import NodeChunk, NodesLog, NodesView, filter_label, follow_chunks, group_id_of, next_filter, resolve_group
+from servelab.engines.nodes_view import NodeChunk, NodesLog, NodesView, filter_label, follow_chunks, next_filter, resolve_group
 from servelab.engines.runs import Runs
-from servelab.tui.app import servelab_app
-from servelab.tui.screens.run import spool_path
+from servelab.tui.face import servelab_app
+from servelab.tui.navigation import Confirm, OpenSingleRun, OpenWhy, go
 from servelab.tui.widgets.log_ingest import IngestUpdate, LogIngest
 from servelab.tui.widgets.log_view import LogPanel
 from servelab.tui.widgets.node_lanes import lanes_table
 from servelab.tui.widgets.probe_panel import ProbePanel
 from servelab.tui.widgets.root_cause import RootCausePanel
+from servelab.tui.widgets.spool import spool_path
 
 STATUS_SECONDS = 2.0
 PROBE_SECONDS = 5.0
-
-
-def run_screen_for(run_id: str, *, group: bool = False) -> Screen[None]:
-    """The screen that shows ``run_id``: a multi-node run's (``group``: its group id, or any node's
-    run id) shows every node."""
-    if group or group_id_of(run_id) is not None:
-        return NodesRunScreen(run_id)
-    from servelab.tui.screens.run import RunScreen
-
-    return RunScreen(run_id)
 
 
 class NodesRunScreen(Screen[None]):
@@ -133,9 +124,7 @@ class NodesRunScreen(Screen[None]):
                 await asyncio.sleep(3.0)
                 continue
             if self.record is None:  # an ordinary run after all (an experiment named like a node)
-                from servelab.tui.screens.run import RunScreen
-
-                self.app.switch_screen(RunScreen(self.run_id))
+                go(self, OpenSingleRun(self.run_id), replace=True)
                 return
         record = self.record
         self.sub_title = f"{record.id} · {len({n.rank for n in record.nodes})} nodes"
@@ -295,8 +284,6 @@ class NodesRunScreen(Screen[None]):
     def action_stop(self) -> None:
         if servelab_app(self).readonly or self.record is None:
             return
-        from servelab.tui.screens.confirm import ConfirmScreen
-
         record = self.record
         detail = "\n".join(f"n{n.rank} {n.host} {n.role}: {n.run_id}" for n in record.nodes)
 
@@ -304,7 +291,7 @@ class NodesRunScreen(Screen[None]):
             if yes:
                 self._stop()
 
-        self.app.push_screen(ConfirmScreen(f"Stop every node of {record.id}?", f"{detail}\nSIGTERM to each process group, SIGKILL after 10 s."), answered)
+        go(self, Confirm(f"Stop every node of {record.id}?", f"{detail}\nSIGTERM to each process group, SIGKILL after 10 s."), answered)
 
     @work(exclusive=True, group="stop", exit_on_error=False)
     async def _stop(self) -> None:
@@ -328,7 +315,5 @@ class NodesRunScreen(Screen[None]):
         self._render_probe()
 
     def action_why(self) -> None:
-        from servelab.tui.screens.why import WhyScreen
-
         head = self.record.head.run_id if self.record is not None else self.run_id
-        self.app.push_screen(WhyScreen([head]))
+        go(self, OpenWhy([head]))

@@ -15,7 +15,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from platformdirs import user_cache_dir
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -29,37 +28,21 @@ from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.history import earlier_stage_seconds, probe_of
 from servelab.engines.logs.live import LiveAnalysis
 from servelab.engines.runs import RunRecord, Runs, RunUnreachable
-from servelab.tui.app import servelab_app
+from servelab.tui.face import servelab_app
+from servelab.tui.navigation import Confirm, OpenWhy, go
 from servelab.tui.widgets.line_index import LineIndex
 from servelab.tui.widgets.log_ingest import IngestUpdate, LogIngest
 from servelab.tui.widgets.log_view import LogPanel
 from servelab.tui.widgets.probe_panel import ProbePanel
 from servelab.tui.widgets.root_cause import RootCausePanel
 from servelab.tui.widgets.run_view_model import RunView, StageRow, format_duration, view_from_analysis
+from servelab.tui.widgets.spool import prune_spool, spool_path
 from servelab.tui.widgets.stage_timeline import StageTimeline
 
 STATUS_SECONDS = 2.0
-#: Local log copies older than this are removed when a run screen opens.
-SPOOL_DAYS = 7
 PROBE_SECONDS = 5.0
 #: Longest the run screen waits for a long log's end to be drawn before reading the whole log.
 TAIL_PAINT_WAIT_S = 1.0
-
-
-def spool_path(run_id: str) -> Path:
-    """Where this machine keeps its copy of a run's log."""
-    return Path(user_cache_dir("servelab")) / "spool" / f"{run_id}.log"
-
-
-def prune_spool(folder: Path, max_age_s: float = SPOOL_DAYS * 86400) -> None:
-    """Drop local log copies not opened for a while (the host keeps the real log)."""
-    cutoff = time.time() - max_age_s
-    for old in folder.glob("*.log"):
-        try:
-            if old.stat().st_mtime < cutoff:
-                old.unlink()
-        except OSError:
-            continue
 
 
 def with_history(stage: StageRow, earlier_s: float | None, running_for_s: float = 0.0) -> StageRow:
@@ -422,13 +405,12 @@ class RunScreen(Screen[None]):
     def action_stop(self) -> None:
         if servelab_app(self).readonly:
             return
-        from servelab.tui.screens.confirm import ConfirmScreen
 
         def answered(yes: bool | None) -> None:
             if yes:
                 self._stop()
 
-        self.app.push_screen(ConfirmScreen(f"Stop run {self.run_id}?", "SIGTERM to its process group, SIGKILL after 10 s."), answered)
+        go(self, Confirm(f"Stop run {self.run_id}?", "SIGTERM to its process group, SIGKILL after 10 s."), answered)
 
     @work(exclusive=True, group="stop", exit_on_error=False)
     async def _stop(self) -> None:
@@ -454,6 +436,4 @@ class RunScreen(Screen[None]):
         self._render_probe()
 
     def action_why(self) -> None:
-        from servelab.tui.screens.why import WhyScreen
-
-        self.app.push_screen(WhyScreen([self.run_id]))
+        go(self, OpenWhy([self.run_id]))

@@ -1,0 +1,64 @@
+"""What a screen may ask of the dashboard: the :class:`Face` protocol and :func:`servelab_app`.
+
+Screens never import ``tui/app.py`` (it imports them): they reach the app through
+:func:`servelab_app`, typed as :class:`Face`, and open other screens through
+``tui/navigation.py``. ``ServelabApp`` satisfies :class:`Face` structurally (mypy checks it in
+``tui/app.py``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+if TYPE_CHECKING:
+    from textual.message_pump import MessagePump
+
+    from servelab.engines.catalog import Catalog
+    from servelab.engines.logs.analyzer import Analysis
+    from servelab.engines.runs import Runs
+
+
+class Watching(Protocol):
+    """The dashboard's run watcher, as screens read it: the latest analysis per run id."""
+
+    @property
+    def analyses(self) -> dict[str, Analysis]: ...
+
+
+class Face(Protocol):
+    """The dashboard as a screen sees it. ``readonly`` hides every action that starts or stops something."""
+
+    folder: Path
+    readonly: bool
+    #: The catalog as last loaded by the experiments screen (None before the first load).
+    catalog: Catalog | None
+    #: Probes the app runs now (run id -> latest progress line), their results and failures.
+    probing: dict[str, str]
+    probe_results: dict[str, dict[str, Any]]
+    probe_errors: dict[str, str]
+
+    @property
+    def watcher(self) -> Watching | None: ...
+
+    def runs(self) -> Runs:
+        """The run lifecycle for the folder as last loaded (loads it on first use)."""
+        ...
+
+    def settle_heap(self) -> None:
+        """A screen is open and drawn: freeze what is alive now."""
+        ...
+
+    def start_probe(self, run_id: str, *, only_if_new: bool = False) -> bool:
+        """Start the probe of a live run (one at a time per run); False when one is running."""
+        ...
+
+
+def servelab_app(node: MessagePump) -> Face:
+    """The dashboard ``node`` is mounted in, typed as :class:`Face`.
+
+    Textual types ``node.app`` as a plain ``App``, so a screen reading ``readonly`` or calling
+    ``runs()`` through it is not checked: a typo, or an attribute shadowing a method, fails only
+    when the line runs. Screens reach the app through this instead.
+    """
+    return cast("Face", node.app)
