@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 if TYPE_CHECKING:
     from textual.message_pump import MessagePump
+    from textual.widget import Widget
 
     from servelab.engines.catalog import Catalog
     from servelab.engines.logs.analyzer import Analysis
@@ -62,3 +63,26 @@ def servelab_app(node: MessagePump) -> Face:
     when the line runs. Screens reach the app through this instead.
     """
     return cast("Face", node.app)
+
+
+def probe_of_app(node: MessagePump, run_id: str, probe: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str | None]:
+    """A run screen's probe: ``probe`` (stored results) else the app's results for ``run_id``, and
+    the app's probe in progress (its latest line, else ``failed: ...``, else None)."""
+    app = servelab_app(node)
+    if probe is None:
+        probe = app.probe_results.get(run_id)
+    progress = app.probing.get(run_id)
+    if progress is None and run_id in app.probe_errors:
+        progress = f"failed: {app.probe_errors[run_id]}"
+    return probe, progress
+
+
+def request_probe(widget: Widget, run_id: str) -> bool:
+    """A run screen's ``P``: start the app's probe of ``run_id`` (saying so when one already runs);
+    False in read-only mode, where nothing is done."""
+    app = servelab_app(widget)
+    if app.readonly:
+        return False
+    if not app.start_probe(run_id):
+        widget.notify("a probe of this run is already running", timeout=3)
+    return True

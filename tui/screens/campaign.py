@@ -31,6 +31,7 @@ from servelab.tui.face import servelab_app
 from servelab.tui.navigation import Confirm, go
 from servelab.tui.widgets.campaign_plots import CampaignCharts
 from servelab.tui.widgets.campaign_view import current_text, points_table, reasons_text, recommendation_text, status_line
+from servelab.tui.widgets.list_screen import poll_forever
 
 #: How often the screen reads the campaign's state on its host.
 REFRESH_SECONDS = 1.0
@@ -90,11 +91,7 @@ class CampaignScreen(Screen[None]):
     # -- refreshing ----------------------------------------------------------------------------------
     @work(exclusive=True, group="campaign-poll", exit_on_error=False)
     async def _poll(self) -> None:
-        import asyncio
-
-        while True:
-            await self._load()
-            await asyncio.sleep(REFRESH_SECONDS)
+        await poll_forever(self._load, REFRESH_SECONDS)
 
     async def _load(self) -> None:
         try:

@@ -30,6 +30,7 @@ from servelab.engines.hosts.base import HostUnreachable
 from servelab.tui.face import servelab_app
 from servelab.tui.navigation import Confirm, OpenCampaign, go
 from servelab.tui.widgets.campaign_view import minutes, plan_renderable, state_text, status_line
+from servelab.tui.widgets.list_screen import ListScreen, poll_forever
 
 #: How often the list asks the hosts about their campaigns.
 REFRESH_SECONDS = 5.0
@@ -77,7 +78,7 @@ class CampaignCommands(Provider):
                 yield Hit(score, matcher.highlight(title), call, help=help_text)  # type: ignore[arg-type]  # as above
 
 
-class CampaignsScreen(Screen[None]):
+class CampaignsScreen(ListScreen):
     """Campaign files and started campaigns; enter opens a started one (or a file's latest run)."""
 
     COMMANDS = Screen.COMMANDS | {CampaignCommands}
@@ -128,11 +129,7 @@ class CampaignsScreen(Screen[None]):
 
     @work(exclusive=True, group="campaigns-poll", exit_on_error=False)
     async def _poll(self) -> None:
-        import asyncio
-
-        while True:
-            await self._load()
-            await asyncio.sleep(REFRESH_SECONDS)
+        await poll_forever(self._load, REFRESH_SECONDS)
 
     async def _load(self) -> None:
         app = servelab_app(self)
@@ -219,12 +216,6 @@ class CampaignsScreen(Screen[None]):
             return
         assert row.started is not None
         widget.update(Group(status_line(row.started), Text("\n".join(control.describe_status(row.started)[1:]))))
-
-    def action_cursor_down(self) -> None:
-        self.query_one(DataTable).action_cursor_down()
-
-    def action_cursor_up(self) -> None:
-        self.query_one(DataTable).action_cursor_up()
 
     # -- actions ------------------------------------------------------------------------------------
     def action_open(self) -> None:

@@ -30,6 +30,7 @@ from servelab.engines.loader import display_path
 from servelab.engines.history import LatestRun, latest_runs
 from servelab.tui.face import servelab_app
 from servelab.tui.navigation import Confirm, OpenCompare, OpenPreflight, OpenRun, go
+from servelab.tui.widgets.list_screen import ListScreen
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("sel", " "),
@@ -82,7 +83,7 @@ class ExperimentCommands(Provider):
                 yield Hit(score, matcher.highlight(title), lambda r=row: screen.select_row(r.key), help="select it")
 
 
-class ExperimentsScreen(Screen[None]):
+class ExperimentsScreen(ListScreen):
     """Definitions with engine, host, speculation, patches and their latest run."""
 
     COMMANDS = Screen.COMMANDS | {ExperimentCommands}
@@ -256,12 +257,6 @@ class ExperimentsScreen(Screen[None]):
         widget.update(detail_renderable(self.catalog, row.entry, self.latest.get(row.name), down))
 
     # -- actions -------------------------------------------------------------------------------------
-    def action_cursor_down(self) -> None:
-        self.query_one(DataTable).action_cursor_down()
-
-    def action_cursor_up(self) -> None:
-        self.query_one(DataTable).action_cursor_up()
-
     def action_toggle_select(self) -> None:
         row = self.current()
         if row is None or row.entry.experiment is None:

@@ -26,7 +26,7 @@ from servelab.engines.history import probe_of
 from servelab.engines.nodes_run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeLine, NodeRun
 from servelab.engines.nodes_view import NodeChunk, NodesLog, NodesView, filter_label, follow_chunks, next_filter, resolve_group
 from servelab.engines.runs import Runs
-from servelab.tui.face import servelab_app
+from servelab.tui.face import probe_of_app, request_probe, servelab_app
 from servelab.tui.navigation import Confirm, OpenSingleRun, OpenWhy, go
 from servelab.tui.widgets.log_ingest import IngestUpdate, LogIngest
 from servelab.tui.widgets.log_view import LogPanel
@@ -251,13 +251,7 @@ class NodesRunScreen(Screen[None]):
         self._render_probe()
 
     def _render_probe(self) -> None:
-        app = servelab_app(self)
-        gid = self.group_id
-        if self.probe is None and gid in app.probe_results:
-            self.probe = app.probe_results[gid]
-        progress = app.probing.get(gid)
-        if progress is None and gid in app.probe_errors:
-            progress = f"failed: {app.probe_errors[gid]}"
+        self.probe, progress = probe_of_app(self, self.group_id, self.probe)
         self.query_one(ProbePanel).show(self.probe, progress)
 
     # -- actions ---------------------------------------------------------------------------------
@@ -307,12 +301,8 @@ class NodesRunScreen(Screen[None]):
         self.notify(f"{self.record.id}: {len(report.stopped)} of {len(self.record.nodes)} node processes stopped in {report.seconds:.1f} s", timeout=5)
 
     def action_probe(self) -> None:
-        app = servelab_app(self)
-        if app.readonly:
-            return
-        if not app.start_probe(self.group_id):
-            self.notify("a probe of this run is already running", timeout=3)
-        self._render_probe()
+        if request_probe(self, self.group_id):
+            self._render_probe()
 
     def action_why(self) -> None:
         head = self.record.head.run_id if self.record is not None else self.run_id

@@ -28,7 +28,7 @@ from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.history import earlier_stage_seconds, probe_of
 from servelab.engines.logs.live import LiveAnalysis
 from servelab.engines.runs import RunRecord, Runs, RunUnreachable
-from servelab.tui.face import servelab_app
+from servelab.tui.face import probe_of_app, request_probe, servelab_app
 from servelab.tui.navigation import Confirm, OpenWhy, go
 from servelab.tui.widgets.line_index import LineIndex
 from servelab.tui.widgets.log_ingest import IngestUpdate, LogIngest
@@ -356,12 +356,7 @@ class RunScreen(Screen[None]):
 
     def _render_probe(self) -> None:
         """Stored probe results, else the app's probe in progress, else live figures from the log."""
-        app = servelab_app(self)
-        if self.probe is None and self.run_id in app.probe_results:
-            self.probe = app.probe_results[self.run_id]
-        progress = app.probing.get(self.run_id)
-        if progress is None and self.run_id in app.probe_errors:
-            progress = f"failed: {app.probe_errors[self.run_id]}"
+        self.probe, progress = probe_of_app(self, self.run_id, self.probe)
         key = repr((self.probe is not None, progress, self.view.spec_decode))
         if key != self._shown_probe:
             self._shown_probe = key
@@ -428,12 +423,8 @@ class RunScreen(Screen[None]):
         self.notify(f"{self.run_id} stopped", timeout=4)
 
     def action_probe(self) -> None:
-        app = servelab_app(self)
-        if app.readonly:
-            return
-        if not app.start_probe(self.run_id):
-            self.notify("a probe of this run is already running", timeout=3)
-        self._render_probe()
+        if request_probe(self, self.run_id):
+            self._render_probe()
 
     def action_why(self) -> None:
         go(self, OpenWhy([self.run_id]))

@@ -8,7 +8,6 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from servelab.engines.errors import ServelabError
@@ -20,11 +19,12 @@ from servelab.engines.runs import KnownRun, RunRecord
 from servelab.engines.runstate import RunState
 from servelab.tui.face import servelab_app
 from servelab.tui.navigation import Confirm, OpenRun, ask, go
+from servelab.tui.widgets.list_screen import ListScreen, poll_forever
 
 REFRESH_SECONDS = 5.0
 
 
-class RunsScreen(Screen[None]):
+class RunsScreen(ListScreen):
     """All runs, newest first; refreshed every few seconds in a worker."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -65,11 +65,7 @@ class RunsScreen(Screen[None]):
 
     @work(exclusive=True, group="runs-poll", exit_on_error=False)
     async def _poll(self) -> None:
-        import asyncio
-
-        while True:
-            await self._load()
-            await asyncio.sleep(REFRESH_SECONDS)
+        await poll_forever(self._load, REFRESH_SECONDS)
 
     async def _load(self) -> None:
         runs = servelab_app(self).runs()
@@ -142,12 +138,6 @@ class RunsScreen(Screen[None]):
 
     def action_refresh(self) -> None:
         self.run_worker(self._load(), group="runs-refresh", exclusive=True, exit_on_error=False)
-
-    def action_cursor_down(self) -> None:
-        self.query_one(DataTable).action_cursor_down()
-
-    def action_cursor_up(self) -> None:
-        self.query_one(DataTable).action_cursor_up()
 
     def action_stop(self) -> None:
         row = self.current_row()
