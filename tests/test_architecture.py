@@ -74,6 +74,36 @@ def test_the_tui_keeps_no_run_state_rules() -> None:
     assert offenders == []
 
 
+def _imported_modules(path, package: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """Every module an ``import`` in ``path`` names (``from a import b`` names ``a`` and ``a.b``;
+    relative imports resolved against ``package``), TYPE_CHECKING and function-level ones included."""
+    names: list[str] = []
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, *([base] if base else [])])
+            names += [base, *(f"{base}.{a.name}" for a in node.names)]
+    return names
+
+
+def test_screens_import_neither_the_app_nor_each_other() -> None:
+    """A screen reaches the app through tui/face.py and opens another screen through tui/navigation.py
+    (the app fills its routes): no module of tui/screens imports tui/app.py or another screen module."""
+    screens = REPO / "tui" / "screens"
+    own = {f"servelab.tui.screens.{p.stem}" for p in screens.glob("*.py") if p.stem != "__init__"}
+    offenders = []
+    for path in sorted(screens.glob("*.py")):
+        me = f"servelab.tui.screens.{path.stem}"
+        for name in _imported_modules(path, "servelab.tui.screens"):
+            if name == "servelab.tui.app" or (name in own and name != me):
+                offenders.append(f"{path.relative_to(REPO)}: {name}")
+    assert offenders == []
+
+
 def test_the_tui_imports_no_private_name_of_the_core() -> None:
     """What tui/ needs of engines/ is public there: no ``from servelab.engines.x import _y``, nor
     ``import servelab.engines.x._y`` (a private module), nor ``engines_module._y`` through an alias."""
@@ -113,21 +143,11 @@ def _engines_import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {m: set() for m in files}
     for mod, path in files.items():
         package = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
-        for node in ast.walk(_tree(path)):
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join([*up, base] if base else up)
-                names = [base, *(f"{base}.{a.name}" for a in node.names)]
-            for name in names:
-                while name and name not in files:
-                    name = name.rpartition(".")[0]
-                if name and name != mod:
-                    graph[mod].add(name)
+        for name in _imported_modules(path, package):
+            while name and name not in files:
+                name = name.rpartition(".")[0]
+            if name and name != mod:
+                graph[mod].add(name)
     return graph
 
 

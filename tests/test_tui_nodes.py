@@ -24,7 +24,8 @@ from tests.fixtures.tui import TuiFolder, pilot_wait, screen_text
 from servelab.tui.app import ServelabApp
 from servelab.tui.screens.confirm import ConfirmScreen
 from servelab.tui.screens.experiments import ExperimentsScreen
-from servelab.tui.screens.nodes_run import NodesRunScreen, run_screen_for
+from servelab.tui.routes import run_screen_for
+from servelab.tui.screens.nodes_run import NodesRunScreen
 from servelab.tui.screens.preflight import PreflightScreen
 from servelab.tui.screens.runs import RunsScreen
 from servelab.tui.widgets.line_index import display_text

@@ -85,7 +85,7 @@ def test_old_spool_copies_are_pruned(tmp_path) -> None:  # type: ignore[no-untyp
     import os
     import time
 
-    from servelab.tui.screens.run import prune_spool
+    from servelab.tui.widgets.spool import prune_spool
 
     old, new = tmp_path / "old-run.log", tmp_path / "new-run.log"
     old.write_bytes(b"x")

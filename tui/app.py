@@ -1,7 +1,9 @@
 """The servelab dashboard: wiring, global keys, themes and the command palette.
 
 Screens live in ``tui/screens`` (one per module); this module only builds the App, loads the
-user's keymap, and offers the global actions (help, back, theme, screens).
+user's keymap, and offers the global actions (help, back, theme, screens). Screens never import it:
+they see the app through ``tui/face.py`` and open each other through ``tui/navigation.py``, whose
+routes (``tui/routes.py``) the app installs when it is made.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from textual.app import App, SystemCommand
 from textual.await_complete import AwaitComplete
 from textual.binding import Binding, BindingType
 from textual.dom import DOMNode
-from textual.message_pump import MessagePump
 from textual.screen import Screen
 from textual.theme import Theme
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from servelab.engines.probe.summary import ProbeSummary
     from servelab.engines.runs import Runs
     from servelab.engines.watch import RunWatcher
+    from servelab.tui.face import Face
 
 HIGH_CONTRAST = Theme(
     name="servelab-high-contrast",
@@ -72,7 +74,10 @@ class ServelabApp(App[int]):
     ]
 
     def __init__(self, folder: str | Path | None = None, readonly: bool = False) -> None:
+        from servelab.tui.routes import install
+
         super().__init__()
+        install()  # where each screen's go(...) leads (tui/navigation.py)
         self.folder = Path(folder) if folder is not None else default_dir()
         self.readonly = readonly
         self.keymap_problems: list[str] = []
@@ -309,17 +314,8 @@ class ServelabApp(App[int]):
         yield from getattr(screen, "palette_commands", lambda: [])()
 
 
-def servelab_app(node: MessagePump) -> ServelabApp:
-    """The dashboard ``node`` is mounted in, typed as such.
-
-    Textual types ``node.app`` as a plain ``App``, so a screen reading ``readonly`` or calling
-    ``runs()`` through it is not checked: a typo, or an attribute shadowing a method, fails only
-    when the line runs. Screens reach the app through this instead.
-    """
-    app = node.app
-    if not isinstance(app, ServelabApp):
-        raise TypeError(f"{type(node).__name__} belongs to the servelab dashboard, not to {type(app).__name__}")
-    return app
+#: Screens see the app as tui.face.Face (mypy checks here that ServelabApp is one).
+_: type[Face] = ServelabApp
 
 
 def known_binding_ids() -> set[str]:

@@ -27,9 +27,11 @@ from servelab.engines.campaign.report import CampaignReport, build_report
 from servelab.engines.catalog import Catalog, load_catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
-from servelab.tui.app import servelab_app
+from servelab.tui.face import servelab_app
+from servelab.tui.navigation import Confirm, go
 from servelab.tui.widgets.campaign_plots import CampaignCharts
 from servelab.tui.widgets.campaign_view import current_text, points_table, reasons_text, recommendation_text, status_line
+from servelab.tui.widgets.list_screen import poll_forever
 
 #: How often the screen reads the campaign's state on its host.
 REFRESH_SECONDS = 1.0
@@ -89,11 +91,7 @@ class CampaignScreen(Screen[None]):
     # -- refreshing ----------------------------------------------------------------------------------
     @work(exclusive=True, group="campaign-poll", exit_on_error=False)
     async def _poll(self) -> None:
-        import asyncio
-
-        while True:
-            await self._load()
-            await asyncio.sleep(REFRESH_SECONDS)
+        await poll_forever(self._load, REFRESH_SECONDS)
 
     async def _load(self) -> None:
         try:
@@ -144,14 +142,14 @@ class CampaignScreen(Screen[None]):
         if st is not None and not st.supervisor_alive:
             self.notify(f"{self.campaign_id} is not running ({st.status})", timeout=3)
             return
-        from servelab.tui.screens.confirm import ConfirmScreen
 
         def answered(yes: bool | None) -> None:
             if yes:
                 self._stop()
 
-        self.app.push_screen(
-            ConfirmScreen(f"Stop campaign {self.campaign_id}?", "SIGTERM to its supervisor on the host, which stops the current run; finished points are kept and u resumes."),
+        go(
+            self,
+            Confirm(f"Stop campaign {self.campaign_id}?", "SIGTERM to its supervisor on the host, which stops the current run; finished points are kept and u resumes."),
             answered,
         )
 

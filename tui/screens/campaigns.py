@@ -28,8 +28,10 @@ from servelab.engines.catalog import Catalog, load_catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.runstate import CampaignState
-from servelab.tui.app import servelab_app
+from servelab.tui.face import servelab_app
+from servelab.tui.navigation import Confirm, OpenCampaign, go
 from servelab.tui.widgets.campaign_view import minutes, plan_renderable, state_text, status_line
+from servelab.tui.widgets.list_screen import ListScreen, poll_forever
 
 #: How often the list asks the hosts about their campaigns.
 REFRESH_SECONDS = 5.0
@@ -77,7 +79,7 @@ class CampaignCommands(Provider):
                 yield Hit(score, matcher.highlight(title), call, help=help_text)  # type: ignore[arg-type]  # as above
 
 
-class CampaignsScreen(Screen[None]):
+class CampaignsScreen(ListScreen):
     """Campaign files and started campaigns; enter opens a started one (or a file's latest run)."""
 
     COMMANDS = Screen.COMMANDS | {CampaignCommands}
@@ -128,11 +130,7 @@ class CampaignsScreen(Screen[None]):
 
     @work(exclusive=True, group="campaigns-poll", exit_on_error=False)
     async def _poll(self) -> None:
-        import asyncio
-
-        while True:
-            await self._load()
-            await asyncio.sleep(REFRESH_SECONDS)
+        await poll_forever(self._load, REFRESH_SECONDS)
 
     async def _load(self) -> None:
         app = servelab_app(self)
@@ -220,12 +218,6 @@ class CampaignsScreen(Screen[None]):
         assert row.started is not None
         widget.update(Group(status_line(row.started), Text("\n".join(control.describe_status(row.started)[1:]))))
 
-    def action_cursor_down(self) -> None:
-        self.query_one(DataTable).action_cursor_down()
-
-    def action_cursor_up(self) -> None:
-        self.query_one(DataTable).action_cursor_up()
-
     # -- actions ------------------------------------------------------------------------------------
     def action_open(self) -> None:
         row = self.current()
@@ -239,9 +231,7 @@ class CampaignsScreen(Screen[None]):
                 self.notify(f"{row.entry.name} was never started" + ("" if readonly else ": press S to start it"), timeout=4)
                 return
         assert st is not None
-        from servelab.tui.screens.campaign import CampaignScreen
-
-        self.app.push_screen(CampaignScreen(st.id))
+        go(self, OpenCampaign(st.id))
 
     def action_start(self) -> None:
         self._ask_start(skip_preflight=False)
@@ -266,14 +256,14 @@ class CampaignsScreen(Screen[None]):
         p = entry.plan
         hosts = ", ".join(sorted({pt.experiment.host for pt in p.points}))
         how = "without preflight" if skip_preflight else "each load preflighted first"
-        from servelab.tui.screens.confirm import ConfirmScreen
 
         def answered(yes: bool | None) -> None:
             if yes:
                 self._start(entry.name, skip_preflight)
 
-        self.app.push_screen(
-            ConfirmScreen(f"Start campaign {entry.name} on {hosts}?", f"{len(p.points)} points in {len(p.loads)} loads ({how}); estimated loading time {minutes(p.estimate_s)}. It runs on the host: closing the dashboard does not stop it."),
+        go(
+            self,
+            Confirm(f"Start campaign {entry.name} on {hosts}?", f"{len(p.points)} points in {len(p.loads)} loads ({how}); estimated loading time {minutes(p.estimate_s)}. It runs on the host: closing the dashboard does not stop it."),
             answered,
         )
 
@@ -295,7 +285,5 @@ class CampaignsScreen(Screen[None]):
         finally:
             self.starting = None
         self.notify(f"{st.id} started on {st.host}", title="campaign started", timeout=6)
-        from servelab.tui.screens.campaign import CampaignScreen
-
-        self.app.push_screen(CampaignScreen(st.id))
+        go(self, OpenCampaign(st.id))
         await self._load()

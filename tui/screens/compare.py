@@ -18,7 +18,8 @@ from servelab.engines.compare import Comparison, compare_runs, render
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.history import latest_probed
-from servelab.tui.app import servelab_app
+from servelab.tui.face import servelab_app
+from servelab.tui.navigation import OpenWhy, go
 
 class CompareScreen(Screen[None]):
     """Runs side by side."""
@@ -110,6 +111,4 @@ class CompareScreen(Screen[None]):
     def action_why(self) -> None:
         if self.comparison is None:
             return
-        from servelab.tui.screens.why import WhyScreen
-
-        self.app.push_screen(WhyScreen(list(self.comparison.runs)))
+        go(self, OpenWhy(list(self.comparison.runs)))

@@ -28,7 +28,9 @@ from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.seen import clock, now
 from servelab.engines.loader import display_path
 from servelab.engines.history import LatestRun, latest_runs
-from servelab.tui.app import servelab_app
+from servelab.tui.face import servelab_app
+from servelab.tui.navigation import Confirm, OpenCompare, OpenPreflight, OpenRun, go
+from servelab.tui.widgets.list_screen import ListScreen
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("sel", " "),
@@ -81,7 +83,7 @@ class ExperimentCommands(Provider):
                 yield Hit(score, matcher.highlight(title), lambda r=row: screen.select_row(r.key), help="select it")
 
 
-class ExperimentsScreen(Screen[None]):
+class ExperimentsScreen(ListScreen):
     """Definitions with engine, host, speculation, patches and their latest run."""
 
     COMMANDS = Screen.COMMANDS | {ExperimentCommands}
@@ -255,12 +257,6 @@ class ExperimentsScreen(Screen[None]):
         widget.update(detail_renderable(self.catalog, row.entry, self.latest.get(row.name), down))
 
     # -- actions -------------------------------------------------------------------------------------
-    def action_cursor_down(self) -> None:
-        self.query_one(DataTable).action_cursor_down()
-
-    def action_cursor_up(self) -> None:
-        self.query_one(DataTable).action_cursor_up()
-
     def action_toggle_select(self) -> None:
         row = self.current()
         if row is None or row.entry.experiment is None:
@@ -286,17 +282,13 @@ class ExperimentsScreen(Screen[None]):
         if latest is None:
             self.notify(f"{row.name} has no run yet" + ("" if servelab_app(self).readonly else ": press l to launch"), timeout=4)
             return
-        from servelab.tui.screens.nodes_run import run_screen_for
-
-        self.app.push_screen(run_screen_for(latest.run_id))
+        go(self, OpenRun(latest.run_id))
 
     def action_preflight(self) -> None:
         row = self._valid_current()
         if row is None or self.catalog is None:
             return
-        from servelab.tui.screens.preflight import PreflightScreen
-
-        self.app.push_screen(PreflightScreen(self.catalog, row.name, launch=False))
+        go(self, OpenPreflight(self.catalog, row.name, launch=False))
 
     def action_launch_unchecked(self) -> None:
         self.action_launch(skip_preflight=True)
@@ -306,7 +298,6 @@ class ExperimentsScreen(Screen[None]):
         if row is None or self.catalog is None or servelab_app(self).readonly:
             return
         from servelab.engines.nodes.group import launch_question
-        from servelab.tui.screens.preflight import PreflightScreen
 
         catalog = self.catalog
         try:
@@ -317,22 +308,19 @@ class ExperimentsScreen(Screen[None]):
 
         def launched(run_id: str | None) -> None:
             if run_id:
-                from servelab.tui.screens.nodes_run import run_screen_for
-
-                self.app.push_screen(run_screen_for(run_id, group=question is not None))
+                go(self, OpenRun(run_id, group=question is not None))
                 if self.catalog is not None:
                     self._load_latest(self.catalog)
 
         if question is None:
-            self.app.push_screen(PreflightScreen(catalog, row.name, launch=True, skip_preflight=skip_preflight), launched)
+            go(self, OpenPreflight(catalog, row.name, launch=True, skip_preflight=skip_preflight), launched)
             return
-        from servelab.tui.screens.confirm import ConfirmScreen
 
         def confirmed(yes: bool | None) -> None:  # a multi-node run starts a process on every node: asked first
             if yes:
-                self.app.push_screen(PreflightScreen(catalog, row.name, launch=True, skip_preflight=skip_preflight), launched)
+                go(self, OpenPreflight(catalog, row.name, launch=True, skip_preflight=skip_preflight), launched)
 
-        self.app.push_screen(ConfirmScreen(*question), confirmed)
+        go(self, Confirm(*question), confirmed)
 
     def action_compare(self) -> None:
         if self.catalog is None:
@@ -351,9 +339,7 @@ class ExperimentsScreen(Screen[None]):
         if len(names) < 2:
             self.notify("select at least two experiments with space", timeout=4)
             return
-        from servelab.tui.screens.compare import CompareScreen
-
-        self.app.push_screen(CompareScreen(names))
+        go(self, OpenCompare(names))
 
     def action_edit(self) -> None:
         row = self.current()

@@ -25,28 +25,19 @@ from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.history import probe_of
 from servelab.engines.probe.summary import ProbeSummary
 from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeLine, NodeRun
-from servelab.engines.nodes.view import NodeChunk, NodesLog, NodesView, filter_label, follow_chunks, group_id_of, next_filter, resolve_group
+from servelab.engines.nodes.view import NodeChunk, NodesLog, NodesView, filter_label, follow_chunks, next_filter, resolve_group
 from servelab.engines.runs import Runs
-from servelab.tui.app import servelab_app
-from servelab.tui.screens.run import spool_path
+from servelab.tui.face import probe_of_app, request_probe, servelab_app
+from servelab.tui.navigation import Confirm, OpenSingleRun, OpenWhy, go
 from servelab.tui.widgets.log_ingest import IngestUpdate, LogIngest
 from servelab.tui.widgets.log_view import LogPanel
 from servelab.tui.widgets.node_lanes import lanes_table
 from servelab.tui.widgets.probe_panel import ProbePanel
 from servelab.tui.widgets.root_cause import RootCausePanel
+from servelab.tui.widgets.spool import spool_path
 
 STATUS_SECONDS = 2.0
 PROBE_SECONDS = 5.0
-
-
-def run_screen_for(run_id: str, *, group: bool = False) -> Screen[None]:
-    """The screen that shows ``run_id``: a multi-node run's (``group``: its group id, or any node's
-    run id) shows every node."""
-    if group or group_id_of(run_id) is not None:
-        return NodesRunScreen(run_id)
-    from servelab.tui.screens.run import RunScreen
-
-    return RunScreen(run_id)
 
 
 class NodesRunScreen(Screen[None]):
@@ -134,9 +125,7 @@ class NodesRunScreen(Screen[None]):
                 await asyncio.sleep(3.0)
                 continue
             if self.record is None:  # an ordinary run after all (an experiment named like a node)
-                from servelab.tui.screens.run import RunScreen
-
-                self.app.switch_screen(RunScreen(self.run_id))
+                go(self, OpenSingleRun(self.run_id), replace=True)
                 return
         record = self.record
         self.sub_title = f"{record.id} · {len({n.rank for n in record.nodes})} nodes"
@@ -263,13 +252,7 @@ class NodesRunScreen(Screen[None]):
         self._render_probe()
 
     def _render_probe(self) -> None:
-        app = servelab_app(self)
-        gid = self.group_id
-        if self.probe is None and gid in app.probe_results:
-            self.probe = app.probe_results[gid]
-        progress = app.probing.get(gid)
-        if progress is None and gid in app.probe_errors:
-            progress = f"failed: {app.probe_errors[gid]}"
+        self.probe, progress = probe_of_app(self, self.group_id, self.probe)
         self.query_one(ProbePanel).show(self.probe, progress)
 
     # -- actions ---------------------------------------------------------------------------------
@@ -296,8 +279,6 @@ class NodesRunScreen(Screen[None]):
     def action_stop(self) -> None:
         if servelab_app(self).readonly or self.record is None:
             return
-        from servelab.tui.screens.confirm import ConfirmScreen
-
         record = self.record
         detail = "\n".join(f"n{n.rank} {n.host} {n.role}: {n.run_id}" for n in record.nodes)
 
@@ -305,7 +286,7 @@ class NodesRunScreen(Screen[None]):
             if yes:
                 self._stop()
 
-        self.app.push_screen(ConfirmScreen(f"Stop every node of {record.id}?", f"{detail}\nSIGTERM to each process group, SIGKILL after 10 s."), answered)
+        go(self, Confirm(f"Stop every node of {record.id}?", f"{detail}\nSIGTERM to each process group, SIGKILL after 10 s."), answered)
 
     @work(exclusive=True, group="stop", exit_on_error=False)
     async def _stop(self) -> None:
@@ -321,15 +302,9 @@ class NodesRunScreen(Screen[None]):
         self.notify(f"{self.record.id}: {len(report.stopped)} of {len(self.record.nodes)} node processes stopped in {report.seconds:.1f} s", timeout=5)
 
     def action_probe(self) -> None:
-        app = servelab_app(self)
-        if app.readonly:
-            return
-        if not app.start_probe(self.group_id):
-            self.notify("a probe of this run is already running", timeout=3)
-        self._render_probe()
+        if request_probe(self, self.group_id):
+            self._render_probe()
 
     def action_why(self) -> None:
-        from servelab.tui.screens.why import WhyScreen
-
         head = self.record.head.run_id if self.record is not None else self.run_id
-        self.app.push_screen(WhyScreen([head]))
+        go(self, OpenWhy([head]))

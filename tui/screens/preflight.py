@@ -21,7 +21,7 @@ from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.nodes.group import launch_experiment
 from servelab.engines.preflight import CHECK_NAMES, Check, run_preflight
-from servelab.tui.app import servelab_app
+from servelab.tui.face import servelab_app
 
 #: How each finding severity is marked.
 SEVERITY_MARKS: dict[str, tuple[str, str]] = {"error": ("✗", "bold red"), "warning": ("!", "yellow"), "info": ("i", "dim")}

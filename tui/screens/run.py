@@ -15,7 +15,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from platformdirs import user_cache_dir
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -31,37 +30,21 @@ from servelab.engines.probe.summary import ProbeSummary
 from servelab.engines.logs.live import LiveAnalysis
 from servelab.engines.runs import RunRecord, Runs, RunUnreachable
 from servelab.engines.runstate import StageState
-from servelab.tui.app import servelab_app
+from servelab.tui.face import probe_of_app, request_probe, servelab_app
+from servelab.tui.navigation import Confirm, OpenWhy, go
 from servelab.tui.widgets.line_index import LineIndex
 from servelab.tui.widgets.log_ingest import IngestUpdate, LogIngest
 from servelab.tui.widgets.log_view import LogPanel
 from servelab.tui.widgets.probe_panel import ProbePanel
 from servelab.tui.widgets.root_cause import RootCausePanel
 from servelab.tui.widgets.run_view_model import RunView, StageRow, format_duration, view_from_analysis
+from servelab.tui.widgets.spool import prune_spool, spool_path
 from servelab.tui.widgets.stage_timeline import StageTimeline
 
 STATUS_SECONDS = 2.0
-#: Local log copies older than this are removed when a run screen opens.
-SPOOL_DAYS = 7
 PROBE_SECONDS = 5.0
 #: Longest the run screen waits for a long log's end to be drawn before reading the whole log.
 TAIL_PAINT_WAIT_S = 1.0
-
-
-def spool_path(run_id: str) -> Path:
-    """Where this machine keeps its copy of a run's log."""
-    return Path(user_cache_dir("servelab")) / "spool" / f"{run_id}.log"
-
-
-def prune_spool(folder: Path, max_age_s: float = SPOOL_DAYS * 86400) -> None:
-    """Drop local log copies not opened for a while (the host keeps the real log)."""
-    cutoff = time.time() - max_age_s
-    for old in folder.glob("*.log"):
-        try:
-            if old.stat().st_mtime < cutoff:
-                old.unlink()
-        except OSError:
-            continue
 
 
 def with_history(stage: StageRow, earlier_s: float | None, running_for_s: float = 0.0) -> StageRow:
@@ -375,12 +358,7 @@ class RunScreen(Screen[None]):
 
     def _render_probe(self) -> None:
         """Stored probe results, else the app's probe in progress, else live figures from the log."""
-        app = servelab_app(self)
-        if self.probe is None and self.run_id in app.probe_results:
-            self.probe = app.probe_results[self.run_id]
-        progress = app.probing.get(self.run_id)
-        if progress is None and self.run_id in app.probe_errors:
-            progress = f"failed: {app.probe_errors[self.run_id]}"
+        self.probe, progress = probe_of_app(self, self.run_id, self.probe)
         key = repr((self.probe is not None, progress, self.view.spec_decode))
         if key != self._shown_probe:
             self._shown_probe = key
@@ -424,13 +402,12 @@ class RunScreen(Screen[None]):
     def action_stop(self) -> None:
         if servelab_app(self).readonly:
             return
-        from servelab.tui.screens.confirm import ConfirmScreen
 
         def answered(yes: bool | None) -> None:
             if yes:
                 self._stop()
 
-        self.app.push_screen(ConfirmScreen(f"Stop run {self.run_id}?", "SIGTERM to its process group, SIGKILL after 10 s."), answered)
+        go(self, Confirm(f"Stop run {self.run_id}?", "SIGTERM to its process group, SIGKILL after 10 s."), answered)
 
     @work(exclusive=True, group="stop", exit_on_error=False)
     async def _stop(self) -> None:
@@ -448,14 +425,8 @@ class RunScreen(Screen[None]):
         self.notify(f"{self.run_id} stopped", timeout=4)
 
     def action_probe(self) -> None:
-        app = servelab_app(self)
-        if app.readonly:
-            return
-        if not app.start_probe(self.run_id):
-            self.notify("a probe of this run is already running", timeout=3)
-        self._render_probe()
+        if request_probe(self, self.run_id):
+            self._render_probe()
 
     def action_why(self) -> None:
-        from servelab.tui.screens.why import WhyScreen
-
-        self.app.push_screen(WhyScreen([self.run_id]))
+        go(self, OpenWhy([self.run_id]))

@@ -8,7 +8,6 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from servelab.engines.errors import ServelabError
@@ -18,12 +17,14 @@ from servelab.engines.nodes.group import RunsRow, runs_rows
 from servelab.engines.nodes.run import MultiNodeRuns
 from servelab.engines.runs import KnownRun, RunRecord
 from servelab.engines.runstate import RunState
-from servelab.tui.app import servelab_app
+from servelab.tui.face import servelab_app
+from servelab.tui.navigation import Confirm, OpenRun, ask, go
+from servelab.tui.widgets.list_screen import ListScreen, poll_forever
 
 REFRESH_SECONDS = 5.0
 
 
-class RunsScreen(Screen[None]):
+class RunsScreen(ListScreen):
     """All runs, newest first; refreshed every few seconds in a worker."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -64,11 +65,7 @@ class RunsScreen(Screen[None]):
 
     @work(exclusive=True, group="runs-poll", exit_on_error=False)
     async def _poll(self) -> None:
-        import asyncio
-
-        while True:
-            await self._load()
-            await asyncio.sleep(REFRESH_SECONDS)
+        await poll_forever(self._load, REFRESH_SECONDS)
 
     async def _load(self) -> None:
         runs = servelab_app(self).runs()
@@ -137,18 +134,10 @@ class RunsScreen(Screen[None]):
     def action_open(self) -> None:
         row = self.current_row()
         if row is not None:
-            from servelab.tui.screens.nodes_run import run_screen_for
-
-            self.app.push_screen(run_screen_for(row.id, group=bool(row.nodes)))
+            go(self, OpenRun(row.id, group=bool(row.nodes)))
 
     def action_refresh(self) -> None:
         self.run_worker(self._load(), group="runs-refresh", exclusive=True, exit_on_error=False)
-
-    def action_cursor_down(self) -> None:
-        self.query_one(DataTable).action_cursor_down()
-
-    def action_cursor_up(self) -> None:
-        self.query_one(DataTable).action_cursor_up()
 
     def action_stop(self) -> None:
         row = self.current_row()
@@ -157,7 +146,6 @@ class RunsScreen(Screen[None]):
         if not any(k.record.status is RunState.RUNNING for k in [row.head, *row.nodes]):
             self.notify(f"{row.id} is not running ({row.status})", timeout=3)
             return
-        from servelab.tui.screens.confirm import ConfirmScreen
 
         def answered(yes: bool | None) -> None:
             if yes:
@@ -165,9 +153,9 @@ class RunsScreen(Screen[None]):
 
         if row.nodes:
             detail = "\n".join(f"{k.record.host}: {k.record.id}" for k in row.nodes)
-            self.app.push_screen(ConfirmScreen(f"Stop every node of {row.id}?", f"{detail}\nSIGTERM to each process group, SIGKILL after 10 s."), answered)
+            go(self, Confirm(f"Stop every node of {row.id}?", f"{detail}\nSIGTERM to each process group, SIGKILL after 10 s."), answered)
             return
-        self.app.push_screen(ConfirmScreen(f"Stop run {row.id}?", "SIGTERM to its process group, SIGKILL after 10 s."), answered)
+        go(self, Confirm(f"Stop run {row.id}?", "SIGTERM to its process group, SIGKILL after 10 s."), answered)
 
     @work(group="runs-stop", exit_on_error=False)
     async def _stop(self, run_id: str, group: bool = False) -> None:
@@ -201,9 +189,7 @@ class RunsScreen(Screen[None]):
         if not leftovers:
             self.notify("nothing to clean up: no stray processes or shared memory of ended runs", timeout=4)
             return
-        from servelab.tui.screens.confirm import ConfirmScreen
-
-        if await self.app.push_screen_wait(ConfirmScreen(f"Remove {len(leftovers)} leftover(s) of ended runs?", "\n".join(leftovers[:12]))):
+        if await ask(self, Confirm(f"Remove {len(leftovers)} leftover(s) of ended runs?", "\n".join(leftovers[:12]))):
             try:
                 done = await runs.cleanup(dry_run=False)
             except (ServelabError, HostUnreachable, OSError) as exc:

@@ -20,7 +20,7 @@ from servelab.engines.diagnosis.stored import load_diagnosis
 from servelab.engines.diagnosis.report import lines
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
-from servelab.tui.app import servelab_app
+from servelab.tui.face import servelab_app
 
 _SEVERITY_STYLE = {"[error]": "bold red", "[warning]": "bold yellow", "[info]": "cyan"}
 
