@@ -9,7 +9,7 @@ Screens never import ``tui/app.py`` (it imports them): they reach the app throug
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 if TYPE_CHECKING:
     from textual.message_pump import MessagePump
