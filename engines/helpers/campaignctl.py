@@ -565,8 +565,10 @@ def cmd_start(camp_dir: str) -> dict[str, Any]:
 
 
 def cmd_status(camp_dir: str) -> dict[str, Any]:
-    state = read_json(os.path.join(camp_dir, STATE))
+    # Liveness first, then the state: a supervisor that writes its last state and exits between the
+    # two reads would otherwise be read as gone while its state still says running ("interrupted").
     sup = supervisor_alive(camp_dir)
+    state = read_json(os.path.join(camp_dir, STATE))
     return {"ok": True, "state": state, "supervisor_alive": sup is not None, "supervisor": read_json(os.path.join(camp_dir, PID))}
 
 
