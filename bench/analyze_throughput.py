@@ -120,7 +120,7 @@ def grep_seconds(path: Path) -> float:
 def baseline_rss() -> int:
     """Peak memory of the interpreter with servelab's analyzer imported (what any run pays)."""
     out = subprocess.run(
-        [sys.executable, "-c", "import resource, servelab.tui.cli, servelab.engines.logs.files, servelab.engines.vllm, servelab.engines.sglang; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"],
+        [sys.executable, "-c", "import resource, servelab.tui.cli, servelab.engines.logs.files, servelab.engines.adapters.vllm, servelab.engines.adapters.sglang; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"],
         cwd=REPO, capture_output=True, check=True, text=True,
     )
     return int(out.stdout.strip())

@@ -1,6 +1,6 @@
 """The one small protocol every engine adapter implements, and the registry that finds them.
 
-An engine is one module (``engines/vllm.py``, ``engines/sglang.py``) exposing ``ADAPTER``. The core
+An engine is one module (``engines/adapters/vllm.py``, ``engines/adapters/sglang.py``) exposing ``ADAPTER``. The core
 never branches on an engine's name: it asks the adapter. Adding a third engine is one new file
 (and its ``_argcheck.py`` beside it) plus its module name in :data:`ENGINE_MODULES`.
 
@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 
 #: Modules that each define ``ADAPTER``. One line per engine.
 ENGINE_MODULES: dict[str, str] = {
-    "vllm": "servelab.engines.vllm",
-    "sglang": "servelab.engines.sglang",
+    "vllm": "servelab.engines.adapters.vllm",
+    "sglang": "servelab.engines.adapters.sglang",
 }
 
 

@@ -17,8 +17,8 @@ from servelab.engines.campaign.report import PointRow, _acceptance, batch_size_t
 from servelab.engines.catalog import load_catalog
 from servelab.engines.experiment import Experiment
 from servelab.engines.probe.prompts import builtin
-from servelab.engines.vllm import batch_size_ranges
-from servelab.engines.sglang import SPEC_COUNTERS
+from servelab.engines.adapters.vllm import batch_size_ranges
+from servelab.engines.adapters.sglang import SPEC_COUNTERS
 from tests.conftest import ENGINE_PYTHON, SGLANG_PYTHON, need_engine, need_sglang
 from tests.fixtures.campaignlab import FULL_SWEEP, recorded_campaign, two_load_campaign
 from tests.fixtures.runlab import Lab

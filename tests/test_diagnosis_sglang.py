@@ -12,7 +12,7 @@ from servelab.engines.adapter import get_adapter
 from servelab.engines.catalog import load_catalog
 from servelab.engines.diagnosis.measure import SuiteSettings, measure
 from servelab.engines.probe import prompts
-from servelab.engines.sglang import draft_tokens_per_step
+from servelab.engines.adapters.sglang import draft_tokens_per_step
 from tests.conftest import EXPERIMENTS
 from tests.fixtures.fake_sglang import TOKENS_PER_STEP, FakeSglangServer
 

@@ -19,7 +19,7 @@ import pytest
 
 from servelab.engines.adapter import ENGINE_MODULES, ArgValidation, all_adapters, get_adapter
 from servelab.engines.catalog import load_catalog
-from servelab.engines.sglang import ARGCHECK as SGLANG_ARGCHECK
+from servelab.engines.adapters.sglang import ARGCHECK as SGLANG_ARGCHECK
 from servelab.engines.helpers import run_script
 from servelab.engines.hosts.local import LocalHost
 from servelab.engines.hostsfile import HostConfig

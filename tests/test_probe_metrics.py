@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from servelab.engines.probe.metrics import NoAcceptance, sum_counters
-from servelab.engines.vllm import ADAPTER as VLLM
+from servelab.engines.adapters.vllm import ADAPTER as VLLM
 
 # Two engines (DP ranks) in vLLM's exposition format, as /metrics serves it.
 TEXT_TEMPLATE = """\

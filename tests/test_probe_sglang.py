@@ -9,7 +9,7 @@ from servelab.engines.catalog import load_catalog
 from servelab.engines.probe import prompts
 from servelab.engines.experiment import ProbeSettings
 from servelab.engines.probe.runner import run_probe
-from servelab.engines.sglang import draft_tokens_per_step
+from servelab.engines.adapters.sglang import draft_tokens_per_step
 from tests.conftest import EXPERIMENTS
 from tests.fixtures.fake_sglang import AVG_ACCEPT_LENGTH, TOKENS_PER_STEP, FakeSglangServer, verify_steps
 

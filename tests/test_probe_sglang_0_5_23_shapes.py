@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from servelab.engines.sglang import _spec_record, acceptance_from_records
+from servelab.engines.adapters.sglang import _spec_record, acceptance_from_records
 from tests.conftest import SGLANG_PYTHON, need_sglang
 
 # A chain of 3 draft steps (num_draft_tokens 4): 10 verify steps committed 28 tokens, 18 drafts accepted of 30.

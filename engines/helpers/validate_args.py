@@ -1,7 +1,7 @@
 """Host-side argument check for servelab: an engine's own code judges the server flags, no weights load.
 
 This file is only the frame. Each engine's part is one file beside its adapter
-(``engines/vllm_argcheck.py``, ``engines/sglang_argcheck.py``), named by the adapter's
+(``engines/adapters/vllm_argcheck.py``, ``engines/adapters/sglang_argcheck.py``), named by the adapter's
 ``validation().check``. servelab sends this frame as ``python -c`` and, on stdin, one JSON request
 ``{"engine", "check": <the engine file's text>, "file", "flags"}``. The frame runs the engine file,
 which defines ``check(flags) -> list[str]`` (warnings) and raises :class:`Failed` to reject.

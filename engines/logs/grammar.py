@@ -1,7 +1,7 @@
 """The shape of an engine's log grammar, and the line-header parsers grammars are built from.
 
 The data (which message means which stage, which lines are wrappers, how a process is named) lives
-in each engine's adapter file (``engines/vllm.py``, ``engines/sglang.py``) as a :class:`LogGrammar`;
+in each engine's adapter file (``engines/adapters/vllm.py``, ``engines/adapters/sglang.py``) as a :class:`LogGrammar`;
 the machinery that applies it lives in ``engines/logs``. Every rule carries a plain ``needle``: the
 start of the message (after the process prefix and the logger header), at least 6 characters long.
 The analyzer finds candidate rules with one dict lookup per line and pays for a regex only when a

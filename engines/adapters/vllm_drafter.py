@@ -1,4 +1,4 @@
-"""vLLM's drafter rules, read from the installed vLLM's own source on the host (beside engines/vllm.py).
+"""vLLM's drafter rules, read from the installed vLLM's own source on the host (beside engines/adapters/vllm.py).
 
 Each rule is found by a pattern in the file that holds it, so a vLLM release that moves or changes
 a rule shows up as "not found" (the rule falls back to what vLLM 0.32 does, and the evidence says

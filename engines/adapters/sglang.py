@@ -16,7 +16,7 @@ from servelab.engines.values import Acceptance, Inexpressible, LatencyHistograms
 from servelab.engines.experiment import Experiment
 from servelab.engines.nodes.plan import host_port, multinode_problems, rendezvous_of, with_env
 from servelab.engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
-from servelab.engines.server_flags import ParallelFlag, server_flags
+from servelab.engines.adapters.server_flags import ParallelFlag, server_flags
 
 #: SGLang's host-side argument check, run by the host's interpreter (see engines/helpers/validate_args.py).
 ARGCHECK = Path(__file__).with_name("sglang_argcheck.py")
@@ -263,9 +263,9 @@ class SglangAdapter:
         env = {"PYTHONUNBUFFERED": "1", "NO_COLOR": "1", **exp.env}
         return LaunchSpec(argv=argv, env=env)
 
-    # -- drafter rules (engines/sglang_drafter.py) ------------------------------------------------
+    # -- drafter rules (engines/adapters/sglang_drafter.py) ------------------------------------------------
     async def drafter_rules(self, read: SourceReader, query: RulesQuery) -> EngineRules:
-        from servelab.engines.sglang_drafter import read_rules
+        from servelab.engines.adapters.sglang_drafter import read_rules
 
         return await read_rules(read, query)
 

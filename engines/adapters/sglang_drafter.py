@@ -1,4 +1,4 @@
-"""SGLang's drafter rules (beside engines/sglang.py), from its installed source when the host has it.
+"""SGLang's drafter rules (beside engines/adapters/sglang.py), from its installed source when the host has it.
 
 SGLang taps a hidden state before layer i for i in 0..N-1 (``if i in self.layers_to_capture``),
 so tap c is the output of layer c-1 and there is no tap after the last layer. Each target model's

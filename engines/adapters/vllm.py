@@ -19,7 +19,7 @@ from servelab.engines.experiment import Experiment
 from servelab.engines.nodes.plan import multinode_problems, rendezvous_of, with_env
 from servelab.engines.nodes.ray import ray_env, ray_node_process
 from servelab.engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
-from servelab.engines.server_flags import ParallelFlag, server_flags
+from servelab.engines.adapters.server_flags import ParallelFlag, server_flags
 
 #: vLLM's host-side argument check, run by the host's interpreter (see engines/helpers/validate_args.py).
 ARGCHECK = Path(__file__).with_name("vllm_argcheck.py")
@@ -295,9 +295,9 @@ class VllmAdapter:
         env = {"PYTHONUNBUFFERED": "1", "VLLM_LOGGING_COLOR": "0", "NO_COLOR": "1", **exp.env}
         return LaunchSpec(argv=argv, env=env)
 
-    # -- drafter rules (engines/vllm_drafter.py) --------------------------------------------------
+    # -- drafter rules (engines/adapters/vllm_drafter.py) --------------------------------------------------
     async def drafter_rules(self, read: SourceReader, query: RulesQuery) -> EngineRules:
-        from servelab.engines.vllm_drafter import read_rules
+        from servelab.engines.adapters.vllm_drafter import read_rules
 
         return await read_rules(read, query)
 
