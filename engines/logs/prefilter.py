@@ -165,7 +165,7 @@ class Prefilter:
             self._lit_late = tuple(n not in set(needles) for n in lits)
             sources = tuple(re.escape(n) for n in lits) + tuple(a + prefix + _EXC for a in _ANCHORS) + tuple(re.escape(a) for a in self._anywhere)
             self._ascii_proxy = all(x.isascii() and "?" not in x for x in (*lits, *self._anywhere))
-            self._db = _hs.loadb(_hs_database(sources), _hs.HS_MODE_BLOCK)
+            self._db = compiled_database(sources)
             self._db.scratch = _hs.Scratch(self._db)
 
     def _regexes(self) -> tuple[re.Pattern[str], ...]:
