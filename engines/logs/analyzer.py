@@ -534,6 +534,17 @@ class LogAnalyzer:
         return spec_point(raw, self._settings)
 
     # -- answers --------------------------------------------------------------------------------
+    @property
+    def ready_line(self) -> int | None:
+        """The first line that showed the server ready or serving (None: none so far)."""
+        return self._ready_line
+
+    @property
+    def fatal_line(self) -> int | None:
+        """The first line that made the run fatal (None: nothing failed so far)."""
+        fatal, first, _last = self._tb.fatal_state()
+        return first if fatal else None
+
     def snapshot(self) -> Analysis:
         """The analysis so far (copies: safe to keep while feeding continues)."""
         tb = self._tb

@@ -182,7 +182,12 @@ class TracebackTracker:
             # an exception line on its own: the end of a traceback the excerpt does not show
             m = EXCEPTION_LINE.match(msg)
             if m and not m["type"].endswith("Warning") and (not error_record or "." in m["type"] or m["type"][-5:] in _EXC_SUFFIXES):
-                self._add(proc, number, m["type"], [m["text"] or ""], [msg], None)
+                # read as a traceback whose frames the window does not show: the lines that go on
+                # with its message are read as the whole traceback's would be
+                b = self._start(proc, number, level, "", False)
+                b.tag = tag
+                b.exceptions.append(_Exc(m["type"], [m["text"] or ""], number))
+                b.state = _EXC
                 return True
         return False
 
@@ -409,19 +414,6 @@ class TracebackTracker:
             return _Candidate(cause, tier, HARVESTED), first.line, True
         cause = RootCause(last.type, "\n".join(last.lines), b.process, last.line, (excerpt + all_text)[-EXCERPT_LINES:], _where(last.where or ""))
         return _Candidate(cause, tier, WRAPPER), first.line, True
-
-    def _add(self, proc: str, number: int, etype: str, lines: list[str], excerpt: list[str], where: str | None) -> None:
-        text = "\n".join(lines)
-        inner = self._wrapper(f"{etype}: {text}")
-        self._mark_fatal(number)
-        if inner is None:
-            self._push(_Candidate(RootCause(etype, text, proc, number, excerpt, where), self._tier(proc), COMPLETE))
-        elif inner:
-            cause = RootCause(etype, inner, proc, number, excerpt, where, harvested=True, context=self._context(f"{etype}: {text}"))
-            self._push(_Candidate(cause, self._tier(proc), HARVESTED))
-        else:
-            self._wrapped_procs.add(proc)
-            self._push(_Candidate(RootCause(etype, text, proc, number, excerpt, where), self._tier(proc), WRAPPER))
 
     # -- helpers --------------------------------------------------------------------------------
     def _wrapper(self, text: str) -> str | None:
