@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from servelab.engines.logs.analyzer import EAGER_LINES
 from servelab.engines.logs.files import analyze_bytes
 from servelab.engines.logs.values import Analysis
 from servelab.engines.runstate import RunState
@@ -164,3 +165,28 @@ def test_a_failure_in_the_schedulers_event_loop_was_while_serving() -> None:
     # the same traceback without its event-loop frames is a crash at an unknown time
     lines = [ln for ln in text.splitlines() if "event_loop" not in ln and "self.run_batch(batch)" not in ln]
     assert not analyze_bytes(("\n".join(lines) + "\n").encode(), "sglang").was_ready
+
+
+#: A timestamped line that moves nothing (the chunk scan skips it): after it, and past the lines read
+#: one by one at a log's head, only lines the Hyperscan prefilter lets through reach the grammar.
+_CHATTER = "(APIServer pid=100) INFO 05-05 14:59:18 [loggers.py:123] nothing to see"
+
+
+@pytest.mark.parametrize(("name", "line", "fragment", "hint"), EVIDENCE, ids=[e[0] for e in EVIDENCE])
+def test_fatal_evidence_passes_the_chunk_scan_deep_in_a_long_log(name: str, line: str, fragment: str, hint: str) -> None:
+    a = _analyze([_CHATTER] * (EAGER_LINES + 100) + [line] + [_CHATTER] * 100 + CUT_TRACEBACK)
+    rc = a.root_cause
+    assert rc is not None and fragment in rc.message
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '(APIServer pid=100) INFO:     127.0.0.1:41234 - "GET /health HTTP/1.1" 200 OK',
+        "(APIServer pid=100) ERROR 05-05 14:59:18 [serving.py:1137] Error in chat completion stream generator.",
+        "(APIServer pid=100) INFO 05-05 14:59:18 [loggers.py:123] Engine 000: Avg prompt throughput: 10.0 tokens/s, Avg generation throughput: 20.0 tokens/s, Running: 1 reqs",
+    ],
+)
+def test_serving_evidence_passes_the_chunk_scan_deep_in_a_long_log(line: str) -> None:
+    a = _analyze([_CHATTER] * (EAGER_LINES + 100) + [line] + [_CHATTER] * 100 + CUT_TRACEBACK + [EXCEPTION_LINE])
+    assert a.state == RunState.CRASHED and a.was_ready
