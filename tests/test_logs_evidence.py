@@ -190,3 +190,26 @@ def test_fatal_evidence_passes_the_chunk_scan_deep_in_a_long_log(name: str, line
 def test_serving_evidence_passes_the_chunk_scan_deep_in_a_long_log(line: str) -> None:
     a = _analyze([_CHATTER] * (EAGER_LINES + 100) + [line] + [_CHATTER] * 100 + CUT_TRACEBACK + [EXCEPTION_LINE])
     assert a.state == RunState.CRASHED and a.was_ready
+
+
+@pytest.mark.parametrize(("code", "fatal"), [("-6", True), ("-9", True), ("-11", True), ("-15", False), ("-2", False)])
+def test_a_worker_signal_exit_is_fatal_unless_it_was_told_to_stop(code: str, fatal: bool) -> None:
+    """vllm-project/vllm issues 6042 (-6), 6823 (-11), 15295 (-15: SIGTERM, the worker was stopped)."""
+    a = _analyze([f"ERROR 07-01 13:54:43 multiproc_worker_utils.py:120] Worker VllmWorkerProcess pid 1159 died, exit code: {code}"])
+    assert (a.state == RunState.CRASHED) is fatal
+    if fatal:
+        assert a.root_cause is not None and a.root_cause.message.endswith(code) and a.hint is not None
+
+
+#: Real SGLang prefill lines: 0.4.x ("Prefill batch.", sglang 11948's log) and 2026 ("Prefill batch,", a real CPU run).
+PREFILL = [
+    "[2025-10-22 10:27:56 TP0] Prefill batch. #new-seq: 1, #new-token: 28, #cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0, ",
+    "[2026-12-01 06:17:30] Prefill batch, #new-seq: 1, #new-token: 18, #cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0, "
+    "#pending-token: 0, cpu graph: False, input throughput (token/s): 13.70",
+]
+
+
+@pytest.mark.parametrize("line", PREFILL)
+def test_an_sglang_prefill_batch_is_a_served_request(line: str) -> None:
+    a = analyze_bytes((line + "\n").encode(), "sglang")
+    assert a.state == RunState.READY and a.was_ready

@@ -55,8 +55,9 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     ),
     # a C++ exception nobody caught (SIGABRT follows): "terminate called after throwing an instance of 'c10::DistBackendError'"
     FatalRule("terminate called after throwing an instance of", r"(?P<message>terminate called after throwing an instance of \S+)", rank=3, anywhere=True),
-    # a worker killed by a signal: "Worker VllmWorkerProcess pid 214281 died, exit code: -11"
-    FatalRule("died, exit code", r"(?P<message>\S+(?: pid \d+)? died, exit code:? -\d+)", rank=4, anywhere=True),
+    # a worker killed by a signal: "Worker VllmWorkerProcess pid 214281 died, exit code: -11" (not SIGTERM /
+    # SIGINT, -15 / -2: the worker was told to stop, as on Ctrl-C)
+    FatalRule("died, exit code", r"(?P<message>\S+(?: pid \d+)? died, exit code:? -(?!15\b|2\b)\d+)", rank=4, anywhere=True),
 )
 #: Lines worth a hint when nothing else explains a failure, wherever they are in the line: NCCL's own
 #: warnings ("NCCL WARN socketStartConnect: Connect to ... failed") and PyTorch's barrier report that
