@@ -141,9 +141,12 @@ def test_an_sglang_access_line_means_ready_and_a_crash_after_it_was_ready() -> N
     assert a.state == RunState.CRASHED and a.was_ready and a.failed_stage is None
 
 
-@pytest.mark.parametrize("status", ["404 Not Found", "500 Internal Server Error"])
-def test_an_access_line_that_failed_shows_only_that_the_server_was_up(status: str) -> None:
-    lines = [f'(APIServer pid=100) INFO:     127.0.0.1:41234 - "POST /v1/chat/completions HTTP/1.1" {status}']
+@pytest.mark.parametrize(
+    "request_line", ['POST /v1/chat/completions HTTP/1.1" 404 Not Found', 'POST /v1/chat/completions HTTP/1.1" 500 Internal Server Error', 'GET /metrics HTTP/1.1" 200 OK']
+)
+def test_an_access_line_that_failed_or_a_scrape_shows_only_that_the_server_was_up(request_line: str) -> None:
+    """A failed request, or a /metrics scrape (answered even after the engine died), says the HTTP server was up."""
+    lines = [f'(APIServer pid=100) INFO:     127.0.0.1:41234 - "{request_line}']
     a = _analyze(lines)
     assert a.state != RunState.READY and not a.was_ready
     a = _analyze(lines + CUT_TRACEBACK + [EXCEPTION_LINE])

@@ -148,7 +148,8 @@ class Evidence:
 
 
 #: uvicorn's access line with a 2xx answer (both engines serve through uvicorn): a served request.
-UVICORN_SERVED = Evidence("INFO:     ", r'^INFO: +\S+ - "[A-Z]+ [^"]*" 2\d\d')
+#: Not a /metrics scrape: the HTTP server answers it even after the engine behind it died.
+UVICORN_SERVED = Evidence("INFO:     ", r'^INFO: +\S+ - "[A-Z]+ (?!/metrics)[^"]*" 2\d\d')
 #: Any uvicorn access line: the HTTP server was up and answering (a 4xx/5xx says no more than that).
 UVICORN_ANSWERED = Evidence("INFO:     ", r'^INFO: +\S+ - "[A-Z]+ [^"]*" \d\d\d')
 
