@@ -126,7 +126,8 @@ CASES: dict[str, Expect] = {
         spec=(0.66, 2.64, 0), gen_tps=242.08,
     ),
     "sglang-mtp-crash-cri-timestamps-tp2-8336.log": Expect(
-        "sglang", "crashed", root=(None, CUT, "TP2", 5), where="managers/scheduler.py:1756 in run_batch",
+        # was_ready: the traceback runs through the scheduler's event_loop_normal (issue #20: a failure while serving)
+        "sglang", "crashed", True, root=(None, CUT, "TP2", 5), where="managers/scheduler.py:1756 in run_batch",
     ),
     # -- healthy speculative decoding ----------------------------------------------------------------
     "vllm-specdecode-healthy-ngram-throughput-format-pr24127.log": Expect("vllm", "ready", True, spec=(0.888, 5.44, 5)),

@@ -55,7 +55,7 @@ CASES: dict[str, Expect] = {
     "sglang-nccl-sigquit-typo-tp2-3460.log": Expect(
         "sglang", "crashed", root=(None, CUT, "TP2", 7), where="model_executor/model_runner.py:253 in init_torch_distributed"
     ),
-    "sglang-runtime-kv-pool-exhaustion-26265.log": Expect("sglang", "crashed", root=(None, CUT, "TP0", 4), where="mem_cache/common.py:486 in alloc_for_extend"),
+    "sglang-runtime-kv-pool-exhaustion-26265.log": Expect("sglang", "crashed", True, root=(None, CUT, "TP0", 4), where="mem_cache/common.py:486 in alloc_for_extend"),
     "sglang-sigquit-scheduler-init-oom-pr19781.log": Expect("sglang", "crashed", root=(None, CUT, "TP3", 6), where="managers/tp_worker.py:330 in _init_model_runner"),
     # -- SGLang: startup grammar --------------------------------------------------------------
     "sglang-cudagraph-capture-end-pr12978.log": Expect("sglang", "loading", stages={"cuda_graphs": "done"}, progress={"cuda_graphs": (36, 36)}),
@@ -96,7 +96,8 @@ CASES: dict[str, Expect] = {
         "vllm", "crashed", root=(None, CUT, "EngineCore_DP0", 8), stages={"weights": "done", "drafter": "failed"}
     ),
     "vllm-eagle3-qwen3-32b-runtime-crash-28919.log": Expect(
-        "vllm", "crashed", root=(None, "Dumping scheduler output", "EngineCore_DP0", 26), stages={"weights": "done"}, progress={"weights": (17, 17)}
+        # was_ready: vLLM dumps the scheduler output only when a scheduled batch fails (issue #20: serving evidence)
+        "vllm", "crashed", True, root=(None, "Dumping scheduler output", "EngineCore_DP0", 26), stages={"weights": "done"}, progress={"weights": (17, 17)}
     ),
     "vllm-eagle3-speculators-drafter-load-54526.log": Expect(
         "vllm", "crashed", root=(None, CUT, "Worker_TP3", 5), where="spec_decode/llm_base_proposer.py:1346 in load_model"

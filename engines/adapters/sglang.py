@@ -15,7 +15,7 @@ from servelab.engines.adapter import ArgValidation, engine_args_problems, render
 from servelab.engines.values import Acceptance, Inexpressible, LatencyHistograms, LaunchSpec, NodePlan, NodeProcess, NodeTarget, PromptSet, RendezvousGrammar
 from servelab.engines.experiment import Experiment
 from servelab.engines.nodes.plan import host_port, multinode_problems, rendezvous_of, with_env
-from servelab.engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
+from servelab.engines.logs.grammar import UVICORN_ANSWERED, UVICORN_SERVED, BarRule, Evidence, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
 from servelab.engines.adapters.server_flags import ParallelFlag, server_flags
 
 #: SGLang's host-side argument check, run by the host's interpreter (see engines/helpers/validate_args.py).
@@ -121,7 +121,8 @@ GRAMMAR = LogGrammar(
         FatalRule("Scheduler hit an exception"),
         # a child process died (real 0.5.23 log, scheduler killed after ready):
         # "Subprocess scheduler_0 (pid=1388) crashed with exit code -9. Triggering SIGQUIT for cleanup..."
-        FatalRule("Subprocess ", r"Subprocess (?P<message>\S+ \(pid=\d+\) crashed with exit code -?\d+)", "ChildProcessError"),
+        # a signal exit is fatal evidence without a traceback (ranked with the generic worker death)
+        FatalRule("Subprocess ", r"Subprocess (?P<message>\S+ \(pid=\d+\) crashed with exit code -?\d+)", "ChildProcessError", rank=4),
         # uvicorn cannot bind (real 0.5.23 log; SGLang then hangs at "Waiting for application shutdown"):
         # "ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 8792): address already in use"
         FatalRule("ERROR:    [Errno ", r"ERROR:\s+(?P<message>\[Errno \d+\] .+)$", "OSError"),
@@ -143,7 +144,13 @@ GRAMMAR = LogGrammar(
     rank_tag="TP",
     # uvicorn is up before the launcher's warm-up request and its "fired up" line
     # (not "Application startup complete": uvicorn prints it before binding, and a taken port fails after it)
-    up=("INFO:     Uvicorn running on",),
+    up=(Evidence("INFO:     Uvicorn running on"), UVICORN_ANSWERED),
+    # a served request: an access line with a 2xx answer, a prefill batch (Decode batch lines are figures)
+    serving=(UVICORN_SERVED, Evidence("Prefill batch")),
+    # scheduler.py's crash dump of the requests it was running (the SIGQUIT / exception path)
+    serving_errors=(Evidence("Dumping requests before crash"),),
+    # the scheduler's event loops (event_loop_normal, event_loop_overlap, event_loop_pp...) run batches
+    serving_frames=("event_loop_",),
     frame_stages=(
         ("cuda_graph_runner", "cuda_graphs"),
         ("init_cuda_graphs", "cuda_graphs"),

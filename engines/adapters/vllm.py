@@ -18,7 +18,7 @@ from servelab.engines.values import Acceptance, Inexpressible, LatencyHistograms
 from servelab.engines.experiment import Experiment
 from servelab.engines.nodes.plan import multinode_problems, rendezvous_of, with_env
 from servelab.engines.nodes.ray import ray_env, ray_node_process
-from servelab.engines.logs.grammar import BarRule, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
+from servelab.engines.logs.grammar import UVICORN_ANSWERED, UVICORN_SERVED, BarRule, Evidence, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
 from servelab.engines.adapters.server_flags import ParallelFlag, server_flags
 
 #: vLLM's host-side argument check, run by the host's interpreter (see engines/helpers/validate_args.py).
@@ -187,6 +187,20 @@ GRAMMAR = LogGrammar(
         ("init_device", "config"),
     ),
     benign_tracebacks=("Exception in ASGI application",),
+    # readiness from serving evidence (the figures lines count as served too): the API server starts
+    # only once the engine is up, so any access line means it was up
+    up=(UVICORN_ANSWERED,),
+    serving=(UVICORN_SERVED,),
+    serving_errors=(
+        # serving_chat.py / serving_completion.py: logger.exception("Error in chat completion stream generator.")
+        Evidence("Error in chat completion stream generator"),
+        Evidence("Error in completion stream generator"),
+        # dump_input.py, when the engine core's execute_model raises (a scheduled batch, not startup)
+        Evidence("Dumping input data for V1 LLM engine"),
+        Evidence("Dumping scheduler output"),
+    ),
+    # EngineCore's busy loop and the model runner's sampling step run only for scheduled requests
+    serving_frames=("run_busy_loop", "step_with_batch_queue", "sample_tokens"),
 )
 
 

@@ -29,6 +29,7 @@ from servelab.engines.logs.rules import (
     METRIC,
     READY,
     SERVED,
+    SERVING_ERROR,
     SETTING,
     SHUTDOWN,
     STAGE,
@@ -118,6 +119,7 @@ class LogAnalyzer:
         self._last_ts: str | None = None
         self._ready_line: int | None = None
         self._up_line: int | None = None  # the HTTP server said it is up (before the engine's ready line)
+        self._serving_error_line: int | None = None  # an error only raised while serving
         self._shutdown = False
         self._shutdown_line: int | None = None  # first line of an orderly stop
         self._exit_code: int | None = None
@@ -469,11 +471,14 @@ class LogAnalyzer:
         elif kind == READY:
             self._mark_ready(number, ts)
         elif kind == SERVED:
-            if r.regex is not None and r.regex.search(msg):
+            if r.regex is None or r.regex.search(msg):
                 self._serving(number)
         elif kind == UP:
-            if self._up_line is None:
+            if self._up_line is None and (r.regex is None or r.regex.search(msg)):
                 self._up_line = number
+        elif kind == SERVING_ERROR:
+            if self._serving_error_line is None and (r.regex is None or r.regex.search(msg)):
+                self._serving_error_line = number
         elif kind == SHUTDOWN:
             self._shutdown = True
             if self._shutdown_line is None:
@@ -485,6 +490,10 @@ class LogAnalyzer:
                 if m is None:
                     return
                 gd = m.groupdict()
+                if f.rank is not None:
+                    message = (gd.get("message") or msg).strip()
+                    self._tb.add_evidence(number, process, gd.get("exception") or f.exception or None, message, msg, f.rank, f.weak, gd.get("where"))
+                    return
                 self._tb.add_error(number, process, gd.get("exception") or f.exception or "Error", (gd.get("message") or msg).strip(), [msg])
             else:
                 self._tb.add_marker(number, process, msg.strip(), f.wrapper)
@@ -525,13 +534,27 @@ class LogAnalyzer:
         return spec_point(raw, self._settings)
 
     # -- answers --------------------------------------------------------------------------------
+    @property
+    def ready_line(self) -> int | None:
+        """The first line that showed the server ready or serving (None: none so far)."""
+        return self._ready_line
+
+    @property
+    def fatal_line(self) -> int | None:
+        """The first line that made the run fatal (None: nothing failed so far)."""
+        fatal, first, _last = self._tb.fatal_state()
+        return first if fatal else None
+
     def snapshot(self) -> Analysis:
         """The analysis so far (copies: safe to keep while feeding continues)."""
         tb = self._tb
         cause = tb.pick()
-        ready = self._ready_line is not None
-        # a stop that was asked for (SIGTERM, shutdown) before anything failed: errors after it are its echo
+        # the evidence, strongest first: the server served (or said it is ready), it raised an error
+        # only raised while serving, its HTTP server was up
         fatal, first_fatal, last_fatal = tb.fatal_state()
+        serving_error = self._serving_error_line is not None or tb.serving_line is not None
+        ready = self._ready_line is not None or (serving_error and not fatal)
+        # a stop that was asked for (SIGTERM, shutdown) before anything failed: errors after it are its echo
         stopped = self._shutdown_line is not None and (not fatal or self._shutdown_line <= first_fatal)
         crashed = fatal and not stopped and (not ready or last_fatal > (self._ready_line or 0))
         if stopped:
@@ -540,7 +563,7 @@ class LogAnalyzer:
             crashed = True
         # a crash after the HTTP server said it was up (SGLang: before its own ready line) was a crash
         # of a server that was up, not a startup failure
-        was_ready = ready or (crashed and fatal and self._up_line is not None and last_fatal > self._up_line)
+        was_ready = ready or (crashed and serving_error) or (crashed and fatal and self._up_line is not None and last_fatal > self._up_line)
         stages = self._timeline.copy()
         failed_stage: str | None = None
         if crashed:

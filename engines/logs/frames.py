@@ -108,12 +108,15 @@ class FrameRuns:
         frames = b.frames
         pkg = self._tb.package_marker
         expect = b.expect_code
-        for ln in lines:
+        serving = self._tb.serving_frame_needles if self._tb.serving_line is None else ()
+        for k, ln in enumerate(lines):
             st = ln[head:].strip()
             if st.startswith('File "'):
                 b.where = st
                 if pkg in st:
                     b.engine_where = st
+                if serving:
+                    self._tb.serving_frame(number + k, st)
                 expect = True
             else:
                 expect = False

@@ -23,6 +23,9 @@ __all__ = [
     "BarRule",
     "Wrapper",
     "FatalRule",
+    "Evidence",
+    "UVICORN_SERVED",
+    "UVICORN_ANSWERED",
     "MetricRule",
     "LogGrammar",
     "parse_header",
@@ -124,6 +127,31 @@ class FatalRule:
     wrapper: bool = False
     #: Match ``needle`` anywhere in the line, not only at the message start (keep these few).
     anywhere: bool = False
+    #: Fatal evidence without a traceback (a device assertion, NCCL's watchdog, a signal exit): its
+    #: rank (0 strongest). The line is a root-cause candidate below any traceback whose exception
+    #: line is in the window and above a traceback cut before it; among such lines the strongest
+    #: wins, then the earliest. ``None``: an ordinary fatal rule.
+    rank: int | None = None
+    #: Evidence that names a cause but does not by itself mean the run failed (the caching
+    #: allocator's OOM warning: it may recover): it counts only when something else was fatal.
+    weak: bool = False
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A line that shows the server up or serving: its message starts with ``needle`` (or holds it,
+    ``anywhere``) and, when given, ``regex`` matches the message."""
+
+    needle: str
+    regex: str | None = None
+    anywhere: bool = False
+
+
+#: uvicorn's access line with a 2xx answer (both engines serve through uvicorn): a served request.
+#: Not a /metrics scrape: the HTTP server answers it even after the engine behind it died.
+UVICORN_SERVED = Evidence("INFO:     ", r'^INFO: +\S+ - "[A-Z]+ (?!/metrics)[^"]*" 2\d\d')
+#: Any uvicorn access line: the HTTP server was up and answering (a 4xx/5xx says no more than that).
+UVICORN_ANSWERED = Evidence("INFO:     ", r'^INFO: +\S+ - "[A-Z]+ [^"]*" \d\d\d')
 
 
 @dataclass(frozen=True)
@@ -163,9 +191,19 @@ class LogGrammar:
     spec_settings: dict[str, tuple[str, str]] = field(default_factory=dict)
     #: Engine-specific hints, tried before the generic table in ``engines.logs.hints``.
     hints: tuple[tuple[str, str], ...] = ()
-    #: Lines that mean the HTTP server is up but the engine has not said "ready" yet (SGLang's uvicorn
-    #: lines come before its warm-up): a crash after one is a crash of a server that was up.
-    up: tuple[str, ...] = ()
+    #: Evidence, weakest first (the state machine takes the strongest in the window):
+    #: ``up``: the HTTP server is up but the engine has not said "ready" (SGLang's uvicorn lines come
+    #: before its warm-up): a crash after one is a crash of a server that was up.
+    up: tuple[Evidence, ...] = ()
+    #: ``serving``: the server answered a request (access lines; figures lines count too): it was
+    #: ready, whatever the window holds of its startup.
+    serving: tuple[Evidence, ...] = ()
+    #: ``serving_errors``: errors only raised while serving ("Error in chat completion stream
+    #: generator", a batch dump before a crash): the server was up, wherever they are in the window.
+    serving_errors: tuple[Evidence, ...] = ()
+    #: Function names whose frames in a traceback mean it failed while serving (the scheduler's
+    #: ``event_loop_*``): the same as a serving error.
+    serving_frames: tuple[str, ...] = ()
     #: Function or file names in a traceback's frames -> the stage it failed in, for excerpts that
     #: start inside the traceback (no stage line before it). The innermost frame that matches wins.
     frame_stages: tuple[tuple[str, str], ...] = ()

@@ -49,6 +49,19 @@ HINTS: list[tuple[tuple[str, ...], str]] = [
     (("MemoryError",), "host (CPU) memory ran out: lower the KV cache space (VLLM_CPU_KVCACHE_SPACE / --gpu-memory-utilization on CPU) or --max-model-len"),
     (("memory", "exceeds", "total"), "the memory setting asks for more than the machine has: lower --gpu-memory-utilization (or the CPU KV cache space)"),
     (("gpu_memory_utilization",), "the memory fraction is not acceptable: use a --gpu-memory-utilization between 0 and 1 that fits the free memory"),
+    # fatal evidence without a traceback (engines/logs/rules.py FATAL_EVIDENCE), and its echoes
+    (("Assertion `", "` failed"), "a CUDA kernel's device-side assertion failed (an index out of range: a token id beyond the vocabulary, a bad draft or input): rerun with CUDA_LAUNCH_BLOCKING=1 so the error names the kernel that failed, and check the tokenizer / drafter vocabulary against the model"),
+    (("device-side assert triggered",), "a CUDA kernel's device-side assertion failed (often an index out of range: a token id beyond the vocabulary): rerun with CUDA_LAUNCH_BLOCKING=1 so the error names the kernel, and look for the 'Assertion ... failed' line above it"),
+    (("memory allocation failed with OOM", "during CUDA graph capture"), "the CUDA caching allocator ran out of memory while capturing CUDA graphs: capture fewer or smaller graphs (SGLang: lower --cuda-graph-max-bs; vLLM: lower --max-num-seqs) or leave them more room (SGLang: smaller --mem-fraction-static; vLLM: smaller --gpu-memory-utilization)"),
+    (("memory allocation failed with OOM",), "the CUDA caching allocator ran out of GPU memory: leave the engine less of the GPU (SGLang: smaller --mem-fraction-static; vLLM: smaller --gpu-memory-utilization) or lower --max-num-seqs / --max-running-requests; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps when free memory is fragmented"),
+    (("Watchdog caught collective operation timeout",), "an NCCL collective did not finish before the process group's timeout: one rank stalled or died first (find its error, maybe on another node); rerun with NCCL_DEBUG=INFO and TORCH_NCCL_DUMP_ON_TIMEOUT=1 (TORCH_NCCL_TRACE_BUFFER_SIZE=2000) to see which rank and collective; raise the timeout (SGLang: --dist-timeout) only for a step that is slow but healthy"),
+    (("terminate called after throwing an instance of", "DistBackendError"), "a C++ NCCL error ended the process (SIGABRT): the 'what():' line after it names it; rerun with NCCL_DEBUG=INFO and check NCCL_* environment and the links between GPUs / nodes"),
+    (("terminate called after throwing an instance of",), "an uncaught C++ exception ended the process (SIGABRT): the 'what():' line after it names it; for a CUDA error rerun with CUDA_LAUNCH_BLOCKING=1, for an NCCL one with NCCL_DEBUG=INFO"),
+    (("died, exit code: -6",), "a worker aborted (SIGABRT): a C++ assertion or an uncaught C++ exception; look above for 'terminate called' or 'Assertion', or rerun with CUDA_LAUNCH_BLOCKING=1"),
+    (("died, exit code -6",), "a worker aborted (SIGABRT): a C++ assertion or an uncaught C++ exception; look above for 'terminate called' or 'Assertion', or rerun with CUDA_LAUNCH_BLOCKING=1"),
+    (("died, exit code: -11",), "a worker crashed with SIGSEGV (a native kernel or library fault): rerun with CUDA_LAUNCH_BLOCKING=1 and faulthandler (PYTHONFAULTHANDLER=1) to see where"),
+    (("died, exit code -11",), "a worker crashed with SIGSEGV (a native kernel or library fault): rerun with CUDA_LAUNCH_BLOCKING=1 and faulthandler (PYTHONFAULTHANDLER=1) to see where"),
+    (("died, exit code", "-9"), "a worker was killed with SIGKILL, most likely by the kernel's OOM killer: check dmesg and lower the memory settings"),
     # CUDA graphs
     (("operation not permitted when stream is capturing",), "a kernel is not CUDA-graph safe: retry with --disable-cuda-graph (SGLang) / --enforce-eager (vLLM), or without torch.compile"),
     # communication

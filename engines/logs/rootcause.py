@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from servelab.engines.logs.grammar import LogGrammar
 from servelab.engines.logs.values import RootCause
@@ -38,6 +38,10 @@ MAX_MESSAGE_LINES = 40
 EXCERPT_LINES = 16
 
 _FRAMES, _EXC, _AFTER, _CHAIN = range(4)
+#: Candidate kinds, best first: a traceback with its exception line, a wrapper's harvested inner
+#: text, fatal evidence without a traceback (a device assertion, NCCL's watchdog...), a traceback
+#: cut before its exception line or a one-line marker, a wrapper alone (never the cause).
+COMPLETE, HARVESTED, EVIDENCE, INCOMPLETE, WRAPPER = range(5)
 _ERROR_LEVELS = ("ERROR", "CRITICAL")
 #: An ERROR record that is only "Type: message" counts as an exception line when its type looks like one.
 _EXC_SUFFIXES = ("Error", "ption", "rrupt", "ilure")
@@ -75,8 +79,10 @@ class _Block:
 class _Candidate:
     cause: RootCause
     tier: int
-    kind: int  # 0 complete, 1 harvested from a wrapper, 2 incomplete / marker only, 3 wrapper only
+    kind: int  # COMPLETE, HARVESTED, EVIDENCE, INCOMPLETE (or a marker), WRAPPER
     marker: bool = False  # a one-line fatal marker, superseded by a traceback of the same process
+    rank: int = 0  # among EVIDENCE: the rule's strength (0 strongest)
+    weak: bool = False  # evidence that counts only when something else was fatal
 
 
 def _is_caret(s: str) -> bool:
@@ -104,9 +110,13 @@ class TracebackTracker:
         self._wrappers = grammar.wrappers
         self._open: dict[str, _Block] = {}
         self._raw_owner: str | None = None
-        self._cands: dict[tuple[int, int, str, bool], _Candidate] = {}
+        self._cands: dict[tuple[int, int, int, str, bool], _Candidate] = {}
         self._wrapped_procs: set[str] = set()
         self._tier_cache: dict[str, int] = {}
+        #: ", in NAME" for the grammar's serving frames: a traceback through one failed while serving.
+        self.serving_frame_needles = tuple(f", in {n}" for n in grammar.serving_frames)
+        #: A traceback's frames showed it failed while serving (the line of the first such frame).
+        self.serving_line: int | None = None
         #: A fatal traceback or marker was seen.
         self.fatal = False
         self.fatal_line = 0
@@ -172,7 +182,12 @@ class TracebackTracker:
             # an exception line on its own: the end of a traceback the excerpt does not show
             m = EXCEPTION_LINE.match(msg)
             if m and not m["type"].endswith("Warning") and (not error_record or "." in m["type"] or m["type"][-5:] in _EXC_SUFFIXES):
-                self._add(proc, number, m["type"], [m["text"] or ""], [msg], None)
+                # read as a traceback whose frames the window does not show: the lines that go on
+                # with its message are read as the whole traceback's would be
+                b = self._start(proc, number, level, "", False)
+                b.tag = tag
+                b.exceptions.append(_Exc(m["type"], [m["text"] or ""], number))
+                b.state = _EXC
                 return True
         return False
 
@@ -190,12 +205,28 @@ class TracebackTracker:
         """A fatal line without its own exception ("WorkerProc failed to start.")."""
         self._mark_fatal(number)
         cause = RootCause(None, message, process, number, [message])
-        self._push(_Candidate(cause, self._tier(process), 3 if is_wrapper else 2, marker=True))
+        self._push(_Candidate(cause, self._tier(process), WRAPPER if is_wrapper else INCOMPLETE, marker=True))
 
     def add_error(self, number: int, process: str, exception: str, message: str, excerpt: list[str]) -> None:
         """A fatal error line that states its own cause (pydantic's ``Value error, ...``)."""
         self._mark_fatal(number)
-        self._push(_Candidate(RootCause(exception, message, process, number, excerpt), self._tier(process), 0))
+        self._push(_Candidate(RootCause(exception, message, process, number, excerpt), self._tier(process), COMPLETE))
+
+    def add_evidence(self, number: int, process: str, exception: str | None, message: str, line: str, rank: int, weak: bool, where: str | None) -> None:
+        """Fatal evidence without a traceback (a device assertion, NCCL's watchdog): ranked below any
+        traceback with its exception line, above one cut before it. ``weak``: not fatal on its own."""
+        if not weak:
+            self._mark_fatal(number)
+        cause = RootCause(exception, message, process, number, [line.strip()], where)
+        self._push(_Candidate(cause, self._tier(process), EVIDENCE, rank=rank, weak=weak))
+
+    def serving_frame(self, number: int, frame: str) -> None:
+        """A traceback frame line: note when it is one of the grammar's serving frames."""
+        if self.serving_line is None:
+            for n in self.serving_frame_needles:
+                if n in frame:
+                    self.serving_line = number
+                    return
 
     def finish(self) -> None:
         for proc in list(self._open):
@@ -223,20 +254,30 @@ class TracebackTracker:
                 cands.append(c)
             if w:
                 wrapped.add(b.process)
-        traced = {c.cause.process for c in cands if not c.marker and c.kind <= 2}
+        traced = {c.cause.process for c in cands if not c.marker and c.kind in (COMPLETE, HARVESTED, INCOMPLETE)}
+        fatal = self.fatal or any(c.kind != EVIDENCE or not c.weak for c in cands)
         best: _Candidate | None = None
         for c in cands:
-            if c.kind == 3 or (c.marker and c.cause.process in traced):
+            if c.kind == WRAPPER or (c.marker and c.cause.process in traced) or (c.weak and not fatal):
                 continue
-            if c.kind == 2 and c.cause.process in wrapped and c.cause.exception is None:
+            if c.kind == INCOMPLETE and c.cause.process in wrapped and c.cause.exception is None:
                 continue  # multiprocessing's re-print of a wrapper it already reported
-            if best is None or (c.kind, c.tier, c.cause.line) < (best.kind, best.tier, best.cause.line):
+            if best is None or (c.kind, c.rank, c.tier, c.cause.line) < (best.kind, best.rank, best.tier, best.cause.line):
                 best = c
-        return best.cause if best else None
+        if best is None:
+            return None
+        if best.kind == EVIDENCE:
+            # a traceback cut before its exception line is the evidence's context (its frames say where)
+            cut = [c for c in cands if c.kind == INCOMPLETE and not c.marker and c.cause.exception is None]
+            if cut:
+                tb = min(cut, key=lambda c: (c.cause.process != best.cause.process, c.cause.line)).cause
+                excerpt = (best.cause.excerpt + tb.excerpt)[:EXCERPT_LINES]
+                return replace(best.cause, excerpt=excerpt, where=best.cause.where or tb.where)
+        return best.cause
 
     def wrapper_only(self) -> RootCause | None:
         """When nothing but wrappers was seen: the first wrapper (for a hint, never as the cause)."""
-        ws = [c for c in self._cands.values() if c.kind == 3]
+        ws = [c for c in self._cands.values() if c.kind == WRAPPER]
         return min(ws, key=lambda c: c.cause.line).cause if ws else None
 
     # -- blocks ---------------------------------------------------------------------------------
@@ -263,6 +304,8 @@ class TracebackTracker:
             if stripped.startswith('File "'):
                 b.frames.append(stripped)
                 b.where = stripped  # parsed only when reported
+                if self.serving_frame_needles:
+                    self.serving_frame(number, stripped)
                 if self._pkg in stripped:
                     b.engine_where = stripped
                 b.expect_code = True
@@ -340,7 +383,7 @@ class TracebackTracker:
             where = _where(b.engine_where or b.where or "")
             last_frame = f" (last frame: {where})" if where else ""
             cause = RootCause(None, f"the traceback is cut off before its exception line{last_frame}", b.process, b.start_line, excerpt, where)
-            return _Candidate(cause, tier, 2), b.start_line, False
+            return _Candidate(cause, tier, INCOMPLETE), b.start_line, False
         chosen: _Exc | None = None
         harvested: str | None = None
         for e in b.exceptions:
@@ -361,29 +404,16 @@ class TracebackTracker:
             message = "\n".join(chosen.lines)
             excerpt = excerpt + [f"{chosen.type}: {message}"]
             cause = RootCause(chosen.type, message, b.process, chosen.line, excerpt[-EXCERPT_LINES:], _where(chosen.where or ""))
-            return _Candidate(cause, tier, 0), first.line, False
+            return _Candidate(cause, tier, COMPLETE), first.line, False
         last = b.exceptions[-1]
         if harvested:
             context = self._context(all_text[-1])
             cause = RootCause(
                 last.type, harvested, b.process, last.line, (excerpt + all_text)[-EXCERPT_LINES:], _where(last.where or ""), harvested=True, context=context
             )
-            return _Candidate(cause, tier, 1), first.line, True
+            return _Candidate(cause, tier, HARVESTED), first.line, True
         cause = RootCause(last.type, "\n".join(last.lines), b.process, last.line, (excerpt + all_text)[-EXCERPT_LINES:], _where(last.where or ""))
-        return _Candidate(cause, tier, 3), first.line, True
-
-    def _add(self, proc: str, number: int, etype: str, lines: list[str], excerpt: list[str], where: str | None) -> None:
-        text = "\n".join(lines)
-        inner = self._wrapper(f"{etype}: {text}")
-        self._mark_fatal(number)
-        if inner is None:
-            self._push(_Candidate(RootCause(etype, text, proc, number, excerpt, where), self._tier(proc), 0))
-        elif inner:
-            cause = RootCause(etype, inner, proc, number, excerpt, where, harvested=True, context=self._context(f"{etype}: {text}"))
-            self._push(_Candidate(cause, self._tier(proc), 1))
-        else:
-            self._wrapped_procs.add(proc)
-            self._push(_Candidate(RootCause(etype, text, proc, number, excerpt, where), self._tier(proc), 3))
+        return _Candidate(cause, tier, WRAPPER), first.line, True
 
     # -- helpers --------------------------------------------------------------------------------
     def _wrapper(self, text: str) -> str | None:
@@ -432,7 +462,7 @@ class TracebackTracker:
 
     def _push(self, c: _Candidate) -> None:
         """Keep the earliest candidate per (kind, tier, process, marker): all that pick() can choose."""
-        key = (c.kind, c.tier, c.cause.process, c.marker)
+        key = (c.kind, c.rank, c.tier, c.cause.process, c.marker)
         if key in self._cands:
             return
         if len(self._cands) < MAX_CANDIDATES:

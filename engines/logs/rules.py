@@ -12,19 +12,53 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from servelab.engines.logs.grammar import STAGES, LogGrammar
+from servelab.engines.logs.grammar import STAGES, FatalRule, LogGrammar
 
-__all__ = ["LATE", "NOTABLE_ANYWHERE", "SERVED_NEEDLE", "STAGE_CONTEXT", "Rule", "compile_rules", "to_number"]
+__all__ = ["FATAL_EVIDENCE", "LATE", "NOTABLE_ANYWHERE", "STAGE_CONTEXT", "Rule", "compile_rules", "to_number"]
 
 #: The kinds of rule.
-STAGE, BAR, READY, SHUTDOWN, FATAL, METRIC, SETTING, WARN, SERVED, UP = range(10)
-#: Rules read one line at a time only until the run is up.
-LATE = (SERVED, METRIC)
+STAGE, BAR, READY, SHUTDOWN, FATAL, METRIC, SETTING, WARN, SERVED, UP, SERVING_ERROR = range(11)
+#: Rules read one line at a time only until the run is up (access and figures lines are many; once
+#: the run is ready, evidence that it was up tells nothing new).
+LATE = (SERVED, METRIC, UP, SERVING_ERROR)
 
-#: An answered request in uvicorn's access log (both engines serve through uvicorn): the server was up.
-#: Read only until the run is known to be ready (then dropped from the scan: access lines are many).
-SERVED_NEEDLE = "INFO:     "
-SERVED_RX = r' - "POST [^"]*" 2\d\d'
+#: Fatal evidence without a traceback that any engine on CUDA / NCCL / PyTorch prints, strongest
+#: first (``rank``); engine-specific phrases live in each adapter's grammar. A traceback whose
+#: exception line is in the window still wins over them; they win over a traceback cut before it.
+FATAL_EVIDENCE: tuple[FatalRule, ...] = (
+    # a CUDA kernel's device-side assert, printed once per failing thread (the message leaves the
+    # block and thread out, so every copy reads the same):
+    # ".../Indexing.cu:1289: indexSelectLargeIndex: block: [..], thread: [..] Assertion `srcIndex < srcSelectDimSize` failed."
+    FatalRule(
+        "Assertion `",
+        r"(?:(?:[^\s:]*/)?(?P<where>[\w.-]+:\d+: \w+): .*?)?(?P<message>Assertion `.+` failed)",
+        rank=0,
+        anywhere=True,
+    ),
+    # PyTorch's CUDA caching allocator, before it raises (a warning: the allocator may free its cache
+    # and retry, so alone it does not fail the run): "[W1201 ...CUDACachingAllocator.cpp:3933] memory
+    # allocation failed with OOM on device 1 while trying to allocate 2147483648 bytes (free: ..., total: ...)."
+    FatalRule(
+        "memory allocation failed with OOM",
+        r"(?P<message>memory allocation failed with OOM on device \d+ while trying to allocate \d+ bytes)",
+        rank=1,
+        anywhere=True,
+        weak=True,
+    ),
+    # ProcessGroupNCCL's watchdog: "[Rank 1] Watchdog caught collective operation timeout:
+    # WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=.., Timeout(ms)=600000) ran for 600059 milliseconds before timing out."
+    FatalRule(
+        "Watchdog caught collective operation timeout",
+        r"(?P<message>Watchdog caught collective operation timeout: WorkNCCL\((?:.*?(?P<op>OpType=\w+))?.*?\) ran for \d+ milliseconds)",
+        rank=2,
+        anywhere=True,
+    ),
+    # a C++ exception nobody caught (SIGABRT follows): "terminate called after throwing an instance of 'c10::DistBackendError'"
+    FatalRule("terminate called after throwing an instance of", r"(?P<message>terminate called after throwing an instance of \S+)", rank=3, anywhere=True),
+    # a worker killed by a signal: "Worker VllmWorkerProcess pid 214281 died, exit code: -11" (not SIGTERM /
+    # SIGINT, -15 / -2: the worker was told to stop, as on Ctrl-C)
+    FatalRule("died, exit code", r"(?P<message>\S+(?: pid \d+)? died, exit code:? -(?!15\b|2\b)\d+)", rank=4, anywhere=True),
+)
 #: Lines worth a hint when nothing else explains a failure, wherever they are in the line: NCCL's own
 #: warnings ("NCCL WARN socketStartConnect: Connect to ... failed") and PyTorch's barrier report that
 #: names the rank that failed first.
@@ -64,15 +98,15 @@ def compile_rules(g: LogGrammar) -> list[Rule]:
         rules.append(Rule(n, READY))
     for n in g.shutdown:
         rules.append(Rule(n, SHUTDOWN))
-    for f in g.fatal:
+    for f in (*g.fatal, *FATAL_EVIDENCE):
         rules.append(Rule(f.needle, FATAL, regex=re.compile(f.regex) if f.regex else None, extra=f, anywhere=f.anywhere))
     for n in g.warnings:
         rules.append(Rule(n, WARN))
     for n in NOTABLE_ANYWHERE:
         rules.append(Rule(n, WARN, anywhere=True))
-    rules.append(Rule(SERVED_NEEDLE, SERVED, regex=re.compile(SERVED_RX)))
-    for n in g.up:
-        rules.append(Rule(n, UP))
+    for kind, table in ((UP, g.up), (SERVED, g.serving), (SERVING_ERROR, g.serving_errors)):
+        for e in table:
+            rules.append(Rule(e.needle, kind, regex=re.compile(e.regex) if e.regex else None, anywhere=e.anywhere))
     for m in g.metrics:
         rules.append(Rule(m.needle, METRIC, regex=re.compile(m.regex), extra=m.kind))
     for name, rx in g.spec_settings.items():
