@@ -1,6 +1,7 @@
 """Held-out real logs (tests/data/logs, stated in expectations-2026-12*.json) with what the analyzer must find.
 
-These are logs the analyzer was not written against: the 15 of ../shared/logs/2026-12. Most are read as an operator captures
+These are logs the analyzer was not written against: the 15 of ../shared/logs/2026-12 and the ones
+collected for issue #20 from public vLLM and SGLang issues and PRs. Most are read as an operator captures
 them: behind a prefix added by docker compose, journald, a CI runner or a log viewer; cut anywhere
 (``tail``-style windows, excerpts starting inside a traceback); crashing after the server served; and
 dying with a fatal line that is not a Python exception (CUDA device-side assertion, NCCL watchdog,
@@ -14,8 +15,12 @@ import pytest
 from servelab.engines.logs.files import analyze_bytes, analyze_file
 from servelab.engines.logs.values import Analysis
 from tests.fixtures.heldout import (
+    CUT_WINDOW,
     DATA,
     EXPECTATION_FILES,
+    NO_TRACEBACK,
+    PREFIXED,
+    SERVING_EVIDENCE,
     HeldOut,
     exception_name,
     load_heldout,
@@ -28,14 +33,25 @@ def _id(case: HeldOut) -> str:
     return case.file.removesuffix(".log")
 
 
-def test_expectations_state_every_log_once() -> None:
+def test_expectations_state_every_log_once_and_cover_issue_20s_classes() -> None:
     names = [c.file for c in CASES]
     assert len(names) == len(set(names)), "a log is stated twice"
     for case in CASES:
         assert case.path.is_file(), case.file
         assert case.path.read_text(errors="replace").startswith("# source: "), case.file
         assert case.state in {"starting", "loading", "ready", "crashed", "exited"}, case.file
-    assert len([c for c in CASES if c.expectations == EXPECTATION_FILES[0]]) == 15
+    shared = [c for c in CASES if c.expectations == EXPECTATION_FILES[0]]
+    collected = [c for c in CASES if c.expectations == EXPECTATION_FILES[1]]
+    assert len(shared) == 15
+    assert len(collected) >= 20
+    for case in collected:
+        first = case.path.read_text().splitlines()[0]
+        assert case.source is not None and first.endswith(f"({case.source})"), case.file
+        assert case.classes and case.classes <= {PREFIXED, SERVING_EVIDENCE, NO_TRACEBACK, CUT_WINDOW}, case.file
+    assert sum(PREFIXED in c.classes for c in collected) >= 5
+    assert sum(NO_TRACEBACK in c.classes for c in collected) >= 5
+    assert any(SERVING_EVIDENCE in c.classes and c.state == "crashed" and c.was_ready for c in collected)
+    assert any(CUT_WINDOW in c.classes for c in collected)
 
 
 def _check(a: Analysis, case: HeldOut) -> None:
