@@ -97,10 +97,11 @@ def inner() -> None:
     from servelab.tui.cli import main as cli_main
     from tests.fixtures.runlab import STUB_PATH, free_port, make_lab, toml_value
 
-    try:
-        from servelab.engines.nodes.resolve import resolve_run  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        resolve_run = None
+    resolve_run: Any = None  # a tree from before engines.nodes.resolve has none
+    with contextlib.suppress(ImportError):
+        from servelab.engines.nodes import resolve
+
+        resolve_run = resolve.resolve_run
 
     root = Path(tempfile.mkdtemp(prefix="runid-path-"))
     os.environ["SERVELAB_STATE_DIR"] = str(root / "state")
