@@ -27,6 +27,7 @@ from servelab.engines.probe.stats import MAD_TO_SIGMA
 from servelab.engines.probe.summary import ProbeSummary
 
 if TYPE_CHECKING:
+    from servelab.engines.nodes.resolve import ResolvedRun
     from servelab.engines.runs import Runs
 
 HELPS_ABOVE = 1.10
@@ -475,9 +476,13 @@ async def compare_runs(runs: Runs, run_ids: Sequence[str], baseline_run: str | N
 
     if not run_ids:
         raise ServelabError("compare needs at least one run id")
+    from servelab.engines.nodes.resolve import resolve_run
+
     columns: list[tuple[str, ProbeSummary]] = []
+    resolved: dict[str, ResolvedRun] = {}
     for run_id in run_ids:
-        probe = await load_probe(runs, run_id)
+        resolved[run_id] = await resolve_run(runs, run_id)  # once: the probe and the diagnosis are its head's
+        probe = await load_probe(runs, resolved[run_id])
         if probe is None:
             raise ServelabError(f"run {run_id} has no probe results (run 'servelab probe {run_id}' while it serves)")
         columns.append((run_id, probe))
@@ -489,21 +494,23 @@ async def compare_runs(runs: Runs, run_ids: Sequence[str], baseline_run: str | N
         if sp is not None:
             speedups[run_id] = sp
     comp = build(columns, speedups)
-    comp.verdict.extend(await diagnosis_lines(runs, run_ids, speedups))
+    comp.verdict.extend(await diagnosis_lines(runs, run_ids, speedups, resolved))
     return comp
 
 
-async def diagnosis_lines(runs: Runs, run_ids: Sequence[str], speedups: dict[str, Speedup]) -> list[str]:
-    """For each diagnosed run: the speed verdict with its likely cause and the next setting."""
+async def diagnosis_lines(
+    runs: Runs, run_ids: Sequence[str], speedups: dict[str, Speedup], resolved: Mapping[str, ResolvedRun] | None = None
+) -> list[str]:
+    """For each diagnosed run: the speed verdict with its likely cause and the next setting.
+    ``resolved``: the runs as resolved before (a run missing from it is resolved here)."""
     from servelab.engines.diagnosis.stored import load_diagnosis
     from servelab.engines.diagnosis.verdict import verdict_line
-
-    from servelab.engines.nodes.view import head_run_id
+    from servelab.engines.nodes.resolve import resolve_run
 
     out = []
     for run_id in run_ids:
-        served_by, _ = await head_run_id(runs, run_id)  # a multi-node run's diagnosis is its head's
-        diag = await load_diagnosis(runs, served_by)
+        target = (resolved or {}).get(run_id) or await resolve_run(runs, run_id)
+        diag = await load_diagnosis(runs, target.head)  # a multi-node run's diagnosis is its head's
         if diag is not None:
             sp = speedups.get(run_id)
             out.append(verdict_line(run_id, sp.verdict if sp else None, sp.value if sp else None, diag))

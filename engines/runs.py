@@ -22,7 +22,7 @@ import json
 import re
 import secrets
 from collections.abc import AsyncGenerator, Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from servelab.engines.values import LaunchSpec
@@ -164,6 +164,23 @@ class KnownRun:
     @property
     def stale(self) -> bool:
         return self.down is not None
+
+
+@dataclass(frozen=True)
+class Located:
+    """A run already found: the host holding it and its record as read then. Every :class:`Runs`
+    method that takes a run id takes one of these too and then asks no host where the run is."""
+
+    host: Host
+    record: RunRecord
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+
+#: A run id to look up, or a run located before.
+RunRef = str | Located
 
 
 class NoSuchRun(ServelabError):
@@ -428,6 +445,24 @@ class Runs:
         extra = f" (unreachable: {'; '.join(reasons)})" if reasons else ""
         raise NoSuchRun(f"no run {run_id} on any host{extra}")
 
+    async def locate(self, run: RunRef) -> Located:
+        """The run's host and record, looked up once (:meth:`find`); a :class:`Located` as it is."""
+        if isinstance(run, Located):
+            return run
+        h, rec = await self.find(run)
+        return Located(h, rec)
+
+    async def _at(self, run: RunRef) -> tuple[Host, RunRecord]:
+        """(host, record) of a run: found by id, or a located run's own (a copy, which liveness
+        updates); a record located before its engine had a pid is read again from its host."""
+        if not isinstance(run, Located):
+            return await self.find(run)
+        if run.record.pid is None:
+            found = await self._read_record(run.host.name, run.id)
+            if isinstance(found, tuple):
+                return run.host, found[1]
+        return run.host, replace(run.record)
+
     async def _read_record(self, name: str, run_id: str) -> tuple[Host, RunRecord] | str | None:
         """The run on one host: (host, record), None when it has no such run, or why it cannot be reached."""
         h = self.host(name)
@@ -458,17 +493,17 @@ class Runs:
                 last = None
         return RunUnreachable(run_id, host, reason, last, when, clock(down_since) if down_since else None)
 
-    async def status(self, run_id: str, *, analyze: bool = True) -> RunStatus:
+    async def status(self, run: RunRef, *, analyze: bool = True) -> RunStatus:
         """Liveness (pid + start time, read from the host's /proc), exit code and log analysis.
 
         Only file reads: no command runs on the host, so polling it every second is cheap over SSH.
         """
-        h, rec = await self.find(run_id)
+        h, rec = await self._at(run)
         try:
             alive, code = await self._liveness(h, rec)
         except HostUnreachable as exc:
             self.seen.unreachable(self._seen_key(h.config), unreachable_reason(h.config, exc))
-            raise self._run_unreachable(run_id, h.name, unreachable_reason(h.config, exc)) from None
+            raise self._run_unreachable(rec.id, h.name, unreachable_reason(h.config, exc)) from None
         self.seen.answered(self._seen_key(h.config), [rec.to_json()])
         if not analyze:
             return RunStatus(record=rec, alive=alive, exit_code=code)
@@ -508,13 +543,13 @@ class Runs:
         return alive, code
 
     # -- the log ----------------------------------------------------------------------------------
-    async def log_tail(self, run_id: str, nbytes: int = TAIL_BYTES) -> LogTail:
+    async def log_tail(self, run: RunRef, nbytes: int = TAIL_BYTES) -> LogTail:
         """The whole lines in the last ``nbytes`` of the engine log, read in one ranged read.
 
         What a viewer shows first: a long log's end is on screen at once, while :meth:`follow`
         brings the whole log from its first byte behind it. An absent log is an empty tail.
         """
-        h, rec = await self.find(run_id)
+        h, rec = await self._at(run)
         try:
             size = await h.size(rec.log_path)
             start = max(size - nbytes, 0)
@@ -528,13 +563,13 @@ class Runs:
             start, data = start + cut, data[cut:]
         return LogTail(start, data)
 
-    async def follow(self, run_id: str, offset: int = 0) -> AsyncGenerator[tuple[int, bytes], None]:
+    async def follow(self, run: RunRef, offset: int = 0) -> AsyncGenerator[tuple[int, bytes], None]:
         """The engine log from ``offset``: yields ``(new_offset, chunk)`` until the run has ended.
 
         Survives dropped connections (it keeps asking the host). When the log shrinks below
         ``offset`` (truncated or replaced) it yields ``(0, b"")`` once and continues from 0.
         """
-        h, rec = await self.find(run_id)
+        h, rec = await self._at(run)
         log = rec.log_path
         exit_path = f"{rec.run_dir}/{EXIT_CODE}"
         down_since: float | None = None
@@ -582,20 +617,20 @@ class Runs:
             await asyncio.sleep(POLL_SECONDS)
 
     # -- stop and cleanup -------------------------------------------------------------------------
-    async def stop(self, run_id: str, grace: float = 10.0, *, leader_first: bool = False) -> RunStatus:
+    async def stop(self, run: RunRef, grace: float = 10.0, *, leader_first: bool = False) -> RunStatus:
         """SIGTERM to the run's process group, SIGKILL after ``grace``; only this run's processes.
         ``leader_first``: SIGTERM its leader alone first (a daemon that stops its children itself)."""
-        h, rec = await self.find(run_id)
+        h, rec = await self._at(run)
         if rec.pid is None:
-            raise ServelabError(f"run {run_id} has no process (status {rec.status})")
+            raise ServelabError(f"run {rec.id} has no process (status {rec.status})")
         try:
             answer = await self._ctl(h, "stop", rec.run_dir, f"{grace:g}", *(["--leader-first"] if leader_first else []), timeout=grace + 60)
         except HostUnreachable as exc:
-            raise self._run_unreachable(run_id, h.name, unreachable_reason(h.config, exc)) from None
+            raise self._run_unreachable(rec.id, h.name, unreachable_reason(h.config, exc)) from None
         if answer.get("error"):
             raise ServelabError(f"{h.name}: {answer['error']}")
         if answer.get("remaining"):
-            raise ServelabError(f"run {run_id}: processes still alive after SIGKILL: {answer['remaining']}")
+            raise ServelabError(f"run {rec.id}: processes still alive after SIGKILL: {answer['remaining']}")
         state = answer.get("state") or {}
         stopped = RunRecord.from_json(state)
         self.seen.answered(self._seen_key(h.config), [stopped.to_json()])
@@ -624,23 +659,23 @@ class Runs:
         return out
 
     # -- artifacts and the server's address ------------------------------------------------------
-    async def write_artifact(self, run_id: str, name: str, data: bytes) -> None:
+    async def write_artifact(self, run: RunRef, name: str, data: bytes) -> None:
         """Store a file (``probe.json``...) in the run's folder on its host, atomically."""
         _check_artifact(name)
-        h, rec = await self.find(run_id)
+        h, rec = await self._at(run)
         await h.write_bytes(f"{rec.run_dir}/{name}", data)
 
-    async def read_artifact(self, run_id: str, name: str) -> bytes | None:
+    async def read_artifact(self, run: RunRef, name: str) -> bytes | None:
         _check_artifact(name, reading=True)
-        h, rec = await self.find(run_id)
+        h, rec = await self._at(run)
         try:
             return await h.read_bytes(f"{rec.run_dir}/{name}")
         except FileNotFoundError:
             return None
 
-    async def base_url(self, run_id: str) -> str:
+    async def base_url(self, run: RunRef) -> str:
         """``http://127.0.0.1:<port>`` reaching the run's server from here (forwarded over SSH)."""
-        h, rec = await self.find(run_id)
+        h, rec = await self._at(run)
         port = await h.forward_port(rec.port)
         return f"http://127.0.0.1:{port}"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from textual.screen import Screen
 
-from servelab.engines.nodes.view import group_id_of
+from servelab.engines.nodes.resolve import group_id_of
 from servelab.tui import navigation as nav
 from servelab.tui.screens.campaign import CampaignScreen
 from servelab.tui.screens.compare import CompareScreen

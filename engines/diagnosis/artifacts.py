@@ -77,11 +77,12 @@ async def baseline_step(runs: Runs, run_id: str, exp_baseline: str | None, model
 
 async def diagnose_run(runs: Runs, run_id: str, *, progress: Progress | None = None, settings: SuiteSettings | None = None) -> Diagnosis:
     """Run the suite on a live run, rank the findings, save ``diagnosis.json`` in the run's folder."""
-    st = await runs.status(run_id, analyze=False)
+    at = await runs.locate(run_id)  # once: the steps below act on the run located here
+    st = await runs.status(at, analyze=False)
     if not st.alive:
         raise ServelabError(f"run {run_id} is not running (status {st.status}); diagnose a live server")
     rec = st.record
-    exp = await run_experiment(runs, rec)
+    exp = await run_experiment(runs, rec, at)
     if exp.speculative.method == "none":
         raise ServelabError(f"run {run_id} does not speculate ([speculative] method = \"none\"): nothing to diagnose")
     prompts = load_prompts(exp.probe.prompts, base=runs.catalog.folder)
@@ -92,8 +93,8 @@ async def diagnose_run(runs: Runs, run_id: str, *, progress: Progress | None = N
     draft = drafter_path(runs, rec, exp.speculative.draft_model)
     static = await drafter_checks(runs.host(rec.host), runs.catalog.host(rec.host).python, exp, rec.model, draft)
     diag = await diagnose_server(
-        await runs.base_url(run_id), exp, prompts, run=run_id, model_path=rec.model, drafter_path=draft, settings=settings,
+        await runs.base_url(at), exp, prompts, run=run_id, model_path=rec.model, drafter_path=draft, settings=settings,
         baseline=Baseline(plain, base_run, measured, note), static=static, progress=progress,
     )
-    await runs.write_artifact(run_id, DIAGNOSIS_JSON, (json.dumps(diag.to_dict(), indent=2) + "\n").encode("utf-8"))
+    await runs.write_artifact(at, DIAGNOSIS_JSON, (json.dumps(diag.to_dict(), indent=2) + "\n").encode("utf-8"))
     return diag

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from servelab.engines.catalog import Catalog
 from servelab.engines.nodes.run import MultiNodeRuns, NodeCheck
-from servelab.engines.nodes.view import group_id_of, node_of
+from servelab.engines.nodes.resolve import group_id_of, node_of
 from servelab.engines.preflight import Check
 from servelab.engines.runs import KnownRun, Runs
 from servelab.engines.runstate import RunState

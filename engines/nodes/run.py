@@ -38,7 +38,7 @@ from servelab.engines.nodes.plan import start_order
 from servelab.engines.values import NodePlan, NodeProcess
 from servelab.engines.nodes.ray import is_ray_daemon
 from servelab.engines.nodes.hints import RendezvousHint, rendezvous_hint, stamp_of
-from servelab.engines.runs import RunRecord, Runs, RunStatus, new_run_id
+from servelab.engines.runs import Located, RunRecord, Runs, RunStatus, new_run_id
 from servelab.engines.runstate import RunState
 
 GROUP_JSON = "nodes.json"
@@ -177,6 +177,14 @@ class StopReport:
 
 #: ``-YYYYmmdd-HHMMSS-hhhh``: the tail of every run id (``engines.runs.new_run_id``).
 _ID_TAIL = 21
+
+
+def group_from_json(group: str, raw: bytes) -> MultiNodeRecord:
+    """The group's record from its ``nodes.json``; an unreadable one is a one-line error."""
+    try:
+        return MultiNodeRecord.from_json(json.loads(raw))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ServelabError(f"{group}: unreadable {GROUP_JSON}: {exc}") from None
 
 
 def node_run_id(group: str, rank: int, index: int, role: str) -> str:
@@ -405,16 +413,13 @@ class MultiNodeRuns:
         return rec
 
     # -- look-ups ---------------------------------------------------------------------------------
-    async def load(self, group: str) -> MultiNodeRecord:
-        """The group's ``nodes.json``, read from the head's first run folder."""
+    async def load(self, group: str, at: Located | None = None) -> MultiNodeRecord:
+        """The group's ``nodes.json``, read from the head's first run folder (``at``: that run, located before)."""
         head = node_run_id(group, 0, 0, "")
-        raw = await self.runs.read_artifact(head, GROUP_JSON)
+        raw = await self.runs.read_artifact(at if at is not None else head, GROUP_JSON)
         if raw is None:
             raise ServelabError(f"{group}: no such multi-node run (no {GROUP_JSON} beside {head})")
-        try:
-            return MultiNodeRecord.from_json(json.loads(raw))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ServelabError(f"{group}: unreadable {GROUP_JSON}: {exc}") from None
+        return group_from_json(group, raw)
 
     async def find_group(self, run_id: str) -> MultiNodeRecord | None:
         """The multi-node run whose group id is ``run_id``, or None when no host holds such a group."""

@@ -27,8 +27,9 @@ from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.logs.live import CHUNK, LiveAnalyses, LiveAnalysis, current_stage
 from servelab.engines.logs.values import Analysis, Stage
 from servelab.engines.nodes.hints import RendezvousHint
-from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeFailure, NodeLine, NodeRun, follow_node, merge_nodes
-from servelab.engines.runs import NoSuchRun, Runs
+from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeStatus, NodeFailure, NodeLine, NodeRun, follow_node, merge_nodes
+from servelab.engines.nodes.resolve import group_id_of, node_of, resolve_run
+from servelab.engines.runs import Runs
 from servelab.engines.runstate import RunState
 
 __all__ = [
@@ -55,51 +56,17 @@ __all__ = [
 #: announce themselves while loading; a rank first seen past this is read from that chunk on).
 RANK_PREFIX_BYTES = 8 << 20
 
-#: ``<experiment>.n<rank>[.<role>]-<stamp>-<hex>``: a node's run id (``engines.nodes.run.node_run_id``).
-_NODE_ID = re.compile(r"^(?P<exp>.+)\.n(?P<rank>\d+)(?:\.(?P<role>[A-Za-z0-9_-]+))?(?P<tail>-\d{8}-\d{6}-[0-9a-f]{4})$")
-
-
-def group_id_of(run_id: str) -> str | None:
-    """The group id a node's run id belongs to (``exp.n1-<stamp>`` -> ``exp-<stamp>``), else None."""
-    m = _NODE_ID.match(run_id)
-    return f"{m['exp']}{m['tail']}" if m else None
-
-
-def node_of(run_id: str) -> tuple[int, str | None] | None:
-    """``(rank, role)`` of a node's run id (role None for the node's first process), else None."""
-    m = _NODE_ID.match(run_id)
-    return (int(m["rank"]), m["role"]) if m else None
-
-
 async def resolve_group(runs: Runs, run_id: str) -> MultiNodeRecord | None:
-    """The multi-node run ``run_id`` names: its group id, or any node's own run id; None for an
-    ordinary run. An id that is neither raises :class:`~engines.runs.NoSuchRun` as ``Runs.find`` does.
-
-    An ordinary run is found as itself first, so it never costs a look for a group on every host.
-    """
-    mruns = MultiNodeRuns(runs)
-    gid = group_id_of(run_id)
-    if gid is not None:  # shaped like a node's id: its group says so (an experiment named "x.n1" is an ordinary run)
-        rec = await mruns.find_group(gid)
-        if rec is not None and any(n.run_id == run_id for n in rec.nodes):
-            return rec
-        await runs.find(run_id)
-        return None
-    try:
-        await runs.find(run_id)
-        return None
-    except NoSuchRun:
-        group = await mruns.find_group(run_id)
-        if group is None:
-            raise
-        return group
+    """The multi-node run ``run_id`` names (its group id, or any node's own run id); None for an
+    ordinary run. :func:`~engines.nodes.resolve.resolve_run`'s group, for callers that need no more."""
+    return (await resolve_run(runs, run_id)).group
 
 
 async def head_run_id(runs: Runs, run_id: str) -> tuple[str, MultiNodeRecord | None]:
-    """The run whose server answers for ``run_id``: the head's node run for a multi-node run (its
-    group id or any node's id), else ``run_id`` itself; with the group when there is one."""
-    group = await resolve_group(runs, run_id)
-    return (group.head.run_id, group) if group is not None else (run_id, None)
+    """The run whose server answers for ``run_id`` and its group: :func:`~engines.nodes.resolve.resolve_run`'s
+    ``(run_id, group)``. A caller that goes on to act on the run should keep the ``ResolvedRun`` instead."""
+    resolved = await resolve_run(runs, run_id)
+    return resolved.run_id, resolved.group
 
 
 def identity_nodes(group: MultiNodeRecord) -> list[dict[str, object]]:

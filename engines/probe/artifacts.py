@@ -26,15 +26,17 @@ from servelab.engines.probe.timer import HostTimer
 from servelab.engines.runstate import RunState
 
 if TYPE_CHECKING:
-    from servelab.engines.runs import RunRecord, Runs
+    from servelab.engines.nodes.resolve import ResolvedRun
+    from servelab.engines.runs import Located, RunRecord, Runs
 
 PROBE_JSON = "probe.json"
 REQUESTS_JSONL = "probe-requests.jsonl"
 
 
-async def run_experiment(runs: Runs, rec: RunRecord) -> Experiment:
-    """The definition the run was launched with (its ``experiment.toml``), else the catalog's."""
-    raw = await runs.read_artifact(rec.id, "experiment.toml")
+async def run_experiment(runs: Runs, rec: RunRecord, at: Located | None = None) -> Experiment:
+    """The definition the run was launched with (its ``experiment.toml``), else the catalog's;
+    ``at``: the run, located before (its host is not asked where the run is again)."""
+    raw = await runs.read_artifact(at if at is not None else rec.id, "experiment.toml")
     if raw is not None:
         try:
             data = tomllib.loads(raw.decode("utf-8"))
@@ -96,28 +98,37 @@ def load_stages_s(analysis: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-async def probe_run(runs: Runs, run_id: str, *, progress: Progress | None = None, ready_timeout_s: float = 900.0) -> ProbeResult:
+async def resolved(runs: Runs, run: str | ResolvedRun) -> ResolvedRun:
+    """``run`` resolved once (:func:`~engines.nodes.resolve.resolve_run`); a resolved run as it is."""
+    from servelab.engines.nodes.resolve import ResolvedRun, resolve_run
+
+    return run if isinstance(run, ResolvedRun) else await resolve_run(runs, run)
+
+
+async def probe_run(runs: Runs, run: str | ResolvedRun, *, progress: Progress | None = None, ready_timeout_s: float = 900.0) -> ProbeResult:
     """Probe a live run with its experiment's ``[probe]`` settings and store the results in its folder.
 
     A multi-node run (its group id or any node's run id) is probed through its head's server, and
     the results are stored in the head's folder, where :func:`load_probe` finds them for any of its ids.
+    The id is resolved once; every later step acts on the located head.
     """
-    from servelab.engines.nodes.view import head_run_id, identity_nodes
+    from servelab.engines.nodes.view import identity_nodes
 
-    run_id, group = await head_run_id(runs, run_id)
-    st = await runs.status(run_id)
+    target = await resolved(runs, run)
+    head, group, run_id = target.head, target.group, target.run_id
+    st = await runs.status(head)
     if not st.alive:
         raise ServelabError(f"run {run_id} is not running (status {st.status}); probe a live server")
     rec = st.record
-    exp = await run_experiment(runs, rec)
+    exp = await run_experiment(runs, rec, head)
     settings = exp.probe
     prompts = load_prompts(settings.prompts, base=runs.catalog.folder)
     ident = identity(exp, rec, await gpu_names(runs, rec.host), identity_nodes(group) if group is not None else None)
     if group is not None:
         ident["group"] = group.id
-    base_url = await runs.base_url(run_id)
+    base_url = await runs.base_url(head)
     # The timed requests are sent from the server's own host, never through the tunnel.
-    host = runs.host(rec.host)
+    host = head.host
     timer = HostTimer(host, host.config.python, f"http://127.0.0.1:{rec.port}")
     result = await run_probe(
         base_url,
@@ -132,7 +143,7 @@ async def probe_run(runs: Runs, run_id: str, *, progress: Progress | None = None
         timer=timer,
     )
     # Stage timings are final once the server is ready, so read them after the probe.
-    after = await runs.status(run_id)
+    after = await runs.status(head)
     summary = result.summary.with_fields(
         load_stages_s=load_stages_s(after.analysis.to_json() if after.analysis is not None else {}),
         run=run_id,
@@ -142,49 +153,37 @@ async def probe_run(runs: Runs, run_id: str, *, progress: Progress | None = None
     if exp.speculative.method == "none" and "acceptance_source" not in summary:
         summary = summary.with_fields(acceptance=f"not measured: {rec.experiment} does not speculate")  # absent fields, said so
     result.summary = summary
-    await runs.write_artifact(run_id, PROBE_JSON, result.summary_json().encode("utf-8"))
-    await runs.write_artifact(run_id, REQUESTS_JSONL, result.requests_jsonl().encode("utf-8"))
+    await runs.write_artifact(head, PROBE_JSON, result.summary_json().encode("utf-8"))
+    await runs.write_artifact(head, REQUESTS_JSONL, result.requests_jsonl().encode("utf-8"))
     return result
 
 
-async def load_probe(runs: Runs, run_id: str) -> ProbeSummary | None:
+async def load_probe(runs: Runs, run: str | ResolvedRun) -> ProbeSummary | None:
     """A run's stored ``probe.json`` (None when it was never probed); a multi-node run's (its group
-    id or any node's id) is the head's."""
-    from servelab.engines.nodes.view import group_id_of, head_run_id
-    from servelab.engines.runs import NoSuchRun
-
-    try:
-        raw = await runs.read_artifact(run_id, PROBE_JSON)
-    except NoSuchRun:  # not a run: maybe a multi-node run's group id
-        head, _ = await head_run_id(runs, run_id)
-        raw = await runs.read_artifact(head, PROBE_JSON)
-    else:
-        if raw is None and group_id_of(run_id) is not None:  # a node that does not serve: its head's
-            head, _ = await head_run_id(runs, run_id)
-            if head != run_id:
-                raw = await runs.read_artifact(head, PROBE_JSON)
+    id or any node's id) is the head's, where :func:`probe_run` stores it."""
+    target = await resolved(runs, run)
+    raw = await runs.read_artifact(target.head, PROBE_JSON)
     if raw is None:
         return None
     try:
         return ProbeSummary.from_json(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError):  # UnicodeDecodeError is a ValueError too
-        raise ServelabError(f"run {run_id}: {PROBE_JSON} is not valid JSON") from None
+        raise ServelabError(f"run {target.asked}: {PROBE_JSON} is not valid JSON") from None
     except TypeError:
-        raise ServelabError(f"run {run_id}: {PROBE_JSON} is not an object") from None
+        raise ServelabError(f"run {target.asked}: {PROBE_JSON} is not an object") from None
 
 
-async def wait_for_ready(runs: Runs, run_id: str, timeout_s: float = 3600.0, poll_s: float = 2.0) -> None:
+async def wait_for_ready(runs: Runs, run: str | ResolvedRun, timeout_s: float = 3600.0, poll_s: float = 2.0) -> None:
     """Poll the run's log analysis until the server is ready; a crash or exit is a one-line error.
     A multi-node run is ready when its head's server is."""
     import asyncio
 
-    from servelab.engines.nodes.view import head_run_id
-
-    run_id, _ = await head_run_id(runs, run_id)
+    target = await resolved(runs, run)
+    run_id = target.run_id
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while True:
-        st = await runs.status(run_id)
+        st = await runs.status(target.head)
         state = st.analysis.state if st.analysis is not None else None
         if state is RunState.READY and st.alive:
             return
@@ -197,14 +196,11 @@ async def wait_for_ready(runs: Runs, run_id: str, timeout_s: float = 3600.0, pol
         await asyncio.sleep(poll_s)
 
 
-async def probe_when_ready(runs: Runs, run_id: str, *, progress: Progress | None = None) -> ProbeResult | None:
+async def probe_when_ready(runs: Runs, run: str | ResolvedRun, *, progress: Progress | None = None) -> ProbeResult | None:
     """What runs right after launch: wait for ready, then probe if the experiment's ``[probe] auto`` asks."""
-    from servelab.engines.nodes.view import head_run_id
-
-    run_id, _ = await head_run_id(runs, run_id)
-    _host, rec = await runs.find(run_id)
-    exp = await run_experiment(runs, rec)
+    target = await resolved(runs, run)
+    exp = await run_experiment(runs, target.record, target.head)
     if not exp.probe.auto:
         return None
-    await wait_for_ready(runs, run_id)
-    return await probe_run(runs, run_id, progress=progress)
+    await wait_for_ready(runs, target)
+    return await probe_run(runs, target, progress=progress)

@@ -12,6 +12,7 @@ from servelab.engines.compare import FORMATS, compare_runs, render
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.hosts.registry import close_all
+from servelab.engines.nodes.resolve import resolve_run
 from servelab.engines.probe.artifacts import PROBE_JSON, REQUESTS_JSONL, probe_run, wait_for_ready
 from servelab.engines.runs import Runs
 
@@ -59,10 +60,11 @@ def cmd_probe(args: argparse.Namespace) -> int:
         print(f"probe: {msg}", file=sys.stderr, flush=True)
 
     async def body(runs: Runs) -> int:
+        target = await resolve_run(runs, args.run)  # once: the wait and the probe act on the run it names
         if args.wait:
             say("waiting for the server to be ready")
-            await wait_for_ready(runs, args.run)
-        result = await probe_run(runs, args.run, progress=say)
+            await wait_for_ready(runs, target)
+        result = await probe_run(runs, target, progress=say)
         s = result.summary
         if args.json:
             sys.stdout.write(result.summary_json())

@@ -112,10 +112,11 @@ async def _launch_nodes(runs: Runs, args: argparse.Namespace) -> int:
 def cmd_nodes(args: argparse.Namespace) -> int:
     async def body(runs: Runs) -> int:
         from servelab.engines.nodes.run import MultiNodeRuns
-        from servelab.engines.nodes.view import current_view, lanes_json, resolve_group
+        from servelab.engines.nodes.resolve import resolve_run
+        from servelab.engines.nodes.view import current_view, lanes_json
 
         nodes = MultiNodeRuns(runs)
-        group = await resolve_group(runs, args.run)  # the group's id or any node's
+        group = (await resolve_run(runs, args.run)).group  # the group's id or any node's
         st = await nodes.status(group if group is not None else await nodes.load(args.run))
         view = await current_view(runs, st)
         if args.json:
