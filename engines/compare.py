@@ -27,7 +27,7 @@ from servelab.engines.probe.stats import MAD_TO_SIGMA
 from servelab.engines.probe.summary import ProbeSummary
 
 if TYPE_CHECKING:
-    from servelab.engines.runs import Runs
+    from servelab.engines.runrecords import RunsAPI
 
 HELPS_ABOVE = 1.10
 HURTS_BELOW = 1.00
@@ -418,7 +418,7 @@ def render(comp: Comparison, fmt: str = "table", diff_only: bool = False) -> str
 
 
 # -- from the runs' folders -----------------------------------------------------------------------
-async def baseline_speedup(runs: Runs, run_id: str, summary: ProbeSummary, baseline_run: str | None = None) -> Speedup | None:
+async def baseline_speedup(runs: RunsAPI, run_id: str, summary: ProbeSummary, baseline_run: str | None = None) -> Speedup | None:
     """Speedup against the baseline experiment's latest probed run on the same host with the same
     prompts and settings, or against ``baseline_run`` when the user chose one (any host: the verdict
     then carries the cross-host caveat). A refusal says where it looked and what it found."""
@@ -469,7 +469,7 @@ async def baseline_speedup(runs: Runs, run_id: str, summary: ProbeSummary, basel
     return Speedup(None, reason=f"refused: no probed run of baseline experiment {base_exp}{where} (looked on {', '.join(runs.catalog.hosts.names()) if not same_host else same_host}){down}")
 
 
-async def compare_runs(runs: Runs, run_ids: Sequence[str], baseline_run: str | None = None) -> Comparison:
+async def compare_runs(runs: RunsAPI, run_ids: Sequence[str], baseline_run: str | None = None) -> Comparison:
     """Load every run's probe.json and build the comparison."""
     from servelab.engines.probe.artifacts import load_probe
 
@@ -493,7 +493,7 @@ async def compare_runs(runs: Runs, run_ids: Sequence[str], baseline_run: str | N
     return comp
 
 
-async def diagnosis_lines(runs: Runs, run_ids: Sequence[str], speedups: dict[str, Speedup]) -> list[str]:
+async def diagnosis_lines(runs: RunsAPI, run_ids: Sequence[str], speedups: dict[str, Speedup]) -> list[str]:
     """For each diagnosed run: the speed verdict with its likely cause and the next setting."""
     from servelab.engines.diagnosis.stored import load_diagnosis
     from servelab.engines.diagnosis.verdict import verdict_line

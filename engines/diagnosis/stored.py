@@ -14,7 +14,7 @@ from servelab.engines.diagnosis.model import Diagnosis, from_dict
 from servelab.engines.errors import ServelabError
 
 if TYPE_CHECKING:
-    from servelab.engines.runs import Runs
+    from servelab.engines.runrecords import RunsAPI
 
 DIAGNOSIS_JSON = "diagnosis.json"
 
@@ -29,7 +29,7 @@ def parse(raw: bytes, run_id: str) -> Diagnosis:
         raise ServelabError(f"run {run_id}: {DIAGNOSIS_JSON} is unreadable ({exc})") from None
 
 
-async def load_diagnosis(runs: Runs, run_id: str) -> Diagnosis | None:
+async def load_diagnosis(runs: RunsAPI, run_id: str) -> Diagnosis | None:
     """A run's stored diagnosis (None when it was never diagnosed)."""
     raw = await runs.read_artifact(run_id, DIAGNOSIS_JSON)
     return None if raw is None else parse(raw, run_id)

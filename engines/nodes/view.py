@@ -28,7 +28,8 @@ from servelab.engines.logs.live import CHUNK, LiveAnalyses, LiveAnalysis, curren
 from servelab.engines.logs.values import Analysis, Stage
 from servelab.engines.nodes.hints import RendezvousHint
 from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeFailure, NodeLine, NodeRun, follow_node, merge_nodes
-from servelab.engines.runs import NoSuchRun, Runs
+from servelab.engines.runrecords import NoSuchRun
+from servelab.engines.runrecords import RunsAPI
 from servelab.engines.runstate import RunState
 
 __all__ = [
@@ -71,7 +72,7 @@ def node_of(run_id: str) -> tuple[int, str | None] | None:
     return (int(m["rank"]), m["role"]) if m else None
 
 
-async def resolve_group(runs: Runs, run_id: str) -> MultiNodeRecord | None:
+async def resolve_group(runs: RunsAPI, run_id: str) -> MultiNodeRecord | None:
     """The multi-node run ``run_id`` names: its group id, or any node's own run id; None for an
     ordinary run. An id that is neither raises :class:`~engines.runs.NoSuchRun` as ``Runs.find`` does.
 
@@ -95,7 +96,7 @@ async def resolve_group(runs: Runs, run_id: str) -> MultiNodeRecord | None:
         return group
 
 
-async def head_run_id(runs: Runs, run_id: str) -> tuple[str, MultiNodeRecord | None]:
+async def head_run_id(runs: RunsAPI, run_id: str) -> tuple[str, MultiNodeRecord | None]:
     """The run whose server answers for ``run_id``: the head's node run for a multi-node run (its
     group id or any node's id), else ``run_id`` itself; with the group when there is one."""
     group = await resolve_group(runs, run_id)
@@ -245,7 +246,7 @@ class NodeChunk:
     restart: bool = False
 
 
-async def follow_chunks(runs: Runs, record: MultiNodeRecord) -> AsyncGenerator[NodeChunk | NodeRun, None]:
+async def follow_chunks(runs: RunsAPI, record: MultiNodeRecord) -> AsyncGenerator[NodeChunk | NodeRun, None]:
     """Every node process's log as it grows (``NodeChunk``), and a node's ``NodeRun`` once its log
     has ended, until every node has ended. Each node is followed by :meth:`Runs.follow` (which
     keeps asking a host whose link drops and goes on from its offset), twice as
@@ -369,7 +370,7 @@ class NodesLog:
         )
 
 
-async def current_view(runs: Runs, status: MultiNodeStatus, limit: int = 256 << 20) -> NodesView:
+async def current_view(runs: RunsAPI, status: MultiNodeStatus, limit: int = 256 << 20) -> NodesView:
     """The view of ``status``'s run now, from each node's log as it is on its host (``servelab
     nodes``): the nodes' own analyses are the ones ``status`` just brought up to date (shared, not
     read again); a rank's row reads the node's log from its first byte (up to ``limit`` bytes)."""

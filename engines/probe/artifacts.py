@@ -26,13 +26,14 @@ from servelab.engines.probe.timer import HostTimer
 from servelab.engines.runstate import RunState
 
 if TYPE_CHECKING:
-    from servelab.engines.runs import RunRecord, Runs
+    from servelab.engines.runrecords import RunRecord
+    from servelab.engines.runrecords import RunsAPI
 
 PROBE_JSON = "probe.json"
 REQUESTS_JSONL = "probe-requests.jsonl"
 
 
-async def run_experiment(runs: Runs, rec: RunRecord) -> Experiment:
+async def run_experiment(runs: RunsAPI, rec: RunRecord) -> Experiment:
     """The definition the run was launched with (its ``experiment.toml``), else the catalog's."""
     raw = await runs.read_artifact(rec.id, "experiment.toml")
     if raw is not None:
@@ -45,7 +46,7 @@ async def run_experiment(runs: Runs, rec: RunRecord) -> Experiment:
     return runs.catalog.get(rec.experiment).experiment
 
 
-async def gpu_names(runs: Runs, host_name: str) -> list[str]:
+async def gpu_names(runs: RunsAPI, host_name: str) -> list[str]:
     """GPU names from ``nvidia-smi`` on the host; empty when there is none (CPU hosts)."""
     try:
         done = await runs.host(host_name).run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], timeout=20)
@@ -96,7 +97,7 @@ def load_stages_s(analysis: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-async def probe_run(runs: Runs, run_id: str, *, progress: Progress | None = None, ready_timeout_s: float = 900.0) -> ProbeResult:
+async def probe_run(runs: RunsAPI, run_id: str, *, progress: Progress | None = None, ready_timeout_s: float = 900.0) -> ProbeResult:
     """Probe a live run with its experiment's ``[probe]`` settings and store the results in its folder.
 
     A multi-node run (its group id or any node's run id) is probed through its head's server, and
@@ -147,11 +148,11 @@ async def probe_run(runs: Runs, run_id: str, *, progress: Progress | None = None
     return result
 
 
-async def load_probe(runs: Runs, run_id: str) -> ProbeSummary | None:
+async def load_probe(runs: RunsAPI, run_id: str) -> ProbeSummary | None:
     """A run's stored ``probe.json`` (None when it was never probed); a multi-node run's (its group
     id or any node's id) is the head's."""
     from servelab.engines.nodes.view import group_id_of, head_run_id
-    from servelab.engines.runs import NoSuchRun
+    from servelab.engines.runrecords import NoSuchRun
 
     try:
         raw = await runs.read_artifact(run_id, PROBE_JSON)
@@ -173,7 +174,7 @@ async def load_probe(runs: Runs, run_id: str) -> ProbeSummary | None:
         raise ServelabError(f"run {run_id}: {PROBE_JSON} is not an object") from None
 
 
-async def wait_for_ready(runs: Runs, run_id: str, timeout_s: float = 3600.0, poll_s: float = 2.0) -> None:
+async def wait_for_ready(runs: RunsAPI, run_id: str, timeout_s: float = 3600.0, poll_s: float = 2.0) -> None:
     """Poll the run's log analysis until the server is ready; a crash or exit is a one-line error.
     A multi-node run is ready when its head's server is."""
     import asyncio
@@ -197,7 +198,7 @@ async def wait_for_ready(runs: Runs, run_id: str, timeout_s: float = 3600.0, pol
         await asyncio.sleep(poll_s)
 
 
-async def probe_when_ready(runs: Runs, run_id: str, *, progress: Progress | None = None) -> ProbeResult | None:
+async def probe_when_ready(runs: RunsAPI, run_id: str, *, progress: Progress | None = None) -> ProbeResult | None:
     """What runs right after launch: wait for ready, then probe if the experiment's ``[probe] auto`` asks."""
     from servelab.engines.nodes.view import head_run_id
 

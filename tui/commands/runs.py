@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 from servelab.engines.catalog import load_catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.logs.live import current_stage
-from servelab.engines.runs import CHUNK, NoSuchRun, RunRecord, Runs
+from servelab.engines.runrecords import NoSuchRun, RunRecord
+from servelab.engines.runs import CHUNK, Runs
 from servelab.engines.runstate import RunState
 from servelab.tui.commands.hostloop import run_on_hosts
 
