@@ -27,8 +27,7 @@ from servelab.engines.probe.stats import MAD_TO_SIGMA
 from servelab.engines.probe.summary import ProbeSummary
 
 if TYPE_CHECKING:
-    from servelab.engines.nodes.resolve import ResolvedRun
-    from servelab.engines.runs import Runs
+    from servelab.engines.runrecords import ResolvedRun, RunsAPI
 
 HELPS_ABOVE = 1.10
 HURTS_BELOW = 1.00
@@ -419,7 +418,7 @@ def render(comp: Comparison, fmt: str = "table", diff_only: bool = False) -> str
 
 
 # -- from the runs' folders -----------------------------------------------------------------------
-async def baseline_speedup(runs: Runs, run_id: str, summary: ProbeSummary, baseline_run: str | None = None) -> Speedup | None:
+async def baseline_speedup(runs: RunsAPI, run_id: str, summary: ProbeSummary, baseline_run: str | None = None) -> Speedup | None:
     """Speedup against the baseline experiment's latest probed run on the same host with the same
     prompts and settings, or against ``baseline_run`` when the user chose one (any host: the verdict
     then carries the cross-host caveat). A refusal says where it looked and what it found."""
@@ -470,18 +469,16 @@ async def baseline_speedup(runs: Runs, run_id: str, summary: ProbeSummary, basel
     return Speedup(None, reason=f"refused: no probed run of baseline experiment {base_exp}{where} (looked on {', '.join(runs.catalog.hosts.names()) if not same_host else same_host}){down}")
 
 
-async def compare_runs(runs: Runs, run_ids: Sequence[str], baseline_run: str | None = None) -> Comparison:
+async def compare_runs(runs: RunsAPI, run_ids: Sequence[str], baseline_run: str | None = None) -> Comparison:
     """Load every run's probe.json and build the comparison."""
     from servelab.engines.probe.artifacts import load_probe
 
     if not run_ids:
         raise ServelabError("compare needs at least one run id")
-    from servelab.engines.nodes.resolve import resolve_run
-
     columns: list[tuple[str, ProbeSummary]] = []
     resolved: dict[str, ResolvedRun] = {}
     for run_id in run_ids:
-        resolved[run_id] = await resolve_run(runs, run_id)  # once: the probe and the diagnosis are its head's
+        resolved[run_id] = await runs.resolve(run_id)  # once: the probe and the diagnosis are its head's
         probe = await load_probe(runs, resolved[run_id])
         if probe is None:
             raise ServelabError(f"run {run_id} has no probe results (run 'servelab probe {run_id}' while it serves)")
@@ -499,17 +496,16 @@ async def compare_runs(runs: Runs, run_ids: Sequence[str], baseline_run: str | N
 
 
 async def diagnosis_lines(
-    runs: Runs, run_ids: Sequence[str], speedups: dict[str, Speedup], resolved: Mapping[str, ResolvedRun] | None = None
+    runs: RunsAPI, run_ids: Sequence[str], speedups: dict[str, Speedup], resolved: Mapping[str, ResolvedRun] | None = None
 ) -> list[str]:
     """For each diagnosed run: the speed verdict with its likely cause and the next setting.
     ``resolved``: the runs as resolved before (a run missing from it is resolved here)."""
     from servelab.engines.diagnosis.stored import load_diagnosis
     from servelab.engines.diagnosis.verdict import verdict_line
-    from servelab.engines.nodes.resolve import resolve_run
 
     out = []
     for run_id in run_ids:
-        target = (resolved or {}).get(run_id) or await resolve_run(runs, run_id)
+        target = (resolved or {}).get(run_id) or await runs.resolve(run_id)
         diag = await load_diagnosis(runs, target.head)  # a multi-node run's diagnosis is its head's
         if diag is not None:
             sp = speedups.get(run_id)

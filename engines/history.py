@@ -23,7 +23,8 @@ from servelab.engines.errors import ServelabError
 from servelab.engines.logs.values import Analysis, stage_seconds
 from servelab.engines.probe.artifacts import load_probe
 from servelab.engines.probe.summary import ProbeSummary
-from servelab.engines.runs import RunRecord, Runs
+from servelab.engines.runrecords import RunRecord
+from servelab.engines.runrecords import RunsAPI
 from servelab.engines.runstate import RunState, StageState
 
 @dataclass
@@ -63,7 +64,7 @@ def load_seconds(analysis: Analysis | None, probe: Mapping[str, Any] | None) -> 
     return None
 
 
-async def probe_of(runs: Runs, run_id: str) -> ProbeSummary | None:
+async def probe_of(runs: RunsAPI, run_id: str) -> ProbeSummary | None:
     """The run's ``probe.json``, or None when it has none or it cannot be read."""
     try:
         return await load_probe(runs, run_id)
@@ -71,7 +72,7 @@ async def probe_of(runs: Runs, run_id: str) -> ProbeSummary | None:
         return None
 
 
-async def latest_runs(runs: Runs, live: Mapping[str, Analysis] | None = None) -> tuple[dict[str, LatestRun], dict[str, str]]:
+async def latest_runs(runs: RunsAPI, live: Mapping[str, Analysis] | None = None) -> tuple[dict[str, LatestRun], dict[str, str]]:
     """``{experiment: LatestRun}`` and ``{host: why unreachable}``.
 
     Never reads whole logs: the state comes from the live analyses already made (``live``, else
@@ -95,11 +96,11 @@ async def latest_runs(runs: Runs, live: Mapping[str, Analysis] | None = None) ->
     return out, dict(runs.unreachable)
 
 
-def _held(runs: Runs, rec: RunRecord) -> Analysis | None:
+def _held(runs: RunsAPI, rec: RunRecord) -> Analysis | None:
     return runs.live.get(rec.id, rec.engine).analysis if rec.id in runs.live else None
 
 
-async def _one(runs: Runs, rec: RunRecord, analysis: Analysis | None) -> LatestRun:
+async def _one(runs: RunsAPI, rec: RunRecord, analysis: Analysis | None) -> LatestRun:
     latest = LatestRun(rec.id, display_state(rec.status, rec.exit_code, analysis))
     probe = await probe_of(runs, rec.id)
     latest.load_s = load_seconds(analysis, probe)
@@ -112,7 +113,7 @@ async def _one(runs: Runs, rec: RunRecord, analysis: Analysis | None) -> LatestR
     return latest
 
 
-async def earlier_stage_seconds(runs: Runs, rec: RunRecord, limit: int = 3) -> dict[str, float]:
+async def earlier_stage_seconds(runs: RunsAPI, rec: RunRecord, limit: int = 3) -> dict[str, float]:
     """Median seconds per stage over the newest ``limit`` probed runs of the same model and host."""
     same = [r for r in await runs.list(rec.host) if r.id != rec.id and r.model == rec.model and r.host == rec.host]
     durations: dict[str, list[float]] = {}
@@ -131,7 +132,7 @@ async def earlier_stage_seconds(runs: Runs, rec: RunRecord, limit: int = 3) -> d
     return {name: median(values) for name, values in durations.items()}
 
 
-async def load_estimates(runs: Runs, hosts: Iterable[str], limit: int = 3) -> dict[tuple[str, str], float]:
+async def load_estimates(runs: RunsAPI, hosts: Iterable[str], limit: int = 3) -> dict[tuple[str, str], float]:
     """Median start-to-ready seconds of the newest ``limit`` probed runs of each (host, model path as
     that host sees it) on these hosts: what a campaign's loads will take. A host that cannot be
     reached gives no estimate (``runs.unreachable`` names it), not an error."""
@@ -156,7 +157,7 @@ async def load_estimates(runs: Runs, hosts: Iterable[str], limit: int = 3) -> di
     return out
 
 
-async def latest_probed(runs: Runs, experiments: list[str]) -> tuple[list[str], list[str]]:
+async def latest_probed(runs: RunsAPI, experiments: list[str]) -> tuple[list[str], list[str]]:
     """The newest probed run of each experiment, and the experiments that have none."""
     records = await runs.list()
     chosen: list[str] = []

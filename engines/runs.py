@@ -36,182 +36,38 @@ from servelab.engines.hosts.seen import HostSeen, SeenStore, clock, host_key
 from servelab.engines.hostsfile import HostConfig
 from servelab.engines.logs.values import Analysis
 from servelab.engines.logs.live import LiveAnalyses
+from servelab.engines.nodes.resolve import resolve_run
 from servelab.engines.preflight import run_preflight
 from servelab.engines.runstate import RunState
+from servelab.engines.runrecords import (
+    ARTIFACT_RE,
+    EXIT_CODE,
+    LOG_NAME,
+    RESERVED,
+    RUN_ID_RE,
+    RUN_JSON,
+    RUNS_DIR,
+    TAIL_BYTES,
+    KnownRun,
+    Located,
+    LogTail,
+    NoSuchRun,
+    ResolvedRun,
+    RunRecord,
+    RunRef,
+    RunStatus,
+    RunUnreachable,
+    new_run_id,
+    runs_root,
+    unreachable_reason,
+)
 
-RUNS_DIR = "runs"
-LOG_NAME = "engine.log"
-RUN_JSON = "run.json"
-EXIT_CODE = "exit_code"
-#: Files the lifecycle owns; artifacts may not overwrite them.
-RESERVED = frozenset({RUN_JSON, LOG_NAME, EXIT_CODE, "experiment.toml", "stop_requested", "shm-owned.json"})
-RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*-\d{8}-\d{6}-[0-9a-f]{4}$")
-ARTIFACT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
 #: How often follow() looks for new bytes when the log is idle (liveness is known within 2 s).
 POLL_SECONDS = 0.25
 CHUNK = 1 << 20
-#: Bytes of a log's end :meth:`Runs.log_tail` reads: a few screens of lines, in one round trip.
-TAIL_BYTES = 256 << 10
 #: How long follow() keeps trying to reach a host that dropped before giving up.
 FOLLOW_UNREACHABLE_SECONDS = 120.0
-
-
-def new_run_id(experiment: str, now: dt.datetime | None = None) -> str:
-    """``<experiment>-<YYYYmmdd-HHMMSS>-<4 hex>``."""
-    now = now or dt.datetime.now()
-    return f"{experiment}-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
-
-
-def runs_root(host: HostConfig) -> str:
-    return f"{host_workdir(host)}/{RUNS_DIR}"
-
-
-@dataclass
-class RunRecord:
-    """What ``run.json`` holds about one run."""
-
-    id: str
-    experiment: str
-    engine: str
-    host: str
-    argv: list[str]
-    env: dict[str, str]
-    port: int
-    model: str
-    run_dir: str
-    log_path: str
-    started_at: str = ""
-    pid: int | None = None
-    pgid: int | None = None
-    start_time: int | None = None
-    supervisor_pid: int | None = None
-    status: RunState = RunState.LAUNCHING
-    exit_code: int | None = None
-    #: sha256 of each patch file of the definition, by file name.
-    patch_hashes: dict[str, str] = field(default_factory=dict)
-    #: What preflight found in the engine's package: patches and patched files with their sha256.
-    patches: dict[str, Any] = field(default_factory=dict)
-    identity: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RunRecord:
-        """Build from run.json (or runctl's status), ignoring keys this version does not know."""
-        known = {f.name for f in fields(cls)}
-        rec = cls(**{k: v for k, v in data.items() if k in known})
-        rec.status = RunState.parse(rec.status)
-        return rec
-
-
-@dataclass
-class RunStatus:
-    """A run as it is now: its record, whether the engine lives, its exit code, the log analysis."""
-
-    record: RunRecord
-    alive: bool
-    exit_code: int | None
-    #: What the log says (None when not asked for, or when the log could not be read).
-    analysis: Analysis | None = None
-    #: Why the analysis is missing when the analyzer failed (one line).
-    analysis_error: str | None = None
-
-    @property
-    def status(self) -> RunState:
-        return self.record.status
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = self.analysis.to_json() if self.analysis is not None else {}
-        if self.analysis_error is not None:
-            out["analysis_error"] = self.analysis_error
-        out.update(
-            {
-                "run": self.record.id,
-                "experiment": self.record.experiment,
-                "engine": self.record.engine,
-                "host": self.record.host,
-                "status": self.record.status,
-                "pid": self.record.pid,
-                "pgid": self.record.pgid,
-                "alive": self.alive,
-                "exit_code": self.exit_code,
-                "port": self.record.port,
-                "started_at": self.record.started_at,
-                "log_path": self.record.log_path,
-                "run_dir": self.record.run_dir,
-            }
-        )
-        return out
-
-
-@dataclass(frozen=True)
-class LogTail:
-    """The end of a run's log: whole lines from byte ``offset`` of the log on."""
-
-    offset: int
-    data: bytes
-
-
-@dataclass
-class KnownRun:
-    """A run as a screen lists it: as its host answered now, or as last seen when the host is down."""
-
-    record: RunRecord
-    #: The host that did not answer (since when, why); None when the record is current.
-    down: HostSeen | None = None
-
-    @property
-    def stale(self) -> bool:
-        return self.down is not None
-
-
-@dataclass(frozen=True)
-class Located:
-    """A run already found: the host holding it and its record as read then. Every :class:`Runs`
-    method that takes a run id takes one of these too and then asks no host where the run is."""
-
-    host: Host
-    record: RunRecord
-
-    @property
-    def id(self) -> str:
-        return self.record.id
-
-
-#: A run id to look up, or a run located before.
-RunRef = str | Located
-
-
-class NoSuchRun(ServelabError):
-    """No configured host holds a run of this id (every host answered, or the others could not)."""
-
-
-class RunUnreachable(ServelabError):
-    """The run's host is known but cannot be reached: its state is unknown (not "no run")."""
-
-    def __init__(self, run_id: str, host: str, reason: str, last: RunRecord | None, seen_at: str | None, since: str | None = None) -> None:
-        self.run_id, self.host, self.reason, self.last, self.seen_at, self.since = run_id, host, reason, last, seen_at, since
-        super().__init__(f"{host} unreachable: {reason}; the run's state is unknown{self._seen()}")
-
-    def _seen(self) -> str:
-        if self.last is not None and self.seen_at:
-            return f", last seen {self.last.status} at {self.seen_at}"
-        return ", not seen from this machine before"
-
-    def short(self) -> str:
-        """For a title: ``box unreachable since 07:41:12 · state unknown, last seen running at 07:40:58 · why``."""
-        since = f" since {self.since}" if self.since else ""
-        return f"{self.host} unreachable{since} · state unknown{self._seen()} · {self.reason}"
-
-
-def unreachable_reason(cfg: HostConfig, exc: BaseException) -> str:
-    """A host's refusal without the ``name (target): `` prefix the message starts with (the caller names the host)."""
-    text = str(exc)
-    for prefix in (f"{cfg.name} ({cfg.ssh}): ", f"{cfg.name}: "):
-        if text.startswith(prefix):
-            return text[len(prefix) :]
-    return text
 
 
 class Runs:
@@ -451,6 +307,14 @@ class Runs:
             return run
         h, rec = await self.find(run)
         return Located(h, rec)
+
+    async def resolve(self, run: str | ResolvedRun) -> ResolvedRun:
+        """What ``run`` names, looked up once (``engines.nodes.resolve``): an ordinary run, a
+        multi-node run's group id or one of its node processes' ids, with the located run that
+        serves for it; a resolved run as it is."""
+        if isinstance(run, ResolvedRun):
+            return run
+        return await resolve_run(self, run)
 
     async def _at(self, run: RunRef) -> tuple[Host, RunRecord]:
         """(host, record) of a run: found by id, or a located run's own (a copy, which liveness

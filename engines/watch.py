@@ -18,7 +18,8 @@ from servelab.engines.errors import ServelabError
 from servelab.engines.history import display_state
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.logs.values import Analysis
-from servelab.engines.runs import Runs, RunStatus
+from servelab.engines.runrecords import RunStatus
+from servelab.engines.runs import Runs
 from servelab.engines.runstate import RunState
 
 LIST_SECONDS = 5.0

@@ -6,6 +6,7 @@ import json
 
 from servelab.engines.campaign.diagnosis import diagnose_point, headline, needs_diagnosis
 from servelab.engines.campaign.report import build_report, render
+from servelab.engines.runs import Runs
 from servelab.engines.catalog import load_catalog
 from servelab.engines.experiment import Experiment
 from tests.fixtures.campaignlab import FULL_SWEEP, recorded_campaign
@@ -20,7 +21,7 @@ def test_low_acceptance_or_no_gain_is_what_gets_diagnosed() -> None:
 
 
 async def test_real_points_that_do_not_pay_carry_the_rules_cause_and_next_step(lab: Lab) -> None:
-    report = await build_report(load_catalog(lab.folder), recorded_campaign(lab, FULL_SWEEP))
+    report = await build_report(Runs(load_catalog(lab.folder)), recorded_campaign(lab, FULL_SWEEP))
     rows = {r.point: r for r in report.rows}
     spec = [r for r in report.rows if r.k is not None and r.status == "done"]
     assert sorted((r.k, r.concurrency) for r in spec) == [(2, 1), (2, 4), (4, 1), (4, 4)]

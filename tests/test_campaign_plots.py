@@ -11,6 +11,7 @@ from pathlib import Path
 
 from servelab.engines.campaign.plots import CHARTS, plot_series, write_plots
 from servelab.engines.campaign.report import CampaignReport, build_report
+from servelab.engines.runs import Runs
 from servelab.engines.catalog import load_catalog
 from tests.conftest import REPO
 from tests.fixtures.campaignlab import FULL_SWEEP, recorded_campaign
@@ -33,7 +34,7 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 async def test_series_are_the_reports_own_figures(lab: Lab) -> None:
-    report = await build_report(load_catalog(lab.folder), recorded_campaign(lab, FULL_SWEEP))
+    report = await build_report(Runs(load_catalog(lab.folder)), recorded_campaign(lab, FULL_SWEEP))
     rows = {r.point: r for r in report.rows}
     plots = plot_series(report)
     spec = [r for r in report.rows if r.k is not None and r.status == "done"]
@@ -67,7 +68,7 @@ async def test_series_are_the_reports_own_figures(lab: Lab) -> None:
 
 
 async def test_files_are_valid_svg_and_png_with_the_series_labels(lab: Lab, tmp_path: Path) -> None:
-    report = await build_report(load_catalog(lab.folder), recorded_campaign(lab, FULL_SWEEP))
+    report = await build_report(Runs(load_catalog(lab.folder)), recorded_campaign(lab, FULL_SWEEP))
     written = write_plots(plot_series(report), tmp_path / "plots")
     assert sorted(p.name for p in written) == sorted(f"{c}.{e}" for c in CHARTS for e in ("svg", "png"))
     for chart in CHARTS:

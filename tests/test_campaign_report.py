@@ -14,6 +14,7 @@ import pytest
 
 from servelab.engines.campaign import control
 from servelab.engines.campaign.report import PointRow, _acceptance, batch_size_tables, best_k_per_concurrency, build_report, recommend, render
+from servelab.engines.runs import Runs
 from servelab.engines.catalog import load_catalog
 from servelab.engines.experiment import Experiment
 from servelab.engines.probe.prompts import builtin
@@ -71,7 +72,7 @@ async def test_report_of_a_finished_campaign_in_every_format(lab: Lab) -> None:
     while (await control.status(load_catalog(lab.folder), st.id)).status != "done":
         assert time.monotonic() - t0 < 120
         await asyncio.sleep(0.2)
-    report = await build_report(load_catalog(lab.folder), "sweep")
+    report = await build_report(Runs(load_catalog(lab.folder)), "sweep")
     assert report.id == st.id and report.status == "done" and len(report.rows) == 4
     base = [r for r in report.rows if r.k is None]
     spec = [r for r in report.rows if r.k is not None]
@@ -147,7 +148,7 @@ def test_installed_vllm_accepts_the_table_and_picks_each_k() -> None:
 
 async def test_recorded_real_campaign_says_no_k_beat_the_baseline(lab: Lab) -> None:
     """On this CPU n-gram K=2 and K=4 are slower than the baseline at concurrency 1 and 4 (real records)."""
-    report = await build_report(load_catalog(lab.folder), recorded_campaign(lab, FULL_SWEEP))
+    report = await build_report(Runs(load_catalog(lab.folder)), recorded_campaign(lab, FULL_SWEEP))
     spec = sorted((r for r in report.rows if r.k is not None and r.status == "done"), key=lambda r: r.concurrency or 0)
     assert [r.concurrency for r in spec] == [1, 1, 4, 4] and all(r.speedup is not None and r.speedup < 1.0 for r in spec)
     (table,) = report.batch_size_tables

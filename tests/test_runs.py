@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from servelab.engines.errors import ServelabError
-from servelab.engines.runs import RUN_ID_RE, RunRecord, Runs, new_run_id
+from servelab.engines.runrecords import RUN_ID_RE, RunRecord, new_run_id
+from servelab.engines.runs import Runs
 from tests.fixtures.runlab import STUB_PATH, Lab, group_members, is_running, proc_stat, wait_for
 
 
@@ -376,7 +377,7 @@ async def test_the_run_control_helper_is_uploaded_again_when_removed(lab: Lab) -
 
 def test_home_relative_workdir_over_ssh() -> None:
     from servelab.engines.hostsfile import HostConfig
-    from servelab.engines.runs import runs_root
+    from servelab.engines.runrecords import runs_root
 
     assert runs_root(HostConfig(name="g", ssh="gpu", workdir="~/servelab")) == "servelab/runs"
     assert runs_root(HostConfig(name="g", ssh="gpu", workdir="/data/servelab/")) == "/data/servelab/runs"

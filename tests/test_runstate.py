@@ -10,7 +10,7 @@ import pytest
 
 from servelab.engines.errors import ServelabError
 from servelab.engines.logs.files import analyze_file
-from servelab.engines.runs import RunRecord
+from servelab.engines.runrecords import RunRecord
 from servelab.engines.runstate import STYLES, RunState, is_terminal
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from servelab.engines.nodes.run import GROUP_JSON, MultiNodeRecord, NodeRun, node_run_id
-from servelab.engines.runs import new_run_id
+from servelab.engines.runrecords import new_run_id
 from servelab.engines.runstate import RunState
 from tests.fixtures.runlab import Lab
 from tests.fixtures.sshd import SshServer

@@ -97,7 +97,7 @@ def test_old_spool_copies_are_pruned(tmp_path) -> None:  # type: ignore[no-untyp
 
 
 async def test_a_truncated_log_starts_the_view_and_analysis_afresh(tui_folder: TuiFolder) -> None:
-    from servelab.engines.runs import LOG_NAME
+    from servelab.engines.runrecords import LOG_NAME
 
     run_id = tui_folder.replay("tiny-cpu-vllm-baseline", NGRAM_SERVE, rate=0, exit_code=0, hold_s=30.0)
     app = ServelabApp(tui_folder.folder)
@@ -120,7 +120,7 @@ async def test_a_truncated_log_starts_the_view_and_analysis_afresh(tui_folder: T
 async def test_a_long_log_shows_its_end_before_it_is_indexed_then_the_whole_log(tui_folder: TuiFolder, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Opening a long run: its last lines are on screen while the log is still being read from byte 0;
     then the view swaps to the whole log (following its end), which agrees with a scan of the file."""
-    from servelab.engines.runs import LOG_NAME, TAIL_BYTES
+    from servelab.engines.runrecords import LOG_NAME, TAIL_BYTES
     from servelab.tui.widgets.line_index import LineIndex
 
     body = NGRAM_SERVE.read_bytes()

@@ -8,7 +8,8 @@ from collections.abc import Callable
 import pytest
 
 from servelab.engines.catalog import load_catalog
-from servelab.engines.runs import RunRecord, Runs, RunStatus
+from servelab.engines.runrecords import RunRecord, RunStatus
+from servelab.engines.runs import Runs
 from servelab.engines.runstate import RunState
 from tests.fixtures.tui import SHARED_LOGS, TuiFolder
 from servelab.engines import watch

@@ -219,7 +219,6 @@ class ServelabApp(App[int]):
     @work(group="probe", exit_on_error=False)
     async def _probe(self, run_id: str, only_if_new: bool) -> None:
         from servelab.engines.hosts.base import HostUnreachable
-        from servelab.engines.nodes.resolve import resolve_run
         from servelab.engines.probe.artifacts import load_probe, probe_run
 
         runs = self.runs()
@@ -228,7 +227,7 @@ class ServelabApp(App[int]):
             self.probing[run_id] = message
 
         try:
-            target = await resolve_run(runs, run_id)  # once: the stored probe and the probe act on the run it names
+            target = await runs.resolve(run_id)  # once: the stored probe and the probe act on the run it names
             if only_if_new and await load_probe(runs, target) is not None:
                 return
             result = await probe_run(runs, target, progress=progress)

@@ -35,7 +35,7 @@ from servelab.engines.hostsfile import HostConfig
 from servelab.engines.preflight import run_preflight
 from servelab.engines.probe.client import chat_body
 from servelab.engines.probe.prompts import load as load_prompts
-from servelab.engines.runs import RunRecord, runs_root
+from servelab.engines.runrecords import RunRecord, runs_root
 from servelab.engines.runstate import CampaignState, RunState
 
 CAMPAIGNS_DIR = "campaigns"

@@ -28,7 +28,7 @@ from servelab.engines.hosts.registry import open_host
 CAMPAIGN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*-\d{8}-\d{6}-[0-9a-f]{4}$")
 
 if TYPE_CHECKING:
-    from servelab.engines.runs import Runs
+    from servelab.engines.runrecords import RunsAPI
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def campaign_entries(catalog: Catalog, estimates: dict[tuple[str, str], float] |
     return out
 
 
-async def campaign_entries_with_history(catalog: Catalog, runs: Runs) -> list[CampaignEntry]:
+async def campaign_entries_with_history(catalog: Catalog, runs: RunsAPI) -> list[CampaignEntry]:
     """``campaign_entries`` with each load estimated from earlier loads (``plan_with_history``'s rule, one listing for all)."""
     from servelab.engines.history import load_estimates
 

@@ -36,7 +36,7 @@ from servelab.engines.experiment import Experiment, SourcedExperiment
 from servelab.engines.loader import display_path, locate
 
 if TYPE_CHECKING:
-    from servelab.engines.runs import Runs
+    from servelab.engines.runrecords import RunsAPI
 
 #: Keys that never change what is loaded.
 _NOT_SERVED = ("name", "description", "tags", "baseline", "probe")
@@ -225,7 +225,7 @@ def _host_model(catalog: Catalog, base: SourcedExperiment, model: str) -> str:
         return model
 
 
-async def plan_with_history(campaign: Campaign, catalog: Catalog, runs: Runs) -> Plan:
+async def plan_with_history(campaign: Campaign, catalog: Catalog, runs: RunsAPI) -> Plan:
     """The plan, each load estimated from earlier probed loads of its model on its host."""
     from servelab.engines.history import load_estimates
 

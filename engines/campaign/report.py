@@ -40,6 +40,7 @@ from servelab.engines.probe.metrics import latency_between
 from servelab.engines.probe.client import result_from_events
 from servelab.engines.probe.stats import MAD_TO_SIGMA
 from servelab.engines.probe.summary import ProbeSummary
+from servelab.engines.runrecords import RunsAPI
 from servelab.engines.runstate import CampaignState
 
 FORMATS = ("table", "markdown", "csv", "json")
@@ -209,8 +210,10 @@ def _experiment(load: Mapping[str, Any]) -> Experiment:
         raise ServelabError(f"plan.json: load {load.get('index')} has no valid experiment ({type(exc).__name__})") from None
 
 
-async def build_report(catalog: Catalog, ref: str) -> CampaignReport:
-    """Every point of a campaign run (the latest of a campaign file, or by id) with its figures."""
+async def build_report(runs: RunsAPI, ref: str) -> CampaignReport:
+    """Every point of a campaign run (the latest of a campaign file, or by id) with its figures;
+    the runs of ``runs`` (its catalog's folder) are read for the crashed loads' root causes."""
+    catalog = runs.catalog
     where = await locate(catalog, ref)
     plan_doc = await _read_json(where, PLAN_JSON)
     state = await _read_json(where, STATE_JSON) or {}
@@ -219,7 +222,7 @@ async def build_report(catalog: Catalog, ref: str) -> CampaignReport:
     loads = {int(ld["index"]): ld for ld in plan_doc["loads"]}
     load_states = {int(ld["index"]): ld for ld in state.get("loads") or []}
     exps = {i: _experiment(ld) for i, ld in loads.items()}
-    causes = await crash_causes(catalog, load_states)
+    causes = await crash_causes(runs, load_states)
     prompt_sets: dict[str, PromptSet] = {}
     rows: dict[str, PointRow] = {}
     requests: dict[str, int] = {}
@@ -274,11 +277,8 @@ async def build_report(catalog: Catalog, ref: str) -> CampaignReport:
     return CampaignReport(where.id, str(plan_doc.get("campaign")), CampaignState.parse(state.get("status"), CampaignState.NOT_STARTED), out, recommend(out), tables)
 
 
-async def crash_causes(catalog: Catalog, load_states: Mapping[int, Mapping[str, Any]]) -> dict[int, str]:
+async def crash_causes(runs: RunsAPI, load_states: Mapping[int, Mapping[str, Any]]) -> dict[int, str]:
     """The root cause the log analyzer finds in each crashed load's run (the supervisor only knows the exit code)."""
-    from servelab.engines.runs import Runs  # the report reads runs only for crashed loads
-
-    runs = Runs(catalog)
     out: dict[int, str] = {}
     for index, ls in load_states.items():
         if CampaignState.parse(ls.get("status")) is not CampaignState.CRASHED or not ls.get("run_id"):

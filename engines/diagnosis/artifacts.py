@@ -15,13 +15,14 @@ from servelab.engines.probe.artifacts import load_probe, run_experiment
 from servelab.engines.probe.prompts import load as load_prompts
 
 if TYPE_CHECKING:
-    from servelab.engines.runs import RunRecord, Runs
+    from servelab.engines.runrecords import RunRecord
+    from servelab.engines.runrecords import RunsAPI
 
 #: vLLM samples at 1.0 when neither the request nor generation_config.json sets a temperature.
 DEFAULT_TEMPERATURE = 1.0
 
 
-async def serving_temperature(runs: Runs, rec: RunRecord) -> tuple[float, str]:
+async def serving_temperature(runs: RunsAPI, rec: RunRecord) -> tuple[float, str]:
     """The temperature clients get by default: the model's ``generation_config.json``, else 1.0."""
     path = f"{rec.model.rstrip('/')}/generation_config.json"
     try:
@@ -34,7 +35,7 @@ async def serving_temperature(runs: Runs, rec: RunRecord) -> tuple[float, str]:
         return DEFAULT_TEMPERATURE, f"no readable {path}: the engine's default {DEFAULT_TEMPERATURE:g}"
 
 
-def drafter_path(runs: Runs, rec: RunRecord, draft: str | None) -> str | None:
+def drafter_path(runs: RunsAPI, rec: RunRecord, draft: str | None) -> str | None:
     """The drafter as the host sees it (relative paths resolve like the launch resolved them)."""
     if not draft:
         return None
@@ -45,7 +46,7 @@ def drafter_path(runs: Runs, rec: RunRecord, draft: str | None) -> str | None:
         return draft
 
 
-async def baseline_step(runs: Runs, run_id: str, exp_baseline: str | None, model: str) -> tuple[float | None, str | None, float | None, str]:
+async def baseline_step(runs: RunsAPI, run_id: str, exp_baseline: str | None, model: str) -> tuple[float | None, str | None, float | None, str]:
     """(plain decode ms per token, baseline run, measured speedup, note) from the probed runs."""
     from servelab.engines.compare import baseline_speedup
 
@@ -75,7 +76,7 @@ async def baseline_step(runs: Runs, run_id: str, exp_baseline: str | None, model
     return None, base_run, measured, f"baseline run {base_run} has no per-token timing"
 
 
-async def diagnose_run(runs: Runs, run_id: str, *, progress: Progress | None = None, settings: SuiteSettings | None = None) -> Diagnosis:
+async def diagnose_run(runs: RunsAPI, run_id: str, *, progress: Progress | None = None, settings: SuiteSettings | None = None) -> Diagnosis:
     """Run the suite on a live run, rank the findings, save ``diagnosis.json`` in the run's folder."""
     at = await runs.locate(run_id)  # once: the steps below act on the run located here
     st = await runs.status(at, analyze=False)

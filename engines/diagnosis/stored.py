@@ -14,7 +14,7 @@ from servelab.engines.diagnosis.model import Diagnosis, from_dict
 from servelab.engines.errors import ServelabError
 
 if TYPE_CHECKING:
-    from servelab.engines.runs import Located, Runs
+    from servelab.engines.runrecords import Located, RunsAPI
 
 DIAGNOSIS_JSON = "diagnosis.json"
 
@@ -29,7 +29,7 @@ def parse(raw: bytes, run_id: str) -> Diagnosis:
         raise ServelabError(f"run {run_id}: {DIAGNOSIS_JSON} is unreadable ({exc})") from None
 
 
-async def load_diagnosis(runs: Runs, run: str | Located) -> Diagnosis | None:
+async def load_diagnosis(runs: RunsAPI, run: str | Located) -> Diagnosis | None:
     """A run's stored diagnosis (None when it was never diagnosed); ``run``: its id, or the run located before."""
     raw = await runs.read_artifact(run, DIAGNOSIS_JSON)
     return None if raw is None else parse(raw, run if isinstance(run, str) else run.id)

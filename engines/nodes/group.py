@@ -15,7 +15,8 @@ from servelab.engines.catalog import Catalog
 from servelab.engines.nodes.run import MultiNodeRuns, NodeCheck
 from servelab.engines.nodes.resolve import group_id_of, node_of
 from servelab.engines.preflight import Check
-from servelab.engines.runs import KnownRun, Runs
+from servelab.engines.runrecords import KnownRun
+from servelab.engines.runrecords import RunsAPI
 from servelab.engines.runstate import RunState
 
 
@@ -94,7 +95,7 @@ def node_check(c: NodeCheck) -> Check:
     return Check(f"node {c.rank} ({c.host})", c.ok, c.detail, 0.0)
 
 
-async def launch_experiment(runs: Runs, name: str, progress: Callable[[Check], None] | None = None, *, skip_preflight: bool = False) -> str:
+async def launch_experiment(runs: RunsAPI, name: str, progress: Callable[[Check], None] | None = None, *, skip_preflight: bool = False) -> str:
     """Start ``name`` the way it runs: one host through ``Runs.launch``, several through
     ``MultiNodeRuns.launch`` (each node preflighted first); the id to open (a run's or a group's)."""
     exp = runs.catalog.get(name)

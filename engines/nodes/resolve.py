@@ -2,22 +2,22 @@
 its node processes' run ids; and the run whose server answers for it (the head's node for a group).
 
 Every caller that takes a run id from a person (``servelab probe``, the dashboard's probe key,
-``servelab compare`` / ``nodes``) resolves it here once and hands the :class:`ResolvedRun` down;
-the :class:`~engines.runs.Located` head it holds lets each :class:`~engines.runs.Runs` method
-act on the run without asking the hosts where it is again.
+``servelab compare`` / ``nodes``) resolves it once (``Runs.resolve``, which asks this module) and
+hands the :class:`~engines.runrecords.ResolvedRun` down; the :class:`~engines.runrecords.Located`
+head it holds lets each ``Runs`` method act on the run without asking the hosts where it is again.
+The resolved run holds the group as a :class:`~engines.runrecords.GroupSummary`, so the areas below
+nodes/ (probe, diagnosis) read it without importing nodes/; :func:`resolve_group_run` also gives
+the group's whole record, for nodes/ and the dashboard's nodes screen.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from enum import StrEnum
 
-from servelab.engines.hosts.base import Host
 from servelab.engines.nodes.run import GROUP_JSON, MultiNodeRecord, group_from_json, node_run_id
-from servelab.engines.runs import Located, NoSuchRun, RunRecord, Runs
+from servelab.engines.runrecords import Located, NoSuchRun, ResolvedRun, RunKind, RunsAPI
 
-__all__ = ["ResolvedRun", "RunKind", "group_id_of", "node_of", "resolve_run"]
+__all__ = ["group_id_of", "node_of", "resolve_group_run", "resolve_run"]
 
 #: ``<experiment>.n<rank>[.<role>]-<stamp>-<hex>``: a node's run id (``engines.nodes.run.node_run_id``).
 _NODE_ID = re.compile(r"^(?P<exp>.+)\.n(?P<rank>\d+)(?:\.(?P<role>[A-Za-z0-9_-]+))?(?P<tail>-\d{8}-\d{6}-[0-9a-f]{4})$")
@@ -35,43 +35,9 @@ def node_of(run_id: str) -> tuple[int, str | None] | None:
     return (int(m["rank"]), m["role"]) if m else None
 
 
-class RunKind(StrEnum):
-    """What a run id named."""
-
-    ORDINARY = "ordinary"
-    GROUP = "group"
-    NODE = "node"
-
-
-@dataclass(frozen=True)
-class ResolvedRun:
-    """A run id, resolved: the id asked, what it named, and the located run that serves for it."""
-
-    #: The id as it was asked.
-    asked: str
-    #: The run whose server answers: the run itself, or the head's node process of its group.
-    head: Located
-    #: The multi-node run the id belongs to (None for an ordinary run).
-    group: MultiNodeRecord | None
-    kind: RunKind
-
-    @property
-    def run_id(self) -> str:
-        """The run id that serves (the head's for a multi-node run)."""
-        return self.head.id
-
-    @property
-    def host(self) -> Host:
-        return self.head.host
-
-    @property
-    def record(self) -> RunRecord:
-        return self.head.record
-
-
-async def resolve_run(runs: Runs, run_id: str) -> ResolvedRun:
+async def resolve_group_run(runs: RunsAPI, run_id: str) -> tuple[ResolvedRun, MultiNodeRecord | None]:
     """Resolve ``run_id`` once: a group id or any node's run id -> the head, with the group; an
-    ordinary run -> itself. An id no host holds raises :class:`~engines.runs.NoSuchRun`; a run whose
+    ordinary run -> itself; with the group's record (None for an ordinary run). An id no host holds raises :class:`~engines.runs.NoSuchRun`; a run whose
     host cannot be reached, :class:`~engines.runs.RunUnreachable` (as :meth:`Runs.find` does).
 
     An id not shaped like a node's is looked up as an ordinary run first, so an ordinary run costs
@@ -82,19 +48,24 @@ async def resolve_run(runs: Runs, run_id: str) -> ResolvedRun:
     if gid is not None:
         group, first = await _group(runs, gid)
         if group is not None and any(n.run_id == run_id for n in group.nodes):
-            return ResolvedRun(run_id, await _head(runs, group, first), group, RunKind.NODE)
+            return ResolvedRun(run_id, await _head(runs, group, first), group.summary(), RunKind.NODE), group
         here = first if first is not None and first.id == run_id else await runs.locate(run_id)
-        return ResolvedRun(run_id, here, None, RunKind.ORDINARY)
+        return ResolvedRun(run_id, here, None, RunKind.ORDINARY), None
     try:
-        return ResolvedRun(run_id, await runs.locate(run_id), None, RunKind.ORDINARY)
+        return ResolvedRun(run_id, await runs.locate(run_id), None, RunKind.ORDINARY), None
     except NoSuchRun:
         group, first = await _group(runs, run_id)
         if group is None:
             raise
-        return ResolvedRun(run_id, await _head(runs, group, first), group, RunKind.GROUP)
+        return ResolvedRun(run_id, await _head(runs, group, first), group.summary(), RunKind.GROUP), group
 
 
-async def _group(runs: Runs, gid: str) -> tuple[MultiNodeRecord | None, Located | None]:
+async def resolve_run(runs: RunsAPI, run_id: str) -> ResolvedRun:
+    """:func:`resolve_group_run`'s resolved run alone (what ``Runs.resolve`` answers)."""
+    return (await resolve_group_run(runs, run_id))[0]
+
+
+async def _group(runs: RunsAPI, gid: str) -> tuple[MultiNodeRecord | None, Located | None]:
     """The group ``gid`` (None when there is none) and its first node's run, located (None when no host holds it)."""
     try:
         first = await runs.locate(node_run_id(gid, 0, 0, ""))
@@ -104,6 +75,6 @@ async def _group(runs: Runs, gid: str) -> tuple[MultiNodeRecord | None, Located 
     return (group_from_json(gid, raw) if raw is not None else None), first
 
 
-async def _head(runs: Runs, group: MultiNodeRecord, first: Located | None) -> Located:
+async def _head(runs: RunsAPI, group: MultiNodeRecord, first: Located | None) -> Located:
     head = group.head.run_id
     return first if first is not None and first.id == head else await runs.locate(head)

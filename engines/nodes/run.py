@@ -38,7 +38,7 @@ from servelab.engines.nodes.plan import start_order
 from servelab.engines.values import NodePlan, NodeProcess
 from servelab.engines.nodes.ray import is_ray_daemon
 from servelab.engines.nodes.hints import RendezvousHint, rendezvous_hint, stamp_of
-from servelab.engines.runs import Located, RunRecord, Runs, RunStatus, new_run_id
+from servelab.engines.runrecords import GroupNode, GroupSummary, Located, RunRecord, RunStatus, RunsAPI, new_run_id
 from servelab.engines.runstate import RunState
 
 GROUP_JSON = "nodes.json"
@@ -73,6 +73,10 @@ class MultiNodeRecord:
     @property
     def head(self) -> NodeRun:
         return next(n for n in self.nodes if n.serves)
+
+    def summary(self) -> GroupSummary:
+        """The group as the areas below nodes/ hold it (a resolved run's ``group``)."""
+        return GroupSummary(self.id, tuple(GroupNode(n.rank, n.host, n.role, n.run_id, n.serves) for n in self.nodes))
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -197,7 +201,7 @@ def node_run_id(group: str, rank: int, index: int, role: str) -> str:
 T = TypeVar("T")
 
 
-async def follow_node(runs: Runs, n: NodeRun) -> AsyncGenerator[tuple[int, bytes], None]:
+async def follow_node(runs: RunsAPI, n: NodeRun) -> AsyncGenerator[tuple[int, bytes], None]:
     """One node process's log as :meth:`Runs.follow` gives it (end offset, bytes), which keeps asking a
     host whose link drops and goes on from its offset. Twice: the second pass, after a settle, takes
     what the engine's children wrote while they died (after the run's exit code was written)."""
@@ -241,7 +245,7 @@ async def merge_nodes(nodes: list[NodeRun], pump: Callable[[NodeRun, Callable[[T
 class MultiNodeRuns:
     """Launch, status, merged log and stop of multi-node runs, on top of :class:`engines.runs.Runs`."""
 
-    def __init__(self, runs: Runs) -> None:
+    def __init__(self, runs: RunsAPI) -> None:
         self.runs = runs
         self.catalog = runs.catalog
 
@@ -423,7 +427,7 @@ class MultiNodeRuns:
 
     async def find_group(self, run_id: str) -> MultiNodeRecord | None:
         """The multi-node run whose group id is ``run_id``, or None when no host holds such a group."""
-        from servelab.engines.runs import NoSuchRun
+        from servelab.engines.runrecords import NoSuchRun
 
         try:
             return await self.load(run_id)

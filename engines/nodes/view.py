@@ -28,8 +28,8 @@ from servelab.engines.logs.live import CHUNK, LiveAnalyses, LiveAnalysis, curren
 from servelab.engines.logs.values import Analysis, Stage
 from servelab.engines.nodes.hints import RendezvousHint
 from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeStatus, NodeFailure, NodeLine, NodeRun, follow_node, merge_nodes
-from servelab.engines.nodes.resolve import group_id_of, node_of, resolve_run
-from servelab.engines.runs import Runs
+from servelab.engines.nodes.resolve import group_id_of, node_of, resolve_group_run
+from servelab.engines.runrecords import RunsAPI
 from servelab.engines.runstate import RunState
 
 __all__ = [
@@ -56,22 +56,22 @@ __all__ = [
 #: announce themselves while loading; a rank first seen past this is read from that chunk on).
 RANK_PREFIX_BYTES = 8 << 20
 
-async def resolve_group(runs: Runs, run_id: str) -> MultiNodeRecord | None:
+async def resolve_group(runs: RunsAPI, run_id: str) -> MultiNodeRecord | None:
     """The multi-node run ``run_id`` names (its group id, or any node's own run id); None for an
-    ordinary run. :func:`~engines.nodes.resolve.resolve_run`'s group, for callers that need no more."""
-    return (await resolve_run(runs, run_id)).group
+    ordinary run. :func:`~engines.nodes.resolve.resolve_group_run`'s group, for callers that need no more."""
+    return (await resolve_group_run(runs, run_id))[1]
 
 
-async def head_run_id(runs: Runs, run_id: str) -> tuple[str, MultiNodeRecord | None]:
+async def head_run_id(runs: RunsAPI, run_id: str) -> tuple[str, MultiNodeRecord | None]:
     """The run whose server answers for ``run_id`` and its group: :func:`~engines.nodes.resolve.resolve_run`'s
     ``(run_id, group)``. A caller that goes on to act on the run should keep the ``ResolvedRun`` instead."""
-    resolved = await resolve_run(runs, run_id)
-    return resolved.run_id, resolved.group
+    resolved, group = await resolve_group_run(runs, run_id)
+    return resolved.run_id, group
 
 
 def identity_nodes(group: MultiNodeRecord) -> list[dict[str, object]]:
     """The probe identity's ``nodes``: host, rank, role and run id of every node process."""
-    return [{"rank": n.rank, "host": n.host, "role": n.role, "run": n.run_id, "serves": n.serves} for n in group.nodes]
+    return group.summary().identity()
 
 
 # -- per-rank analysis ----------------------------------------------------------------------------
@@ -212,7 +212,7 @@ class NodeChunk:
     restart: bool = False
 
 
-async def follow_chunks(runs: Runs, record: MultiNodeRecord) -> AsyncGenerator[NodeChunk | NodeRun, None]:
+async def follow_chunks(runs: RunsAPI, record: MultiNodeRecord) -> AsyncGenerator[NodeChunk | NodeRun, None]:
     """Every node process's log as it grows (``NodeChunk``), and a node's ``NodeRun`` once its log
     has ended, until every node has ended. Each node is followed by :meth:`Runs.follow` (which
     keeps asking a host whose link drops and goes on from its offset), twice as
@@ -336,7 +336,7 @@ class NodesLog:
         )
 
 
-async def current_view(runs: Runs, status: MultiNodeStatus, limit: int = 256 << 20) -> NodesView:
+async def current_view(runs: RunsAPI, status: MultiNodeStatus, limit: int = 256 << 20) -> NodesView:
     """The view of ``status``'s run now, from each node's log as it is on its host (``servelab
     nodes``): the nodes' own analyses are the ones ``status`` just brought up to date (shared, not
     read again); a rank's row reads the node's log from its first byte (up to ``limit`` bytes)."""

@@ -26,14 +26,13 @@ from servelab.engines.probe.timer import HostTimer
 from servelab.engines.runstate import RunState
 
 if TYPE_CHECKING:
-    from servelab.engines.nodes.resolve import ResolvedRun
-    from servelab.engines.runs import Located, RunRecord, Runs
+    from servelab.engines.runrecords import Located, ResolvedRun, RunRecord, RunsAPI
 
 PROBE_JSON = "probe.json"
 REQUESTS_JSONL = "probe-requests.jsonl"
 
 
-async def run_experiment(runs: Runs, rec: RunRecord, at: Located | None = None) -> Experiment:
+async def run_experiment(runs: RunsAPI, rec: RunRecord, at: Located | None = None) -> Experiment:
     """The definition the run was launched with (its ``experiment.toml``), else the catalog's;
     ``at``: the run, located before (its host is not asked where the run is again)."""
     raw = await runs.read_artifact(at if at is not None else rec.id, "experiment.toml")
@@ -47,7 +46,7 @@ async def run_experiment(runs: Runs, rec: RunRecord, at: Located | None = None) 
     return runs.catalog.get(rec.experiment).experiment
 
 
-async def gpu_names(runs: Runs, host_name: str) -> list[str]:
+async def gpu_names(runs: RunsAPI, host_name: str) -> list[str]:
     """GPU names from ``nvidia-smi`` on the host; empty when there is none (CPU hosts)."""
     try:
         done = await runs.host(host_name).run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], timeout=20)
@@ -98,23 +97,14 @@ def load_stages_s(analysis: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-async def resolved(runs: Runs, run: str | ResolvedRun) -> ResolvedRun:
-    """``run`` resolved once (:func:`~engines.nodes.resolve.resolve_run`); a resolved run as it is."""
-    from servelab.engines.nodes.resolve import ResolvedRun, resolve_run
-
-    return run if isinstance(run, ResolvedRun) else await resolve_run(runs, run)
-
-
-async def probe_run(runs: Runs, run: str | ResolvedRun, *, progress: Progress | None = None, ready_timeout_s: float = 900.0) -> ProbeResult:
+async def probe_run(runs: RunsAPI, run: str | ResolvedRun, *, progress: Progress | None = None, ready_timeout_s: float = 900.0) -> ProbeResult:
     """Probe a live run with its experiment's ``[probe]`` settings and store the results in its folder.
 
     A multi-node run (its group id or any node's run id) is probed through its head's server, and
     the results are stored in the head's folder, where :func:`load_probe` finds them for any of its ids.
     The id is resolved once; every later step acts on the located head.
     """
-    from servelab.engines.nodes.view import identity_nodes
-
-    target = await resolved(runs, run)
+    target = await runs.resolve(run)
     head, group, run_id = target.head, target.group, target.run_id
     st = await runs.status(head)
     if not st.alive:
@@ -123,7 +113,7 @@ async def probe_run(runs: Runs, run: str | ResolvedRun, *, progress: Progress | 
     exp = await run_experiment(runs, rec, head)
     settings = exp.probe
     prompts = load_prompts(settings.prompts, base=runs.catalog.folder)
-    ident = identity(exp, rec, await gpu_names(runs, rec.host), identity_nodes(group) if group is not None else None)
+    ident = identity(exp, rec, await gpu_names(runs, rec.host), group.identity() if group is not None else None)
     if group is not None:
         ident["group"] = group.id
     base_url = await runs.base_url(head)
@@ -158,10 +148,10 @@ async def probe_run(runs: Runs, run: str | ResolvedRun, *, progress: Progress | 
     return result
 
 
-async def load_probe(runs: Runs, run: str | ResolvedRun) -> ProbeSummary | None:
+async def load_probe(runs: RunsAPI, run: str | ResolvedRun) -> ProbeSummary | None:
     """A run's stored ``probe.json`` (None when it was never probed); a multi-node run's (its group
     id or any node's id) is the head's, where :func:`probe_run` stores it."""
-    target = await resolved(runs, run)
+    target = await runs.resolve(run)
     raw = await runs.read_artifact(target.head, PROBE_JSON)
     if raw is None:
         return None
@@ -173,12 +163,12 @@ async def load_probe(runs: Runs, run: str | ResolvedRun) -> ProbeSummary | None:
         raise ServelabError(f"run {target.asked}: {PROBE_JSON} is not an object") from None
 
 
-async def wait_for_ready(runs: Runs, run: str | ResolvedRun, timeout_s: float = 3600.0, poll_s: float = 2.0) -> None:
+async def wait_for_ready(runs: RunsAPI, run: str | ResolvedRun, timeout_s: float = 3600.0, poll_s: float = 2.0) -> None:
     """Poll the run's log analysis until the server is ready; a crash or exit is a one-line error.
     A multi-node run is ready when its head's server is."""
     import asyncio
 
-    target = await resolved(runs, run)
+    target = await runs.resolve(run)
     run_id = target.run_id
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
@@ -196,9 +186,9 @@ async def wait_for_ready(runs: Runs, run: str | ResolvedRun, timeout_s: float = 
         await asyncio.sleep(poll_s)
 
 
-async def probe_when_ready(runs: Runs, run: str | ResolvedRun, *, progress: Progress | None = None) -> ProbeResult | None:
+async def probe_when_ready(runs: RunsAPI, run: str | ResolvedRun, *, progress: Progress | None = None) -> ProbeResult | None:
     """What runs right after launch: wait for ready, then probe if the experiment's ``[probe] auto`` asks."""
-    target = await resolved(runs, run)
+    target = await runs.resolve(run)
     exp = await run_experiment(runs, target.record, target.head)
     if not exp.probe.auto:
         return None

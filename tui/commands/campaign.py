@@ -19,6 +19,7 @@ from servelab.engines.campaign.control import CampaignStatus
 from servelab.engines.campaign.plan import Plan, describe, plan_with_history
 from servelab.engines.campaign.plots import plot_series, write_plots
 from servelab.engines.campaign.report import FORMATS, build_report, render
+from servelab.engines.runs import Runs
 from servelab.engines.catalog import Catalog, load_catalog
 from servelab.engines.errors import ServelabError
 from servelab.tui.commands.hostloop import run_on_hosts
@@ -108,7 +109,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    report = _run(args, lambda cat: build_report(cat, args.campaign))
+    report = _run(args, lambda cat: build_report(Runs(cat), args.campaign))
     written = write_plots(plot_series(report), Path(args.plots)) if args.plots else []
     print(render(report, "json" if args.json else args.format))
     for path in written:  # stderr: stdout stays the report in its format

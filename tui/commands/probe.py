@@ -12,7 +12,6 @@ from servelab.engines.compare import FORMATS, compare_runs, render
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.hosts.registry import close_all
-from servelab.engines.nodes.resolve import resolve_run
 from servelab.engines.probe.artifacts import PROBE_JSON, REQUESTS_JSONL, probe_run, wait_for_ready
 from servelab.engines.runs import Runs
 
@@ -60,7 +59,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         print(f"probe: {msg}", file=sys.stderr, flush=True)
 
     async def body(runs: Runs) -> int:
-        target = await resolve_run(runs, args.run)  # once: the wait and the probe act on the run it names
+        target = await runs.resolve(args.run)  # once: the wait and the probe act on the run it names
         if args.wait:
             say("waiting for the server to be ready")
             await wait_for_ready(runs, target)

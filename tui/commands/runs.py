@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 from servelab.engines.catalog import load_catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.logs.live import current_stage
-from servelab.engines.runs import CHUNK, NoSuchRun, RunRecord, Runs
+from servelab.engines.runrecords import NoSuchRun, RunRecord
+from servelab.engines.runs import CHUNK, Runs
 from servelab.engines.runstate import RunState
 from servelab.tui.commands.hostloop import run_on_hosts
 
@@ -112,11 +113,11 @@ async def _launch_nodes(runs: Runs, args: argparse.Namespace) -> int:
 def cmd_nodes(args: argparse.Namespace) -> int:
     async def body(runs: Runs) -> int:
         from servelab.engines.nodes.run import MultiNodeRuns
-        from servelab.engines.nodes.resolve import resolve_run
+        from servelab.engines.nodes.resolve import resolve_group_run
         from servelab.engines.nodes.view import current_view, lanes_json
 
         nodes = MultiNodeRuns(runs)
-        group = (await resolve_run(runs, args.run)).group  # the group's id or any node's
+        group = (await resolve_group_run(runs, args.run))[1]  # the group's id or any node's
         st = await nodes.status(group if group is not None else await nodes.load(args.run))
         view = await current_view(runs, st)
         if args.json:

@@ -99,7 +99,7 @@ class CampaignScreen(Screen[None]):
             st = await control.status(catalog, self.campaign_id)
             seen = tuple((p.name, p.status) for p in st.points)
             if seen != self._report_of:
-                self.report = await build_report(catalog, self.campaign_id)
+                self.report = await build_report(servelab_app(self).runs(), self.campaign_id)
                 self._report_of = seen
                 self.plots = plot_series(self.report)
                 self.query_one(CampaignCharts).show(self.plots)

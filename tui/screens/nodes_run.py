@@ -25,7 +25,7 @@ from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.history import probe_of
 from servelab.engines.probe.summary import ProbeSummary
 from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeLine, NodeRun
-from servelab.engines.nodes.resolve import resolve_run
+from servelab.engines.nodes.resolve import resolve_group_run
 from servelab.engines.nodes.view import NodeChunk, NodesLog, NodesView, filter_label, follow_chunks, next_filter
 from servelab.engines.runs import Runs
 from servelab.tui.face import probe_of_app, request_probe, servelab_app
@@ -119,7 +119,7 @@ class NodesRunScreen(Screen[None]):
     async def _follow(self) -> None:
         while self.record is None:
             try:
-                self.record = (await resolve_run(self.runs, self.run_id)).group
+                self.record = (await resolve_group_run(self.runs, self.run_id))[1]
             except (HostUnreachable, ServelabError, OSError) as exc:
                 self.liveness = f"{exc}; retrying"
                 self._render_all()

@@ -28,7 +28,8 @@ from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.history import earlier_stage_seconds, probe_of
 from servelab.engines.probe.summary import ProbeSummary
 from servelab.engines.logs.live import LiveAnalysis
-from servelab.engines.runs import RunRecord, Runs, RunUnreachable
+from servelab.engines.runrecords import RunRecord, RunUnreachable
+from servelab.engines.runs import Runs
 from servelab.engines.runstate import StageState
 from servelab.tui.face import probe_of_app, request_probe, servelab_app
 from servelab.tui.navigation import Confirm, OpenWhy, go

@@ -15,7 +15,7 @@ from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.hosts.seen import HostSeen
 from servelab.engines.nodes.group import RunsRow, runs_rows
 from servelab.engines.nodes.run import MultiNodeRuns
-from servelab.engines.runs import KnownRun, RunRecord
+from servelab.engines.runrecords import KnownRun, RunRecord
 from servelab.engines.runstate import RunState
 from servelab.tui.face import servelab_app
 from servelab.tui.navigation import Confirm, OpenRun, ask, go
