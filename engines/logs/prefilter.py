@@ -199,7 +199,8 @@ class Prefilter:
 
     def _database(self) -> Any:
         if self._db is None:
-            self._db = compiled_database(self._hs_sources)  # type: ignore[arg-type]
+            assert self._hs_sources is not None
+            self._db = compiled_database(self._hs_sources)
             self._db.scratch = _hs.Scratch(self._db)
         return self._db
 
