@@ -25,9 +25,17 @@ iteration (load from other work slows it).
 ``--mode ingest``: the dashboard's ingest worker instead (:class:`engines.logs.ingest.Worker`, in a
 child: the line classifier and the analyzer over the same spooled log, block by block, and the
 snapshots it sends), on the ``cycle`` and ``long-run`` logs: lines per second of both together.
-``--mode both``: the two. Figures of the one-database change (issue #19), ``--lines 200000 --repeat 3
---against a3ea7ba --mode both``, 2 cores shared with other work (load 5-8, so the CPU figures are the
-steadier): see the commit that added ``--mode``.
+``--mode both``: the two. Figures of the one-database change (issue #19: one Hyperscan pass per block
+for both readers, old = a3ea7ba), 2 cores shared with other work (load 6-9: the CPU figures, the
+work's own, are the steadier): ingest ``--lines 200000 --repeat 3``: cycle old 135,269 -> new 155,065
+lines/cpu-s, long-run 179,795 -> 168,481 (at load 17-23, ``--repeat 5``: 112,691 -> 118,570 and
+166,426 -> 145,856: within the noise of such a machine). In process, the scans alone of the 1 MiB
+blocks (the two readers' scans -> the one shared scan, best CPU of 3, load 12): cycle 200k 0.193 ->
+0.192 s while the run starts, 0.153 -> 0.129 s once it is up; long-run 200k 0.242 -> 0.243 s and
+0.174 -> 0.100 s. The Python match callbacks (as many as before) cost most of a scan; the passes
+themselves, without them: 0.08-0.12 s -> 0.06-0.09 s. ``servelab analyze``
+alone (``--lines 1000000 --repeat 2``, load 6): cycle 1M old 501,070 / new 510,265 lines/cpu-s,
+long-run 1M 1,071,319 / 1,025,208: unchanged.
 
 Figures on this 2-core machine, ``--repeat 3 --against 0740bfd``, quiet (load 0.4-0.6; wall = CPU):
   cycle 1M     old 373,741 lines/s (373,861/cpu-s), new 524,981 lines/s (525,129/cpu-s)
