@@ -10,7 +10,9 @@ and sends back :class:`~engines.logs.classify.Classified` blocks and
 Once the engine is named, both read a block from one Hyperscan pass: the classifier's anchors are
 patterns of the analyzer's prefilter database (one database, compiled and cached once:
 :meth:`~engines.logs.prefilter.Prefilter.share`), and while the two are in step (the analyzer has
-read up to the block, or into its first line) one scan's matches go to both.
+read up to the block, or into its first line) one scan's matches go to both: then the classifier no
+longer runs ahead of the analysis over a long backlog, the two go block by block (both done sooner,
+the last kinds later); an analyzer that starts behind catches up on its own scans, as before.
 
 Protocol: length-prefixed pickles (:func:`send` / :func:`receive`) on the child's stdin/stdout,
 between the dashboard and the child it started (nothing else writes those pipes).
