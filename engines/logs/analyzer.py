@@ -13,6 +13,7 @@ Memory: bounded deques and caps everywhere; nothing keeps the log itself.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable
 
@@ -20,7 +21,7 @@ from servelab.engines.logs.frames import FrameRuns
 from servelab.engines.logs.grammar import STAGES, Header, LogGrammar, is_primary_process
 from servelab.engines.logs.hints import find_hint
 from servelab.engines.logs.lines import Line, strip_ansi
-from servelab.engines.logs.prefilter import Prefilter
+from servelab.engines.logs.prefilter import LineStarts, Prefilter
 from servelab.engines.logs.rootcause import TB_START, TracebackTracker
 from servelab.engines.logs.rules import (
     BAR,
@@ -157,12 +158,21 @@ class LogAnalyzer:
         self._pre.optional_on = any(r.kind in LATE for r in rules)
         self._rescan = True
 
+    @property
+    def prefilter(self) -> Prefilter:
+        """The chunk scan's predicate (a reader of the same chunks may share its database)."""
+        return self._pre
+
     # -- feeding --------------------------------------------------------------------------------
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes, starts: LineStarts | None = None) -> None:
         """Raw bytes as they arrive: any chunking, partial lines, CR updates, ANSI, CRLF.
 
         Complete lines are decoded and scanned a chunk at a time; ``\\r`` updates of the unfinished
         last line are read at once (a CUDA-graph bar ends its line only when it closes).
+
+        ``starts``: what :attr:`prefilter` finds in these very bytes, from a scan made for another
+        reader too (:meth:`Prefilter.shared_scan`); only the offsets of lines that start in ``data``
+        count. Used on the plain path (the chunk is read in place), else the chunk is scanned here.
         """
         if not data or self._finished:
             return
@@ -187,7 +197,8 @@ class LogAnalyzer:
                 raw = buf[self._tail_seen : cut + 1]  # a segment's rest: the scan must see it start a line
                 self._text(raw, 0, len(raw))
             else:
-                self._text(buf, start, cut + 1)
+                given = starts is not None and buf is data and starts.optional_on == self._pre.optional_on
+                self._text(buf, start, cut + 1, starts.offsets if given and starts is not None else None)
             buf = buf[cut + 1 :]
             self._tail_seen = 0
         elif start:
@@ -238,18 +249,23 @@ class LogAnalyzer:
         self._exit_code = exit_code
 
     # -- per chunk, per physical line, per segment ---------------------------------------------
-    def _text(self, raw: bytes, start: int, stop: int) -> None:
+    def _text(self, raw: bytes, start: int, stop: int, starts: list[int] | None = None) -> None:
         """Complete physical lines ``raw[start:stop]`` (ending with a newline), the first maybe already begun.
 
         The chunk stays bytes: the scan reads it as it is, and only the lines that reach Python are
         decoded, each on its own (UTF-8 resynchronises at every newline, so a line decodes to what it
         would inside the whole chunk). ANSI sequences are removed from the bytes, as the
-        :class:`~engines.logs.lines.LineSplitter` does.
+        :class:`~engines.logs.lines.LineSplitter` does. ``starts``: the prefilter's line starts in
+        ``raw``, found already (see :meth:`feed`).
         """
         if raw.find(b"\x1b", start, stop) != -1:
             raw = strip_ansi(raw[start:stop])
             start, stop = 0, len(raw)
-        hits = self._pre.byte_line_starts(raw, start, stop)
+            starts = None  # offsets of the bytes before
+        if starts is None:
+            hits = self._pre.byte_line_starts(raw, start, stop)
+        else:
+            hits = starts[bisect_left(starts, start) : bisect_left(starts, stop)]
         bulk_from = (start, self._number) if self._bulk else None
         h = 0
         pos = start

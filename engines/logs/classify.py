@@ -7,7 +7,10 @@ the view's line index (``tui/widgets/line_index.py``) stores its codes.
 
 Only lines holding one of :data:`ANCHORS` are looked at in Python; the others are plain INFO. The
 anchors are found in one Hyperscan pass over a block, compiled (and cached on disk) by the same
-code as the analyzer's prefilter (:func:`engines.logs.prefilter.compiled_database`).
+code as the analyzer's prefilter (:func:`engines.logs.prefilter.compiled_database`). Where the
+analyzer reads the same blocks (the ingest worker), the anchors are patterns of the analyzer's own
+database (:data:`ANCHOR_SOURCES`, :meth:`~engines.logs.prefilter.Prefilter.share`): one pass over a
+block finds both, and :meth:`LineClassifier.classify` takes the anchors' ends from it.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from servelab.engines.logs.lines import CLASSIFY_MARKS, LineKind, classify, stri
 from servelab.engines.logs.prefilter import compiled_database
 
 __all__ = [
-    "ANCHORS", "CODE", "ERROR_CODES", "HS_FROM_BYTES", "KINDS", "NOISE_CODES", "SUPERSEDED",
+    "ANCHORS", "ANCHOR_SOURCES", "CODE", "ERROR_CODES", "HS_FROM_BYTES", "KINDS", "NOISE_CODES", "SUPERSEDED",
     "AnchorScanner", "Classified", "LineClassifier", "anchor_ends_find", "display_text",
 ]
 
@@ -64,6 +67,8 @@ def _anchors() -> tuple[bytes, ...]:
 
 
 ANCHORS = _anchors()
+#: The anchors as Hyperscan patterns (literals as ``\\xHH`` escapes; ids: their positions).
+ANCHOR_SOURCES: tuple[str, ...] = tuple("".join("\\x%02x" % c for c in a) for a in ANCHORS)
 
 _hs: Any
 try:  # every anchor in one pass over a block; ``bytes.find`` per anchor answers the same without it
@@ -74,7 +79,7 @@ except ImportError:  # pragma: no cover - hyperscan ships wheels for the platfor
 
 def _anchor_db() -> Any:
     """The anchors as one Hyperscan database (literals as ``\\xHH`` escapes), compiled the prefilter's way."""
-    return compiled_database(tuple("".join("\\x%02x" % c for c in a) for a in ANCHORS))
+    return compiled_database(ANCHOR_SOURCES)
 
 
 def anchor_ends_find(block: bytes) -> list[int]:
@@ -184,8 +189,12 @@ class LineClassifier:
         #: The line the next block must start with.
         self.next_line = 0
 
-    def classify(self, block: bytes) -> Classified:
-        """``block`` holds whole lines, each ending with ``\\n``."""
+    def classify(self, block: bytes, ends: list[int] | None = None) -> Classified:
+        """``block`` holds whole lines, each ending with ``\\n``.
+
+        ``ends``: the anchors' ends in ``block`` as :meth:`AnchorScanner.ends` finds them (at least
+        one per line holding an anchor), when a scan shared with the analyzer found them already.
+        """
         first = self.next_line
         parts = block.split(b"\n")
         parts.pop()
@@ -195,8 +204,8 @@ class LineClassifier:
         lens = array("q", map(len, parts))
         if n == 0:
             return Classified(first, b"", (), 0)
-        ends = array("q", map(int.__add__, accumulate(lens), range(n)))  # offset of each \n
-        special = {bisect_left(ends, end - 1) for end in self._scanner.ends(block)}
+        newlines = array("q", map(int.__add__, accumulate(lens), range(n)))  # offset of each \n
+        special = {bisect_left(newlines, end - 1) for end in (self._scanner.ends(block) if ends is None else ends)}
         hidden_before: list[int] = []
         todo = sorted(special)
         i = k = 0  # next line to look at; next special line in todo

@@ -7,6 +7,13 @@ the log view needs them) and feeds the engine's :class:`~engines.logs.analyzer.L
 and sends back :class:`~engines.logs.classify.Classified` blocks and
 :class:`~engines.logs.analyzer.Analysis` snapshots.
 
+Once the engine is named, both read a block from one Hyperscan pass: the classifier's anchors are
+patterns of the analyzer's prefilter database (one database, compiled and cached once:
+:meth:`~engines.logs.prefilter.Prefilter.share`), and while the two are in step (the analyzer has
+read up to the block, or into its first line) one scan's matches go to both: then the classifier no
+longer runs ahead of the analysis over a long backlog, the two go block by block (both done sooner,
+the last kinds later); an analyzer that starts behind catches up on its own scans, as before.
+
 Protocol: length-prefixed pickles (:func:`send` / :func:`receive`) on the child's stdin/stdout,
 between the dashboard and the child it started (nothing else writes those pipes).
 
@@ -30,7 +37,8 @@ import time
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
-from servelab.engines.logs.classify import LineClassifier
+from servelab.engines.logs.classify import ANCHOR_SOURCES, LineClassifier
+from servelab.engines.logs.prefilter import LineStarts
 
 if TYPE_CHECKING:  # imported when the dashboard names the engine (lines are classified before)
     from servelab.engines.logs.analyzer import LogAnalyzer
@@ -192,6 +200,7 @@ class Worker:
         self.complete = 0  # spool offset after the last whole line
         self.size = 0  # spooled bytes
         self.analyzer: LogAnalyzer | None = None
+        self.shared = False  # the analyzer's database holds the classifier's anchors too
         self.analysed = 0
         self.marks: list[tuple[Any, ...]] = []
         self.dirty = False
@@ -209,6 +218,9 @@ class Worker:
             self.complete, self.size = max(self.complete, message[1]), max(self.size, message[2])
         elif kind == "engine":
             self.analyzer = _analyzer_for(message[1])
+            self.shared = self.analyzer.prefilter.hs_sources is not None  # else ``re`` and ``bytes.find``, each its own
+            if self.shared:
+                self.analyzer.prefilter.share(ANCHOR_SOURCES)
             self.analysed = 0
             self.dirty = True
         elif kind in ("exited", "finish"):
@@ -228,21 +240,22 @@ class Worker:
         return None
 
     def step(self) -> None:
+        fed = False  # the analyzer read this step's block of lines with the classifier
         if self.classified < self.complete:
             end = min(self.complete, self.classified + BLOCK)
             block = os.pread(self.fd, end - self.classified, self.classified)
             if end < self.complete:
                 block = block[: block.rfind(b"\n") + 1]
             if block:
-                send(self.out, ("kinds", self.classifier.classify(block)))
-                self.classified += len(block)
-                return
+                if not self._shared_block(block):
+                    return
+                fed = True
         analyzer = self.analyzer
         if analyzer is None:
             self.marks.clear()
             self.dirty = False
             return
-        if self.analysed < self.size:
+        if self.analysed < self.size and not fed:
             data = os.pread(self.fd, min(BLOCK, self.size - self.analysed), self.analysed)
             analyzer.feed(data)
             self.analysed += len(data)
@@ -259,6 +272,31 @@ class Worker:
             now = time.monotonic()
             if now - self.last_snapshot >= SNAPSHOT_EVERY_S or (self.analysed >= self.size and now - self.last_data >= SNAPSHOT_QUIET_S):
                 self._snapshot()
+
+    def _shared_block(self, block: bytes) -> bool:
+        """Classify a block of whole lines; True when the analyzer read it too, from the same scan.
+
+        The analyzer reads along when it has read up to the block's start or into its first line
+        (the unfinished last line it read before, see :meth:`step`); else it catches up on its own.
+        """
+        analyzer = self.analyzer
+        if analyzer is None or not self.shared:
+            send(self.out, ("kinds", self.classifier.classify(block)))
+            self.classified += len(block)
+            return False
+        starts, ends = analyzer.prefilter.shared_scan(block)
+        send(self.out, ("kinds", self.classifier.classify(block, ends)))
+        skip = self.analysed - self.classified
+        self.classified += len(block)
+        if not 0 <= skip < len(block):
+            return False
+        if skip:
+            block = block[skip:]
+            starts = LineStarts([s - skip for s in starts.offsets if s >= skip], starts.optional_on)
+        analyzer.feed(block, starts)
+        self.analysed += len(block)
+        self.dirty = True
+        return True
 
     def _snapshot(self) -> None:
         assert self.analyzer is not None

@@ -10,6 +10,10 @@ look-around): :meth:`Prefilter.matches` tests one line with ``re``; :meth:`Prefi
 finds the matching lines of a whole chunk with Hyperscan (all patterns in one pass over the bytes,
 several times faster than one ``re`` pass per anchor) when it is installed, else with ``re``. The
 answer never depends on how the bytes were chunked, nor on which engine scanned them.
+
+A reader of the same blocks with patterns of its own (the dashboard's line classifier) can share the
+one database: :meth:`Prefilter.share` compiles the prefilter's sources and the other reader's into one
+(ids partitioned: the prefilter's first), and :meth:`Prefilter.shared_scan` answers both from one pass.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import platform
 import re
 from bisect import bisect_left
 from collections.abc import Iterable
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -32,7 +37,7 @@ try:  # a compiled multi-pattern matcher; ``re`` answers the same when it is mis
 except ImportError:  # pragma: no cover - hyperscan ships wheels for the platforms servelab runs on
     _hs = None
 
-__all__ = ["Prefilter", "HYPERSCAN", "compiled_database"]
+__all__ = ["Prefilter", "HYPERSCAN", "LineStarts", "compiled_database"]
 
 #: True when chunk scans run on Hyperscan (the bench prints it).
 HYPERSCAN = _hs is not None
@@ -129,6 +134,15 @@ def _anchored(data: bytes, i: int) -> bool:
     return False
 
 
+@dataclass(frozen=True, slots=True)
+class LineStarts:
+    """What one scan of a chunk found for the prefilter: the byte offsets of the starts of its
+    matching lines (sorted), and the predicate they answer (whether the optional needles counted)."""
+
+    offsets: list[int]
+    optional_on: bool
+
+
 class Prefilter:
     """Built once per grammar from its needles (message starts) and its anywhere-markers.
 
@@ -154,7 +168,9 @@ class Prefilter:
         self._anywhere_b = tuple(a.encode() for a in self._anywhere)
         #: Whether the ``optional`` needles count.
         self.optional_on = bool(opt)
-        self._db: Any = None
+        self._db: Any = None  # compiled on the first scan (or shared, see :meth:`share`)
+        self._hs_sources: tuple[str, ...] | None = None
+        self._n_own = 0  # patterns of the database that are this prefilter's (ids 0 ..)
         self._ascii_proxy = False
         if _hs is not None:
             # Hyperscan compiles plain literals fast and anchored literal sets slowly: the needles are
@@ -165,8 +181,28 @@ class Prefilter:
             self._lit_late = tuple(n not in set(needles) for n in lits)
             sources = tuple(re.escape(n) for n in lits) + tuple(a + prefix + _EXC for a in _ANCHORS) + tuple(re.escape(a) for a in self._anywhere)
             self._ascii_proxy = all(x.isascii() and "?" not in x for x in (*lits, *self._anywhere))
-            self._db = compiled_database(sources)
+            self._hs_sources = sources
+            self._n_own = len(sources)
+
+    @property
+    def hs_sources(self) -> tuple[str, ...] | None:
+        """The Hyperscan patterns of this prefilter (ids: their positions); None without Hyperscan."""
+        return self._hs_sources
+
+    def share(self, extra: tuple[str, ...]) -> None:
+        """Scan from now on with one database of this prefilter's patterns and ``extra`` (ids from
+        ``len(hs_sources)`` on): another reader of the same chunks gets its matches from the same
+        pass (:meth:`shared_scan`); this prefilter's own answers ignore them. Hyperscan must be installed."""
+        assert self._hs_sources is not None
+        self._db = compiled_database(self._hs_sources + extra)
+        self._db.scratch = _hs.Scratch(self._db)
+
+    def _database(self) -> Any:
+        if self._db is None:
+            assert self._hs_sources is not None
+            self._db = compiled_database(self._hs_sources)
             self._db.scratch = _hs.Scratch(self._db)
+        return self._db
 
     def _regexes(self) -> tuple[re.Pattern[str], ...]:
         """The ``re`` patterns that count now (the optional ones only while they are on)."""
@@ -191,7 +227,7 @@ class Prefilter:
 
         ``ascii_bytes``: ``text`` as ASCII bytes, when the caller has them (saves encoding it).
         """
-        if self._db is None:
+        if self._hs_sources is None:
             return self._re_line_starts(text)
         if ascii_bytes is not None:
             return self._hs_line_starts(ascii_bytes)
@@ -210,14 +246,22 @@ class Prefilter:
         decoded text :meth:`matches`. ``start``/``stop``: only the whole lines of ``data[start:stop]``
         count (``start`` is a line start, ``stop`` just after a newline); the bytes are not copied.
         """
-        found = self._hs_line_starts(data) if self._db is not None else self._re_byte_line_starts(data)
+        found = self._hs_line_starts(data) if self._hs_sources is not None else self._re_byte_line_starts(data)
         if start or (stop is not None and stop < len(data)):
             found = found[bisect_left(found, start) : bisect_left(found, len(data) if stop is None else stop)]
         return found
 
-    def _hs_line_starts(self, data: bytes) -> list[int]:
+    def shared_scan(self, data: bytes) -> tuple[LineStarts, list[int]]:
+        """One pass over the whole lines ``data`` for this prefilter and the reader it is shared with
+        (:meth:`share`): what :meth:`byte_line_starts` finds, and for the shared patterns the end of
+        the first match in each line holding one (in order). Hyperscan must be installed."""
+        ends: list[int] = []
+        return LineStarts(self._hs_line_starts(data, ends), self.optional_on), ends
+
+    def _hs_line_starts(self, data: bytes, ends: list[int] | None = None) -> list[int]:
         # Matches come in order of their end: the first one in a line names the line, and the rest of
         # that line's matches are skipped with one comparison each (any order would still be right).
+        # A shared pattern's match (id >= n_own) goes to ``ends``, once per line, or is ignored.
         starts: list[int] = []
         append = starts.append
         rfind = data.rfind
@@ -229,9 +273,18 @@ class Prefilter:
         late = self._lit_late
         late_on = self.optional_on
         anchored = _anchored
+        n_own = self._n_own
+        other = [-1]  # the \n closing the line of the last shared match: later ones in it add nothing
+        append_end = ends.append if ends is not None else None
 
         def on_match(pattern: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
             nonlocal unsorted
+            if pattern >= n_own:
+                if append_end is not None and to > other[0]:
+                    append_end(to)
+                    e = find(b"\n", to)
+                    other[0] = e if e != -1 else len(data)
+                return
             if line[0] < to <= line[1]:
                 return  # another match in the line just found (a match never takes a newline)
             if pattern < n_lit and ((late[pattern] and not late_on) or not anchored(data, to - lit_len[pattern])):
@@ -243,7 +296,7 @@ class Prefilter:
                 unsorted = True
             append(s)
 
-        self._db.scan(data, match_event_handler=on_match)
+        self._database().scan(data, match_event_handler=on_match)
         return sorted(set(starts)) if unsorted else starts
 
     def _re_byte_line_starts(self, data: bytes) -> list[int]:
