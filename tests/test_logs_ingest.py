@@ -43,8 +43,11 @@ def _run(spool: Path, data: bytes, engine: str, *, shared: bool, engine_first: b
     cuts = sorted({rnd.randrange(1, len(data)) for _ in range(6)} | {len(data)})
     for i, cut in enumerate(cuts):
         worker.handle(("grow", data.rfind(b"\n", 0, cut) + 1, cut))
+        steps = 0
         while worker.wait_s() == 0.0:
             worker.step()
+            steps += 1
+            assert steps < 100_000, "the worker makes no progress"
         if i == 0 and not engine_first:
             name_engine()  # the analyzer starts behind the classifier and catches up
     worker.handle(("exited", 1))
@@ -140,3 +143,18 @@ def _offsets(data: bytes, kinds: list[Classified]) -> list[tuple[int, Classified
         out.append((at, k))
         at = _span(data, at, k)
     return out
+
+
+def test_a_line_longer_than_a_block_is_classified_and_analysed_not_stalled_on(tmp_path: Path, small_blocks: None) -> None:
+    """A garbage line far longer than BLOCK (a pasted blob, a binary dump) inside a real log: the
+    worker gets past it, and classifies and analyses the rest as it does without it."""
+    for log in (SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log", SHARED_LOGS / "sglang-eagle3-official-draft-8229.log"):
+        raw = log.read_bytes()
+        blob = b"x" * (3 * ingest.BLOCK + 17) + b"\n"  # first, so no traceback or stage is cut by it
+        data = raw[: raw.index(b"\n") + 1] + blob + raw[raw.index(b"\n") + 1 :]
+        plain = _run(tmp_path / "plain.spool", raw, _engine(log), shared=True, engine_first=True, seed=3)
+        messages = _run(tmp_path / "blob.spool", data, _engine(log), shared=True, engine_first=True, seed=3)
+        assert sum(len(k.codes) for k in _kinds(messages)) == sum(len(k.codes) for k in _kinds(plain)) + 1 == raw.count(b"\n") + 1, log.name
+        a, b = _last_analysis(messages), _last_analysis(plain)
+        cause = lambda x: (x.root_cause.exception, x.root_cause.message) if x.root_cause else None  # noqa: E731
+        assert (a.state, a.was_ready, cause(a), a.spec_decode) == (b.state, b.was_ready, cause(b), b.spec_decode), log.name

@@ -245,7 +245,16 @@ class Worker:
             end = min(self.complete, self.classified + BLOCK)
             block = os.pread(self.fd, end - self.classified, self.classified)
             if end < self.complete:
-                block = block[: block.rfind(b"\n") + 1]
+                cut = block.rfind(b"\n") + 1
+                # A line longer than BLOCK: read on to its end (``complete`` ends on a newline), so
+                # the block is never empty and the worker never stalls on it.
+                while not cut and end < self.complete:
+                    more = os.pread(self.fd, min(BLOCK, self.complete - end), end)
+                    end += len(more)
+                    nl = more.find(b"\n")
+                    block += more if nl < 0 else more[: nl + 1]
+                    cut = len(block) if nl >= 0 else 0
+                block = block[:cut]
             if block:
                 if not self._shared_block(block):
                     return
