@@ -31,7 +31,7 @@ from servelab.engines.runstate import CampaignState
 from servelab.tui.face import servelab_app
 from servelab.tui.navigation import Confirm, OpenCampaign, go
 from servelab.tui.widgets.campaign_view import minutes, plan_renderable, state_text, status_line
-from servelab.tui.widgets.list_screen import ListScreen, poll_forever
+from servelab.tui.widgets.list_screen import ListScreen, cursor_bindings, poll_forever
 
 #: How often the list asks the hosts about their campaigns.
 REFRESH_SECONDS = 5.0
@@ -79,7 +79,7 @@ class CampaignCommands(Provider):
                 yield Hit(score, matcher.highlight(title), call, help=help_text)  # type: ignore[arg-type]  # as above
 
 
-class CampaignsScreen(ListScreen):
+class CampaignsScreen(ListScreen[Row]):
     """Campaign files and started campaigns; enter opens a started one (or a file's latest run)."""
 
     COMMANDS = Screen.COMMANDS | {CampaignCommands}
@@ -89,8 +89,7 @@ class CampaignsScreen(ListScreen):
         Binding("S", "start", "Start", id="campaigns.start"),
         Binding("X", "start_unchecked", "Start w/o preflight", show=False, id="campaigns.start-unchecked"),
         Binding("r", "refresh", "Refresh", id="campaigns.refresh"),
-        Binding("j", "cursor_down", "Down", show=False, id="campaigns.down"),
-        Binding("k", "cursor_up", "Up", show=False, id="campaigns.up"),
+        *cursor_bindings("campaigns"),
     ]
 
     def __init__(self) -> None:
@@ -152,14 +151,8 @@ class CampaignsScreen(ListScreen):
         self.run_worker(self._load(), group="campaigns-refresh", exclusive=True, exit_on_error=False)
 
     def _fill(self) -> None:
-        table = self.query_one(DataTable)
-        keep = table.cursor_row
-        table.clear()
         self.rows = [Row(f"file:{e.path}", entry=e) for e in self.entries] + [Row(f"run:{s.host}:{s.id}", started=s) for s in self.started.campaigns]
-        for row in self.rows:
-            table.add_row(*self._cells(row), key=row.key)
-        if self.rows:
-            table.move_cursor(row=min(max(keep, 0), len(self.rows) - 1))
+        self.refill((row.key, self._cells(row)) for row in self.rows)
         hosts = Text(f"{len(self.entries)} campaign file(s) · {len(self.started.campaigns)} started on the hosts")
         for name, why in self.started.unreachable.items():
             hosts.append(f" · {name} unreachable (its campaigns are not listed): {why}", style="yellow")
@@ -184,15 +177,7 @@ class CampaignsScreen(ListScreen):
 
     # -- selection and detail ----------------------------------------------------------------------
     def current(self) -> Row | None:
-        table = self.query_one(DataTable)
-        if not self.rows or not 0 <= table.cursor_row < len(self.rows):
-            return None
-        return self.rows[table.cursor_row]
-
-    def select_row(self, key: str) -> None:
-        for i, row in enumerate(self.rows):
-            if row.key == key:
-                self.query_one(DataTable).move_cursor(row=i)
+        return self.current_row()
 
     @on(DataTable.RowHighlighted)
     def _highlighted(self) -> None:

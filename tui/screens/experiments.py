@@ -30,7 +30,7 @@ from servelab.engines.loader import display_path
 from servelab.engines.history import LatestRun, latest_runs
 from servelab.tui.face import servelab_app
 from servelab.tui.navigation import Confirm, OpenCompare, OpenPreflight, OpenRun, go
-from servelab.tui.widgets.list_screen import ListScreen
+from servelab.tui.widgets.list_screen import ListScreen, cursor_bindings
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("sel", " "),
@@ -83,7 +83,7 @@ class ExperimentCommands(Provider):
                 yield Hit(score, matcher.highlight(title), lambda r=row: screen.select_row(r.key), help="select it")
 
 
-class ExperimentsScreen(ListScreen):
+class ExperimentsScreen(ListScreen[Row]):
     """Definitions with engine, host, speculation, patches and their latest run."""
 
     COMMANDS = Screen.COMMANDS | {ExperimentCommands}
@@ -97,8 +97,7 @@ class ExperimentsScreen(ListScreen):
         Binding("c", "compare", "Compare", id="experiments.compare"),
         Binding("E", "edit", "Edit", id="experiments.edit"),
         Binding("r", "reload", "Reload", id="experiments.reload"),
-        Binding("j", "cursor_down", "Down", show=False, id="experiments.down"),
-        Binding("k", "cursor_up", "Up", show=False, id="experiments.up"),
+        *cursor_bindings("experiments"),
     ]
 
     def __init__(self) -> None:
@@ -160,13 +159,7 @@ class ExperimentsScreen(ListScreen):
         self._load_latest(catalog)
 
     def _fill_table(self) -> None:
-        table = self.query_one(DataTable)
-        keep = table.cursor_row
-        table.clear()
-        for row in self.rows:
-            table.add_row(*self._cells(row), key=row.key)
-        if self.rows:
-            table.move_cursor(row=min(max(keep, 0), len(self.rows) - 1))
+        self.refill((row.key, self._cells(row)) for row in self.rows)
         self._show_detail()
 
     def _cells(self, row: Row) -> list[Text]:
@@ -236,15 +229,7 @@ class ExperimentsScreen(ListScreen):
         self.action_open_run()
 
     def current(self) -> Row | None:
-        table = self.query_one(DataTable)
-        if not self.rows or table.cursor_row < 0 or table.cursor_row >= len(self.rows):
-            return None
-        return self.rows[table.cursor_row]
-
-    def select_row(self, key: str) -> None:
-        for i, row in enumerate(self.rows):
-            if row.key == key:
-                self.query_one(DataTable).move_cursor(row=i)
+        return self.current_row()
 
     def _show_detail(self) -> None:
         widget = self.query_one("#experiment-detail-text", Static)
