@@ -28,7 +28,7 @@ from servelab.engines.catalog import Catalog, load_catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.runstate import CampaignState
-from servelab.tui.face import servelab_app
+from servelab.tui.face import servelab_app, writable
 from servelab.tui.navigation import Confirm, OpenCampaign, go
 from servelab.tui.widgets.campaign_view import minutes, plan_renderable, state_text, status_line
 from servelab.tui.widgets.list_screen import ListScreen, cursor_bindings, poll_forever
@@ -118,9 +118,7 @@ class CampaignsScreen(ListScreen[Row]):
         self._poll()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("start", "start_unchecked") and servelab_app(self).readonly:
-            return False
-        return True
+        return writable(self, action, ("start", "start_unchecked"))
 
     # -- loading ---------------------------------------------------------------------------------
     def _catalog(self) -> Catalog:

@@ -28,7 +28,7 @@ from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.seen import clock, now
 from servelab.engines.loader import display_path
 from servelab.engines.history import LatestRun, latest_runs
-from servelab.tui.face import servelab_app
+from servelab.tui.face import servelab_app, writable
 from servelab.tui.navigation import Confirm, OpenCompare, OpenPreflight, OpenRun, go
 from servelab.tui.widgets.list_screen import ListScreen, cursor_bindings
 
@@ -127,9 +127,7 @@ class ExperimentsScreen(ListScreen[Row]):
 
     # -- readonly --------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("launch", "launch_unchecked", "edit") and servelab_app(self).readonly:
-            return False
-        return True
+        return writable(self, action, ("launch", "launch_unchecked", "edit"))
 
     # -- loading ---------------------------------------------------------------------------------
     def action_reload(self) -> None:

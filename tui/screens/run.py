@@ -30,7 +30,7 @@ from servelab.engines.probe.summary import ProbeSummary
 from servelab.engines.logs.live import LiveAnalysis
 from servelab.engines.runs import RunRecord, Runs, RunUnreachable
 from servelab.engines.runstate import StageState
-from servelab.tui.face import probe_of_app, request_probe, servelab_app
+from servelab.tui.face import probe_of_app, request_probe, servelab_app, writable
 from servelab.tui.navigation import Confirm, OpenWhy, go
 from servelab.tui.widgets.line_index import LineIndex
 from servelab.tui.widgets.log_ingest import IngestUpdate, LogIngest
@@ -141,7 +141,7 @@ class RunScreen(Screen[None]):
         self._drop_tail()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("stop", "probe") and servelab_app(self).readonly:
+        if not writable(self, action, ("stop", "probe")):
             return False
         if action == "stop" and self.alive is False:
             return None

@@ -17,8 +17,9 @@ from servelab.engines.nodes.group import RunsRow, runs_rows
 from servelab.engines.nodes.run import MultiNodeRuns
 from servelab.engines.runs import KnownRun, RunRecord
 from servelab.engines.runstate import RunState
-from servelab.tui.face import servelab_app
+from servelab.tui.face import servelab_app, writable
 from servelab.tui.navigation import Confirm, OpenRun, ask, go
+from servelab.tui.widgets.host_action import host_action
 from servelab.tui.widgets.list_screen import ListScreen, cursor_bindings, poll_forever
 
 REFRESH_SECONDS = 5.0
@@ -75,9 +76,7 @@ class RunsScreen(ListScreen[RunsRow]):
         self._poll()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("stop", "cleanup") and servelab_app(self).readonly:
-            return False
-        return True
+        return writable(self, action, ("stop", "cleanup"))
 
     @work(exclusive=True, group="runs-poll", exit_on_error=False)
     async def _poll(self) -> None:
@@ -150,7 +149,8 @@ class RunsScreen(ListScreen[RunsRow]):
     @work(group="runs-stop", exit_on_error=False)
     async def _stop(self, run_id: str, group: bool = False) -> None:
         runs = servelab_app(self).runs()
-        try:
+
+        async def stop() -> None:
             if group:
                 mruns = MultiNodeRuns(runs)
                 report = await mruns.stop(await mruns.load(run_id))
@@ -158,11 +158,8 @@ class RunsScreen(ListScreen[RunsRow]):
                     raise ServelabError("; ".join(report.problems))
             else:
                 await runs.stop(run_id)
-        except (ServelabError, HostUnreachable, OSError) as exc:
-            self.notify(str(exc), title="stop failed", severity="error", timeout=8)
-            return
-        self.notify(f"{run_id} stopped", timeout=4)
-        await self._load()
+
+        await host_action(self, stop, "stop failed", f"{run_id} stopped", self._load)
 
     def action_cleanup(self) -> None:
         if not servelab_app(self).readonly:
