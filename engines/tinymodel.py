@@ -32,6 +32,8 @@ HEAD_DIM = 64
 MAX_POSITIONS = 2048
 
 BOS, EOS, UNK, PAD = "<s>", "</s>", "<unk>", "<pad>"
+#: The tokenizer's special tokens by their transformers name (``bos_token``...), in vocabulary order.
+SPECIAL_TOKENS = {"bos_token": BOS, "eos_token": EOS, "unk_token": UNK, "pad_token": PAD}
 ROLE_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>"]
 
 # A model-agnostic chat template: role marker, content, end of turn. vLLM's chat endpoint renders it.
@@ -78,17 +80,14 @@ def build_tokenizer() -> Any:
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=VOCAB_SIZE,
-        special_tokens=[BOS, EOS, UNK, PAD, *ROLE_TOKENS],
+        special_tokens=[*SPECIAL_TOKENS.values(), *ROLE_TOKENS],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(SENTENCES * 4, trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
-        bos_token=BOS,
-        eos_token=EOS,
-        unk_token=UNK,
-        pad_token=PAD,
+        **SPECIAL_TOKENS,
         additional_special_tokens=ROLE_TOKENS,
         model_max_length=MAX_POSITIONS,
     )
@@ -110,9 +109,7 @@ def build_model(tokenizer: Any, seed: int = SEED) -> Any:
         num_key_value_heads=KV_HEADS,
         head_dim=HEAD_DIM,
         max_position_embeddings=MAX_POSITIONS,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+        **{f"{name}_id": getattr(tokenizer, f"{name}_id") for name in ("bos_token", "eos_token", "pad_token")},
         tie_word_embeddings=False,
         torch_dtype="float32",
     )
