@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from rich.console import Group, RenderableType
 from rich.text import Text
-from textual import on, work
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.command import DiscoveryHit, Hit, Hits, Provider
@@ -112,9 +112,7 @@ class CampaignsScreen(ListScreen[Row]):
     def on_mount(self) -> None:
         self.title = "campaigns"
         self.sub_title = "campaign files, and the campaigns started on the hosts"
-        table = self.query_one(DataTable)
-        for key, label in (("name", "campaign"), ("where", "where"), ("status", "status"), ("points", "points"), ("loads", "loads"), ("estimate", "estimate")):
-            table.add_column(label, key=key)
+        self.add_columns((("name", "campaign"), ("where", "where"), ("status", "status"), ("points", "points"), ("loads", "loads"), ("estimate", "estimate")))
         self._poll()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -177,12 +175,10 @@ class CampaignsScreen(ListScreen[Row]):
     def current(self) -> Row | None:
         return self.current_row()
 
-    @on(DataTable.RowHighlighted)
-    def _highlighted(self) -> None:
+    def row_highlighted(self) -> None:
         self._show_detail()
 
-    @on(DataTable.RowSelected)
-    def _selected(self) -> None:
+    def row_chosen(self) -> None:
         self.action_open()
 
     def _show_detail(self) -> None:

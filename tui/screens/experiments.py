@@ -15,7 +15,7 @@ from typing import ClassVar
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
-from textual import on, work
+from textual import work
 from textual.app import ComposeResult, SuspendNotSupported
 from textual.binding import Binding, BindingType
 from textual.command import DiscoveryHit, Hit, Hits, Provider
@@ -118,9 +118,7 @@ class ExperimentsScreen(ListScreen[Row]):
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one(DataTable)
-        for key, label in COLUMNS:
-            table.add_column(label, key=key)
+        self.add_columns(COLUMNS)
         self.title = "servelab"
         self._show_subtitle()
         self.action_reload()
@@ -217,13 +215,11 @@ class ExperimentsScreen(ListScreen[Row]):
         self.sub_title = f"experiments in {display_path(app.folder)}" + (" · read-only" if app.readonly else "") + down
 
     # -- the detail pane ---------------------------------------------------------------------------
-    @on(DataTable.RowHighlighted)
-    def _highlighted(self) -> None:
+    def row_highlighted(self) -> None:
         self._show_detail()
 
-    @on(DataTable.RowSelected)
-    def _selected(self) -> None:
-        """Enter on a row (the table takes the key first): open its latest run."""
+    def row_chosen(self) -> None:
+        """Enter on a row: open its latest run."""
         self.action_open_run()
 
     def current(self) -> Row | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from rich.text import Text
-from textual import on, work
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Footer, Header, Static
@@ -70,9 +70,7 @@ class RunsScreen(ListScreen[RunsRow]):
     def on_mount(self) -> None:
         self.title = "runs"
         self.sub_title = "every run on every configured host"
-        table = self.query_one(DataTable)
-        for key, label in (("run", "run"), ("status", "status"), ("host", "host"), ("started", "started"), ("pid", "pid / exit")):
-            table.add_column(label, key=key)
+        self.add_columns((("run", "run"), ("status", "status"), ("host", "host"), ("started", "started"), ("pid", "pid / exit")))
         self._poll()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -116,8 +114,7 @@ class RunsScreen(ListScreen[RunsRow]):
         row = self.current_row()
         return row.head.record if row is not None else None
 
-    @on(DataTable.RowSelected)
-    def _selected(self) -> None:
+    def row_chosen(self) -> None:
         self.action_open()
 
     def action_open(self) -> None:

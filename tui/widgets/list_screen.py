@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Generic, TypeVar
 
 from rich.text import Text
+from textual import on
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable
@@ -28,6 +29,26 @@ class ListScreen(Screen[None], Generic[R]):
     ``cursor_up`` actions move the table's cursor (each screen binds them with :func:`cursor_bindings`)."""
 
     rows: list[R]
+
+    def add_columns(self, columns: Iterable[tuple[str, str]]) -> None:
+        """The table's columns, each (key, label)."""
+        table = self.query_one(DataTable)
+        for key, label in columns:
+            table.add_column(label, key=key)
+
+    def row_highlighted(self) -> None:
+        """The cursor moved to another row: a screen with a detail pane redraws it."""
+
+    def row_chosen(self) -> None:
+        """Enter on a row (the table takes the key first): a screen opens what the row names."""
+
+    @on(DataTable.RowHighlighted)
+    def _row_highlighted(self) -> None:
+        self.row_highlighted()
+
+    @on(DataTable.RowSelected)
+    def _row_selected(self) -> None:
+        self.row_chosen()
 
     def action_cursor_down(self) -> None:
         self.query_one(DataTable).action_cursor_down()
