@@ -23,13 +23,18 @@ from typing import Any
 
 SEED = 20260
 VOCAB_SIZE = 512
-HIDDEN = 128
-INTERMEDIATE = 256
 LAYERS = 2
-HEADS = 2
-KV_HEADS = 1
-HEAD_DIM = 64
 MAX_POSITIONS = 2048
+#: The Llama's sizes, in LlamaConfig's names (its vocabulary size is the tokenizer's).
+ARCH: dict[str, int] = {
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": LAYERS,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 64,
+    "max_position_embeddings": MAX_POSITIONS,
+}
 
 BOS, EOS, UNK, PAD = "<s>", "</s>", "<unk>", "<pad>"
 #: The tokenizer's special tokens by their transformers name (``bos_token``...), in vocabulary order.
@@ -102,13 +107,7 @@ def build_model(tokenizer: Any, seed: int = SEED) -> Any:
 
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=HIDDEN,
-        intermediate_size=INTERMEDIATE,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS,
-        num_key_value_heads=KV_HEADS,
-        head_dim=HEAD_DIM,
-        max_position_embeddings=MAX_POSITIONS,
+        **ARCH,
         **{f"{name}_id": getattr(tokenizer, f"{name}_id") for name in ("bos_token", "eos_token", "pad_token")},
         tie_word_embeddings=False,
         torch_dtype="float32",
