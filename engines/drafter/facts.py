@@ -7,11 +7,11 @@ the ``d2t``/``t2d`` maps by offset. Nothing here knows an engine; ``rules`` and 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, overload
 
 from servelab.engines.hosts.base import Host
+from servelab.engines.json_object import json_object
 from servelab.engines.safetensors_header import HeaderError, SafetensorsHeader, decode_ints, read_header, read_tensor
 
 #: Small JSON files only: a config larger than this is not a config.
@@ -157,12 +157,11 @@ async def read_json(host: Host, path: str) -> dict[str, Any] | None:
     if len(raw) > MAX_JSON:
         raise FactsError(f"{path} is larger than {MAX_JSON} bytes: not a config file")
     try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+        return json_object(raw)
+    except ValueError as exc:
         raise FactsError(f"{path} is not valid JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise FactsError(f"{path} is not a JSON object")
-    return doc
+    except TypeError:
+        raise FactsError(f"{path} is not a JSON object") from None
 
 
 def _join(folder: str, name: str) -> str:
