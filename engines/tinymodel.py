@@ -23,15 +23,22 @@ from typing import Any
 
 SEED = 20260
 VOCAB_SIZE = 512
-HIDDEN = 128
-INTERMEDIATE = 256
 LAYERS = 2
-HEADS = 2
-KV_HEADS = 1
-HEAD_DIM = 64
 MAX_POSITIONS = 2048
+#: The Llama's sizes, in LlamaConfig's names (its vocabulary size is the tokenizer's).
+ARCH: dict[str, int] = {
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": LAYERS,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 64,
+    "max_position_embeddings": MAX_POSITIONS,
+}
 
 BOS, EOS, UNK, PAD = "<s>", "</s>", "<unk>", "<pad>"
+#: The tokenizer's special tokens by their transformers name (``bos_token``...), in vocabulary order.
+SPECIAL_TOKENS = {"bos_token": BOS, "eos_token": EOS, "unk_token": UNK, "pad_token": PAD}
 ROLE_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>"]
 
 # A model-agnostic chat template: role marker, content, end of turn. vLLM's chat endpoint renders it.
@@ -78,17 +85,14 @@ def build_tokenizer() -> Any:
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=VOCAB_SIZE,
-        special_tokens=[BOS, EOS, UNK, PAD, *ROLE_TOKENS],
+        special_tokens=[*SPECIAL_TOKENS.values(), *ROLE_TOKENS],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(SENTENCES * 4, trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
-        bos_token=BOS,
-        eos_token=EOS,
-        unk_token=UNK,
-        pad_token=PAD,
+        **SPECIAL_TOKENS,
         additional_special_tokens=ROLE_TOKENS,
         model_max_length=MAX_POSITIONS,
     )
@@ -103,16 +107,8 @@ def build_model(tokenizer: Any, seed: int = SEED) -> Any:
 
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=HIDDEN,
-        intermediate_size=INTERMEDIATE,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS,
-        num_key_value_heads=KV_HEADS,
-        head_dim=HEAD_DIM,
-        max_position_embeddings=MAX_POSITIONS,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+        **ARCH,
+        **{f"{name}_id": getattr(tokenizer, f"{name}_id") for name in ("bos_token", "eos_token", "pad_token")},
         tie_word_embeddings=False,
         torch_dtype="float32",
     )

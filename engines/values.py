@@ -18,6 +18,14 @@ from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
+class AsDict:
+    """A frozen dataclass whose ``to_dict()`` is its fields as plain JSON-ready values (``asdict``)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class LaunchSpec:
     """The exact argv and extra environment that start an engine. Never passed through a shell."""
 
@@ -105,7 +113,7 @@ class RendezvousGrammar:
 
 
 @dataclass(frozen=True)
-class Acceptance:
+class Acceptance(AsDict):
     """Speculative-decoding acceptance over one window, with where it came from.
 
     ``rate`` = accepted / draft tokens (0..1); ``length`` = 1 + accepted / drafts (counts the bonus
@@ -119,9 +127,6 @@ class Acceptance:
     rate: float | None
     length: float
     per_position: list[float] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class AcceptanceWindow(Protocol):

@@ -9,7 +9,9 @@ import os
 import signal
 import time
 import urllib.request
-from contextlib import aclosing
+from collections.abc import AsyncIterator
+from contextlib import aclosing, asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,38 @@ async def follow_into(lab: NodesLab, rec: MultiNodeRecord, lines: list[NodeLine]
     async with aclosing(mn(lab).follow(rec)) as merged:
         async for ln in merged:
             lines.append(ln)
+
+
+@dataclass(frozen=True)
+class Launched:
+    """A launched multi-node run whose merged log is being followed."""
+
+    m: MultiNodeRuns
+    rec: MultiNodeRecord
+    t0: float
+
+    async def ready(self, figures: dict[str, float]) -> MultiNodeStatus:
+        """Its status once it is ready (no root cause), with figure ``ready_s`` since the launch."""
+        st = await poll(self.m, self.rec, lambda s: s.ready or s.root_cause is not None, READY_TIMEOUT_S)
+        assert st.root_cause is None, st.root_cause
+        figures["ready_s"] = time.monotonic() - self.t0
+        return st
+
+
+@asynccontextmanager
+async def launched(lab: NodesLab, experiment: str, lines: list[NodeLine]) -> AsyncIterator[Launched]:
+    """``experiment`` launched, its merged log followed into ``lines`` (to its end once the body is
+    done); the follower cancelled and every host connection closed however the body ends."""
+    m = mn(lab)
+    t0 = time.monotonic()
+    rec = await m.launch(experiment)
+    follower = asyncio.create_task(follow_into(lab, rec, lines))
+    try:
+        yield Launched(m, rec, t0)
+        await asyncio.wait_for(follower, 60)
+    finally:
+        follower.cancel()
+        await close_all()
 
 
 async def probe_group(m: MultiNodeRuns, rec: MultiNodeRecord) -> dict[str, Any]:
@@ -99,20 +133,13 @@ def test_sglang_two_nodes_end_to_end_with_the_worker_link_cut(lab: NodesLab) -> 
     figures: dict[str, float] = {}
 
     async def go() -> MultiNodeRecord:
-        m = mn(lab)
-        t0 = time.monotonic()
-        rec = await m.launch(SGLANG_2N)
-
-        follower = asyncio.create_task(follow_into(lab, rec, lines))
-        try:
+        async with launched(lab, SGLANG_2N, lines) as run:
             # the worker's link goes down while the nodes load, and comes back
-            await poll(m, rec, lambda s: any(ln.rank == 1 for ln in lines), 120)
+            await poll(run.m, run.rec, lambda s: any(ln.rank == 1 for ln in lines), 120)
             sshd.go_down()
             await asyncio.sleep(4)
             sshd.come_back()
-            st = await poll(m, rec, lambda s: s.ready or s.root_cause is not None, READY_TIMEOUT_S)
-            assert st.root_cause is None, st.root_cause
-            figures["ready_s"] = time.monotonic() - t0
+            st = await run.ready(figures)
             head, worker = st.nodes[0], st.nodes[1]
             assert (head.node.host, worker.node.host) == ("local", "box")
             assert head.status and head.status.analysis and head.status.analysis.stage("ready").status == "done"
@@ -120,13 +147,9 @@ def test_sglang_two_nodes_end_to_end_with_the_worker_link_cut(lab: NodesLab) -> 
             assert any(ln.rank == 1 and "TP1] Load weight end" in ln.text for ln in lines)
             assert any(ln.rank == 1 and "TP1] KV Cache is allocated" in ln.text for ln in lines)
             assert worker.status is not None and worker.status.alive
-            report = await serve_then_stop(m, rec, figures)
+            report = await serve_then_stop(run.m, run.rec, figures)
             assert {s.record.status for s in report.stopped} == {RunState.STOPPED}
-            await asyncio.wait_for(follower, 60)
-        finally:
-            follower.cancel()
-            await close_all()
-        return rec
+        return run.rec
 
     rec = asyncio.run(go())
     assert left_on_machine(lab, rec) == {}
@@ -218,22 +241,11 @@ def test_vllm_native_two_nodes_end_to_end(tmp_path: Path, nodes_sshd: SshServer)
     figures: dict[str, float] = {}
 
     async def go() -> MultiNodeRecord:
-        m = mn(vlab)
-        t0 = time.monotonic()
-        rec = await m.launch(VLLM_2N)
-
-        follower = asyncio.create_task(follow_into(vlab, rec, lines))
-        try:
-            st = await poll(m, rec, lambda s: s.ready or s.root_cause is not None, READY_TIMEOUT_S)
-            assert st.root_cause is None, st.root_cause
-            figures["ready_s"] = time.monotonic() - t0
+        async with launched(vlab, VLLM_2N, lines) as run:
+            st = await run.ready(figures)
             assert st.nodes[1].status is not None and st.nodes[1].status.alive
-            await serve_then_stop(m, rec, figures)
-            await asyncio.wait_for(follower, 60)
-        finally:
-            follower.cancel()
-            await close_all()
-        return rec
+            await serve_then_stop(run.m, run.rec, figures)
+        return run.rec
 
     rec = asyncio.run(go())
     assert left_on_machine(vlab, rec) == {}

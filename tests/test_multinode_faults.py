@@ -26,14 +26,13 @@ from pathlib import Path
 import pytest
 
 from servelab.engines.catalog import load_catalog
-from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.registry import close_all
 from servelab.engines.nodes.hints import local_now, stamp_of
 from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeStatus
 from servelab.engines.runstate import RunState
 from tests.conftest import SGLANG_PYTHON, need_sglang
 from tests.fixtures.engine import free_port
-from tests.fixtures.multinode_lab import SGLANG_2N, NodesLab, left_on_machine, mn, write_folder
+from tests.fixtures.multinode_lab import SGLANG_2N, NodesLab, left_on_machine, mn, refusal, write_folder
 from tests.fixtures.patching import udiff
 from tests.fixtures.sshd import SshServer
 from servelab.tui.cli import main
@@ -113,17 +112,8 @@ def test_a_node_whose_copy_does_not_take_the_patch_stops_the_launch_and_no_node_
     box_file.unlink()
     box_file.write_bytes(edited)
 
-    async def go() -> str:
-        try:
-            await mn(lab).launch(name)
-        except ServelabError as exc:
-            return str(exc)
-        finally:
-            await close_all()
-        raise AssertionError("launch went ahead")
-
     try:
-        msg = asyncio.run(go())
+        msg = refusal(mn(lab).launch(name))
     finally:
         box_file.unlink()
         os.symlink(sglang_site() / PATCHED, box_file)

@@ -21,13 +21,12 @@ from pathlib import Path
 import pytest
 
 from servelab.engines.values import LaunchSpec
-from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.registry import close_all
 from servelab.engines.nodes.ray import ray_temp_dir
 from servelab.engines.nodes.run import MultiNodeRecord, NodeRun, node_run_id
 from servelab.engines.runstate import RunState
 from tests.conftest import ENGINE_PYTHON, need_engine
-from tests.fixtures.multinode_lab import VLLM_RAY_2N, NodesLab, left_on_machine, mn, poll, write_folder
+from tests.fixtures.multinode_lab import VLLM_RAY_2N, NodesLab, left_on_machine, mn, poll, refusal, write_folder
 from tests.fixtures.raylab import ForeignRay, active_nodes, foreign_ray, ray_status, require_loopback_only  # noqa: F401
 from tests.fixtures.sshd import SshServer
 
@@ -58,16 +57,7 @@ def test_the_network_namespace_has_only_loopback() -> None:
 
 
 def test_a_port_held_by_a_ray_cluster_servelab_did_not_start_is_refused_at_preflight(lab: NodesLab, foreign_ray: ForeignRay) -> None:
-    async def go() -> str:
-        try:
-            await mn(lab).launch(CLASH)
-        except ServelabError as exc:
-            return str(exc)
-        finally:
-            await close_all()
-        raise AssertionError("launch went ahead on a port another Ray cluster holds")
-
-    msg = asyncio.run(go())
+    msg = refusal(mn(lab).launch(CLASH))
     assert f"node 0 (vlocal) failed preflight, nothing started: ray-head: ray check failed: port {foreign_ray.port} on 127.0.0.1 is taken" in msg, msg
     assert "servelab never touches what it did not start" in msg
     assert not any((lab.workdir("vlocal") / "runs").glob(f"{CLASH}*"))

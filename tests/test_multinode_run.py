@@ -4,38 +4,18 @@ and nothing starts on any node. (SGLang end to end and the faults: test_multinod
 
 from __future__ import annotations
 
-import asyncio
 import sys
-from collections.abc import Coroutine
-from typing import Any
 
 import pytest
 
 from servelab.engines.catalog import load_catalog
-from servelab.engines.errors import ServelabError
-from servelab.engines.hosts.registry import close_all
 from servelab.engines.runs import Runs
 from tests.conftest import need_engine
-from tests.fixtures.multinode_lab import VLLM_2N, VLLM_RAY_NORAY, NodesLab, mn, write_folder
+from tests.fixtures.multinode_lab import VLLM_2N, VLLM_RAY_NORAY, NodesLab, mn, refusal, write_folder
 from tests.fixtures.sshd import SshServer
 from servelab.tui.cli import main
 
 pytestmark = [pytest.mark.engine, pytest.mark.ssh]
-
-
-def refusal(launch: Coroutine[Any, Any, object]) -> str:
-    """The one-line error a launch ends with (it must not go ahead); the hosts it opened are closed."""
-
-    async def go() -> str:
-        try:
-            await launch
-        except ServelabError as exc:
-            return str(exc)
-        finally:
-            await close_all()
-        raise AssertionError("launch went ahead")
-
-    return asyncio.run(go())
 
 
 @pytest.fixture(scope="module")

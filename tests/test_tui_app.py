@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from rich.console import Console
@@ -33,10 +34,23 @@ async def settle(app: ServelabApp, pilot) -> None:  # type: ignore[no-untyped-de
     await pilot.pause()
 
 
+@asynccontextmanager
+async def settled(app: ServelabApp, size: tuple[int, int]):  # type: ignore[no-untyped-def]
+    """The app running at ``size``, its folder and latest-run workers done."""
+    async with app.run_test(size=size) as pilot:
+        await settle(app, pilot)
+        yield pilot
+
+
+async def press(pilot, *keys: str, pause: float | None = None) -> None:  # type: ignore[no-untyped-def]
+    """Press ``keys``, then let the app draw."""
+    await pilot.press(*keys)
+    await pilot.pause(pause)
+
+
 async def test_lists_every_experiment_and_shows_the_resolved_command(tui_folder: TuiFolder) -> None:
     app = ServelabApp(tui_folder.folder)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await settle(app, pilot)
+    async with settled(app, (80, 24)) as pilot:
         text = screen_text(app)
         for name in ("tiny-cpu-vllm-ngram", "tiny-cpu-vllm-baseline", "kimi-k25-vllm-eagle3", "kimi-k25-sglang-eagle3"):
             assert name in text
@@ -53,8 +67,7 @@ async def test_lists_every_experiment_and_shows_the_resolved_command(tui_folder:
 
 async def test_invalid_file_shows_its_error_in_place_and_reload_picks_up_changes(tui_folder: TuiFolder) -> None:
     app = ServelabApp(tui_folder.folder)
-    async with app.run_test(size=(120, 30)) as pilot:
-        await settle(app, pilot)
+    async with settled(app, (120, 30)) as pilot:
         (tui_folder.folder / "broken.toml").write_text('engine = "vllm"\nmodel = "m"\ntensr = 8\n')
         await pilot.press("r")
         await settle(app, pilot)
@@ -66,40 +79,33 @@ async def test_invalid_file_shows_its_error_in_place_and_reload_picks_up_changes
         screen.select_row(str(tui_folder.folder / "broken.toml"))
         await pilot.pause()
         assert "tensr" in static_text(screen.query_one("#experiment-detail-text"))
-        await pilot.press("l")  # launching an invalid definition says why, in one line
-        await pilot.pause()
+        await press(pilot, "l")  # launching an invalid definition says why, in one line
         assert any("tensr" in n.message for n in app._notifications)
 
 
 async def test_readonly_hides_launch_and_edit(tui_folder: TuiFolder) -> None:
     app = ServelabApp(tui_folder.folder, readonly=True)
-    async with app.run_test(size=(120, 24)) as pilot:
-        await settle(app, pilot)
+    async with settled(app, (120, 24)) as pilot:
         footer = screen_text(app).splitlines()[-1]
         assert "Launch" not in footer and "Edit" not in footer
         assert "Preflight" in footer
         screen = app.screen
         assert screen.check_action("launch", ()) is False
     app = ServelabApp(tui_folder.folder, readonly=False)
-    async with app.run_test(size=(120, 24)) as pilot:
-        await settle(app, pilot)
+    async with settled(app, (120, 24)) as pilot:
         assert "Launch" in screen_text(app).splitlines()[-1]
 
 
 async def test_help_lists_keys_with_binding_ids_and_q_goes_back_then_quits(tui_folder: TuiFolder) -> None:
     app = ServelabApp(tui_folder.folder)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await settle(app, pilot)
-        await pilot.press("question_mark")
-        await pilot.pause()
+    async with settled(app, (80, 24)) as pilot:
+        await press(pilot, "question_mark")
         assert isinstance(app.screen, HelpScreen)
         text = screen_text(app)
         assert "experiments.launch" in text and "Keys" in text
-        await pilot.press("escape")
-        await pilot.pause()
+        await press(pilot, "escape")
         assert isinstance(app.screen, ExperimentsScreen)
-        await pilot.press("q")
-        await pilot.pause()
+        await press(pilot, "q")
     assert app.return_value == 0
 
 
@@ -108,33 +114,26 @@ async def test_user_keymap_rebinds_and_bad_entries_are_reported(tui_folder: TuiF
     keymap.parent.mkdir(parents=True, exist_ok=True)
     keymap.write_text('[keys]\n"app.help" = "h"\n"no.such.binding" = "x"\n')
     app = ServelabApp(tui_folder.folder)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await settle(app, pilot)
+    async with settled(app, (80, 24)) as pilot:
         assert any("no.such.binding" in p for p in app.keymap_problems)
-        await pilot.press("h")
-        await pilot.pause()
+        await press(pilot, "h")
         assert isinstance(app.screen, HelpScreen)
 
 
 async def test_high_contrast_theme_toggles(tui_folder: TuiFolder, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SERVELAB_THEME", "high-contrast")
     app = ServelabApp(tui_folder.folder)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await settle(app, pilot)
+    async with settled(app, (80, 24)) as pilot:
         assert app.theme == HIGH_CONTRAST.name and app.has_class("-high-contrast")
-        await pilot.press("ctrl+t")
-        await pilot.pause()
+        await press(pilot, "ctrl+t")
         assert app.theme != HIGH_CONTRAST.name and not app.has_class("-high-contrast")
 
 
 async def test_palette_offers_the_experiments(tui_folder: TuiFolder) -> None:
     app = ServelabApp(tui_folder.folder)
-    async with app.run_test(size=(100, 30)) as pilot:
-        await settle(app, pilot)
-        await pilot.press("ctrl+p")
-        await pilot.pause()
-        await pilot.press(*"ngram")
-        await pilot.pause(0.5)
+    async with settled(app, (100, 30)) as pilot:
+        await press(pilot, "ctrl+p")
+        await press(pilot, *"ngram", pause=0.5)
         assert "experiment: tiny-cpu-vllm-ngram" in screen_text(app)
 
 
@@ -156,8 +155,7 @@ async def test_latest_run_column_and_enter_opens_it(tui_folder: TuiFolder) -> No
     run_id = tui_folder.replay("tiny-cpu-vllm-ngram", RECORDED_LOGS / "vllm-cpu-kv-cache-too-small.log", exit_code=1)
     app = ServelabApp(tui_folder.folder)
     app.watch_runs = False
-    async with app.run_test(size=(120, 30)) as pilot:
-        await settle(app, pilot)
+    async with settled(app, (120, 30)) as pilot:
         screen = app.screen
         assert isinstance(screen, ExperimentsScreen)
         for _ in range(100):
@@ -167,6 +165,5 @@ async def test_latest_run_column_and_enter_opens_it(tui_folder: TuiFolder) -> No
         assert screen.latest["tiny-cpu-vllm-ngram"].state == "crashed"  # exit code 1
         await wait_for(pilot, lambda: "crashed" in screen_text(app))  # drawn in a later frame than the state
         screen.select_row(str(tui_folder.folder / "tiny-cpu-vllm-ngram.toml"))
-        await pilot.press("enter")
-        await pilot.pause()
+        await press(pilot, "enter")
         assert isinstance(app.screen, RunScreen) and app.screen.run_id == run_id

@@ -12,7 +12,7 @@ from servelab.engines.diagnosis.model import Arm, Diagnosis, Measurements, StepC
 from servelab.engines.diagnosis.reference import closest
 from servelab.engines.diagnosis.rules import RunFacts, diagnose
 from servelab.engines.runs import Runs
-from tests.fixtures.tui import SHARED_LOGS, TuiFolder
+from tests.fixtures.tui import SHARED_LOGS, TuiFolder, pilot_wait
 from servelab.tui.app import ServelabApp
 from servelab.tui.screens.compare import CompareScreen
 from servelab.tui.screens.run import RunScreen
@@ -28,11 +28,7 @@ def body_text(screen: WhyScreen) -> str:
 
 
 async def until(pilot, predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    for _ in range(int(timeout / 0.1)):
-        if predicate():
-            return
-        await pilot.pause(0.1)
-    raise AssertionError("condition not reached in time")
+    await pilot_wait(pilot, predicate, timeout)
 
 
 def dead_start(run_id: str) -> Diagnosis:

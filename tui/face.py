@@ -87,3 +87,9 @@ def request_probe(widget: Widget, run_id: str) -> bool:
     if not app.start_probe(run_id):
         widget.notify("a probe of this run is already running", timeout=3)
     return True
+
+
+def writable(node: MessagePump, action: str, writes: tuple[str, ...]) -> bool:
+    """A screen's ``check_action``: False for ``action`` when it is one of ``writes`` (it starts or
+    stops something) and the dashboard is read-only."""
+    return not (action in writes and servelab_app(node).readonly)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from servelab.engines.values import AsDict
+
 Severity = Literal["error", "warning", "info"]
 #: Order in which severities are ranked (first = most important).
 SEVERITY_ORDER: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
@@ -12,7 +14,7 @@ FORMAT = "servelab-diagnosis/1"
 
 
 @dataclass(frozen=True)
-class Finding:
+class Finding(AsDict):
     """One conclusion: a stable code, what it means, the numbers behind it, the setting to try next.
 
     ``weight`` orders findings of the same severity (larger = explains more of the gap).
@@ -25,12 +27,9 @@ class Finding:
     next: str
     weight: float = 0.0
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class StaticCheck:
+class StaticCheck(AsDict):
     """One finding of the drafter checks (``servelab drafter``), as the diagnosis cites it."""
 
     code: str
@@ -38,12 +37,9 @@ class StaticCheck:
     message: str
     fix: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class Arm:
+class Arm(AsDict):
     """Acceptance over one bracketed group of requests (a category, raw prompts, a temperature...).
 
     ``rate`` is accepted / drafted tokens (0..1), ``per_position[i]`` accepted at position i / drafts
@@ -64,12 +60,9 @@ class Arm:
     median_step_ms: float | None = None
     error: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class Measurements:
+class Measurements(AsDict):
     """Everything the suite measured on the live server."""
 
     overall: Arm
@@ -82,12 +75,9 @@ class Measurements:
     temperature_source: str
     at_temperature: Arm | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class StepCost:
+class StepCost(AsDict):
     """A speculative step's time against a plain decode step, and the speedup that predicts.
 
     ``ratio`` = median time per engine step of this run / median time per token of the baseline
@@ -105,12 +95,9 @@ class StepCost:
     estimate_by_k: dict[int, float] = field(default_factory=dict)
     note: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class ReferenceMatch:
+class ReferenceMatch(AsDict):
     """Where this run stands against the closest published figure (or why none applies)."""
 
     applies: bool
@@ -120,9 +107,6 @@ class ReferenceMatch:
     high: float | None
     source: str
     why: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

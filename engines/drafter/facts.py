@@ -7,11 +7,11 @@ the ``d2t``/``t2d`` maps by offset. Nothing here knows an engine; ``rules`` and 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from servelab.engines.hosts.base import Host
+from servelab.engines.json_object import json_object
 from servelab.engines.safetensors_header import HeaderError, SafetensorsHeader, decode_ints, read_header, read_tensor
 
 #: Small JSON files only: a config larger than this is not a config.
@@ -35,6 +35,23 @@ class MapSummary:
     lowest: int  # min of i + d2t[i]
     highest: int  # max of i + d2t[i]
     holds_ids: bool  # d2t[i] == i for all i: someone stored target ids, not offsets
+
+
+class _Int:
+    """A read-only attribute: an integer under ``key`` in the text config, else in the config (None when neither has one)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.__doc__ = f"``{key}``"
+
+    @overload
+    def __get__(self, obj: None, owner: type[Any]) -> _Int: ...
+
+    @overload
+    def __get__(self, obj: ModelFacts, owner: type[Any]) -> int | None: ...
+
+    def __get__(self, obj: ModelFacts | None, owner: type[Any]) -> _Int | int | None:
+        return self if obj is None else obj._int(self.key)
 
 
 @dataclass(frozen=True)
@@ -76,29 +93,12 @@ class ModelFacts:
                 return v
         return None
 
-    @property
-    def vocab_size(self) -> int | None:
-        return self._int("vocab_size")
-
-    @property
-    def hidden_size(self) -> int | None:
-        return self._int("hidden_size")
-
-    @property
-    def num_layers(self) -> int | None:
-        return self._int("num_hidden_layers")
-
-    @property
-    def max_positions(self) -> int | None:
-        return self._int("max_position_embeddings")
-
-    @property
-    def draft_vocab_size(self) -> int | None:
-        return self._int("draft_vocab_size")
-
-    @property
-    def target_hidden_size(self) -> int | None:
-        return self._int("target_hidden_size")
+    vocab_size = _Int("vocab_size")
+    hidden_size = _Int("hidden_size")
+    num_layers = _Int("num_hidden_layers")
+    max_positions = _Int("max_position_embeddings")
+    draft_vocab_size = _Int("draft_vocab_size")
+    target_hidden_size = _Int("target_hidden_size")
 
     @property
     def eagle_config(self) -> dict[str, Any]:
@@ -157,12 +157,11 @@ async def read_json(host: Host, path: str) -> dict[str, Any] | None:
     if len(raw) > MAX_JSON:
         raise FactsError(f"{path} is larger than {MAX_JSON} bytes: not a config file")
     try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+        return json_object(raw)
+    except ValueError as exc:
         raise FactsError(f"{path} is not valid JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise FactsError(f"{path} is not a JSON object")
-    return doc
+    except TypeError:
+        raise FactsError(f"{path} is not a JSON object") from None
 
 
 def _join(folder: str, name: str) -> str:

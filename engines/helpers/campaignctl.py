@@ -585,21 +585,11 @@ def cmd_stop(camp_dir: str, grace: float) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 3:
-        sys.stderr.write("usage: campaignctl.py start|status|stop DIR [GRACE]\n")
-        return 2
-    cmd, camp_dir = argv[1], argv[2]
-    if cmd == "start":
-        out = cmd_start(camp_dir)
-    elif cmd == "status":
-        out = cmd_status(camp_dir)
-    elif cmd == "stop":
-        out = cmd_stop(camp_dir, float(argv[3]) if len(argv) > 3 else 60.0)
-    else:
-        sys.stderr.write("unknown command %s\n" % cmd)
-        return 2
-    hostlib.print_json(out)
-    return 0
+    return hostlib.run_command(argv, 3, "usage: campaignctl.py start|status|stop DIR [GRACE]", {
+        "start": lambda a: cmd_start(a[2]),
+        "status": lambda a: cmd_status(a[2]),
+        "stop": lambda a: cmd_stop(a[2], float(a[3]) if len(a) > 3 else 60.0),
+    })
 
 
 if __name__ == "__main__":

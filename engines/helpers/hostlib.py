@@ -117,3 +117,19 @@ def print_json(value: dict[str, Any]) -> None:
     """The command's one JSON answer, the last line of stdout."""
     sys.stdout.write(json.dumps(value) + "\n")
     sys.stdout.flush()
+
+
+def run_command(argv: list[str], least: int, usage: str, commands: dict[str, Callable[[list[str]], dict[str, Any]]]) -> int:
+    """A host script's ``main``: ``argv[1]`` names the command, which answers one JSON object.
+
+    2 with ``usage`` on stderr when ``argv`` has fewer than ``least`` words, 2 for an unknown command.
+    """
+    if len(argv) < least:
+        sys.stderr.write(usage + "\n")
+        return 2
+    command = commands.get(argv[1])
+    if command is None:
+        sys.stderr.write("unknown command %s\n" % argv[1])
+        return 2
+    print_json(command(argv))
+    return 0

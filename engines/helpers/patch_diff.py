@@ -115,6 +115,14 @@ def parse_patch(data: bytes, strip: int = 1) -> list[FilePatch]:
     return files
 
 
+#: A hunk body line's tag -> (it stands on the old side, on the new side, what one too many of it does).
+_SIDES: dict[bytes, tuple[bool, bool, str]] = {
+    b" ": (True, True, "has more lines than"),
+    b"-": (True, False, "removes more lines than"),
+    b"+": (False, True, "adds more lines than"),
+}
+
+
 def _parse_hunk(lines: list[bytes], i: int, fp: FilePatch) -> int:
     m = HUNK_RE.match(lines[i])
     if m is None:
@@ -133,29 +141,21 @@ def _parse_hunk(lines: list[bytes], i: int, fp: FilePatch) -> int:
         tag, body = line[:1], line[1:]
         if line in (b"\n", b"\r\n"):  # an editor stripped the space of an empty context line
             tag, body = b" ", line
-        if tag == b" ":
-            if old_left <= 0 or new_left <= 0:
-                raise PatchError(f"line {i + 1}: hunk for {fp.path} has more lines than its header says")
-            hunk.old.append(body)
-            hunk.new.append(body)
-            hunk.tags += b" "
-            old_left -= 1
-            new_left -= 1
-            last = [hunk.old, hunk.new]
-        elif tag == b"-":
-            if old_left <= 0:
-                raise PatchError(f"line {i + 1}: hunk for {fp.path} removes more lines than its header says")
-            hunk.old.append(body)
-            hunk.tags += b"-"
-            old_left -= 1
-            last = [hunk.old]
-        elif tag == b"+":
-            if new_left <= 0:
-                raise PatchError(f"line {i + 1}: hunk for {fp.path} adds more lines than its header says")
-            hunk.new.append(body)
-            hunk.tags += b"+"
-            new_left -= 1
-            last = [hunk.new]
+        sides = _SIDES.get(tag)
+        if sides is not None:
+            on_old, on_new, too_many = sides
+            if (on_old and old_left <= 0) or (on_new and new_left <= 0):
+                raise PatchError(f"line {i + 1}: hunk for {fp.path} {too_many} its header says")
+            hunk.tags += tag
+            last = []
+            if on_old:
+                hunk.old.append(body)
+                old_left -= 1
+                last.append(hunk.old)
+            if on_new:
+                hunk.new.append(body)
+                new_left -= 1
+                last.append(hunk.new)
         elif tag == b"\\":
             _no_newline(last)
         else:

@@ -535,27 +535,19 @@ def cmd_cleanup(root: str, apply: bool, only: str | None = None) -> dict[str, An
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 2:
-        sys.stderr.write("usage: runctl.py start|status|stop|cleanup|holders ...\n")
-        return 2
-    cmd = argv[1]
-    if cmd == "start":
-        out = cmd_start(argv[2])
-    elif cmd == "status":
-        out = cmd_status(argv[2], argv[3:])
-    elif cmd == "stop":
-        out = cmd_stop(argv[2], float(argv[3]), "--leader-first" in argv[4:])
-    elif cmd == "cleanup":
-        rest = argv[3:]
-        only = rest[rest.index("--run") + 1] if "--run" in rest[:-1] else None
-        out = cmd_cleanup(argv[2], "--apply" in rest, only)
-    elif cmd == "holders":
-        out = {"holders": [{"pid": p, "command": c} for p, c in port_holders(int(argv[2]))]}
-    else:
-        sys.stderr.write("unknown command %s\n" % cmd)
-        return 2
-    hostlib.print_json(out)
-    return 0
+    return hostlib.run_command(argv, 2, "usage: runctl.py start|status|stop|cleanup|holders ...", {
+        "start": lambda a: cmd_start(a[2]),
+        "status": lambda a: cmd_status(a[2], a[3:]),
+        "stop": lambda a: cmd_stop(a[2], float(a[3]), "--leader-first" in a[4:]),
+        "cleanup": _cleanup,
+        "holders": lambda a: {"holders": [{"pid": p, "command": c} for p, c in port_holders(int(a[2]))]},
+    })
+
+
+def _cleanup(argv: list[str]) -> dict[str, Any]:
+    rest = argv[3:]
+    only = rest[rest.index("--run") + 1] if "--run" in rest[:-1] else None
+    return cmd_cleanup(argv[2], "--apply" in rest, only)
 
 
 if __name__ == "__main__":

@@ -12,26 +12,28 @@ from collections.abc import Iterable
 
 __all__ = ["HINTS", "find_hint"]
 
+
+def _alike(hint: str, *needles: tuple[str, ...]) -> list[tuple[tuple[str, ...], str]]:
+    """One hint for several failures: an entry per needle set, in this order."""
+    return [(n, hint) for n in needles]
+
+
 HINTS: list[tuple[tuple[str, ...], str]] = [
     # speculative decoding
     (("Eagle3 is only supported for",), "the target's model_type is not on vLLM's EAGLE-3 whitelist: add it in vllm/config/speculative.py (a patch) or use a listed target"),
     (("EAGLE3", "only supported"), "the target model is not on the engine's EAGLE-3 whitelist: patch the whitelist or use a listed target"),
-    (("speculative", "Extra inputs are not permitted"), "an unknown key in the speculative config: check the key names against the engine's SpeculativeConfig"),
-    (("SpeculativeConfig", "extra_forbidden"), "an unknown key in the speculative config: check the key names against the engine's SpeculativeConfig"),
-    (("SpeculativeConfig", "Unexpected keyword"), "an unknown key in the speculative config: check the key names against the engine's SpeculativeConfig"),
+    *_alike("an unknown key in the speculative config: check the key names against the engine's SpeculativeConfig", ("speculative", "Extra inputs are not permitted"), ("SpeculativeConfig", "extra_forbidden"), ("SpeculativeConfig", "Unexpected keyword")),
     (("Config' object has no attribute",), "the model's config class lacks an attribute the engine reads: patch the reader for this model (Kimi-K2.5 uses media_placeholder_token_id, not image_token_index)"),
     (("object has no attribute 'image_token_index'",), "the engine reads image_token_index from a config that lacks it: patch the reader for this model (Kimi-K2.5: media_placeholder_token_id)"),
     (("draft_worker", "attention"), "the drafter inherited the target's attention backend: set the drafter's own backend (SGLang: --speculative-draft-attention-backend)"),
     # patched engine files
-    (("SyntaxError",), "a Python file does not parse (often a patched engine file): run python -m py_compile on it, fix it, and clear its __pycache__"),
-    (("IndentationError",), "a Python file does not parse (often a patched engine file): run python -m py_compile on it, fix it, and clear its __pycache__"),
+    *_alike("a Python file does not parse (often a patched engine file): run python -m py_compile on it, fix it, and clear its __pycache__", ("SyntaxError",), ("IndentationError",)),
     (("ImportError", "cannot import name"), "an import inside the engine failed (a patch renamed or removed a name?): check the patched module and its imports"),
     # quantized checkpoints
     (("KeyError", "layers."), "a checkpoint tensor has no parameter in the model (KeyError while loading weights): the checkpoint's quantization layout (GPTQ g_idx, AWQ qweight, INT8/FP8 scales, biases) is not what this engine version expects; check --quantization against config.json's quantization_config, or use an engine version that supports this checkpoint"),
     # memory, where it ran out first (the failed stage or the wrapper says where)
     (("out of memory", "marlin_repack"), "GPU out of memory while Marlin repacks the quantized weights during loading: lower --gpu-memory-utilization so the repack's temporary buffers fit, or spread the model over more GPUs"),
-    (("out of memory", "during CUDA graph capture"), "GPU out of memory while capturing CUDA graphs: capture fewer or smaller graphs (SGLang: lower --cuda-graph-max-bs; vLLM: lower --max-num-seqs or the capture sizes) or leave them more room (SGLang: lower --mem-fraction-static; vLLM: lower --gpu-memory-utilization), or skip them (--disable-cuda-graph / --enforce-eager)"),
-    (("OutOfMemoryError", "during CUDA graph capture"), "GPU out of memory while capturing CUDA graphs: capture fewer or smaller graphs (SGLang: lower --cuda-graph-max-bs; vLLM: lower --max-num-seqs or the capture sizes) or leave them more room (SGLang: lower --mem-fraction-static; vLLM: lower --gpu-memory-utilization), or skip them (--disable-cuda-graph / --enforce-eager)"),
+    *_alike("GPU out of memory while capturing CUDA graphs: capture fewer or smaller graphs (SGLang: lower --cuda-graph-max-bs; vLLM: lower --max-num-seqs or the capture sizes) or leave them more room (SGLang: lower --mem-fraction-static; vLLM: lower --gpu-memory-utilization), or skip them (--disable-cuda-graph / --enforce-eager)", ("out of memory", "during CUDA graph capture"), ("OutOfMemoryError", "during CUDA graph capture")),
     (("out of memory", "during memory profiling"), "GPU out of memory during the memory profiling run (a dummy batch of max-num-batched-tokens): lower --max-num-batched-tokens / --max-num-seqs or --gpu-memory-utilization"),
     (("max_num_batched_tokens", "smaller than max_model_len"), "max_num_batched_tokens must be >= max_model_len: raise --max-num-batched-tokens or lower --max-model-len"),
     (("larger than the maximum number of tokens that can be stored in KV cache",), "the KV cache is too small for max-model-len: lower --max-model-len or raise --gpu-memory-utilization"),
@@ -40,8 +42,7 @@ HINTS: list[tuple[tuple[str, ...], str]] = [
     (("profiled value -",), "the profiled KV budget is negative (weights already exceed the static memory fraction): raise --mem-fraction-static or use more GPUs"),
     (("alloc_req_slots runs out of memory",), "request slots ran out: lower --max-running-requests"),
     (("CUDA out of memory",), "GPU out of memory: lower --gpu-memory-utilization or --max-model-len / --max-num-seqs, or skip CUDA graphs with --enforce-eager (SGLang: lower --mem-fraction-static / --cuda-graph-max-bs)"),
-    (("OutOfMemoryError",), "GPU out of memory: lower --gpu-memory-utilization or --max-model-len / --max-num-seqs, or skip CUDA graphs with --enforce-eager"),
-    (("CUDA error: out of memory",), "GPU out of memory: lower --gpu-memory-utilization or --max-model-len / --max-num-seqs, or skip CUDA graphs with --enforce-eager"),
+    *_alike("GPU out of memory: lower --gpu-memory-utilization or --max-model-len / --max-num-seqs, or skip CUDA graphs with --enforce-eager", ("OutOfMemoryError",), ("CUDA error: out of memory",)),
     (("out of memory",), "GPU out of memory: lower --gpu-memory-utilization (SGLang: --mem-fraction-static) or --max-model-len / --max-num-seqs, or use more GPUs"),
     (("Not enough memory",), "not enough memory for the KV pool: lower --mem-fraction-static's reserved part, --max-running-requests, or context length"),
     (("less than requested memory for kv",), "the KV cache asks for more memory than is free: lower VLLM_CPU_KVCACHE_SPACE / --kv-cache-memory-bytes (on GPU: --gpu-memory-utilization)"),
@@ -77,14 +78,11 @@ HINTS: list[tuple[tuple[str, ...], str]] = [
     (("[Errno 98]",), "the port is taken: stop whatever listens there or change the experiment's port"),
     (("does not appear to have a file named config.json",), "the model or drafter path has no config.json: check model / speculative.draft_model on the host"),
     (("Repo id must",), "the model or drafter path does not exist on the host (it was taken for a hub id): check model / speculative.draft_model"),
-    (("is not a local folder and is not a valid model identifier",), "the model or drafter path does not exist on the host: check model / speculative.draft_model"),
-    (("Invalid repository ID",), "the model or drafter path does not exist on the host: check model / speculative.draft_model"),
-    (("Repository Not Found",), "the model or drafter path does not exist on the host: check model / speculative.draft_model"),
+    *_alike("the model or drafter path does not exist on the host: check model / speculative.draft_model", ("is not a local folder and is not a valid model identifier",), ("Invalid repository ID",), ("Repository Not Found",)),
     (("No such file or directory",), "a file the engine needs is missing: check the model / drafter paths and the engine's working directory"),
     # command line
     (("unrecognized arguments",), "the engine does not know a flag: check [engine_args] against this engine version's --help"),
-    (("invalid choice",), "a flag got a value the engine does not accept: check [engine_args] against this engine version's --help"),
-    (("invalid", "value"), "a flag got a value the engine does not accept: check [engine_args] against this engine version's --help"),
+    *_alike("a flag got a value the engine does not accept: check [engine_args] against this engine version's --help", ("invalid choice",), ("invalid", "value")),
 ]
 
 

@@ -9,7 +9,7 @@ long a stage took by the log's own clock (:func:`parse_log_time` reads the engin
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -71,7 +71,7 @@ class Progress:
     eta_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"done": self.done, "total": self.total, "rate": self.rate, "eta_s": self.eta_s}
+        return asdict(self)
 
 
 @dataclass
@@ -86,14 +86,7 @@ class Stage:
     detail: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "status": self.status,
-            "started_at": self.started_at,
-            "ended_at": self.ended_at,
-            "progress": self.progress.to_json() if self.progress else None,
-            "detail": self.detail,
-        }
+        return asdict(self)  # the progress as its own to_json(): asdict's too
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Stage:

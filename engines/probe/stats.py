@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
+from servelab.engines.values import AsDict
 #: MAD / |median| above this marks a figure unstable.
 UNSTABLE_RATIO = 0.10
 #: Scales a MAD to a normal standard deviation (used for noise bands).
@@ -50,16 +51,13 @@ def mean(values: Sequence[float]) -> float:
 
 
 @dataclass(frozen=True)
-class Figure:
+class Figure(AsDict):
     """One figure over repeats."""
 
     median: float
     mad: float
     n: int
     unstable: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def summarise(values: Sequence[float]) -> Figure:

@@ -10,9 +10,9 @@ included, and keys it does not name (new figures, older layouts) are kept as the
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 
 def _json_default(value: Any) -> Any:
@@ -26,6 +26,38 @@ def _mapping(value: Any) -> dict[str, Any]:
 
 def _number(value: Any) -> float | None:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _list(value: Any) -> list[Any]:
+    return list(value or [])
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+T = TypeVar("T")
+
+
+class _Key(Generic[T]):
+    """A read-only attribute: the summary's top-level value under ``key``, through ``convert``
+    (its default for a missing key: None, an empty list or mapping)."""
+
+    def __init__(self, key: str, convert: Callable[[Any], T], doc: str = "") -> None:
+        self.key = key
+        self.convert = convert
+        self.__doc__ = f"``{key}``" + (f": {doc}" if doc else "")
+
+    @overload
+    def __get__(self, obj: None, owner: type[Any]) -> _Key[T]: ...
+
+    @overload
+    def __get__(self, obj: ProbeSummary, owner: type[Any]) -> T: ...
+
+    def __get__(self, obj: ProbeSummary | None, owner: type[Any]) -> _Key[T] | T:
+        if obj is None:
+            return self
+        return self.convert(obj.data.get(self.key))
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,13 +112,8 @@ class ProbeSummary(Mapping[str, Any]):
         return _mapping(self.stats.get(key))
 
     # -- the figures servelab reads by name ---------------------------------------------------------
-    @property
-    def identity(self) -> dict[str, Any]:
-        return _mapping(self.data.get("identity"))
-
-    @property
-    def stats(self) -> dict[str, Any]:
-        return _mapping(self.data.get("stats"))
+    identity = _Key("identity", _mapping)
+    stats = _Key("stats", _mapping)
 
     @property
     def model(self) -> Any:
@@ -107,73 +134,22 @@ class ProbeSummary(Mapping[str, Any]):
         """The experiment this one is measured against (the summary's, else the identity's)."""
         return self.data.get("baseline_experiment") or self.identity.get("baseline")
 
-    @property
-    def max_tokens(self) -> Any:
-        return self.data.get("max_tokens")
-
-    @property
-    def max_concurrency(self) -> Any:
-        return self.data.get("max_concurrency")
-
-    @property
-    def repeats(self) -> Any:
-        return self.data.get("repeats")
-
-    @property
-    def output_throughput(self) -> float | None:
-        return _number(self.data.get("output_throughput"))
-
-    @property
-    def median_ttft_ms(self) -> float | None:
-        return _number(self.data.get("median_ttft_ms"))
-
-    @property
-    def median_tpot_ms(self) -> float | None:
-        return _number(self.data.get("median_tpot_ms"))
-
-    @property
-    def median_itl_ms(self) -> float | None:
-        return _number(self.data.get("median_itl_ms"))
-
-    @property
-    def server_mean_itl_ms(self) -> float | None:
-        return _number(self.data.get("server_mean_itl_ms"))
-
-    @property
-    def acceptance_rate(self) -> float | None:
-        """``spec_decode_acceptance_rate``, in percent."""
-        return _number(self.data.get("spec_decode_acceptance_rate"))
-
-    @property
-    def acceptance_length(self) -> float | None:
-        """``spec_decode_acceptance_length``."""
-        return _number(self.data.get("spec_decode_acceptance_length"))
-
-    @property
-    def per_position(self) -> list[float]:
-        """``spec_decode_per_position_acceptance_rates`` (fractions), empty when not measured."""
-        return list(self.data.get("spec_decode_per_position_acceptance_rates") or [])
-
-    @property
-    def unstable(self) -> list[str]:
-        """The figures whose MAD is over 10 % of their median."""
-        return list(self.data.get("unstable") or [])
-
-    @property
-    def acceptance_source(self) -> Any:
-        return self.data.get("acceptance_source")
-
-    @property
-    def latency_source(self) -> Any:
-        return self.data.get("latency_source")
-
-    @property
-    def server_latency_source(self) -> Any:
-        return self.data.get("server_latency_source")
-
-    @property
-    def output_distinct_share(self) -> float | None:
-        return _number(self.data.get("output_distinct_share"))
+    max_tokens = _Key("max_tokens", _same)
+    max_concurrency = _Key("max_concurrency", _same)
+    repeats = _Key("repeats", _same)
+    output_throughput = _Key("output_throughput", _number)
+    median_ttft_ms = _Key("median_ttft_ms", _number)
+    median_tpot_ms = _Key("median_tpot_ms", _number)
+    median_itl_ms = _Key("median_itl_ms", _number)
+    server_mean_itl_ms = _Key("server_mean_itl_ms", _number)
+    acceptance_rate = _Key("spec_decode_acceptance_rate", _number, "in percent")
+    acceptance_length = _Key("spec_decode_acceptance_length", _number)
+    per_position = _Key("spec_decode_per_position_acceptance_rates", _list, "fractions, empty when not measured")
+    unstable = _Key("unstable", _list, "the figures whose MAD is over 10 % of their median")
+    acceptance_source = _Key("acceptance_source", _same)
+    latency_source = _Key("latency_source", _same)
+    server_latency_source = _Key("server_latency_source", _same)
+    output_distinct_share = _Key("output_distinct_share", _number)
 
     @property
     def requests(self) -> int:
@@ -186,6 +162,4 @@ class ProbeSummary(Mapping[str, Any]):
         stages = self.data.get("load_stages_s")
         return stages if isinstance(stages, dict) else None
 
-    @property
-    def per_category(self) -> dict[str, Any]:
-        return _mapping(self.data.get("per_category"))
+    per_category = _Key("per_category", _mapping)

@@ -9,6 +9,8 @@ and the same report through ``engines.campaign.report.build_report`` (what the C
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import ClassVar
 
 from rich.text import Text
@@ -27,10 +29,11 @@ from servelab.engines.campaign.report import CampaignReport, build_report
 from servelab.engines.catalog import Catalog, load_catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
-from servelab.tui.face import servelab_app
+from servelab.tui.face import servelab_app, writable
 from servelab.tui.navigation import Confirm, go
 from servelab.tui.widgets.campaign_plots import CampaignCharts
 from servelab.tui.widgets.campaign_view import current_text, points_table, reasons_text, recommendation_text, status_line
+from servelab.tui.widgets.host_action import host_action
 from servelab.tui.widgets.list_screen import poll_forever
 
 #: How often the screen reads the campaign's state on its host.
@@ -78,9 +81,7 @@ class CampaignScreen(Screen[None]):
         self._poll()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("stop", "resume") and servelab_app(self).readonly:
-            return False
-        return True
+        return writable(self, action, ("stop", "resume"))
 
     def _catalog(self) -> Catalog:
         """The folder, read once per screen (r reads it again): the poll does not re-read every file each second."""
@@ -156,13 +157,7 @@ class CampaignScreen(Screen[None]):
     @work(group="campaign-stop", exit_on_error=False)
     async def _stop(self) -> None:
         self.notify(f"stopping {self.campaign_id}…", timeout=3)
-        try:
-            self._show(await control.stop(self._catalog(), self.campaign_id))
-        except (ServelabError, HostUnreachable, OSError) as exc:
-            self.notify(str(exc), title="stop failed", severity="error", timeout=10)
-            return
-        self.notify(f"{self.campaign_id} stopped", timeout=4)
-        await self._load()
+        await host_action(self, partial(self._apply, control.stop), "stop failed", f"{self.campaign_id} stopped", self._load, error_timeout=10)
 
     def action_resume(self) -> None:
         if not servelab_app(self).readonly:
@@ -170,10 +165,8 @@ class CampaignScreen(Screen[None]):
 
     @work(group="campaign-resume", exit_on_error=False)
     async def _resume(self) -> None:
-        try:
-            self._show(await control.resume(self._catalog(), self.campaign_id))
-        except (ServelabError, HostUnreachable, OSError) as exc:
-            self.notify(str(exc), title="resume failed", severity="error", timeout=10)
-            return
-        self.notify(f"{self.campaign_id} resumed", timeout=4)
-        await self._load()
+        await host_action(self, partial(self._apply, control.resume), "resume failed", f"{self.campaign_id} resumed", self._load, error_timeout=10)
+
+    async def _apply(self, change: Callable[[Catalog, str], Awaitable[CampaignStatus]]) -> None:
+        """``change`` (stop, resume) to this campaign, and its new state shown."""
+        self._show(await change(self._catalog(), self.campaign_id))

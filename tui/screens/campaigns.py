@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from rich.console import Group, RenderableType
 from rich.text import Text
-from textual import on, work
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.command import DiscoveryHit, Hit, Hits, Provider
@@ -28,10 +28,10 @@ from servelab.engines.catalog import Catalog, load_catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.runstate import CampaignState
-from servelab.tui.face import servelab_app
+from servelab.tui.face import servelab_app, writable
 from servelab.tui.navigation import Confirm, OpenCampaign, go
 from servelab.tui.widgets.campaign_view import minutes, plan_renderable, state_text, status_line
-from servelab.tui.widgets.list_screen import ListScreen, poll_forever
+from servelab.tui.widgets.list_screen import ListScreen, cursor_bindings, poll_forever
 
 #: How often the list asks the hosts about their campaigns.
 REFRESH_SECONDS = 5.0
@@ -79,7 +79,7 @@ class CampaignCommands(Provider):
                 yield Hit(score, matcher.highlight(title), call, help=help_text)  # type: ignore[arg-type]  # as above
 
 
-class CampaignsScreen(ListScreen):
+class CampaignsScreen(ListScreen[Row]):
     """Campaign files and started campaigns; enter opens a started one (or a file's latest run)."""
 
     COMMANDS = Screen.COMMANDS | {CampaignCommands}
@@ -89,8 +89,7 @@ class CampaignsScreen(ListScreen):
         Binding("S", "start", "Start", id="campaigns.start"),
         Binding("X", "start_unchecked", "Start w/o preflight", show=False, id="campaigns.start-unchecked"),
         Binding("r", "refresh", "Refresh", id="campaigns.refresh"),
-        Binding("j", "cursor_down", "Down", show=False, id="campaigns.down"),
-        Binding("k", "cursor_up", "Up", show=False, id="campaigns.up"),
+        *cursor_bindings("campaigns"),
     ]
 
     def __init__(self) -> None:
@@ -113,15 +112,11 @@ class CampaignsScreen(ListScreen):
     def on_mount(self) -> None:
         self.title = "campaigns"
         self.sub_title = "campaign files, and the campaigns started on the hosts"
-        table = self.query_one(DataTable)
-        for key, label in (("name", "campaign"), ("where", "where"), ("status", "status"), ("points", "points"), ("loads", "loads"), ("estimate", "estimate")):
-            table.add_column(label, key=key)
+        self.add_columns((("name", "campaign"), ("where", "where"), ("status", "status"), ("points", "points"), ("loads", "loads"), ("estimate", "estimate")))
         self._poll()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("start", "start_unchecked") and servelab_app(self).readonly:
-            return False
-        return True
+        return writable(self, action, ("start", "start_unchecked"))
 
     # -- loading ---------------------------------------------------------------------------------
     def _catalog(self) -> Catalog:
@@ -152,14 +147,8 @@ class CampaignsScreen(ListScreen):
         self.run_worker(self._load(), group="campaigns-refresh", exclusive=True, exit_on_error=False)
 
     def _fill(self) -> None:
-        table = self.query_one(DataTable)
-        keep = table.cursor_row
-        table.clear()
         self.rows = [Row(f"file:{e.path}", entry=e) for e in self.entries] + [Row(f"run:{s.host}:{s.id}", started=s) for s in self.started.campaigns]
-        for row in self.rows:
-            table.add_row(*self._cells(row), key=row.key)
-        if self.rows:
-            table.move_cursor(row=min(max(keep, 0), len(self.rows) - 1))
+        self.refill((row.key, self._cells(row)) for row in self.rows)
         hosts = Text(f"{len(self.entries)} campaign file(s) · {len(self.started.campaigns)} started on the hosts")
         for name, why in self.started.unreachable.items():
             hosts.append(f" · {name} unreachable (its campaigns are not listed): {why}", style="yellow")
@@ -184,22 +173,12 @@ class CampaignsScreen(ListScreen):
 
     # -- selection and detail ----------------------------------------------------------------------
     def current(self) -> Row | None:
-        table = self.query_one(DataTable)
-        if not self.rows or not 0 <= table.cursor_row < len(self.rows):
-            return None
-        return self.rows[table.cursor_row]
+        return self.current_row()
 
-    def select_row(self, key: str) -> None:
-        for i, row in enumerate(self.rows):
-            if row.key == key:
-                self.query_one(DataTable).move_cursor(row=i)
-
-    @on(DataTable.RowHighlighted)
-    def _highlighted(self) -> None:
+    def row_highlighted(self) -> None:
         self._show_detail()
 
-    @on(DataTable.RowSelected)
-    def _selected(self) -> None:
+    def row_chosen(self) -> None:
         self.action_open()
 
     def _show_detail(self) -> None:

@@ -15,7 +15,7 @@ from typing import ClassVar
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
-from textual import on, work
+from textual import work
 from textual.app import ComposeResult, SuspendNotSupported
 from textual.binding import Binding, BindingType
 from textual.command import DiscoveryHit, Hit, Hits, Provider
@@ -28,9 +28,9 @@ from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.seen import clock, now
 from servelab.engines.loader import display_path
 from servelab.engines.history import LatestRun, latest_runs
-from servelab.tui.face import servelab_app
+from servelab.tui.face import servelab_app, writable
 from servelab.tui.navigation import Confirm, OpenCompare, OpenPreflight, OpenRun, go
-from servelab.tui.widgets.list_screen import ListScreen
+from servelab.tui.widgets.list_screen import ListScreen, cursor_bindings
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("sel", " "),
@@ -83,7 +83,7 @@ class ExperimentCommands(Provider):
                 yield Hit(score, matcher.highlight(title), lambda r=row: screen.select_row(r.key), help="select it")
 
 
-class ExperimentsScreen(ListScreen):
+class ExperimentsScreen(ListScreen[Row]):
     """Definitions with engine, host, speculation, patches and their latest run."""
 
     COMMANDS = Screen.COMMANDS | {ExperimentCommands}
@@ -97,8 +97,7 @@ class ExperimentsScreen(ListScreen):
         Binding("c", "compare", "Compare", id="experiments.compare"),
         Binding("E", "edit", "Edit", id="experiments.edit"),
         Binding("r", "reload", "Reload", id="experiments.reload"),
-        Binding("j", "cursor_down", "Down", show=False, id="experiments.down"),
-        Binding("k", "cursor_up", "Up", show=False, id="experiments.up"),
+        *cursor_bindings("experiments"),
     ]
 
     def __init__(self) -> None:
@@ -119,18 +118,14 @@ class ExperimentsScreen(ListScreen):
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one(DataTable)
-        for key, label in COLUMNS:
-            table.add_column(label, key=key)
+        self.add_columns(COLUMNS)
         self.title = "servelab"
         self._show_subtitle()
         self.action_reload()
 
     # -- readonly --------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("launch", "launch_unchecked", "edit") and servelab_app(self).readonly:
-            return False
-        return True
+        return writable(self, action, ("launch", "launch_unchecked", "edit"))
 
     # -- loading ---------------------------------------------------------------------------------
     def action_reload(self) -> None:
@@ -160,13 +155,7 @@ class ExperimentsScreen(ListScreen):
         self._load_latest(catalog)
 
     def _fill_table(self) -> None:
-        table = self.query_one(DataTable)
-        keep = table.cursor_row
-        table.clear()
-        for row in self.rows:
-            table.add_row(*self._cells(row), key=row.key)
-        if self.rows:
-            table.move_cursor(row=min(max(keep, 0), len(self.rows) - 1))
+        self.refill((row.key, self._cells(row)) for row in self.rows)
         self._show_detail()
 
     def _cells(self, row: Row) -> list[Text]:
@@ -226,25 +215,15 @@ class ExperimentsScreen(ListScreen):
         self.sub_title = f"experiments in {display_path(app.folder)}" + (" · read-only" if app.readonly else "") + down
 
     # -- the detail pane ---------------------------------------------------------------------------
-    @on(DataTable.RowHighlighted)
-    def _highlighted(self) -> None:
+    def row_highlighted(self) -> None:
         self._show_detail()
 
-    @on(DataTable.RowSelected)
-    def _selected(self) -> None:
-        """Enter on a row (the table takes the key first): open its latest run."""
+    def row_chosen(self) -> None:
+        """Enter on a row: open its latest run."""
         self.action_open_run()
 
     def current(self) -> Row | None:
-        table = self.query_one(DataTable)
-        if not self.rows or table.cursor_row < 0 or table.cursor_row >= len(self.rows):
-            return None
-        return self.rows[table.cursor_row]
-
-    def select_row(self, key: str) -> None:
-        for i, row in enumerate(self.rows):
-            if row.key == key:
-                self.query_one(DataTable).move_cursor(row=i)
+        return self.current_row()
 
     def _show_detail(self) -> None:
         widget = self.query_one("#experiment-detail-text", Static)

@@ -31,7 +31,7 @@ from servelab.engines.logs.live import LiveAnalysis
 from servelab.engines.runrecords import RunRecord, RunUnreachable
 from servelab.engines.runs import Runs
 from servelab.engines.runstate import StageState
-from servelab.tui.face import probe_of_app, request_probe, servelab_app
+from servelab.tui.face import probe_of_app, request_probe, servelab_app, writable
 from servelab.tui.navigation import Confirm, OpenWhy, go
 from servelab.tui.widgets.line_index import LineIndex
 from servelab.tui.widgets.log_ingest import IngestUpdate, LogIngest
@@ -142,7 +142,7 @@ class RunScreen(Screen[None]):
         self._drop_tail()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("stop", "probe") and servelab_app(self).readonly:
+        if not writable(self, action, ("stop", "probe")):
             return False
         if action == "stop" and self.alive is False:
             return None

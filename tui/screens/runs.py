@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from rich.text import Text
-from textual import on, work
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Footer, Header, Static
@@ -17,14 +17,32 @@ from servelab.engines.nodes.group import RunsRow, runs_rows
 from servelab.engines.nodes.run import MultiNodeRuns
 from servelab.engines.runrecords import KnownRun, RunRecord
 from servelab.engines.runstate import RunState
-from servelab.tui.face import servelab_app
+from servelab.tui.face import servelab_app, writable
 from servelab.tui.navigation import Confirm, OpenRun, ask, go
-from servelab.tui.widgets.list_screen import ListScreen, poll_forever
+from servelab.tui.widgets.host_action import host_action
+from servelab.tui.widgets.list_screen import ListScreen, cursor_bindings, poll_forever
 
 REFRESH_SECONDS = 5.0
 
 
-class RunsScreen(ListScreen):
+def _cells(row: RunsRow) -> list[Text]:
+    """A run's row: id, status, hosts, start, pid (a gone host's runs greyed, with since when)."""
+    k = row.head
+    rec = k.record
+    pid = f"pid {rec.pid}" if rec.status is RunState.RUNNING else (f"exit {rec.exit_code}" if rec.exit_code is not None else "-")
+    if row.nodes:
+        running = sum(1 for n in row.nodes if n.record.status is RunState.RUNNING)
+        pid = f"{running}/{len(row.nodes)} running"
+    gone = next((n for n in [k, *row.nodes] if n.down is not None), None)
+    if gone is not None and gone.down is not None:  # the last known state, greyed; the host says since when it is gone
+        status = Text(f"{row.status}?", style="dim")
+        where = f"{row.hosts} · {gone.record.host}" if row.nodes else rec.host
+        host = Text(f"{where} · unreachable since {gone.down.since}", style="yellow")
+        return [Text(row.id, style="dim"), status, host, Text(rec.started_at.replace("T", " ")[:19], style="dim"), Text(pid, style="dim")]
+    return [Text(row.id), Text(row.status, style=row.status.style), Text(row.hosts), Text(rec.started_at.replace("T", " ")[:19]), Text(pid)]
+
+
+class RunsScreen(ListScreen[RunsRow]):
     """All runs, newest first; refreshed every few seconds in a worker."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -32,8 +50,7 @@ class RunsScreen(ListScreen):
         Binding("s", "stop", "Stop", id="runs.stop"),
         Binding("C", "cleanup", "Cleanup", id="runs.cleanup"),
         Binding("r", "refresh", "Refresh", id="runs.refresh"),
-        Binding("j", "cursor_down", "Down", show=False, id="runs.down"),
-        Binding("k", "cursor_up", "Up", show=False, id="runs.up"),
+        *cursor_bindings("runs"),
     ]
 
     def __init__(self) -> None:
@@ -53,15 +70,11 @@ class RunsScreen(ListScreen):
     def on_mount(self) -> None:
         self.title = "runs"
         self.sub_title = "every run on every configured host"
-        table = self.query_one(DataTable)
-        for key, label in (("run", "run"), ("status", "status"), ("host", "host"), ("started", "started"), ("pid", "pid / exit")):
-            table.add_column(label, key=key)
+        self.add_columns((("run", "run"), ("status", "status"), ("host", "host"), ("started", "started"), ("pid", "pid / exit")))
         self._poll()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("stop", "cleanup") and servelab_app(self).readonly:
-            return False
-        return True
+        return writable(self, action, ("stop", "cleanup"))
 
     @work(exclusive=True, group="runs-poll", exit_on_error=False)
     async def _poll(self) -> None:
@@ -89,27 +102,7 @@ class RunsScreen(ListScreen):
         self.action_refresh()
 
     def _fill(self) -> None:
-        table = self.query_one(DataTable)
-        keep = table.cursor_row
-        table.clear()
-        for row in self.rows:
-            k = row.head
-            rec = k.record
-            pid = f"pid {rec.pid}" if rec.status is RunState.RUNNING else (f"exit {rec.exit_code}" if rec.exit_code is not None else "-")
-            if row.nodes:
-                running = sum(1 for n in row.nodes if n.record.status is RunState.RUNNING)
-                pid = f"{running}/{len(row.nodes)} running"
-            gone = next((n for n in [k, *row.nodes] if n.down is not None), None)
-            if gone is not None and gone.down is not None:  # the last known state, greyed; the host says since when it is gone
-                status = Text(f"{row.status}?", style="dim")
-                where = f"{row.hosts} · {gone.record.host}" if row.nodes else rec.host
-                host = Text(f"{where} · unreachable since {gone.down.since}", style="yellow")
-                cells = [Text(row.id, style="dim"), status, host, Text(rec.started_at.replace("T", " ")[:19], style="dim"), Text(pid, style="dim")]
-            else:
-                cells = [Text(row.id), Text(row.status, style=row.status.style), Text(row.hosts), Text(rec.started_at.replace("T", " ")[:19]), Text(pid)]
-            table.add_row(*cells, key=row.id)
-        if self.records:
-            table.move_cursor(row=min(max(keep, 0), len(self.records) - 1))
+        self.refill((row.id, _cells(row)) for row in self.rows)
         hosts = Text(f"{len(self.records)} run(s)")
         for name, why in self.unreachable.items():
             since = self.down[name].since if name in self.down else ""
@@ -121,14 +114,7 @@ class RunsScreen(ListScreen):
         row = self.current_row()
         return row.head.record if row is not None else None
 
-    def current_row(self) -> RunsRow | None:
-        table = self.query_one(DataTable)
-        if not self.rows or not 0 <= table.cursor_row < len(self.rows):
-            return None
-        return self.rows[table.cursor_row]
-
-    @on(DataTable.RowSelected)
-    def _selected(self) -> None:
+    def row_chosen(self) -> None:
         self.action_open()
 
     def action_open(self) -> None:
@@ -160,7 +146,8 @@ class RunsScreen(ListScreen):
     @work(group="runs-stop", exit_on_error=False)
     async def _stop(self, run_id: str, group: bool = False) -> None:
         runs = servelab_app(self).runs()
-        try:
+
+        async def stop() -> None:
             if group:
                 mruns = MultiNodeRuns(runs)
                 report = await mruns.stop(await mruns.load(run_id))
@@ -168,11 +155,8 @@ class RunsScreen(ListScreen):
                     raise ServelabError("; ".join(report.problems))
             else:
                 await runs.stop(run_id)
-        except (ServelabError, HostUnreachable, OSError) as exc:
-            self.notify(str(exc), title="stop failed", severity="error", timeout=8)
-            return
-        self.notify(f"{run_id} stopped", timeout=4)
-        await self._load()
+
+        await host_action(self, stop, "stop failed", f"{run_id} stopped", self._load)
 
     def action_cleanup(self) -> None:
         if not servelab_app(self).readonly:
