@@ -209,8 +209,8 @@ class RunKind(StrEnum):
 
 
 @dataclass(frozen=True)
-class GroupNode:
-    """One node process of a multi-node run, as a run's identity names it."""
+class NodeRun:
+    """One node process of a multi-node run: where it runs and its own run id (``nodes.json``'s)."""
 
     rank: int
     host: str
@@ -224,7 +224,7 @@ class GroupSummary:
     """A multi-node run as the areas below ``engines.nodes`` see it: its group id and node processes."""
 
     id: str
-    nodes: tuple[GroupNode, ...]
+    nodes: tuple[NodeRun, ...]
 
     def identity(self) -> list[dict[str, object]]:
         """The probe identity's ``nodes``: host, rank, role and run id of every node process."""

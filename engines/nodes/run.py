@@ -38,23 +38,13 @@ from servelab.engines.nodes.plan import start_order
 from servelab.engines.values import NodePlan, NodeProcess
 from servelab.engines.nodes.ray import is_ray_daemon
 from servelab.engines.nodes.hints import RendezvousHint, rendezvous_hint, stamp_of
-from servelab.engines.runrecords import GroupNode, GroupSummary, Located, RunRecord, RunStatus, RunsAPI, new_run_id
+from servelab.engines.runrecords import GroupSummary, Located, RunRecord, RunStatus, RunsAPI, new_run_id
+from servelab.engines.runrecords import NodeRun as NodeRun  # nodes.json's node: one of the run values
 from servelab.engines.runstate import RunState
 
 GROUP_JSON = "nodes.json"
 #: Seconds to wait after a node's run ended before its log's last read.
 LATE_LINES_SETTLE_S = 1.5
-
-
-@dataclass(frozen=True)
-class NodeRun:
-    """One node process of a multi-node run: where it runs and its own run id."""
-
-    rank: int
-    host: str
-    role: str
-    run_id: str
-    serves: bool
 
 
 @dataclass(frozen=True)
@@ -76,7 +66,7 @@ class MultiNodeRecord:
 
     def summary(self) -> GroupSummary:
         """The group as the areas below nodes/ hold it (a resolved run's ``group``)."""
-        return GroupSummary(self.id, tuple(GroupNode(n.rank, n.host, n.role, n.run_id, n.serves) for n in self.nodes))
+        return GroupSummary(self.id, tuple(self.nodes))
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
