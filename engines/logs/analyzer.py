@@ -21,6 +21,7 @@ from servelab.engines.logs.grammar import STAGES, Header, LogGrammar, is_primary
 from servelab.engines.logs.hints import find_hint
 from servelab.engines.logs.lines import Line, strip_ansi
 from servelab.engines.logs.prefilter import Prefilter
+from servelab.engines.logs.prefix import PrefixNormalizer
 from servelab.engines.logs.rootcause import TB_START, TracebackTracker
 from servelab.engines.logs.rules import (
     BAR,
@@ -137,6 +138,10 @@ class LogAnalyzer:
         self._settings: dict[str, float] = {}
         self._notable: deque[str] = deque(maxlen=NOTABLE_LINES)
         self._finished = False
+        # a capture tool's line prefix, learnt and stripped before anything else reads a line;
+        # ``_prefix`` is None once the log is known to have none (or has ended)
+        self._norm = PrefixNormalizer()
+        self._prefix: PrefixNormalizer | None = self._norm
 
     def _use_rules(self, rules: list[Rule]) -> None:
         """Index the rules and build the chunk scan for them.
@@ -164,6 +169,12 @@ class LogAnalyzer:
         """
         if not data or self._finished:
             return
+        if self._prefix is not None:
+            data = self._prefix.feed(data)
+            if self._prefix.bare:
+                self._prefix = None
+            if not data:
+                return
         start = 0
         if self._tail:
             nl = data.find(b"\n")
@@ -205,6 +216,10 @@ class LogAnalyzer:
 
     def feed_lines(self, lines: Iterable[Line]) -> None:
         """Lines already split by a :class:`LineSplitter` (a viewer that owns the splitter)."""
+        if self._prefix is not None:
+            lines = self._prefix.feed_lines(lines)
+            if self._prefix.bare:
+                self._prefix = None
         for line in lines:
             if line.number != self._number:
                 if self._pending:
@@ -220,6 +235,12 @@ class LogAnalyzer:
         """End of the stream: the last unterminated line counts, open tracebacks close."""
         if self._finished:
             return
+        if self._prefix is not None:
+            prefix, self._prefix = self._prefix, None
+            if prefix.lines_fed:
+                self.feed_lines(prefix.finish_lines())
+            else:
+                self.feed(prefix.finish())
         if self._tail:
             last = self._tail[self._tail_seen :] + b"\n"
             self._text(last, 0, len(last))
@@ -587,5 +608,6 @@ class LogAnalyzer:
             lines=self._number - 1,
             exit_code=self._exit_code,
             failed_stage=failed_stage,
+            prefix=self._norm.value(),
         )
 
