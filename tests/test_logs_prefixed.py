@@ -9,6 +9,7 @@ whole. The styles are the capture tools' own forms, applied to every line.
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from servelab.engines.logs.analyzer import LogAnalyzer
+from servelab.engines.logs.lines import LineSplitter
 from servelab.engines.logs.prefix import LINE_START
 from servelab.engines.logs.files import _grammar, analyze_bytes, guess_engine
 from servelab.engines.logs.values import Analysis
@@ -162,3 +164,24 @@ def test_any_chunking_of_a_prefixed_log_reads_as_it_whole(path: Path, style: str
     got = _feed(data, [int(c * len(data)) for c in cuts])
     assert facts(got) == facts(whole)
     assert got.prefix == whole.prefix
+
+
+@pytest.mark.parametrize("style", [*STYLES, PLATFORM])
+def test_a_viewers_split_lines_read_as_the_bytes(style: str) -> None:
+    """The line-by-line path (a viewer's LineSplitter, prefixes stripped line by line) agrees with
+    the chunk path (bytes.replace / one regex pass a chunk), prefix record included."""
+    failures = []
+    for path in LOGS:
+        data = prefixed(path.read_bytes(), style)
+        grammar = _grammar(guess_engine(data[:65536]))
+        sp = LineSplitter()
+        an = LogAnalyzer(grammar)
+        for i in range(0, len(data), 3000):
+            an.feed_lines(sp.feed(data[i : i + 3000]))
+        an.feed_lines(sp.flush())
+        an.finish()
+        by_lines = dataclasses.asdict(an.snapshot())
+        by_bytes = dataclasses.asdict(_feed(data, [len(data) // 3, len(data) // 2]))
+        if by_lines != by_bytes:
+            failures.append(f"{_name(path)}: {[k for k in by_bytes if by_bytes[k] != by_lines[k]]}")
+    assert not failures, "\n".join(failures)

@@ -170,11 +170,12 @@ class LogAnalyzer:
         if not data or self._finished:
             return
         if self._prefix is not None:
-            data = self._prefix.feed(data)
-            if self._prefix.bare:
-                self._prefix = None
-            if not data:
-                return
+            prefix, self._prefix = self._prefix, None
+            for part in prefix.feed(data):
+                self.feed(part)
+            if not prefix.bare:
+                self._prefix = prefix
+            return
         start = 0
         if self._tail:
             nl = data.find(b"\n")
@@ -240,7 +241,8 @@ class LogAnalyzer:
             if prefix.lines_fed:
                 self.feed_lines(prefix.finish_lines())
             else:
-                self.feed(prefix.finish())
+                for part in prefix.finish():
+                    self.feed(part)
         if self._tail:
             last = self._tail[self._tail_seen :] + b"\n"
             self._text(last, 0, len(last))

@@ -152,6 +152,8 @@ class PrefixNormalizer:
         self._plats: Counter[bytes] = Counter()
         self._examples: dict[bytes, list[str]] = {}
         self._sample: list[bytes] = []
+        self._raw: dict[bytes, set[bytes]] = {}  # each shape's prefixes as printed (a few)
+        self._literals: list[bytes] = []  # "\n" + each stream's prefix, when they are few and fixed
         self._shapes: list[bytes] = []
         self._plat_shapes: list[bytes] = []
         self._strip: re.Pattern[bytes] | None = None
@@ -187,6 +189,9 @@ class PrefixNormalizer:
             elif 0 < p <= _MAX_PREFIX and line[p - 1 : p] in (b" ", b"\t"):
                 shape = shape_of(line[:p])
                 self._cands[shape] += 1
+                raw = self._raw.setdefault(shape, set())
+                if len(raw) <= _STREAMS:
+                    raw.add(line[:p])
                 ex = self._examples.setdefault(shape, [])
                 text = line[:p].decode("utf-8", "replace")
                 if len(ex) < 4 and text not in ex:
@@ -278,6 +283,7 @@ class PrefixNormalizer:
             if c < max(2.0, _MOST * len(sample)) or len(lasts.get(shape, ())) > _STREAMS:
                 continue
             best = [shape]
+            self._raw[shape] = {t for t in (b"".join(b"".join(f) for f in _fields(ln)[:k]).rstrip(b" ") + b" " for ln in sample) if re.fullmatch(shape, t)}
             ex = self._examples.setdefault(shape, [])
             if not ex:
                 ex.append(texts[shape].decode("utf-8", "replace"))
@@ -296,26 +302,34 @@ class PrefixNormalizer:
             alt = b"|".join(self._shapes)
             self._strip = re.compile(b"\n(?:" + alt + b")")
             self._lead = re.compile(b"(?:" + alt + b")")
+        # one shape printed as a few fixed texts (docker compose's service names, a viewer's bar):
+        # each is stripped with bytes.replace, several times faster than the regex
+        self._literals = []
+        if len(self._shapes) == 1 and b"(?:" not in self._shapes[0] and not self._plat_shapes:
+            texts = self._raw.get(self._shapes[0], set())
+            if 0 < len(texts) <= _STREAMS and all(self._lead is not None and self._lead.fullmatch(t) for t in texts):
+                self._literals = sorted((b"\n" + t for t in texts), key=len, reverse=True)
         if self._plat_shapes:
             alt_p = b"|".join(self._plat_shapes)
             self._drop = re.compile(b"\n(?:(?:" + alt_p + b") *\r?\n)+")
-            self._drop_line = re.compile(b"(?:" + alt_p + b") *")
+            self._drop_line = re.compile(b"(?:" + alt_p + b") *\r?")
         return True
 
-    def _end_learning(self) -> bytes:
+    def _end_learning(self) -> list[bytes]:
         self._learning = False
         r = self._released
         held, self._held = self._held[r:], b""  # [given:released] was just given out by _release_then
         if not self._use(self._decide()):
             self.bare = True
-            return held
+            return [held]
         # what was given out may have ended inside a line: its rest is not a line start
         self._midline = r > 0 and self._held_nl is False
         return self._rewrite(held)
 
     # -- feeding --------------------------------------------------------------------------------
-    def feed(self, data: bytes) -> bytes:
-        """The bytes the analyzer should read for ``data`` (maybe none yet: the first lines are held)."""
+    def feed(self, data: bytes) -> list[bytes]:
+        """The bytes the analyzer should read for ``data``, in pieces (maybe none yet: the first
+        lines are held)."""
         if self._learning:
             self._held += data
             self._scanned = self._learn(self._held, self._scanned, LEARN_LINES - self._lines)
@@ -326,13 +340,13 @@ class PrefixNormalizer:
             return self._release_then(None)
         return self._rewrite(data)
 
-    def _release_then(self, then: Callable[[], bytes] | None) -> bytes:
+    def _release_then(self, then: Callable[[], list[bytes]] | None) -> list[bytes]:
         """Give out what was released while learning (and, with ``then``, the rest as decided)."""
         held, r, done = self._held, self._released, self._given
         out = held[done:r]
         self._held_nl = r == 0 or held[r - 1 : r] == b"\n"
         if then is not None:
-            return out + then()
+            return [out, *then()]
         # keep only the lines not given out whole (the held text stays what was learnt from)
         cut = min(r, self._scanned)
         if cut:
@@ -341,9 +355,9 @@ class PrefixNormalizer:
             r -= cut
             self._released = r
         self._given = r
-        return out
+        return [out] if out else []
 
-    def finish(self) -> bytes:
+    def finish(self) -> list[bytes]:
         """End of the stream: what is still held, rewritten."""
         if self._learning:
             if self._held and not self._held.endswith(b"\n"):
@@ -352,54 +366,109 @@ class PrefixNormalizer:
             return out + self.finish() if not self.bare else out
         rest, self._tail = self._tail, b""
         if not rest:
-            return b""
-        out = self._rewrite(rest + b"\n")
-        return out[:-1] if out.endswith(b"\n") else out
+            return []
+        last = b"".join(self._rewrite(rest + b"\n"))
+        return [last[:-1] if last.endswith(b"\n") else last]
 
-    def _rewrite(self, data: bytes) -> bytes:
-        buf = self._tail + data if self._tail else data
-        self._tail = b""
-        head = b""
+    def _rewrite(self, data: bytes) -> list[bytes]:
+        """``data`` rewritten, in pieces (the analyzer reads any chunking): the line that completes
+        the held one, then the chunk's other complete lines in one piece, read in place."""
+        out: list[bytes] = []
+        pos = 0
         if self._midline:
-            nl = buf.find(b"\n")
+            nl = data.find(b"\n")
             if nl == -1:
-                return buf  # the rest of a line whose prefix is already gone
-            head, buf = buf[: nl + 1], buf[nl + 1 :]
+                return [data]  # the rest of a line whose prefix is already gone
+            out.append(data[: nl + 1])
+            pos = nl + 1
             self._midline = False
-        cut = buf.rfind(b"\n") + 1
-        whole, tail = buf[:cut], buf[cut:]
-        out = self._lines_of(whole) if whole else b""
-        if tail:
-            if b"\r" in tail and self._lead is not None and (m := self._lead.match(tail)) is not None and m.end() < len(tail):
-                # a bar redrawn with \r: give it out now (the live view follows it), its prefix stripped
+        nl = data.find(b"\n", pos)
+        if nl == -1:
+            self._tail += data[pos:]
+            self._release_tail(out)
+            return out
+        first = self._tail + data[pos:nl] if self._tail else data[pos:nl]
+        cut = data.rfind(b"\n") + 1
+        body = self._literal_lines(data, pos, nl, cut) if self._literals else None
+        if body is None:
+            body = self._lines_of(data, nl, cut)  # begins with the first line's own \n
+        if b"\x1b" in first:
+            first = strip_ansi(first)
+        if self._drop is not None and self._drop_line.fullmatch(first) is not None:
+            self.dropped += 1
+            body = body[1:]
+        else:
+            m = self._lead.match(first) if self._lead is not None else None
+            if m is not None:
                 self.stripped += 1
-                tail = tail[m.end() :]
-                self._midline = True
-            else:
-                self._tail = tail
-                tail = b""
-        return head + out + tail
+                first = first[m.end() :]
+            out.append(first)
+        out.append(body)
+        self._tail = data[cut:]
+        self._release_tail(out)
+        return out
 
-    def _lines_of(self, whole: bytes) -> bytes:
-        """Complete lines rewritten: platform lines dropped, prefixes stripped (two C-speed passes)."""
-        if b"\x1b" in whole:
-            whole = strip_ansi(whole)
-        buf = b"\n" + whole
+    def _release_tail(self, out: list[bytes]) -> None:
+        tail = self._tail
+        if b"\r" in tail and self._lead is not None and (m := self._lead.match(tail)) is not None and m.end() < len(tail):
+            # a bar redrawn with \r: give it out now (the live view follows it), its prefix stripped
+            self.stripped += 1
+            out.append(tail[m.end() :])
+            self._tail = b""
+            self._midline = True
+
+    def _literal_lines(self, data: bytes, pos: int, nl: int, cut: int) -> bytes | None:
+        """``data[nl:cut]`` with each stream's fixed prefix replaced away (whole-chunk ``bytes.replace``,
+        read in place); None when a line there kept a prefix (a new stream: the regex takes it)."""
+        if cut - nl <= 1 or data.find(b"\x1b", nl, cut) != -1:
+            return None
+        rep = data
+        k = 0
+        for lit in self._literals:
+            before = len(rep)
+            rep = rep.replace(lit, b"\n")
+            k += (before - len(rep)) // (len(lit) - 1)
+        # the replace also took the prefix of the first line (after a line given out in part) and
+        # of the unfinished last one: those are not the body's
+        heads = [lit[1:] for lit in self._literals]
+        if pos > 0 and any(data.startswith(h, pos) for h in heads):
+            k -= 1
+        if cut < len(data) and any(data.startswith(h, cut) for h in heads):
+            k -= 1
+        if k != data.count(b"\n", nl, cut - 1):
+            return None
+        self.stripped += k
+        start = rep.find(b"\n", pos)
+        return rep[start : rep.rfind(b"\n") + 1]
+
+    def _lines_of(self, data: bytes, start: int, stop: int) -> bytes:
+        """``data[start:stop]`` (from a newline to a newline) rewritten: platform lines dropped,
+        prefixes stripped, each in one C-speed pass over the chunk read in place (a memoryview: a
+        copy of a large chunk costs more than the pass, in page faults)."""
+        if stop - start <= 1:
+            return data[start:stop]
+        src: bytes | memoryview
+        if data.find(b"\x1b", start, stop) != -1:
+            src = strip_ansi(data[start:stop])
+        else:
+            src = memoryview(data)[start:stop]
+        n = data.count(b"\n", start, stop)
         dropped = stripped = 0
         if self._drop is not None:
-            n = buf.count(b"\n")
-            buf = self._drop.sub(b"\n", buf)
-            dropped = n - buf.count(b"\n")
-        if self._strip is not None:
-            buf, stripped = self._strip.subn(b"\n", buf)
-            lines = buf.count(b"\n") - 1
+            src = self._drop.sub(b"\n", src)
+            dropped = n - src.count(b"\n")
+        if self._strip is None:
+            out = bytes(src)
+        else:
+            out, stripped = self._strip.subn(b"\n", src)
+            lines = n - dropped - 1
             if self._relearn and lines >= 8 and stripped * 2 < lines:
                 self._relearn -= 1
-                if self._adapt(whole):
-                    return self._lines_of(whole)
+                if self._adapt(bytes(src)):
+                    return self._lines_of(data, start, stop)
         self.dropped += dropped
         self.stripped += stripped
-        return buf[1:]
+        return out
 
     def _adapt(self, whole: bytes) -> bool:
         """Most lines of a chunk kept their prefix: learn from it again (a new stream's shape)."""
@@ -450,6 +519,9 @@ class PrefixNormalizer:
                 self._observe("\r".join(self._phys).encode())
                 self._phys = []
             self._end_learning_lines(out)
+        if self._dropping:
+            self._dropping = False  # the last line was a platform line
+            self.dropped += 1
         return out
 
     def _end_learning_lines(self, out: list[Line]) -> None:
