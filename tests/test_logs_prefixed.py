@@ -152,7 +152,7 @@ def _feed(data: bytes, cuts: list[int]) -> Analysis:
     return an.snapshot()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     path=st.sampled_from(LOGS),
     style=st.sampled_from([*STYLES, PLATFORM]),

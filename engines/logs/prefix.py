@@ -420,8 +420,20 @@ class PrefixNormalizer:
     def _literal_lines(self, data: bytes, pos: int, nl: int, cut: int) -> bytes | None:
         """``data[nl:cut]`` with each stream's fixed prefix replaced away (whole-chunk ``bytes.replace``,
         read in place); None when a line there kept a prefix (a new stream: the regex takes it)."""
-        if cut - nl <= 1 or data.find(b"\x1b", nl, cut) != -1:
+        if cut - nl <= 1:
             return None
+        if data.find(b"\x1b", nl, cut) != -1:
+            # colours: taken out first (the analyzer would do it anyway), then the body on its own
+            rep = strip_ansi(data[nl:cut])
+            k = 0
+            for lit in self._literals:
+                before = len(rep)
+                rep = rep.replace(lit, b"\n")
+                k += (before - len(rep)) // (len(lit) - 1)
+            if k != rep.count(b"\n") - 1:
+                return None
+            self.stripped += k
+            return rep
         rep = data
         k = 0
         for lit in self._literals:
