@@ -185,3 +185,13 @@ def test_a_viewers_split_lines_read_as_the_bytes(style: str) -> None:
         if by_lines != by_bytes:
             failures.append(f"{_name(path)}: {[k for k in by_bytes if by_bytes[k] != by_lines[k]]}")
     assert not failures, "\n".join(failures)
+
+
+def test_analyze_says_what_it_stripped() -> None:
+    from servelab.tui.commands.analyze import render
+
+    bare = next(p for p in LOGS if p.name == "vllm-cpu-good-ngram-serve.log").read_bytes()
+    n = bare.count(b"\n")
+    assert f"line prefix stripped from {n} lines ('vllm-1  | ')" in render(analyze_bytes(prefixed(bare, "compose")))
+    assert "platform lines" in render(analyze_bytes(prefixed(bare, PLATFORM)))
+    assert "prefix" not in render(analyze_bytes(bare)) and "platform" not in render(analyze_bytes(bare))
