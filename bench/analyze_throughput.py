@@ -11,6 +11,9 @@ lines per second and the child's peak memory (target: >= 300,000 lines/s, memory
 - ``long-run``: what a long serving run looks like: every real log once (startups, crashes), then
   the serving lines found in them (access log, throughput and spec-decode lines, decode batches)
   repeated, then every real log again.
+- ``cycle-compose``, ``long-run-compose``: the same two logs as ``docker compose logs`` prints
+  them (``vllm-1    | `` / ``sglang-1  | `` before every line): the prefix normalizer's cost
+  (target: within 1.3x of the bare log's time).
 
 Quarter- and half-size ``cycle`` logs are analyzed too: peak memory (each child's own, from
 ``wait4``) must not grow with the log. Each run is repeated ``--repeat`` times and the best wall and
@@ -44,6 +47,14 @@ Figures on this 2-core machine, ``--repeat 3 --against 0740bfd``, quiet (load 0.
   bytes: no decoded copy); analyze/grep -E 15.6x -> 11.1x (cycle 1M), 6.8x -> 5.6x (long-run).
   Startup (in every figure) 0.26 s old, 0.22 s new. Loaded (load 5-6) the same run gave cycle 1M
   old 218k/s wall (330k/cpu-s), new 355k/s wall (396k/cpu-s).
+
+Prefix normalizer (issue #20), ``--repeat 3 --against a3ea7ba``, on this 2-core machine under
+heavy load from other work (load 15-24, so wall figures are not the analyzer's; CPU time is):
+  cycle 1M            old 375,600 lines/cpu-s, new 417,068
+  long-run 1M         old 874,368 lines/cpu-s, new 787,953
+  cycle-compose 1M    old 546,707 lines/cpu-s (misreading the prefixed lines), new 332,549 = 1.25x bare's time
+  long-run-compose 1M old 298,051 lines/cpu-s, new 640,400 = 1.23x bare's time
+  peak RSS new 53.5 MiB bare, 60.9 MiB prefixed.
 """
 
 from __future__ import annotations
@@ -86,9 +97,26 @@ def _fill(f: object, unit: bytes, lines: int) -> None:
         f.write(unit[:cut])  # type: ignore[attr-defined]
 
 
+#: ``docker compose logs`` of two services: each line behind its service's name, padded to one width.
+COMPOSE = (b"vllm-1    | ", b"sglang-1  | ")
+
+
+def compose_prefixed(data: bytes) -> bytes:
+    """``data`` as ``docker compose logs`` prints it: a service prefix on every line (two services
+    interleaved, in runs of 1-7 lines, the same runs every time)."""
+    lines = data.split(b"\n")
+    last = lines.pop() if lines and lines[-1] == b"" else None
+    out = [COMPOSE[(i // (1 + i % 7)) & 1] + ln for i, ln in enumerate(lines)]
+    return b"\n".join(out) + (b"\n" if last is not None else b"")
+
+
 def build(path: Path, lines: int, kind: str = "cycle") -> int:
-    """Write a log of exactly ``lines`` lines from the real logs; returns its size in bytes."""
+    """Write a log of exactly ``lines`` lines from the real logs; returns its size in bytes.
+    ``KIND-compose`` is the same log with docker compose's prefixes."""
     everything = _all_logs()
+    if kind.endswith("-compose"):
+        kind = kind[: -len("-compose")]
+        everything = compose_prefixed(everything)
     with path.open("wb") as f:
         if kind == "cycle":
             _fill(f, everything, lines)
@@ -236,7 +264,12 @@ def main() -> int:
                 f"{label:<4} startup (analyze on an empty log: interpreter and imports): wall {min(r[0] for r in start):.2f} s, "
                 f"cpu {min(r[1] for r in start):.2f} s (in every figure below)"
             )
-        for kind, n in (("cycle", args.lines // 4), ("cycle", args.lines // 2), ("cycle", args.lines), ("long-run", args.lines)):
+        walls: dict[tuple[str, str], float] = {}
+        mixes = (
+            ("cycle", args.lines // 4), ("cycle", args.lines // 2), ("cycle", args.lines), ("long-run", args.lines),
+            ("cycle-compose", args.lines), ("long-run-compose", args.lines),
+        )
+        for kind, n in mixes:
             path = Path(tmp) / f"{kind}-{n}.log"
             size = build(path, n, kind)
             runs: dict[str, list[tuple[float, float, int, dict[str, object], float]]] = {label: [] for label, _ in codes}
@@ -249,8 +282,17 @@ def main() -> int:
             gsecs = grep_seconds(path)
             for label, _repo in codes:
                 print(_line(label, kind, n, size, runs[label], gsecs))
+                if n == args.lines:
+                    walls[(label, kind)] = min(min(r[0] for r in runs[label]), min(r[1] for r in runs[label]))
             results[(kind, n)] = max(r[2] for r in runs["new"])
             path.unlink()
+        for label, _repo in codes:
+            for bare in ("cycle", "long-run"):
+                b, c = walls[(label, bare)], walls[(label, bare + "-compose")]
+                print(
+                    f"{label:<4} docker compose prefixed / bare, {bare} {args.lines:,} lines: "
+                    f"{args.lines / c:,.0f} / {args.lines / b:,.0f} lines/s (best of wall and CPU) = {c / b:.2f}x the time"
+                )
         path = Path(tmp) / "heap.log"
         build(path, args.lines, "cycle")
         print("new  retained heap (tracemalloc, in process) while feeding the cycle log:", heap_profile(path))

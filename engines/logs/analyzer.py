@@ -22,6 +22,7 @@ from servelab.engines.logs.grammar import STAGES, Header, LogGrammar, is_primary
 from servelab.engines.logs.hints import find_hint
 from servelab.engines.logs.lines import Line, strip_ansi
 from servelab.engines.logs.prefilter import LineStarts, Prefilter
+from servelab.engines.logs.prefix import PrefixNormalizer
 from servelab.engines.logs.rootcause import TB_START, TracebackTracker
 from servelab.engines.logs.rules import (
     BAR,
@@ -140,6 +141,10 @@ class LogAnalyzer:
         self._settings: dict[str, float] = {}
         self._notable: deque[str] = deque(maxlen=NOTABLE_LINES)
         self._finished = False
+        # a capture tool's line prefix, learnt and stripped before anything else reads a line;
+        # ``_prefix`` is None once the log is known to have none (or has ended)
+        self._norm = PrefixNormalizer()
+        self._prefix: PrefixNormalizer | None = self._norm
 
     def _use_rules(self, rules: list[Rule]) -> None:
         """Index the rules and build the chunk scan for them.
@@ -175,6 +180,13 @@ class LogAnalyzer:
         count. Used on the plain path (the chunk is read in place), else the chunk is scanned here.
         """
         if not data or self._finished:
+            return
+        if self._prefix is not None:
+            prefix, self._prefix = self._prefix, None
+            for part in prefix.feed(data):
+                self.feed(part)
+            if not prefix.bare:
+                self._prefix = prefix
             return
         start = 0
         if self._tail:
@@ -218,6 +230,10 @@ class LogAnalyzer:
 
     def feed_lines(self, lines: Iterable[Line]) -> None:
         """Lines already split by a :class:`LineSplitter` (a viewer that owns the splitter)."""
+        if self._prefix is not None:
+            lines = self._prefix.feed_lines(lines)
+            if self._prefix.bare:
+                self._prefix = None
         for line in lines:
             if line.number != self._number:
                 if self._pending:
@@ -233,6 +249,13 @@ class LogAnalyzer:
         """End of the stream: the last unterminated line counts, open tracebacks close."""
         if self._finished:
             return
+        if self._prefix is not None:
+            prefix, self._prefix = self._prefix, None
+            if prefix.lines_fed:
+                self.feed_lines(prefix.finish_lines())
+            else:
+                for part in prefix.finish():
+                    self.feed(part)
         if self._tail:
             last = self._tail[self._tail_seen :] + b"\n"
             self._text(last, 0, len(last))
@@ -626,5 +649,6 @@ class LogAnalyzer:
             lines=self._number - 1,
             exit_code=self._exit_code,
             failed_stage=failed_stage,
+            prefix=self._norm.value(),
         )
 

@@ -17,6 +17,7 @@ from servelab.engines.runstate import RunState, StageState
 
 __all__ = [
     "Analysis",
+    "LinePrefix",
     "Progress",
     "RootCause",
     "SpecFigures",
@@ -160,6 +161,32 @@ class ThroughputPoint:
     prompt_tps: float | None
 
 
+@dataclass(frozen=True)
+class LinePrefix:
+    """What :class:`~servelab.engines.logs.prefix.PrefixNormalizer` stripped from a log's lines.
+
+    ``shapes`` are the prefix shapes learnt (regexes: a word, `` +`` padding, punctuation as
+    printed), ``examples`` the prefixes as they were printed (one per stream seen while learning),
+    ``platform_shapes`` the shapes of the platform lines dropped (a timestamp and a few names, no
+    engine text). Line numbers in the analysis count the lines left once those are dropped.
+    """
+
+    shapes: tuple[str, ...]
+    examples: tuple[str, ...]
+    platform_shapes: tuple[str, ...]
+    stripped: int
+    dropped: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "shapes": list(self.shapes),
+            "examples": list(self.examples),
+            "platform_shapes": list(self.platform_shapes),
+            "stripped": self.stripped,
+            "dropped": self.dropped,
+        }
+
+
 @dataclass
 class Analysis:
     """What the log says right now. ``to_json()`` is the ``servelab analyze --json`` object."""
@@ -177,6 +204,8 @@ class Analysis:
     exit_code: int | None = None
     #: The stage the run failed in (None unless it crashed before it was up).
     failed_stage: str | None = None
+    #: The capture tool's line prefix that was stripped (None: the lines had none).
+    prefix: LinePrefix | None = None
 
     def stage(self, name: str) -> Stage:
         for s in self.stages:
@@ -198,4 +227,5 @@ class Analysis:
             "lines": self.lines,
             "exit_code": self.exit_code,
             "failed_stage": self.failed_stage,
+            "prefix": self.prefix.to_json() if self.prefix else None,
         }

@@ -55,6 +55,15 @@ def render(a: Analysis) -> str:
     lines: list[str] = []
     ready = "was ready" if a.was_ready else "never ready"
     lines.append(f"engine {a.engine}   state {a.state} ({ready})   {a.lines} lines")
+    if a.prefix is not None:
+        p = a.prefix
+        said = []
+        if p.stripped:
+            said.append(f"line prefix stripped from {p.stripped} lines ({', '.join(repr(e) for e in p.examples[:3]) or ', '.join(p.shapes)})")
+        if p.dropped:
+            said.append(f"{p.dropped} platform lines (a timestamp and names, no engine text) dropped")
+        if said:
+            lines.append("; ".join(said))
     lines.append("")
     lines.append("stages")
     for s in a.stages:

@@ -1,0 +1,197 @@
+"""Metamorphic: a log captured through docker compose, a log viewer, journald, kubectl or a log
+platform reads as the bare log does.
+
+For every real log (../shared/logs, tests/data/logs, recursively) and every prefix style, the
+prefixed copy gives the same state, was_ready, root cause (exception and message), stages and
+spec-decode figures as the bare log; and any rechunking of a prefixed log gives what it gives read
+whole. The styles are the capture tools' own forms, applied to every line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from servelab.engines.logs.analyzer import LogAnalyzer
+from servelab.engines.logs.lines import LineSplitter
+from servelab.engines.logs.prefix import LINE_START
+from servelab.engines.logs.files import _grammar, analyze_bytes, guess_engine
+from servelab.engines.logs.values import Analysis
+from tests.conftest import REPO, SHARED_LOGS
+
+LOGS = sorted(SHARED_LOGS.rglob("*.log")) + sorted((REPO / "tests" / "data" / "logs").rglob("*.log"))
+
+
+def _stream(i: int) -> int:
+    return zlib.crc32(i.to_bytes(4, "little")) % 3  # lines of two services interleave unevenly
+
+
+def _compose1(i: int) -> bytes:
+    return b"vllm-1  | "
+
+
+def _compose2(i: int) -> bytes:
+    # docker compose pads the service names to one width
+    return b"sglang-router-1  | " if _stream(i) == 0 else b"vllm-1           | "
+
+
+def _viewer_pipe(i: int) -> bytes:
+    return b"  | "
+
+
+def _viewer_box(i: int) -> bytes:
+    return "│ ".encode()
+
+
+def _journald(i: int) -> bytes:
+    day = (i // 3600) % 28 + 1
+    return f"Dec {day:2d} 12:{i // 60 % 60:02d}:{i % 60:02d} gpu-3 vllm[2211]: ".encode()
+
+
+def _kubectl(i: int) -> bytes:
+    return f"2026-12-01T12:{i // 60 % 60:02d}:{i % 60:02d}.{i * 7919 % 10**9:09d}Z ".encode()
+
+
+STYLES: dict[str, Callable[[int], bytes]] = {
+    "compose": _compose1,
+    "compose-2-streams": _compose2,
+    "viewer-pipe": _viewer_pipe,
+    "viewer-box": _viewer_box,
+    "journald": _journald,
+    "kubectl": _kubectl,
+}
+PLATFORM = "platform-line"
+
+
+def prefixed(data: bytes, style: str) -> bytes:
+    """``data`` as the capture tool writes it: a prefix on every line (split at ``\\n``), or a
+    timestamp-and-pod line after every line."""
+    lines = data.split(b"\n")
+    last = lines.pop() if lines and lines[-1] == b"" else None
+    if style == PLATFORM:
+        out = [b"%s\n2026-12-01T12:%02d:%02d.%06dZ pod/vllm-0-7d9f4c" % (ln, i // 60 % 60, i % 60, i) for i, ln in enumerate(lines)]
+    else:
+        pre = STYLES[style]
+        out = [pre(i) + ln for i, ln in enumerate(lines)]
+    return b"\n".join(out) + (b"\n" if last is not None else b"")
+
+
+def facts(a: Analysis) -> dict[str, Any]:
+    """What must not change with the capture tool."""
+    rc = a.root_cause
+    return {
+        "engine": a.engine,
+        "state": a.state,
+        "was_ready": a.was_ready,
+        "root_cause": (rc.exception, rc.message) if rc else None,
+        "stages": [s.to_json() for s in a.stages],
+        "spec": a.spec_decode.to_json() if a.spec_decode else None,
+        "failed_stage": a.failed_stage,
+    }
+
+
+def _name(p: Path) -> str:
+    return str(p.relative_to(p.parents[1]))
+
+
+def test_there_are_real_logs() -> None:
+    assert len(LOGS) >= 100, LOGS
+
+
+@pytest.mark.parametrize("style", [*STYLES, PLATFORM])
+def test_prefixed_logs_read_as_the_bare_logs(style: str) -> None:
+    failures = []
+    for path in LOGS:
+        bare = path.read_bytes()
+        want = facts(analyze_bytes(bare))
+        a = analyze_bytes(prefixed(bare, style))
+        got = facts(a)
+        if got != want:
+            diff = {k: (want[k], got[k]) for k in want if want[k] != got[k]}
+            failures.append(f"{_name(path)}: {diff}")
+        elif len(LINE_START.findall(bare)) >= 2:
+            # a log with engine lines to learn from: what was stripped is recorded, every line of it
+            done = a.prefix.dropped if style == PLATFORM and a.prefix else a.prefix.stripped if a.prefix else 0
+            n = bare.count(b"\n")
+            if done < n:
+                failures.append(f"{_name(path)}: {n} lines, prefix {a.prefix}")
+    assert not failures, "\n".join(failures)
+
+
+def test_bare_logs_learn_no_prefix_from_engine_text() -> None:
+    """A bare log's own headers are never taken for a capture prefix: only a container stamp is."""
+    for path in LOGS:
+        p = analyze_bytes(path.read_bytes()).prefix
+        if p is not None:
+            assert p.dropped == 0 and all(e[:2] == "20" and e[10] == "T" for e in p.examples), (_name(path), p)
+
+
+def test_the_prefix_is_in_the_json() -> None:
+    bare = next(p for p in LOGS if p.name == "vllm-cpu-good-ngram-serve.log").read_bytes()
+    js = analyze_bytes(prefixed(bare, "compose-2-streams")).to_json()
+    assert js["prefix"]["stripped"] == bare.count(b"\n")
+    assert {"sglang-router-1  | ", "vllm-1           | "} <= set(js["prefix"]["examples"])
+    assert analyze_bytes(bare).to_json()["prefix"] is None
+
+
+def _feed(data: bytes, cuts: list[int]) -> Analysis:
+    an = LogAnalyzer(_grammar(guess_engine(data[:65536])))
+    prev = 0
+    for c in sorted(cuts):
+        an.feed(data[prev:c])
+        prev = c
+    an.feed(data[prev:])
+    an.finish()
+    return an.snapshot()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    path=st.sampled_from(LOGS),
+    style=st.sampled_from([*STYLES, PLATFORM]),
+    cuts=st.lists(st.floats(0, 1), max_size=12),
+)
+def test_any_chunking_of_a_prefixed_log_reads_as_it_whole(path: Path, style: str, cuts: list[float]) -> None:
+    data = prefixed(path.read_bytes(), style)
+    whole = analyze_bytes(data)
+    got = _feed(data, [int(c * len(data)) for c in cuts])
+    assert facts(got) == facts(whole)
+    assert got.prefix == whole.prefix
+
+
+@pytest.mark.parametrize("style", [*STYLES, PLATFORM])
+def test_a_viewers_split_lines_read_as_the_bytes(style: str) -> None:
+    """The line-by-line path (a viewer's LineSplitter, prefixes stripped line by line) agrees with
+    the chunk path (bytes.replace / one regex pass a chunk), prefix record included."""
+    failures = []
+    for path in LOGS:
+        data = prefixed(path.read_bytes(), style)
+        grammar = _grammar(guess_engine(data[:65536]))
+        sp = LineSplitter()
+        an = LogAnalyzer(grammar)
+        for i in range(0, len(data), 3000):
+            an.feed_lines(sp.feed(data[i : i + 3000]))
+        an.feed_lines(sp.flush())
+        an.finish()
+        by_lines = dataclasses.asdict(an.snapshot())
+        by_bytes = dataclasses.asdict(_feed(data, [len(data) // 3, len(data) // 2]))
+        if by_lines != by_bytes:
+            failures.append(f"{_name(path)}: {[k for k in by_bytes if by_bytes[k] != by_lines[k]]}")
+    assert not failures, "\n".join(failures)
+
+
+def test_analyze_says_what_it_stripped() -> None:
+    from servelab.tui.commands.analyze import render
+
+    bare = next(p for p in LOGS if p.name == "vllm-cpu-good-ngram-serve.log").read_bytes()
+    n = bare.count(b"\n")
+    assert f"line prefix stripped from {n} lines ('vllm-1  | ')" in render(analyze_bytes(prefixed(bare, "compose")))
+    assert "platform lines" in render(analyze_bytes(prefixed(bare, PLATFORM)))
+    assert "prefix" not in render(analyze_bytes(bare)) and "platform" not in render(analyze_bytes(bare))
