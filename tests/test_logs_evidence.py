@@ -216,3 +216,26 @@ PREFILL = [
 def test_an_sglang_prefill_batch_is_a_served_request(line: str) -> None:
     a = analyze_bytes((line + "\n").encode(), "sglang")
     assert a.state == RunState.READY and a.was_ready
+
+
+_DIST = DATA / "vllm-terminate-distbackenderror-execute-model-cut-20170.log"
+
+
+def test_execute_model_called_by_a_workers_busy_loop_was_while_serving() -> None:
+    """vllm-project/vllm issue 20170: a V1 worker's busy loop runs execute_model for a scheduled batch.
+    The same frames without the busy loop (V0's profile_run calls execute_model at startup) are not
+    serving evidence, nor is the busy loop alone (its start-up calls: determine_available_memory, ...)."""
+    lines = _DIST.read_text().splitlines()
+    a = _analyze(lines)
+    assert a.state == RunState.CRASHED and a.was_ready and a.failed_stage is None
+    busy = [i for i, ln in enumerate(lines) if ", in worker_busy_loop" in ln]
+    assert busy
+    without_loop = [ln for i, ln in enumerate(lines) if i not in busy and i - 1 not in busy]
+    assert not _analyze(without_loop).was_ready
+    without_step = [ln for ln in lines if ", in execute_model" not in ln]
+    assert not _analyze(without_step).was_ready
+    # the callee before its caller (another traceback's order) does not count either
+    step = next(i for i, ln in enumerate(lines) if ", in execute_model" in ln)
+    swapped = list(lines)
+    swapped[busy[0]], swapped[step] = swapped[step], swapped[busy[0]]
+    assert not _analyze(swapped).was_ready

@@ -204,6 +204,10 @@ class LogGrammar:
     #: Function names whose frames in a traceback mean it failed while serving (the scheduler's
     #: ``event_loop_*``): the same as a serving error.
     serving_frames: tuple[str, ...] = ()
+    #: (caller, callee): a frame ``in callee`` after a frame ``in caller`` in the same traceback is a
+    #: serving frame, where the callee alone is not (vLLM's ``execute_model`` runs for scheduled
+    #: batches when the worker's busy loop calls it, but V0's memory profiling calls it at startup).
+    serving_calls: tuple[tuple[str, str], ...] = ()
     #: Function or file names in a traceback's frames -> the stage it failed in, for excerpts that
     #: start inside the traceback (no stage line before it). The innermost frame that matches wins.
     frame_stages: tuple[tuple[str, str], ...] = ()
