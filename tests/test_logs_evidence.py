@@ -187,6 +187,7 @@ def test_fatal_evidence_passes_the_chunk_scan_deep_in_a_long_log(name: str, line
     [
         '(APIServer pid=100) INFO:     127.0.0.1:41234 - "GET /health HTTP/1.1" 200 OK',
         "(APIServer pid=100) ERROR 05-05 14:59:18 [serving.py:1137] Error in chat completion stream generator.",
+        "(APIServer pid=100) INFO 05-05 14:59:18 [async_llm.py:252] Added request chatcmpl-c78d39a6d1d8469f90f3bda9bd41ca6a.",
         "(APIServer pid=100) INFO 05-05 14:59:18 [loggers.py:123] Engine 000: Avg prompt throughput: 10.0 tokens/s, Avg generation throughput: 20.0 tokens/s, Running: 1 reqs",
     ],
 )
@@ -239,3 +240,18 @@ def test_execute_model_called_by_a_workers_busy_loop_was_while_serving() -> None
     swapped = list(lines)
     swapped[busy[0]], swapped[step] = swapped[step], swapped[busy[0]]
     assert not _analyze(swapped).was_ready
+
+
+_ADDED = DATA / "vllm-serving-added-requests-then-enginecore-fatal-cut-17276.log"
+
+
+def test_an_added_request_means_ready_and_a_crash_after_it_was_ready() -> None:
+    """vllm-project/vllm issue 17276: async_llm.py's "Added request" lines, then the engine core fails."""
+    lines = _ADDED.read_text().splitlines()
+    added = [ln for ln in lines if "Added request " in ln]
+    assert added
+    a = _analyze(added)
+    assert a.state == RunState.READY and a.was_ready
+    a = _analyze(lines)
+    assert a.state == RunState.CRASHED and a.was_ready and a.failed_stage is None
+

@@ -190,7 +190,12 @@ GRAMMAR = LogGrammar(
     # readiness from serving evidence (the figures lines count as served too): the API server starts
     # only once the engine is up, so any access line means it was up
     up=(UVICORN_ANSWERED,),
-    serving=(UVICORN_SERVED,),
+    serving=(
+        UVICORN_SERVED,
+        # async_llm.py's add_request (--enable-log-requests, the default in 2025 builds): a request
+        # reached the engine, which the API server passes on only once it serves
+        Evidence("Added request "),
+    ),
     serving_errors=(
         # serving_chat.py / serving_completion.py: logger.exception("Error in chat completion stream generator.")
         Evidence("Error in chat completion stream generator"),
