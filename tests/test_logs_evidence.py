@@ -188,6 +188,7 @@ def test_fatal_evidence_passes_the_chunk_scan_deep_in_a_long_log(name: str, line
         '(APIServer pid=100) INFO:     127.0.0.1:41234 - "GET /health HTTP/1.1" 200 OK',
         "(APIServer pid=100) ERROR 05-05 14:59:18 [serving.py:1137] Error in chat completion stream generator.",
         "(APIServer pid=100) INFO 05-05 14:59:18 [async_llm.py:252] Added request chatcmpl-c78d39a6d1d8469f90f3bda9bd41ca6a.",
+        "(EngineCore_DP0 pid=101) ERROR 05-05 14:59:18 [core.py:398] EngineCore encountered a fatal error.",
         "(APIServer pid=100) INFO 05-05 14:59:18 [loggers.py:123] Engine 000: Avg prompt throughput: 10.0 tokens/s, Avg generation throughput: 20.0 tokens/s, Running: 1 reqs",
     ],
 )
@@ -254,4 +255,15 @@ def test_an_added_request_means_ready_and_a_crash_after_it_was_ready() -> None:
     assert a.state == RunState.READY and a.was_ready
     a = _analyze(lines)
     assert a.state == RunState.CRASHED and a.was_ready and a.failed_stage is None
+
+
+def test_enginecore_encountered_a_fatal_error_is_a_busy_loop_failure_not_a_startup_failure() -> None:
+    """core.py run_engine_core: "encountered a fatal error" once EngineCore was built, "failed to start" before."""
+    lines = [ln for ln in _ADDED.read_text().splitlines() if "Added request " not in ln]
+    a = _analyze(lines)
+    assert a.state == RunState.CRASHED and a.was_ready
+    startup = [ln.replace("EngineCore encountered a fatal error.", "EngineCore failed to start.") for ln in lines]
+    assert startup != lines
+    a = _analyze(startup)
+    assert a.state == RunState.CRASHED and not a.was_ready
 

@@ -197,6 +197,9 @@ GRAMMAR = LogGrammar(
         Evidence("Added request "),
     ),
     serving_errors=(
+        # core.py run_engine_core logs this only once EngineCore was built (its busy loop failed);
+        # a failure while it is built is "EngineCore failed to start."
+        Evidence("EngineCore encountered a fatal error"),
         # serving_chat.py / serving_completion.py: logger.exception("Error in chat completion stream generator.")
         Evidence("Error in chat completion stream generator"),
         Evidence("Error in completion stream generator"),
