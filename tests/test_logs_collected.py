@@ -81,8 +81,10 @@ CASES: dict[str, Expect] = {
         "vllm", "crashed", root=(None, CUT, "EngineCore_DP0", 6), where="worker/gpu_model_runner.py:4357 in profile_run", failed_stage="kv_cache",
     ),
     "vllm-oom-runtime-enginecore-then-apiserver-club-3090-16.log": Expect(
-        # one ERROR record that is only the exception line: it is the cause, not the API server's traceback after it
-        "vllm", "crashed", root=("torch.OutOfMemoryError", "Tried to allocate 50.00 MiB", "EngineCore", 5), hint=(OOM_HINT,),
+        # one ERROR record that is only the exception line: it is the cause, not the API server's traceback after it.
+        # was_ready: that traceback runs through AsyncLLM.output_handler, which reads an engine core that is up
+        # (issue #20: a failure while serving; the note: it was serving real workloads)
+        "vllm", "crashed", True, root=("torch.OutOfMemoryError", "Tried to allocate 50.00 MiB", "EngineCore", 5), hint=(OOM_HINT,),
     ),
     "sglang-capture-cudagraph-oom-wrapper-2node-5285.log": Expect(
         "sglang", "crashed", root=("Exception", "CUDA out of memory. Tried to allocate 448.00 MiB", "", 23),
@@ -96,8 +98,10 @@ CASES: dict[str, Expect] = {
     ),
     # -- processes interleaved line by line --------------------------------------------------------
     "vllm-enginedead-interleaved-line-by-line-28714.log": Expect(
-        # EngineCore's frames are its own (core.py:859), not the API server's core_client.py frames woven through them
-        "vllm", "crashed", root=(None, CUT, "EngineCore_DP0", 5), where="engine/core.py:859 in run_engine_core",
+        # EngineCore's frames are its own (core.py:859), not the API server's core_client.py frames woven through them.
+        # was_ready: the API server's traceback runs through AsyncLLM.output_handler, which reads the outputs of an
+        # engine core that is up (issue #20: a failure while serving; the note: sleep mode hit while requests ran)
+        "vllm", "crashed", True, root=(None, CUT, "EngineCore_DP0", 5), where="engine/core.py:859 in run_engine_core",
     ),
     # -- NCCL, multi-node (Ray node tags, rank tags, NCCL host tags) -----------------------------
     "sglang-nccl-unhandled-system-error-headless-4289.log": Expect(

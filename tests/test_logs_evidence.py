@@ -267,3 +267,16 @@ def test_enginecore_encountered_a_fatal_error_is_a_busy_loop_failure_not_a_start
     a = _analyze(startup)
     assert a.state == RunState.CRASHED and not a.was_ready
 
+
+_DEAD = DATA / "vllm-chat-stream-enginedead-then-enginecore-traceback-cut-lmcache-2306.log"
+
+
+def test_enginedead_raised_in_the_output_handler_was_while_serving() -> None:
+    """LMCache issue 2306: AsyncLLM.output_handler reads the outputs of an engine core that is up; the
+    same window without its output_handler frame says nothing of when the engine core died."""
+    lines = _DEAD.read_text().splitlines()
+    a = _analyze(lines)
+    assert a.state == RunState.CRASHED and a.was_ready
+    at = next(i for i, ln in enumerate(lines) if ", in output_handler" in ln)
+    a = _analyze(lines[:at] + lines[at + 2 :])
+    assert a.state == RunState.CRASHED and not a.was_ready

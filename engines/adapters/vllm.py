@@ -208,7 +208,9 @@ GRAMMAR = LogGrammar(
         Evidence("Dumping scheduler output"),
     ),
     # EngineCore's busy loop and the model runner's sampling step run only for scheduled requests
-    serving_frames=("run_busy_loop", "step_with_batch_queue", "sample_tokens"),
+    # AsyncLLM's output_handler (async_llm.py) reads the engine core's outputs once it is up; it
+    # raises EngineDeadError when the core dies after that
+    serving_frames=("run_busy_loop", "step_with_batch_queue", "sample_tokens", "output_handler"),
     # a V1 worker's busy loop calling execute_model runs a scheduled batch (its start-up calls are
     # determine_available_memory, compile_or_warm_up_model, ...); V0's profile_run calls
     # execute_model at startup, outside any worker_busy_loop
