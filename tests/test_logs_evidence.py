@@ -280,3 +280,18 @@ def test_enginedead_raised_in_the_output_handler_was_while_serving() -> None:
     at = next(i for i, ln in enumerate(lines) if ", in output_handler" in ln)
     a = _analyze(lines[:at] + lines[at + 2 :])
     assert a.state == RunState.CRASHED and not a.was_ready
+
+
+_BOXED = DATA / "sglang-logviewer-box-prefix-event-loop-overlap-cut-4017.log"
+
+
+def test_a_frames_call_of_the_event_loop_was_while_serving_when_the_window_cuts_its_frame() -> None:
+    """sgl-project/sglang issue 4017: run_scheduler_process's code line calls event_loop_overlap(),
+    and the window ends before that frame's own line: the failure was still inside the event loop."""
+    # the log viewer's frame ("│ " in front, padding up to a closing "│") taken off as a reader would
+    lines = [ln.removeprefix("│ ").rstrip().removesuffix("│").rstrip() for ln in _BOXED.read_text().splitlines()]
+    assert not any(", in event_loop" in ln for ln in lines)
+    a = analyze_bytes(("\n".join(lines) + "\n").encode(), "sglang")
+    assert a.state == RunState.CRASHED and a.was_ready
+    lines = [ln for ln in lines if ".event_loop_overlap()" not in ln]
+    assert not analyze_bytes(("\n".join(lines) + "\n").encode(), "sglang").was_ready

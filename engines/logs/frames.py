@@ -119,6 +119,8 @@ class FrameRuns:
                     self._tb.serving_frame(number + k, st, b)
                 expect = True
             else:
+                if expect and serving and st:
+                    self._tb.serving_code(number + k, st)
                 expect = False
         for ln in lines[-(frames.maxlen or 0) :]:
             st = ln[head:].strip()

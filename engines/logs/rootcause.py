@@ -116,6 +116,7 @@ class TracebackTracker:
         self._tier_cache: dict[str, int] = {}
         #: ", in NAME" for the grammar's serving frames: a traceback through one failed while serving.
         self.serving_frame_needles = tuple(f", in {n}" for n in grammar.serving_frames)
+        self.serving_frames = grammar.serving_frames
         #: (", in CALLER", ", in CALLEE") for the grammar's serving calls.
         self.serving_call_needles = tuple((f", in {a}", f", in {b}") for a, b in grammar.serving_calls)
         #: Whether frame lines still need a look for serving evidence.
@@ -241,6 +242,18 @@ class TracebackTracker:
             if caller in frame:
                 block.callers |= 1 << i
 
+    def serving_code(self, number: int, code: str) -> None:
+        """A frame's code line: a call of one of the grammar's serving frames
+        (``scheduler.event_loop_overlap()``) means the frames after it are inside it, even when the
+        window cuts them."""
+        if self.serving_line is not None:
+            return
+        for n in self.serving_frames:
+            k = code.find(n)
+            if k != -1 and code.find("(", k) != -1:
+                self._served_at(number)
+                return
+
     def _served_at(self, number: int) -> None:
         self.serving_line = number
         self.watch_frames = False
@@ -336,6 +349,8 @@ class TracebackTracker:
             if b.expect_code or msg[:1].isspace() or _is_caret(msg):
                 if stripped:
                     b.frames.append(stripped)
+                    if b.expect_code and self.watch_frames:
+                        self.serving_code(number, stripped)
                 b.expect_code = False
                 return True
             if TB_START in msg:
