@@ -295,3 +295,19 @@ def test_a_frames_call_of_the_event_loop_was_while_serving_when_the_window_cuts_
     assert a.state == RunState.CRASHED and a.was_ready
     lines = [ln for ln in lines if ".event_loop_overlap()" not in ln]
     assert not analyze_bytes(("\n".join(lines) + "\n").encode(), "sglang").was_ready
+
+
+_TERMINATE = "terminate called after throwing an instance of 'c10::AcceleratorError'"
+_WHAT = "  what():  CUDA error: an illegal memory access was encountered"
+
+
+def test_a_cpp_terminates_what_line_completes_its_message() -> None:
+    """christopherowen/spark-vllm-mxfp4-docker issue 5: C++ prints what the exception said on the next line."""
+    a = _analyze([*CUT_TRACEBACK, _TERMINATE, _WHAT, "Search for `cudaErrorIllegalAddress' in the CUDA docs"])
+    rc = a.root_cause
+    assert rc is not None and rc.message.startswith(_TERMINATE) and "illegal memory access was encountered" in rc.message
+    assert any("what():" in ln for ln in rc.excerpt)
+    # a what() line that does not follow it is another record's
+    a = _analyze([*CUT_TRACEBACK, _TERMINATE, _CHATTER, _WHAT])
+    rc = a.root_cause
+    assert rc is not None and "illegal memory access" not in rc.message

@@ -135,6 +135,10 @@ class FatalRule:
     #: Evidence that names a cause but does not by itself mean the run failed (the caching
     #: allocator's OOM warning: it may recover): it counts only when something else was fatal.
     weak: bool = False
+    #: Fatal evidence whose next line may say what it was (C++'s ``  what():  CUDA error: ...``
+    #: after ``terminate called after throwing``): the text after ``then`` on the very next line
+    #: completes the message.
+    then: str = ""
 
 
 @dataclass(frozen=True)

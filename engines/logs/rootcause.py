@@ -226,6 +226,16 @@ class TracebackTracker:
         cause = RootCause(exception, message, process, number, [line.strip()], where)
         self._push(_Candidate(cause, self._tier(process), EVIDENCE, rank=rank, weak=weak))
 
+    def complete_evidence(self, number: int, needle: str, text: str, line: str) -> None:
+        """The line after fatal evidence says what it was (C++'s ``what():``): the evidence of the line
+        before, when its line holds ``needle``, takes it into its message and excerpt."""
+        for key, c in self._cands.items():
+            cause = c.cause
+            if c.kind == EVIDENCE and cause.line == number - 1 and needle in cause.excerpt[0]:
+                message = f"{cause.message} (what(): {text})"
+                self._cands[key] = replace(c, cause=replace(cause, message=message, excerpt=[*cause.excerpt, line.strip()]))
+                return
+
     def serving_frame(self, number: int, frame: str, block: _Block) -> None:
         """A traceback frame line of ``block``: note when it is one of the grammar's serving frames, or
         the callee of a serving call whose caller came before it in the same traceback."""
