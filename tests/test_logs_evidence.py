@@ -187,6 +187,8 @@ def test_fatal_evidence_passes_the_chunk_scan_deep_in_a_long_log(name: str, line
     [
         '(APIServer pid=100) INFO:     127.0.0.1:41234 - "GET /health HTTP/1.1" 200 OK',
         "(APIServer pid=100) ERROR 05-05 14:59:18 [serving.py:1137] Error in chat completion stream generator.",
+        "(APIServer pid=100) INFO 05-05 14:59:18 [async_llm.py:252] Added request chatcmpl-c78d39a6d1d8469f90f3bda9bd41ca6a.",
+        "(EngineCore_DP0 pid=101) ERROR 05-05 14:59:18 [core.py:398] EngineCore encountered a fatal error.",
         "(APIServer pid=100) INFO 05-05 14:59:18 [loggers.py:123] Engine 000: Avg prompt throughput: 10.0 tokens/s, Avg generation throughput: 20.0 tokens/s, Running: 1 reqs",
     ],
 )
@@ -216,3 +218,96 @@ PREFILL = [
 def test_an_sglang_prefill_batch_is_a_served_request(line: str) -> None:
     a = analyze_bytes((line + "\n").encode(), "sglang")
     assert a.state == RunState.READY and a.was_ready
+
+
+_DIST = DATA / "vllm-terminate-distbackenderror-execute-model-cut-20170.log"
+
+
+def test_execute_model_called_by_a_workers_busy_loop_was_while_serving() -> None:
+    """vllm-project/vllm issue 20170: a V1 worker's busy loop runs execute_model for a scheduled batch.
+    The same frames without the busy loop (V0's profile_run calls execute_model at startup) are not
+    serving evidence, nor is the busy loop alone (its start-up calls: determine_available_memory, ...)."""
+    lines = _DIST.read_text().splitlines()
+    a = _analyze(lines)
+    assert a.state == RunState.CRASHED and a.was_ready and a.failed_stage is None
+    busy = [i for i, ln in enumerate(lines) if ", in worker_busy_loop" in ln]
+    assert busy
+    without_loop = [ln for i, ln in enumerate(lines) if i not in busy and i - 1 not in busy]
+    assert not _analyze(without_loop).was_ready
+    without_step = [ln for ln in lines if ", in execute_model" not in ln]
+    assert not _analyze(without_step).was_ready
+    # the callee before its caller (another traceback's order) does not count either
+    step = next(i for i, ln in enumerate(lines) if ", in execute_model" in ln)
+    swapped = list(lines)
+    swapped[busy[0]], swapped[step] = swapped[step], swapped[busy[0]]
+    assert not _analyze(swapped).was_ready
+
+
+_ADDED = DATA / "vllm-serving-added-requests-then-enginecore-fatal-cut-17276.log"
+
+
+def test_an_added_request_means_ready_and_a_crash_after_it_was_ready() -> None:
+    """vllm-project/vllm issue 17276: async_llm.py's "Added request" lines, then the engine core fails."""
+    lines = _ADDED.read_text().splitlines()
+    added = [ln for ln in lines if "Added request " in ln]
+    assert added
+    a = _analyze(added)
+    assert a.state == RunState.READY and a.was_ready
+    a = _analyze(lines)
+    assert a.state == RunState.CRASHED and a.was_ready and a.failed_stage is None
+
+
+def test_enginecore_encountered_a_fatal_error_is_a_busy_loop_failure_not_a_startup_failure() -> None:
+    """core.py run_engine_core: "encountered a fatal error" once EngineCore was built, "failed to start" before."""
+    lines = [ln for ln in _ADDED.read_text().splitlines() if "Added request " not in ln]
+    a = _analyze(lines)
+    assert a.state == RunState.CRASHED and a.was_ready
+    startup = [ln.replace("EngineCore encountered a fatal error.", "EngineCore failed to start.") for ln in lines]
+    assert startup != lines
+    a = _analyze(startup)
+    assert a.state == RunState.CRASHED and not a.was_ready
+
+
+_DEAD = DATA / "vllm-chat-stream-enginedead-then-enginecore-traceback-cut-lmcache-2306.log"
+
+
+def test_enginedead_raised_in_the_output_handler_was_while_serving() -> None:
+    """LMCache issue 2306: AsyncLLM.output_handler reads the outputs of an engine core that is up; the
+    same window without its output_handler frame says nothing of when the engine core died."""
+    lines = _DEAD.read_text().splitlines()
+    a = _analyze(lines)
+    assert a.state == RunState.CRASHED and a.was_ready
+    at = next(i for i, ln in enumerate(lines) if ", in output_handler" in ln)
+    a = _analyze(lines[:at] + lines[at + 2 :])
+    assert a.state == RunState.CRASHED and not a.was_ready
+
+
+_BOXED = DATA / "sglang-logviewer-box-prefix-event-loop-overlap-cut-4017.log"
+
+
+def test_a_frames_call_of_the_event_loop_was_while_serving_when_the_window_cuts_its_frame() -> None:
+    """sgl-project/sglang issue 4017: run_scheduler_process's code line calls event_loop_overlap(),
+    and the window ends before that frame's own line: the failure was still inside the event loop."""
+    # the log viewer's frame ("│ " in front, padding up to a closing "│") taken off as a reader would
+    lines = [ln.removeprefix("│ ").rstrip().removesuffix("│").rstrip() for ln in _BOXED.read_text().splitlines()]
+    assert not any(", in event_loop" in ln for ln in lines)
+    a = analyze_bytes(("\n".join(lines) + "\n").encode(), "sglang")
+    assert a.state == RunState.CRASHED and a.was_ready
+    lines = [ln for ln in lines if ".event_loop_overlap()" not in ln]
+    assert not analyze_bytes(("\n".join(lines) + "\n").encode(), "sglang").was_ready
+
+
+_TERMINATE = "terminate called after throwing an instance of 'c10::AcceleratorError'"
+_WHAT = "  what():  CUDA error: an illegal memory access was encountered"
+
+
+def test_a_cpp_terminates_what_line_completes_its_message() -> None:
+    """christopherowen/spark-vllm-mxfp4-docker issue 5: C++ prints what the exception said on the next line."""
+    a = _analyze([*CUT_TRACEBACK, _TERMINATE, _WHAT, "Search for `cudaErrorIllegalAddress' in the CUDA docs"])
+    rc = a.root_cause
+    assert rc is not None and rc.message.startswith(_TERMINATE) and "illegal memory access was encountered" in rc.message
+    assert any("what():" in ln for ln in rc.excerpt)
+    # a what() line that does not follow it is another record's
+    a = _analyze([*CUT_TRACEBACK, _TERMINATE, _CHATTER, _WHAT])
+    rc = a.root_cause
+    assert rc is not None and "illegal memory access" not in rc.message

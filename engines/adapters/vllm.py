@@ -190,8 +190,16 @@ GRAMMAR = LogGrammar(
     # readiness from serving evidence (the figures lines count as served too): the API server starts
     # only once the engine is up, so any access line means it was up
     up=(UVICORN_ANSWERED,),
-    serving=(UVICORN_SERVED,),
+    serving=(
+        UVICORN_SERVED,
+        # async_llm.py's add_request (--enable-log-requests, the default in 2025 builds): a request
+        # reached the engine, which the API server passes on only once it serves
+        Evidence("Added request "),
+    ),
     serving_errors=(
+        # core.py run_engine_core logs this only once EngineCore was built (its busy loop failed);
+        # a failure while it is built is "EngineCore failed to start."
+        Evidence("EngineCore encountered a fatal error"),
         # serving_chat.py / serving_completion.py: logger.exception("Error in chat completion stream generator.")
         Evidence("Error in chat completion stream generator"),
         Evidence("Error in completion stream generator"),
@@ -200,7 +208,13 @@ GRAMMAR = LogGrammar(
         Evidence("Dumping scheduler output"),
     ),
     # EngineCore's busy loop and the model runner's sampling step run only for scheduled requests
-    serving_frames=("run_busy_loop", "step_with_batch_queue", "sample_tokens"),
+    # AsyncLLM's output_handler (async_llm.py) reads the engine core's outputs once it is up; it
+    # raises EngineDeadError when the core dies after that
+    serving_frames=("run_busy_loop", "step_with_batch_queue", "sample_tokens", "output_handler"),
+    # a V1 worker's busy loop calling execute_model runs a scheduled batch (its start-up calls are
+    # determine_available_memory, compile_or_warm_up_model, ...); V0's profile_run calls
+    # execute_model at startup, outside any worker_busy_loop
+    serving_calls=(("worker_busy_loop", "execute_model"),),
 )
 
 

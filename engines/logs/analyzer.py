@@ -32,6 +32,7 @@ from servelab.engines.logs.rules import (
     READY,
     SERVED,
     SERVING_ERROR,
+    FATAL_THEN,
     SETTING,
     SHUTDOWN,
     STAGE,
@@ -536,6 +537,10 @@ class LogAnalyzer:
                 self._tb.add_error(number, process, gd.get("exception") or f.exception or "Error", (gd.get("message") or msg).strip(), [msg])
             else:
                 self._tb.add_marker(number, process, msg.strip(), f.wrapper)
+        elif kind == FATAL_THEN:
+            text = msg[msg.index(r.needle) + len(r.needle) :].strip()
+            if text:
+                self._tb.complete_evidence(number, r.extra.needle, text, msg)
         elif kind == METRIC:
             m = r.regex.search(msg) if r.regex else None
             if m is None:

@@ -108,7 +108,7 @@ class FrameRuns:
         frames = b.frames
         pkg = self._tb.package_marker
         expect = b.expect_code
-        serving = self._tb.serving_frame_needles if self._tb.serving_line is None else ()
+        serving = self._tb.watch_frames
         for k, ln in enumerate(lines):
             st = ln[head:].strip()
             if st.startswith('File "'):
@@ -116,9 +116,11 @@ class FrameRuns:
                 if pkg in st:
                     b.engine_where = st
                 if serving:
-                    self._tb.serving_frame(number + k, st)
+                    self._tb.serving_frame(number + k, st, b)
                 expect = True
             else:
+                if expect and serving and st:
+                    self._tb.serving_code(number + k, st)
                 expect = False
         for ln in lines[-(frames.maxlen or 0) :]:
             st = ln[head:].strip()

@@ -135,6 +135,10 @@ class FatalRule:
     #: Evidence that names a cause but does not by itself mean the run failed (the caching
     #: allocator's OOM warning: it may recover): it counts only when something else was fatal.
     weak: bool = False
+    #: Fatal evidence whose next line may say what it was (C++'s ``  what():  CUDA error: ...``
+    #: after ``terminate called after throwing``): the text after ``then`` on the very next line
+    #: completes the message.
+    then: str = ""
 
 
 @dataclass(frozen=True)
@@ -204,6 +208,10 @@ class LogGrammar:
     #: Function names whose frames in a traceback mean it failed while serving (the scheduler's
     #: ``event_loop_*``): the same as a serving error.
     serving_frames: tuple[str, ...] = ()
+    #: (caller, callee): a frame ``in callee`` after a frame ``in caller`` in the same traceback is a
+    #: serving frame, where the callee alone is not (vLLM's ``execute_model`` runs for scheduled
+    #: batches when the worker's busy loop calls it, but V0's memory profiling calls it at startup).
+    serving_calls: tuple[tuple[str, str], ...] = ()
     #: Function or file names in a traceback's frames -> the stage it failed in, for excerpts that
     #: start inside the traceback (no stage line before it). The innermost frame that matches wins.
     frame_stages: tuple[tuple[str, str], ...] = ()

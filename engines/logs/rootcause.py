@@ -73,6 +73,7 @@ class _Block:
     embeds: bool = False  # its exception message carried another traceback
     expect_code: bool = False
     chained: bool = False
+    callers: int = 0  # bit i: a frame of the grammar's serving call i's caller was seen
 
 
 @dataclass
@@ -115,6 +116,11 @@ class TracebackTracker:
         self._tier_cache: dict[str, int] = {}
         #: ", in NAME" for the grammar's serving frames: a traceback through one failed while serving.
         self.serving_frame_needles = tuple(f", in {n}" for n in grammar.serving_frames)
+        self.serving_frames = grammar.serving_frames
+        #: (", in CALLER", ", in CALLEE") for the grammar's serving calls.
+        self.serving_call_needles = tuple((f", in {a}", f", in {b}") for a, b in grammar.serving_calls)
+        #: Whether frame lines still need a look for serving evidence.
+        self.watch_frames = bool(self.serving_frame_needles or self.serving_call_needles)
         #: A traceback's frames showed it failed while serving (the line of the first such frame).
         self.serving_line: int | None = None
         #: A fatal traceback or marker was seen.
@@ -220,13 +226,47 @@ class TracebackTracker:
         cause = RootCause(exception, message, process, number, [line.strip()], where)
         self._push(_Candidate(cause, self._tier(process), EVIDENCE, rank=rank, weak=weak))
 
-    def serving_frame(self, number: int, frame: str) -> None:
-        """A traceback frame line: note when it is one of the grammar's serving frames."""
-        if self.serving_line is None:
-            for n in self.serving_frame_needles:
-                if n in frame:
-                    self.serving_line = number
-                    return
+    def complete_evidence(self, number: int, needle: str, text: str, line: str) -> None:
+        """The line after fatal evidence says what it was (C++'s ``what():``): the evidence of the line
+        before, when its line holds ``needle``, takes it into its message and excerpt."""
+        for key, c in self._cands.items():
+            cause = c.cause
+            if c.kind == EVIDENCE and cause.line == number - 1 and needle in cause.excerpt[0]:
+                message = f"{cause.message} (what(): {text})"
+                self._cands[key] = replace(c, cause=replace(cause, message=message, excerpt=[*cause.excerpt, line.strip()]))
+                return
+
+    def serving_frame(self, number: int, frame: str, block: _Block) -> None:
+        """A traceback frame line of ``block``: note when it is one of the grammar's serving frames, or
+        the callee of a serving call whose caller came before it in the same traceback."""
+        if self.serving_line is not None:
+            return
+        for n in self.serving_frame_needles:
+            if n in frame:
+                self._served_at(number)
+                return
+        for i, (caller, callee) in enumerate(self.serving_call_needles):
+            if block.callers >> i & 1 and callee in frame:
+                self._served_at(number)
+                return
+            if caller in frame:
+                block.callers |= 1 << i
+
+    def serving_code(self, number: int, code: str) -> None:
+        """A frame's code line: a call of one of the grammar's serving frames
+        (``scheduler.event_loop_overlap()``) means the frames after it are inside it, even when the
+        window cuts them."""
+        if self.serving_line is not None:
+            return
+        for n in self.serving_frames:
+            k = code.find(n)
+            if k != -1 and code.find("(", k) != -1:
+                self._served_at(number)
+                return
+
+    def _served_at(self, number: int) -> None:
+        self.serving_line = number
+        self.watch_frames = False
 
     def finish(self) -> None:
         for proc in list(self._open):
@@ -304,8 +344,8 @@ class TracebackTracker:
             if stripped.startswith('File "'):
                 b.frames.append(stripped)
                 b.where = stripped  # parsed only when reported
-                if self.serving_frame_needles:
-                    self.serving_frame(number, stripped)
+                if self.watch_frames:
+                    self.serving_frame(number, stripped, b)
                 if self._pkg in stripped:
                     b.engine_where = stripped
                 b.expect_code = True
@@ -319,6 +359,8 @@ class TracebackTracker:
             if b.expect_code or msg[:1].isspace() or _is_caret(msg):
                 if stripped:
                     b.frames.append(stripped)
+                    if b.expect_code and self.watch_frames:
+                        self.serving_code(number, stripped)
                 b.expect_code = False
                 return True
             if TB_START in msg:

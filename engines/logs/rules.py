@@ -14,10 +14,10 @@ from typing import Any
 
 from servelab.engines.logs.grammar import STAGES, FatalRule, LogGrammar
 
-__all__ = ["FATAL_EVIDENCE", "LATE", "NOTABLE_ANYWHERE", "STAGE_CONTEXT", "Rule", "compile_rules", "to_number"]
+__all__ = ["FATAL_EVIDENCE", "FATAL_THEN", "LATE", "NOTABLE_ANYWHERE", "STAGE_CONTEXT", "Rule", "compile_rules", "to_number"]
 
 #: The kinds of rule.
-STAGE, BAR, READY, SHUTDOWN, FATAL, METRIC, SETTING, WARN, SERVED, UP, SERVING_ERROR = range(11)
+STAGE, BAR, READY, SHUTDOWN, FATAL, METRIC, SETTING, WARN, SERVED, UP, SERVING_ERROR, FATAL_THEN = range(12)
 #: Rules read one line at a time only until the run is up (access and figures lines are many; once
 #: the run is ready, evidence that it was up tells nothing new).
 LATE = (SERVED, METRIC, UP, SERVING_ERROR)
@@ -54,7 +54,14 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
         anywhere=True,
     ),
     # a C++ exception nobody caught (SIGABRT follows): "terminate called after throwing an instance of 'c10::DistBackendError'"
-    FatalRule("terminate called after throwing an instance of", r"(?P<message>terminate called after throwing an instance of \S+)", rank=3, anywhere=True),
+    # its "  what():  CUDA error: an illegal memory access was encountered" line says what it was
+    FatalRule(
+        "terminate called after throwing an instance of",
+        r"(?P<message>terminate called after throwing an instance of \S+)",
+        rank=3,
+        anywhere=True,
+        then="what():",
+    ),
     # a worker killed by a signal: "Worker VllmWorkerProcess pid 214281 died, exit code: -11" (not SIGTERM /
     # SIGINT, -15 / -2: the worker was told to stop, as on Ctrl-C)
     FatalRule("died, exit code", r"(?P<message>\S+(?: pid \d+)? died, exit code:? -(?!15\b|2\b)\d+)", rank=4, anywhere=True),
@@ -100,6 +107,8 @@ def compile_rules(g: LogGrammar) -> list[Rule]:
         rules.append(Rule(n, SHUTDOWN))
     for f in (*g.fatal, *FATAL_EVIDENCE):
         rules.append(Rule(f.needle, FATAL, regex=re.compile(f.regex) if f.regex else None, extra=f, anywhere=f.anywhere))
+        if f.then:
+            rules.append(Rule(f.then, FATAL_THEN, extra=f, anywhere=True))
     for n in g.warnings:
         rules.append(Rule(n, WARN))
     for n in NOTABLE_ANYWHERE:
