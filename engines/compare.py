@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from servelab.engines.diagnosis.verdict import NOT_MEANINGFUL, diagnosis_clause, looping_share
+from servelab.engines.diagnosis.verdict import NOT_MEANINGFUL, diagnosis_clause, looping_share, suite_acceptance
 from servelab.engines.errors import ServelabError
 from servelab.engines.loadtime import load_seconds
 from servelab.engines.probe.stats import MAD_TO_SIGMA, UNSTABLE_RATIO
@@ -354,7 +354,7 @@ def verdict(
         if sp is not None and diag is not None and sp.looping is None:
             sp = replace(sp, looping=looping_share(diag))
         rate_txt, acc_txt = _table_acceptance(rows, index, s)
-        diagnosed = f"; diagnosis: {diagnosis_clause(diag, rate_txt or '-')}" if diag is not None else ""
+        diagnosed = f"; diagnosis: {diagnosis_clause(diag, rate_txt or suite_acceptance(diag))}" if diag is not None else ""
         if sp is None:
             if diag is not None:
                 lines.append(f"{run}: no speed verdict (no baseline to measure against){diagnosed}")

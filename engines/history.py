@@ -49,6 +49,14 @@ class LatestRun:
         return accept_text(self.acceptance_rate, self.acceptance_length)
 
     @property
+    def accept_words(self) -> str:
+        """The same figures, named: ``acceptance 66.8%, length 3.42`` ("" when neither is known)."""
+        if self.acceptance_rate is None and self.acceptance_length is None:
+            return ""
+        rate = f"{self.acceptance_rate:.1f}%" if self.acceptance_rate is not None else "-"
+        return f"acceptance {rate}" + (f", length {self.acceptance_length:.2f}" if self.acceptance_length is not None else "")
+
+    @property
     def speedup_text(self) -> str:
         return f"{self.speedup:.2f}x" if self.speedup is not None else ""
 

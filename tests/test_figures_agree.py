@@ -100,10 +100,21 @@ async def test_the_list_shows_start_to_ready_and_the_acceptance_rate_with_its_le
         await wait_for(pilot, lambda: run_id in screen_text(app) or "66.8%" in screen_text(app))
         table = app.screen.query_one(DataTable)
         keys = [c.key.value for c in table.ordered_columns]
-        row = next(table.get_row_at(i) for i in range(table.row_count) if "tiny-cpu-vllm-ngram" == str(table.get_row_at(i)[1]))
-        cells = {k: str(v) for k, v in zip(keys, row, strict=True)}
+        index = next(i for i in range(table.row_count) if "tiny-cpu-vllm-ngram" == str(table.get_row_at(i)[1]))
+        cells = {k: str(v) for k, v in zip(keys, table.get_row_at(index), strict=True)}
         assert cells["load"] == load_text(load)
         assert cells["accept"] == "66.8% · 3.42"
+        table.move_cursor(row=index)  # the detail pane says the same figures, named
+        await wait_for(pilot, lambda: f"load {load_text(load)} · acceptance 66.8%, length 3.42" in _detail(app), timeout=20)
+
+
+def _detail(app: ServelabApp) -> str:
+    from rich.console import Console
+    from textual.widgets import Static
+
+    console = Console(width=400, record=True, file=None)
+    console.print(app.screen.query_one("#experiment-detail-text", Static).content)
+    return console.export_text()
 
 
 # -- one estimate, one wording ------------------------------------------------------------------------
@@ -183,7 +194,9 @@ def test_every_figure_of_a_verdict_is_the_tables_and_looping_output_is_never_pra
     assert all(float(x) == shown_x for x in re.findall(r"(\d+\.\d+)x(?![-\d])", line.split("noise band")[0])), line
     assert f"acceptance length {shown_len:.2f}" in line
     assert all(int(n) == k for n in re.findall(r"K=(\d+)", line)), line
-    looping = bigrams < 0.5
+    # The diagnosis's own call: acceptance built on looping output (low acceptance on loops inflated nothing).
+    looping = any(f.code == "degenerate-output" and f.severity == "warning" for f in diag.findings)
+    assert looping == (bigrams < 0.5 and suite_rate >= 0.3)
     assert (NOT_MEANINGFUL in line) == looping, line
     if looping:
         assert "HELPS" not in line and "HURTS" not in line

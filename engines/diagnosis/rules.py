@@ -227,10 +227,8 @@ def diagnose(facts: RunFacts, m: Measurements, cost: StepCost, ref: ReferenceMat
 
 
 def _k_change(k: int, current: int | None) -> str:
-    """The K to set next; never the K the run already has (that is no change to make)."""
-    if k == current:
-        return f"keep K={k}: the step cost makes it the best K measured here"
-    return f"[speculative] num_tokens = {k}"
+    """The K to set next; never the K the run already has: that is no change to make ("-", no next setting)."""
+    return "-" if k == current else f"[speculative] num_tokens = {k}"
 
 
 def _same_path(a: str, b: str) -> bool:

@@ -43,8 +43,12 @@ _NUM_TOKENS = re.compile(r"num_tokens\s*=\s*(\d+)")
 
 
 def looping_share(diag: Diagnosis | None) -> float | None:
-    """The share of distinct output bigrams when the diagnosis found the run's output looping, else None."""
-    share = diag.measurements.overall.unique_bigrams if diag is not None else None
+    """The share of distinct output bigrams when the diagnosis found the run's acceptance built on
+    looping output (its ``degenerate-output`` warning), else None. Output that loops while acceptance
+    stays low does not count: the loop inflated nothing, so the speed verdict stands."""
+    if diag is None or not any(f.code == "degenerate-output" and f.severity != "info" for f in diag.findings):
+        return None
+    share = diag.measurements.overall.unique_bigrams
     return share if is_degenerate(share) else None
 
 
@@ -72,14 +76,22 @@ def top_finding(diag: Diagnosis) -> Finding | None:
     return next((f for f in diag.findings if f.severity != "info"), diag.top)
 
 
+def suite_acceptance(diag: Diagnosis, named: bool = True) -> str:
+    """The diagnosis suite's acceptance (``70%``, its source named when ``named``: beside a table that
+    has none), or why there is none."""
+    rate = diag.measurements.overall.rate
+    if rate is None:
+        return f"- ({diag.measurements.overall.error or 'the server did not speculate during the diagnosis'})"
+    return f"{rate:.0%}" + (" by the diagnosis suite (the probe measured none)" if named else "")
+
+
 def diagnosis_clause(diag: Diagnosis, acceptance: str | None = None) -> str:
     """Acceptance against the reference, the likely cause and the next setting.
 
     ``acceptance``: the run's acceptance as the comparison table shows it (``66.8%``); without one
-    the diagnosis's own measurement is quoted (``70%``) or why there is none."""
+    the diagnosis's own measurement (:func:`suite_acceptance`)."""
     if acceptance is None:
-        rate = diag.measurements.overall.rate
-        acceptance = f"{rate:.0%}" if rate is not None else "- (" + (diag.measurements.overall.error or "the server did not speculate") + ")"
+        acceptance = suite_acceptance(diag, named=False)
     parts: list[str] = []
     acc = f"acceptance {acceptance}"
     ref = diag.reference

@@ -41,7 +41,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("patches", "patch"),
     ("state", "latest"),
     ("load", "load"),
-    ("accept", "accept · len"),
+    ("accept", "accept"),
     ("speedup", "speedup"),
 )
 
@@ -381,7 +381,7 @@ def detail_renderable(catalog: Catalog, entry: FileEntry, latest: LatestRun | No
     pr = e.probe
     table.add_row("probe", f"{pr.prompts} · max_tokens {pr.max_tokens} · concurrency {pr.concurrency} · repeats {pr.repeats} · warmup {pr.warmup} · {'auto' if pr.auto else 'manual'}")
     if latest is not None:
-        figures = "".join(f" · {label} {text}" for label, text in (("load", latest.load_text), ("acceptance", latest.accept_text)) if text)
+        figures = "".join(f" · {text}" for text in (f"load {latest.load_text}" if latest.load_text else "", latest.accept_words) if text)
         table.add_row("latest run", f"{latest.run_id} · {latest.state}" + (" (last known)" if down else "") + figures)
     if down:
         table.add_row("host", Text(f"{e.host} unreachable since {down[0]}: {down[1]}", style="yellow"))
