@@ -7,6 +7,9 @@ The verdict follows explicit rules, and each one is printed with its reason:
   matches, the speedup is refused and the reason is shown;
 - noise band = 1.4826 x the combined relative MAD of both runs x the speedup;
 - speculation HELPS when speedup - band > 1.10, HURTS when speedup + band < 1.00, else INCONCLUSIVE;
+  but a speedup measured on output the run's diagnosis found looping is "not meaningful on this
+  output", whatever its size: the verdict and the diagnosis are one decision, one line per run,
+  and every figure in it is the one the table shows (same value, same rounding);
 - across engines, the configuration with the best conservative throughput (median - 1.4826 x MAD)
   wins; switching engine is warranted only when the winner's conservative throughput beats the
   other engine's best optimistic throughput by more than 10 %.
@@ -22,11 +25,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from servelab.engines.diagnosis.verdict import NOT_MEANINGFUL, diagnosis_clause, looping_share, suite_acceptance
 from servelab.engines.errors import ServelabError
-from servelab.engines.probe.stats import MAD_TO_SIGMA
+from servelab.engines.loadtime import load_seconds
+from servelab.engines.probe.stats import MAD_TO_SIGMA, UNSTABLE_RATIO
 from servelab.engines.probe.summary import ProbeSummary
 
 if TYPE_CHECKING:
+    from servelab.engines.diagnosis.model import Diagnosis
     from servelab.engines.runrecords import ResolvedRun, RunsAPI
 
 HELPS_ABOVE = 1.10
@@ -91,11 +97,15 @@ class Speedup:
     reason: str = ""
     #: Set when the baseline ran on another host than the run (chosen with ``--baseline-run``).
     cross_host: str = ""
+    #: The share of distinct output bigrams when the run's diagnosis found its output looping.
+    looping: float | None = None
 
     @property
     def verdict(self) -> str | None:
         if self.value is None or self.band is None:
             return None
+        if self.looping is not None:
+            return NOT_MEANINGFUL
         if self.value - self.band > HELPS_ABOVE:
             return "helps"
         if self.value + self.band < HURTS_BELOW:
@@ -236,8 +246,28 @@ METRIC_ROWS: tuple[tuple[str, str, int, float, str | None], ...] = (
 )
 
 
-def build(columns: Sequence[tuple[str, SummaryLike]], speedups: dict[str, Speedup]) -> Comparison:
-    """Rows and verdict for probed runs given as (run id, probe.json) pairs."""
+#: The figures an "unstable" note names first: what a verdict rests on.
+_UNSTABLE_FIRST = ("output_throughput", "spec_decode_acceptance_rate", "spec_decode_acceptance_length", "median_tpot_ms", "median_ttft_ms")
+
+
+def unstable_note(keys: Sequence[str], most: int = 2) -> str:
+    """``unstable across repeats (MAD > 10%): 13 figures: output tok/s · TPOT p50 and 11 more``:
+    the count and the few that matter most (the verdict's figures first, then the table's order); "" when none."""
+    if not keys:
+        return ""
+    labels = {key: label.removesuffix(" (ms)").removesuffix(" (%)") for label, key, *_ in METRIC_ROWS}
+    order = [*_UNSTABLE_FIRST, *(key for _, key, *_ in METRIC_ROWS if key not in _UNSTABLE_FIRST)]
+    ranked = sorted(dict.fromkeys(keys), key=lambda k: (order.index(k) if k in order else len(order), k))
+    named = [labels.get(k, k) for k in ranked[:most]]
+    rest = len(ranked) - len(named)
+    head = f"unstable across repeats (MAD > {UNSTABLE_RATIO:.0%}): "
+    if rest <= 0:
+        return head + " · ".join(named)
+    return head + f"{len(ranked)} figures: " + " · ".join(named) + f" and {rest} more"
+
+
+def build(columns: Sequence[tuple[str, SummaryLike]], speedups: dict[str, Speedup], diagnoses: Mapping[str, Diagnosis] | None = None) -> Comparison:
+    """Rows and verdict for probed runs given as (run id, probe.json) pairs (with their diagnoses, when made)."""
     runs = [r for r, _ in columns]
     sums = [ProbeSummary.of(s) for _, s in columns]
     rows: list[Row] = []
@@ -253,6 +283,8 @@ def build(columns: Sequence[tuple[str, SummaryLike]], speedups: dict[str, Speedu
         for name in s.load_stages_s or {}:
             if name not in stages:
                 stages.append(name)
+    loads = [load_seconds(None, s) for s in sums]
+    rows.append(Row("load: start to ready (s)", [_fmt(v, 1) for v in loads], "metric", [_shown(v, 1) for v in loads], "lower"))
     for name in stages:
         secs = [(s.load_stages_s or {}).get(name) for s in sums]
         rows.append(Row(f"load: {name} (s)", [_fmt(v, 1) for v in secs], "metric", [_shown(v, 1) for v in secs], "lower"))
@@ -281,42 +313,94 @@ def build(columns: Sequence[tuple[str, SummaryLike]], speedups: dict[str, Speedu
             sp_vals.append(f"{sp.value:.2f}x ±{sp.band:.2f}")
     sp_nums = [_shown(sp.value, 2) if sp is not None else None for sp in (speedups.get(run) for run in runs)]
     rows.append(Row("speedup vs baseline", sp_vals, "metric", sp_nums, "higher"))
+    if diagnoses:
+        speedups = {run: replace(sp, looping=looping_share(diagnoses.get(run))) for run, sp in speedups.items()}
     comp = Comparison(runs=runs, rows=rows, speedups=speedups)
-    comp.verdict = verdict(list(zip(runs, sums, strict=True)), speedups)
+    comp.verdict = verdict(list(zip(runs, sums, strict=True)), speedups, diagnoses, rows)
     return comp
 
 
 # -- the verdict ----------------------------------------------------------------------------------
-def verdict(columns: Sequence[tuple[str, SummaryLike]], speedups: dict[str, Speedup]) -> list[str]:
-    """Each conclusion with the rule and the numbers behind it."""
+def _row_number(rows: Sequence[Row] | None, label: str, index: int) -> float | None:
+    row = next((r for r in rows or () if r.label == label), None)
+    return row.numbers[index] if row is not None and index < len(row.numbers) else None
+
+
+def _table_acceptance(rows: Sequence[Row] | None, index: int, s: ProbeSummary) -> tuple[str | None, str]:
+    """The run's acceptance rate and length as the table's cells round them: ("66.8%", "; acceptance rate 66.8%, acceptance length 3.42")."""
+    rate = _row_number(rows, "acceptance rate (%)", index) if rows is not None else _shown(s.acceptance_rate, 1)
+    length = _row_number(rows, "acceptance length", index) if rows is not None else _shown(s.acceptance_length, 2)
+    rate_txt = f"{rate:.1f}%" if rate is not None else None
+    if rate_txt is None and length is None:
+        return None, ""
+    return rate_txt, f"; acceptance rate {rate_txt or '-'}" + (f", acceptance length {length:.2f}" if length is not None else "")
+
+
+def verdict(
+    columns: Sequence[tuple[str, SummaryLike]],
+    speedups: dict[str, Speedup],
+    diagnoses: Mapping[str, Diagnosis] | None = None,
+    rows: Sequence[Row] | None = None,
+) -> list[str]:
+    """Each conclusion with the rule and the numbers behind it: one line per run, its diagnosis in it.
+
+    ``rows``: the table the verdict sits under; its figures are quoted as its cells round them."""
     lines: list[str] = []
-    for run, summary in columns:
+    diagnoses = diagnoses or {}
+    for index, (run, summary) in enumerate(columns):
         s = ProbeSummary.of(summary)
         sp = speedups.get(run)
+        diag = diagnoses.get(run)
+        if sp is not None and diag is not None and sp.looping is None:
+            sp = replace(sp, looping=looping_share(diag))
+        rate_txt, acc_txt = _table_acceptance(rows, index, s)
+        diagnosed = f"; diagnosis: {diagnosis_clause(diag, rate_txt or suite_acceptance(diag))}" if diag is not None else ""
         if sp is None:
+            if diag is not None:
+                lines.append(f"{run}: no speed verdict (no baseline to measure against){diagnosed}")
             continue
         if sp.value is None:
-            lines.append(f"{run}: no verdict on speculation: {sp.reason}")
+            lines.append(f"{run}: no verdict on speculation: {sp.reason}{diagnosed}")
             continue
         v = sp.verdict
         low, high = sp.value - (sp.band or 0), sp.value + (sp.band or 0)
-        acc = s.acceptance_length
-        acc_txt = f"; acceptance length {acc:.2f}" if acc is not None else ""
-        if v == "helps":
-            rule = f"speedup {sp.value:.2f}x, noise band {low:.2f}-{high:.2f}x, is above {HELPS_ABOVE:.2f}x beyond the band"
-        elif v == "hurts":
-            rule = f"speedup {sp.value:.2f}x, noise band {low:.2f}-{high:.2f}x, is below {HURTS_BELOW:.2f}x beyond the band"
-        else:
-            rule = (
-                f"speedup {sp.value:.2f}x, noise band {low:.2f}-{high:.2f}x, is neither above {HELPS_ABOVE:.2f}x "
-                f"nor below {HURTS_BELOW:.2f}x beyond the band"
-            )
         caveat = f"; CAVEAT: {sp.cross_host}, so hardware and load may differ" if sp.cross_host else ""
-        lines.append(f"{run}: speculation {str(v).upper()} vs {sp.baseline_run}: {rule}{acc_txt}{caveat}")
+        if v == NOT_MEANINGFUL:
+            lines.append(
+                f"{run}: speedup vs {sp.baseline_run} {NOT_MEANINGFUL}: {sp.value:.2f}x was measured on repetitive output "
+                f"(the diagnosis found the output looping), which any drafter predicts well; probe real prompts before "
+                f"judging speculation{acc_txt}{caveat}{diagnosed}"
+            )
+        else:
+            if v == "helps":
+                rule = f"speedup {sp.value:.2f}x, noise band {low:.2f}-{high:.2f}x, is above {HELPS_ABOVE:.2f}x beyond the band"
+            elif v == "hurts":
+                rule = f"speedup {sp.value:.2f}x, noise band {low:.2f}-{high:.2f}x, is below {HURTS_BELOW:.2f}x beyond the band"
+            else:
+                rule = (
+                    f"speedup {sp.value:.2f}x, noise band {low:.2f}-{high:.2f}x, is neither above {HELPS_ABOVE:.2f}x "
+                    f"nor below {HURTS_BELOW:.2f}x beyond the band"
+                )
+            lines.append(f"{run}: speculation {str(v).upper()} vs {sp.baseline_run}: {rule}{acc_txt}{caveat}{diagnosed}")
         if "output_throughput" in s.unstable:
             lines.append(f"{run}: output tok/s is unstable (MAD > 10 % of median): repeat the probe before deciding")
     lines.extend(engine_verdict(columns))
+    if not lines:
+        lines.append(no_verdict_reason(columns, speedups))
     return lines
+
+
+def no_verdict_reason(columns: Sequence[tuple[str, SummaryLike]], speedups: Mapping[str, Speedup]) -> str:
+    """Why a comparison has no verdict at all (never an empty "Verdict:")."""
+    runs = [run for run, _ in columns]
+    if len(runs) == 1:
+        run, summary = columns[0]
+        base = ProbeSummary.of(summary).baseline_experiment
+        if base:
+            return f"no verdict: {run} was compared with nothing; its baseline {base} has no comparable probed run here"
+        return f"no verdict: {run} alone, and its experiment names no baseline: compare it with another probed run (servelab compare {run} RUN)"
+    return (f"no verdict: none of {', '.join(runs)} names a baseline experiment and they share one engine: "
+            "set baseline in a speculative experiment, or compare runs of two engines")
 
 
 def engine_verdict(columns: Sequence[tuple[str, SummaryLike]]) -> list[str]:
@@ -490,24 +574,18 @@ async def compare_runs(runs: RunsAPI, run_ids: Sequence[str], baseline_run: str 
         sp = await baseline_speedup(runs, run_id, summary, baseline_run)
         if sp is not None:
             speedups[run_id] = sp
-    comp = build(columns, speedups)
-    comp.verdict.extend(await diagnosis_lines(runs, run_ids, speedups, resolved))
-    return comp
+    return build(columns, speedups, await run_diagnoses(runs, run_ids, resolved))
 
 
-async def diagnosis_lines(
-    runs: RunsAPI, run_ids: Sequence[str], speedups: dict[str, Speedup], resolved: Mapping[str, ResolvedRun] | None = None
-) -> list[str]:
-    """For each diagnosed run: the speed verdict with its likely cause and the next setting.
+async def run_diagnoses(runs: RunsAPI, run_ids: Sequence[str], resolved: Mapping[str, ResolvedRun] | None = None) -> dict[str, Diagnosis]:
+    """Each diagnosed run's stored diagnosis: its verdict line then names the likely cause and the next setting.
     ``resolved``: the runs as resolved before (a run missing from it is resolved here)."""
     from servelab.engines.diagnosis.stored import load_diagnosis
-    from servelab.engines.diagnosis.verdict import verdict_line
 
-    out = []
+    out: dict[str, Diagnosis] = {}
     for run_id in run_ids:
         target = (resolved or {}).get(run_id) or await runs.resolve(run_id)
         diag = await load_diagnosis(runs, target.head)  # a multi-node run's diagnosis is its head's
         if diag is not None:
-            sp = speedups.get(run_id)
-            out.append(verdict_line(run_id, sp.verdict if sp else None, sp.value if sp else None, diag))
+            out[run_id] = diag
     return out

@@ -2,8 +2,6 @@
 
 - :func:`latest_runs`: each experiment's newest run with its state, load time and probe figures;
 - :func:`display_state`: the one word a run's state is shown as (the log's word while it runs);
-- :func:`load_seconds`: how long a load took, by the log's own clock (each stage's
-  :func:`~servelab.engines.logs.values.stage_seconds`);
 - :func:`earlier_stage_seconds`: median stage durations of earlier loads, for ETAs;
 - :func:`latest_probed`: the newest run of each experiment that has a probe to compare.
 
@@ -16,16 +14,17 @@ import asyncio
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from statistics import median
-from typing import Any
 
 from servelab.engines.compare import baseline_speedup
 from servelab.engines.errors import ServelabError
-from servelab.engines.logs.values import Analysis, stage_seconds
+from servelab.engines.loadtime import load_seconds, load_text
+from servelab.engines.logs.values import Analysis
 from servelab.engines.probe.artifacts import load_probe
 from servelab.engines.probe.summary import ProbeSummary
 from servelab.engines.runrecords import RunRecord
 from servelab.engines.runrecords import RunsAPI
-from servelab.engines.runstate import RunState, StageState
+from servelab.engines.runstate import RunState
+
 
 @dataclass
 class LatestRun:
@@ -33,11 +32,42 @@ class LatestRun:
 
     run_id: str
     state: RunState
-    load_s: float | None = None
+    load_s: float | None = None  # start to ready (loadtime.load_seconds)
     acceptance_rate: float | None = None  # percent
     acceptance_length: float | None = None
     output_throughput: float | None = None
     speedup: float | None = None
+
+    @property
+    def load_text(self) -> str:
+        """The load figure as every view shows it ("" when unknown)."""
+        return load_text(self.load_s)
+
+    @property
+    def accept_text(self) -> str:
+        """Acceptance as every view shows it: the rate (compare's rounding), its length beside it."""
+        return accept_text(self.acceptance_rate, self.acceptance_length)
+
+    @property
+    def accept_words(self) -> str:
+        """The same figures, named: ``acceptance 66.8%, length 3.42`` ("" when neither is known)."""
+        if self.acceptance_rate is None and self.acceptance_length is None:
+            return ""
+        rate = f"{self.acceptance_rate:.1f}%" if self.acceptance_rate is not None else "-"
+        return f"acceptance {rate}" + (f", length {self.acceptance_length:.2f}" if self.acceptance_length is not None else "")
+
+    @property
+    def speedup_text(self) -> str:
+        return f"{self.speedup:.2f}x" if self.speedup is not None else ""
+
+
+def accept_text(rate_pct: float | None, length: float | None) -> str:
+    """``66.8% · 3.42``: the acceptance rate (percent, one decimal, as compare's table rounds it),
+    then the acceptance length; a missing half reads ``-``; "" when neither is known."""
+    if rate_pct is None and length is None:
+        return ""
+    rate = f"{rate_pct:.1f}%" if rate_pct is not None else "-"
+    return rate + (f" · {length:.2f}" if length is not None else "")
 
 
 def display_state(record_status: RunState, exit_code: int | None, analysis: Analysis | None) -> RunState:
@@ -49,19 +79,6 @@ def display_state(record_status: RunState, exit_code: int | None, analysis: Anal
     if record_status is RunState.EXITED and exit_code not in (None, 0):
         return RunState.CRASHED
     return record_status
-
-
-def load_seconds(analysis: Analysis | None, probe: Mapping[str, Any] | None) -> float | None:
-    """Seconds from start to ready: the probe's stage timings, else the live analysis."""
-    if probe and (stages := ProbeSummary.of(probe).load_stages_s) is not None:
-        values = [v for v in stages.values() if isinstance(v, (int, float))]
-        if values:
-            return float(sum(values))
-    if analysis is not None:
-        ready = next((s for s in analysis.stages if s.name == "ready"), None)
-        if ready is not None and ready.status == StageState.DONE:
-            return sum(stage_seconds(s) or 0.0 for s in analysis.stages if s.status == StageState.DONE)
-    return None
 
 
 async def probe_of(runs: RunsAPI, run_id: str) -> ProbeSummary | None:
@@ -103,7 +120,7 @@ def _held(runs: RunsAPI, rec: RunRecord) -> Analysis | None:
 async def _one(runs: RunsAPI, rec: RunRecord, analysis: Analysis | None) -> LatestRun:
     latest = LatestRun(rec.id, display_state(rec.status, rec.exit_code, analysis))
     probe = await probe_of(runs, rec.id)
-    latest.load_s = load_seconds(analysis, probe)
+    latest.load_s = load_seconds(analysis, probe, rec.started_local)
     if probe:
         latest.acceptance_rate = _num(probe.acceptance_rate)
         latest.acceptance_length = _num(probe.acceptance_length)

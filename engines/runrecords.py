@@ -78,6 +78,8 @@ class RunRecord:
     #: What preflight found in the engine's package: patches and patched files with their sha256.
     patches: dict[str, Any] = field(default_factory=dict)
     identity: str = ""
+    #: When the engine process started, on its host's local clock (the clock its log prints); "" before it started.
+    started_local: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -14,15 +14,17 @@ from servelab.engines.runs import Runs
 from tests.fixtures.runlab import Lab, wait_for
 
 
-async def _ended_run(runs: Runs, experiment: str, load_stages_s: dict[str, float] | None) -> str:
-    """A real (StubEngine) run that ended; ``load_stages_s`` becomes its probe.json, as a probe writes it.
+async def _ended_run(runs: Runs, experiment: str, load_stages_s: dict[str, float] | None, gaps_s: float = 7.0) -> str:
+    """A real (StubEngine) run that ended; ``load_stages_s`` becomes its probe.json, as a probe writes it,
+    with its start-to-ready ``load_s``: the stages plus ``gaps_s`` between and before them.
 
     Runs are ordered by their start second (a real load takes minutes), so each starts a second later."""
     await asyncio.sleep(1.05)
     rec = await runs.launch(experiment, skip_preflight=True)
     wait_for(lambda: (Path(rec.run_dir) / "exit_code").exists(), 20)
     if load_stages_s is not None:
-        (Path(rec.run_dir) / "probe.json").write_text(json.dumps({"load_stages_s": load_stages_s}))
+        load_s = sum(load_stages_s.values()) + gaps_s
+        (Path(rec.run_dir) / "probe.json").write_text(json.dumps({"load_stages_s": load_stages_s, "load_s": load_s}))
     return rec.id
 
 
@@ -45,14 +47,14 @@ async def test_loads_are_estimated_from_the_newest_probed_runs_of_the_same_model
 
     estimates = await load_estimates(runs, ["local"])
     model = str(lab.folder / "no-model")
-    assert estimates[("local", model)] == 90.0  # the median of 60, 120 and 90
-    assert estimates[("local", str(lab.folder / "another-model"))] == 1.0
+    assert estimates[("local", model)] == 97.0  # start to ready: the median of 67, 127 and 97, not of the stage sums
+    assert estimates[("local", str(lab.folder / "another-model"))] == 8.0
 
     catalog = load_catalog(lab.folder)
     planned = await plan_with_history(load_checked(catalog, "sweep"), catalog, Runs(catalog))
-    assert [load.estimate_s for load in planned.loads] == [90.0]
-    assert planned.estimate_s == 90.0
-    assert "estimated loading time: 2 min" in describe(planned)
+    assert [load.estimate_s for load in planned.loads] == [97.0]
+    assert planned.estimate_s == 97.0
+    assert "estimated loading time: ~2 min" in describe(planned)
 
 
 async def test_a_host_without_earlier_runs_leaves_the_estimate_unknown(lab: Lab) -> None:

@@ -119,6 +119,8 @@ def test_tiny_baseline_vs_ngram(tmp_path: Path) -> None:
         assert "spec_decode_acceptance_rate" not in base  # no speculation, no acceptance
         assert base["prompt_set_hash"] == ngram["prompt_set_hash"]
         assert ngram["load_stages_s"], "load stages should be timed from the log"
+        # "load" is start to ready: the process start the supervisor stamped, gaps between stages included.
+        assert ngram["load_s"] >= sum(ngram["load_stages_s"].values())
 
         # The comparison: a speedup against the baseline and a verdict with its reason.
         assert "speedup vs baseline" in table and "Verdict:" in table

@@ -281,12 +281,19 @@ def plan(campaign: Campaign, catalog: Catalog, estimate: LoadEstimate | None = N
     return out
 
 
+def estimate_text(seconds: float | None) -> str:
+    """A load-time estimate as every view says it: ``~33 s`` under a minute, ``~2 min`` from one on."""
+    if seconds is None:
+        return "unknown"
+    return f"~{seconds / 60:.0f} min" if seconds >= 60 else f"~{seconds:.0f} s"
+
+
 def describe(p: Plan) -> list[str]:
     """The plan as lines for a terminal: loads, their flags, their points, the estimate."""
     lines = [f"campaign {p.campaign}: {len(p.points)} points in {len(p.loads)} loads"]
     names = {pt.name: pt for pt in p.points}
     for load in p.loads:
-        est = f"~{load.estimate_s / 60:.0f} min" if load.estimate_s is not None else "load time unknown"
+        est = estimate_text(load.estimate_s) if load.estimate_s is not None else "load time unknown"
         spec = load.experiment.speculative
         k = f"{spec.method} K={spec.num_tokens}" if spec.method != "none" else "no speculation"
         lines.append(f"load {load.index + 1}: {load.experiment.engine} on {load.experiment.host}, {k} ({est})")
@@ -297,6 +304,6 @@ def describe(p: Plan) -> list[str]:
             vs = f"  vs {pt.baseline_point}" if pt.baseline_point else ""
             lines.append(f"  - {pt.label}{vs}")
     total = p.estimate_s
-    lines.append(f"estimated loading time: {total / 60:.0f} min" if total is not None else "estimated loading time: unknown (no earlier load of these models on these hosts)")
+    lines.append(f"estimated loading time: {estimate_text(total)}" if total is not None else "estimated loading time: unknown (no earlier load of these models on these hosts)")
     lines.extend(str(problem) for problem in p.problems)
     return lines

@@ -9,10 +9,26 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.0%}"
 
 
+def no_rate_reason(a: Arm) -> str | None:
+    """Why a group has no acceptance figure (None when it has one): a ``-`` never stands alone."""
+    if a.rate is not None:
+        return None
+    if a.error:
+        return a.error
+    if a.ok == 0:
+        return f"none of its {a.requests} requests succeeded" if a.requests else "no request was sent"
+    if a.drafts is None:
+        return "the server reported no acceptance counts for this group"
+    if not a.drafts or not a.draft_tokens:
+        return "the server drafted no tokens for this group"
+    return "no accepted/drafted ratio could be formed"
+
+
 def arm_line(a: Arm) -> str:
     pos = " / ".join(f"{p:.2f}" for p in a.per_position) or "-"
     bi = "-" if a.unique_bigrams is None else f"{a.unique_bigrams:.2f}"
-    extra = f"  ({a.error})" if a.error else ""
+    why = a.error or no_rate_reason(a)
+    extra = f"  ({why})" if why else ""
     return f"{a.name:<24} acceptance {_pct(a.rate):>5}  per position {pos:<24} unique bigrams {bi}  {a.ok}/{a.requests} ok{extra}"
 
 

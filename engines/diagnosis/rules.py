@@ -123,7 +123,7 @@ def diagnose(facts: RunFacts, m: Measurements, cost: StepCost, ref: ReferenceMat
             "k-too-high", "warning",
             f"the acceptance curve falls off: {k_txt} drafts tokens that are rarely kept",
             f"{shape.text}; estimated speedup {est_txt}",
-            f"[speculative] num_tokens = {rec if rec else max(1, (facts.k or 2) // 2)}",
+            _k_change(rec if rec and (facts.k is None or rec < facts.k) else max(1, (facts.k or 2) // 2), facts.k),
             1.5,
         ))
 
@@ -213,7 +213,7 @@ def diagnose(facts: RunFacts, m: Measurements, cost: StepCost, ref: ReferenceMat
             f"estimated speedup {cost.estimated_speedup:.2f}x from acceptance and step cost{meas}",
             f"step {cost.step_ms:.2f} ms vs plain decode {cost.plain_ms:.2f} ms ({cost.ratio:.2f}x, baseline run {cost.baseline_run}); "
             f"{o.length:.2f} tokens per step",
-            f"[speculative] num_tokens = {cost.recommended_k}" if cost.recommended_k else "[speculative] method = \"none\"",
+            _k_change(cost.recommended_k, facts.k) if cost.recommended_k else "[speculative] method = \"none\"",
             0.3,
         ))
     elif cost.note:
@@ -224,6 +224,11 @@ def diagnose(facts: RunFacts, m: Measurements, cost: StepCost, ref: ReferenceMat
             out.append(Finding("healthy", "info", f"acceptance {_pct(rate)} with a {shape.shape} curve: no fault found", shape.text,
                                "tune K from the curve", 0.5))
     return rank(out)
+
+
+def _k_change(k: int, current: int | None) -> str:
+    """The K to set next; never the K the run already has: that is no change to make ("-", no next setting)."""
+    return "-" if k == current else f"[speculative] num_tokens = {k}"
 
 
 def _same_path(a: str, b: str) -> bool:

@@ -297,6 +297,7 @@ def supervise(run_dir: str, rec: dict[str, Any], report_fd: int) -> int:
     env.update(rec.get("env") or {})
     env[MARKER] = rec["id"]
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the SSH channel going away must not end the supervisor
+    started_local = time.strftime("%Y-%m-%d %H:%M:%S")  # the engine log's clock: where "load" starts
     try:
         log = open(log_path, "ab", buffering=0)
         proc = subprocess.Popen(
@@ -326,6 +327,7 @@ def supervise(run_dir: str, rec: dict[str, Any], report_fd: int) -> int:
         start_time=st[3] if st else None,
         supervisor_pid=os.getpid(),
         status="running",
+        started_local=started_local,
     )
     hostlib.answer(report_fd, {"ok": True, "record": started})
     owned: set[str] = set()

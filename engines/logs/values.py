@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from servelab.engines.runstate import RunState, StageState
@@ -27,6 +27,7 @@ __all__ = [
     "log_span_s",
     "parse_log_time",
     "stage_seconds",
+    "start_to_ready_s",
 ]
 
 #: Timestamp shapes engines print (vLLM ``11-29 11:08:09``, SGLang ``2026-11-29 11:08:09``...).
@@ -127,6 +128,52 @@ def log_span_s(started: str | None, ended: str | None) -> float | None:
 def stage_seconds(stage: Stage) -> float | None:
     """How long a stage took (or has taken so far, when its end is not logged yet: None)."""
     return log_span_s(stage.started_at, stage.ended_at)
+
+
+def start_to_ready_s(stages: list[Stage], started: str | None = None) -> float | None:
+    """Seconds from start to ready by the log's own clock: what "load" means.
+
+    ``started`` is when the process started on the same clock (the run record's ``started_local``);
+    without it the first timestamped stage stands for the start. The gaps between stages and the
+    time before the first log line count: a load is not the sum of its bars. None until ``ready``
+    is done or when the log printed no usable timestamps.
+    """
+    ready = next((s for s in stages if s.name == "ready"), None)
+    if ready is None or ready.status != StageState.DONE:
+        return None
+    end = parse_log_time(ready.ended_at) or parse_log_time(ready.started_at)
+    firsts = [t for s in stages for t in (parse_log_time(s.started_at) or parse_log_time(s.ended_at),) if t is not None]
+    if end is None or not firsts:
+        return None
+    start = min(firsts)
+    launched = parse_log_time(started)
+    if launched is not None:
+        end, first = _on_date_of(end, launched), _on_date_of(start, launched)
+        if launched <= first and (first - launched).total_seconds() < _LAUNCH_TO_LOG_S:
+            start = launched
+        else:
+            start = first
+    seconds = (end - start).total_seconds()
+    return seconds if seconds >= 0 else None
+
+
+#: Longer than this between the launch and the first log line, and ``started`` is not this log's start.
+_LAUNCH_TO_LOG_S = 3600.0
+
+
+def _on_date_of(t: datetime, ref: datetime) -> datetime:
+    """A log time that printed no year (vLLM's ``11-29 11:26:06``) or no date, placed on ``ref``'s
+    calendar: the first such moment at or after ``ref`` less a day (a load never spans a year)."""
+    if t.year != 1900:
+        return t
+    if (t.month, t.day) == (1, 1):  # maybe no date at all: the time of day after ref
+        day = datetime.combine(ref.date(), t.time())
+        if ref - day > timedelta(hours=12):
+            day += timedelta(days=1)
+        placed = t.replace(year=ref.year)
+        return day if abs((day - ref).total_seconds()) < abs((placed - ref).total_seconds()) else placed
+    placed = t.replace(year=ref.year)
+    return placed.replace(year=ref.year + 1) if ref - placed > timedelta(days=180) else placed
 
 
 @dataclass

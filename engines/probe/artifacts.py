@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from servelab.engines.adapter import get_adapter
 from servelab.engines.errors import ServelabError
 from servelab.engines.experiment import Experiment
-from servelab.engines.logs.values import Stage, stage_seconds
+from servelab.engines.logs.values import Stage, stage_seconds, start_to_ready_s
 from servelab.engines.probe.prompts import load as load_prompts
 from servelab.engines.probe.runner import ProbeResult, Progress, run_probe
 from servelab.engines.probe.summary import ProbeSummary
@@ -136,6 +136,7 @@ async def probe_run(runs: RunsAPI, run: str | ResolvedRun, *, progress: Progress
     after = await runs.status(head)
     summary = result.summary.with_fields(
         load_stages_s=load_stages_s(after.analysis.to_json() if after.analysis is not None else {}),
+        load_s=start_to_ready_s(after.analysis.stages, rec.started_local or None) if after.analysis is not None else None,
         run=run_id,
         experiment=rec.experiment,
         baseline_experiment=exp.baseline,

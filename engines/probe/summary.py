@@ -157,6 +157,11 @@ class ProbeSummary(Mapping[str, Any]):
         return int(self.data.get("requests") or 0)
 
     @property
+    def load_s(self) -> float | None:
+        """Seconds from start to ready by the log's clock (``load_s``; None in files made before it was kept)."""
+        return _number(self.data.get("load_s"))
+
+    @property
     def load_stages_s(self) -> dict[str, Any] | None:
         """Seconds each startup stage took (None when the file has none)."""
         stages = self.data.get("load_stages_s")

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from servelab.engines.catalog import load_catalog
 from servelab.engines.errors import ServelabError
+from servelab.engines.loadtime import load_seconds, load_text
 from servelab.engines.logs.live import current_stage
 from servelab.engines.runrecords import NoSuchRun, RunRecord
 from servelab.engines.runs import CHUNK, Runs
@@ -225,6 +226,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         a = st.analysis
         if a is not None:
             print(f"{'state':<9} {a.state}")
+            if (load := load_seconds(a, None, st.record.started_local)) is not None:
+                print(f"{'load':<9} {load_text(load)} (start to ready)")
             stage = current_stage(a)
             if stage is not None:
                 print(f"{'stage':<9} {stage.name} ({stage.status}{', ' + stage.detail if stage.detail else ''})")

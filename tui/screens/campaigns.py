@@ -24,13 +24,14 @@ from textual.widgets import DataTable, Footer, Header, Static
 from servelab.engines.campaign import control
 from servelab.engines.campaign.control import CampaignStatus
 from servelab.engines.campaign.listing import CampaignEntry, StartedCampaigns, campaign_entries_with_history, started_campaigns
+from servelab.engines.campaign.plan import estimate_text
 from servelab.engines.catalog import Catalog, load_catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.runstate import CampaignState
 from servelab.tui.face import servelab_app, writable
 from servelab.tui.navigation import Confirm, OpenCampaign, go
-from servelab.tui.widgets.campaign_view import minutes, plan_renderable, state_text, status_line
+from servelab.tui.widgets.campaign_view import plan_renderable, state_text, status_line
 from servelab.tui.widgets.list_screen import ListScreen, cursor_bindings, poll_forever
 
 #: How often the list asks the hosts about their campaigns.
@@ -165,7 +166,7 @@ class CampaignsScreen(ListScreen[Row]):
                 return [Text(e.name, style="bold red"), Text(_where(e)), Text("invalid", style="red"), Text(why[-70:], style="red"), Text(""), Text("")]
             latest = self.started.latest_of(e.plan.campaign)
             status = Text.assemble("latest ", state_text(latest.status)) if latest is not None else state_text(CampaignState.NOT_STARTED)
-            return [Text(e.name, style="bold"), Text(_where(e)), status, Text(str(len(e.plan.points))), Text(str(len(e.plan.loads))), Text(minutes(e.plan.estimate_s))]
+            return [Text(e.name, style="bold"), Text(_where(e)), status, Text(str(len(e.plan.points))), Text(str(len(e.plan.loads))), Text(estimate_text(e.plan.estimate_s))]
         st = row.started
         assert st is not None
         done = st.counts().get(CampaignState.DONE, 0)
@@ -242,7 +243,7 @@ class CampaignsScreen(ListScreen[Row]):
 
         go(
             self,
-            Confirm(f"Start campaign {entry.name} on {hosts}?", f"{len(p.points)} points in {len(p.loads)} loads ({how}); estimated loading time {minutes(p.estimate_s)}. It runs on the host: closing the dashboard does not stop it."),
+            Confirm(f"Start campaign {entry.name} on {hosts}?", f"{len(p.points)} points in {len(p.loads)} loads ({how}); estimated loading time {estimate_text(p.estimate_s)}. It runs on the host: closing the dashboard does not stop it."),
             answered,
         )
 

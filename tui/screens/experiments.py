@@ -177,9 +177,9 @@ class ExperimentsScreen(ListScreen[Row]):
         if latest is None:
             cells += [Text("-", style="dim"), Text(""), Text(""), Text("")]
         elif down:  # the last known state, greyed: the host cannot say what it is now
-            cells += [Text(f"{latest.state}?", style="dim"), Text(load_text(latest), style="dim"), Text(accept_text(latest), style="dim"), Text(speedup_text(latest), style="dim")]
+            cells += [Text(f"{latest.state}?", style="dim"), Text(latest.load_text, style="dim"), Text(latest.accept_text, style="dim"), Text(latest.speedup_text, style="dim")]
         else:
-            cells += [Text(latest.state, style=latest.state.style), Text(load_text(latest)), Text(accept_text(latest)), Text(speedup_text(latest))]
+            cells += [Text(latest.state, style=latest.state.style), Text(latest.load_text), Text(latest.accept_text), Text(latest.speedup_text)]
         return cells
 
     def refresh_latest(self) -> None:
@@ -341,22 +341,6 @@ class ExperimentsScreen(ListScreen[Row]):
         self.action_reload()
 
 
-def load_text(latest: LatestRun) -> str:
-    if latest.load_s is None:
-        return ""
-    return f"{latest.load_s:.0f}s" if latest.load_s < 600 else f"{latest.load_s / 60:.0f}m"
-
-
-def accept_text(latest: LatestRun) -> str:
-    if latest.acceptance_length is not None:
-        return f"{latest.acceptance_length:.2f}"
-    return f"{latest.acceptance_rate:.0f}%" if latest.acceptance_rate is not None else ""
-
-
-def speedup_text(latest: LatestRun) -> str:
-    return f"{latest.speedup:.2f}x" if latest.speedup is not None else ""
-
-
 def detail_renderable(catalog: Catalog, entry: FileEntry, latest: LatestRun | None, down: tuple[str, str] | None = None) -> Group:
     """The resolved command line, environment, patches and probe settings (or the file's problems)."""
     parts: list[RenderableType] = []
@@ -397,7 +381,8 @@ def detail_renderable(catalog: Catalog, entry: FileEntry, latest: LatestRun | No
     pr = e.probe
     table.add_row("probe", f"{pr.prompts} · max_tokens {pr.max_tokens} · concurrency {pr.concurrency} · repeats {pr.repeats} · warmup {pr.warmup} · {'auto' if pr.auto else 'manual'}")
     if latest is not None:
-        table.add_row("latest run", f"{latest.run_id} · {latest.state}" + (" (last known)" if down else ""))
+        figures = "".join(f" · {text}" for text in (f"load {latest.load_text}" if latest.load_text else "", latest.accept_words) if text)
+        table.add_row("latest run", f"{latest.run_id} · {latest.state}" + (" (last known)" if down else "") + figures)
     if down:
         table.add_row("host", Text(f"{e.host} unreachable since {down[0]}: {down[1]}", style="yellow"))
     parts.append(table)

@@ -14,17 +14,12 @@ from rich.text import Text
 from servelab.engines.campaign.control import CampaignStatus
 from servelab.engines.campaign.diagnosis import headline
 from servelab.engines.campaign.listing import CampaignEntry, CurrentStep
+from servelab.engines.campaign.plan import estimate_text
 from servelab.engines.campaign.report import CampaignReport, PointRow
 from servelab.engines.loader import display_path
 from servelab.engines.runstate import CampaignState
 
 CURRENT_MARK = "▶"
-
-
-def minutes(seconds: float | None) -> str:
-    if seconds is None:
-        return "unknown"
-    return f"~{seconds / 60:.0f} min" if seconds >= 60 else f"~{seconds:.0f} s"
 
 
 def state_text(state: CampaignState | str) -> Text:
@@ -40,12 +35,12 @@ def plan_renderable(entry: CampaignEntry) -> Group:
     p = entry.plan
     if p is None:
         return Group(*parts)
-    parts.append(Text(f"{len(p.points)} points in {len(p.loads)} loads · estimated loading time {minutes(p.estimate_s)}"))
+    parts.append(Text(f"{len(p.points)} points in {len(p.loads)} loads · estimated loading time {estimate_text(p.estimate_s)}"))
     names = {pt.name: pt for pt in p.points}
     for load in p.loads:
         spec = load.experiment.speculative
         k = f"{spec.method} K={spec.num_tokens}" if spec.method != "none" else "no speculation"
-        parts.append(Text.assemble((f"load {load.index + 1}", "bold"), f": {load.experiment.engine} on {load.experiment.host}, {k} (load time {minutes(load.estimate_s)})"))
+        parts.append(Text.assemble((f"load {load.index + 1}", "bold"), f": {load.experiment.engine} on {load.experiment.host}, {k} (load time {estimate_text(load.estimate_s)})"))
         if load.speculative_flags:
             parts.append(Text("  engine flags: " + " ".join(load.speculative_flags), style="cyan"))
         for name in load.points:

@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from servelab.engines.compare import unstable_note
 from servelab.engines.logs.values import SpecFigures
 from servelab.engines.probe.summary import ProbeSummary
 
@@ -40,9 +41,9 @@ def probe_renderable(probe: ProbeSummary) -> Group:
         f" · length {_fmt(probe.acceptance_length, '.2f')}",
     )
     parts: list[RenderableType] = [head]
-    unstable = probe.unstable
+    unstable = unstable_note(probe.unstable)
     if unstable:
-        parts.append(Text(f"unstable across repeats: {', '.join(unstable)}", style="yellow"))
+        parts.append(Text(unstable, style="yellow"))
     rates = probe.per_position
     if rates:
         parts.append(acceptance_bars([r for r in rates if isinstance(r, (int, float))]))
