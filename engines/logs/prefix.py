@@ -10,9 +10,14 @@ or SGLang logger header, a process tag, a traceback's first line, an exception l
 front of it, when there are any, are a prefix candidate; its *shape* generalises it (a run of word
 characters is any word, a padding run of spaces any padding, punctuation stays), so ``vllm-1  | ``
 and ``sglang-1 | `` (two interleaved streams) are one shape. The shapes that stand before most
-engine lines are learnt; so are platform lines (a timestamp and at most a few names, no engine
-text) repeated beside them. Until enough lines have been seen the lines are held (a few dozen of
-a live log's first lines, or all of a short excerpt until :meth:`PrefixNormalizer.finish`).
+engine lines are learnt (an engine line only counts when it begins the line or follows a space: a
+colour code's remains before a Ray tag are neither for nor against; a launcher's Python logger header
+before an engine's tag or header is a prefix too; two tools' prefixes stack, the inner one on some
+lines only); so are platform lines (a timestamp and at most a few names, no engine
+text) repeated beside them. With hardly any engine lines, the shape most lines (blank ones behind the
+prefix included) begin with is. Until enough lines have been seen the lines are held (a few dozen of
+a live log's first lines, or all of a short excerpt until :meth:`PrefixNormalizer.finish`); a bare
+log's lines go out at once, up to a line that shows a prefix (a copy whose first line lost it).
 
 Then each chunk is rewritten at C speed: one compiled bytes regex anchored on ``\\n`` removes the
 platform lines, another strips the prefixes; a chunk with many lines left unstripped is learnt
