@@ -10,9 +10,14 @@ or SGLang logger header, a process tag, a traceback's first line, an exception l
 front of it, when there are any, are a prefix candidate; its *shape* generalises it (a run of word
 characters is any word, a padding run of spaces any padding, punctuation stays), so ``vllm-1  | ``
 and ``sglang-1 | `` (two interleaved streams) are one shape. The shapes that stand before most
-engine lines are learnt; so are platform lines (a timestamp and at most a few names, no engine
-text) repeated beside them. Until enough lines have been seen the lines are held (a few dozen of
-a live log's first lines, or all of a short excerpt until :meth:`PrefixNormalizer.finish`).
+engine lines are learnt (an engine line only counts when it begins the line or follows a space: a
+colour code's remains before a Ray tag are neither for nor against; a launcher's Python logger header
+before an engine's tag or header is a prefix too; two tools' prefixes stack, the inner one on some
+lines only); so are platform lines (a timestamp and at most a few names, no engine
+text) repeated beside them. With hardly any engine lines, the shape most lines (blank ones behind the
+prefix included) begin with is. Until enough lines have been seen the lines are held (a few dozen of
+a live log's first lines, or all of a short excerpt until :meth:`PrefixNormalizer.finish`); a bare
+log's lines go out at once, up to a line that shows a prefix (a copy whose first line lost it).
 
 Then each chunk is rewritten at C speed: one compiled bytes regex anchored on ``\\n`` removes the
 platform lines, another strips the prefixes; a chunk with many lines left unstripped is learnt
@@ -48,6 +53,12 @@ LINE_START = re.compile(
     rb"|Traceback \(most recent call last\):"
     rb'|  File "'  # a traceback's frame (its indentation is the engine's)
     rb"|(?<![\w.])[A-Za-z_][\w.]*(?:Error|Exception|Interrupt): "  # an exception line
+)
+#: A Python logger's header at the start of a line (a launcher's, when an engine line follows it) ...
+_OUTER = re.compile(rb"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)? (?:- )?" + _LEVEL + rb"\b")
+#: ... and where that engine line begins: a process tag or an engine's logger header, after a space.
+_INNER = re.compile(
+    rb"(?<= )(?:\([^()\n]{0,80}?pid=\d+[^()\n]{0,80}?\) |" + _LEVEL + rb" \d\d-\d\d \d\d:\d\d:\d\d|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)"
 )
 #: A platform line: a timestamp and at most two names, nothing else (no engine text).
 _PLATFORM = re.compile(
@@ -122,10 +133,14 @@ def shape_of(prefix: bytes) -> bytes:
     fields = _fields(prefix)
     n = len(fields)
     req = next((i for i, f in enumerate(fields) if _strong(f)), n - 1) + 1
-    head = b"".join(_render(f, i == n - 1) for i, f in enumerate(fields[:req]))
+    # the spaces after a separator the optional fields follow are one exact space, the others the
+    # next field's own (a second tool's ``  | `` behind ``vllm-1  | ``, on some lines only)
+    lone = {i for i in range(req - 1, n - 1) if _strong(fields[i]) and fields[i][-1][:1] == b" "}
+    parts = [b" *" * (i - 1 in lone) + (_render(f[:-1], False) + b"\\ " if i in lone else _render(f, i == n - 1)) for i, f in enumerate(fields)]
+    head = b"".join(parts[:req])
     tail = b""
     for i in range(n - 1, req - 1, -1):
-        tail = b"(?:" + _render(fields[i], i == n - 1) + tail + b")?"
+        tail = b"(?:" + parts[i] + tail + b")?"
     return head + tail
 
 
@@ -182,11 +197,15 @@ class PrefixNormalizer:
             self._sample.append(line)
         m = LINE_START.search(line)
         if m is not None:
-            self._starts += 1
             p = m.start()
+            if _OUTER.match(line, p) and (inner := _INNER.search(line, m.end(), _MAX_PREFIX + 80)) is not None:
+                p = inner.start()  # a launcher's Python logger re-logging the engine's lines
             if p == 0:
+                self._starts += 1
                 self._at0 += 1
-            elif 0 < p <= _MAX_PREFIX and line[p - 1 : p] in (b" ", b"\t"):
+            elif p <= _MAX_PREFIX and line[p - 1 : p] in (b" ", b"\t"):
+                # (an engine form after other text, a colour code's remains, is no evidence either way)
+                self._starts += 1
                 shape = shape_of(line[:p])
                 self._cands[shape] += 1
                 raw = self._raw.setdefault(shape, set())
@@ -211,7 +230,7 @@ class PrefixNormalizer:
                 line = line[:-1]
             if b"\x1b" in line:
                 line = strip_ansi(line)
-            free = self._free()
+            free = self._free_line(line)
             self._observe(line)
             pos = nl + 1
             limit -= 1
@@ -223,6 +242,17 @@ class PrefixNormalizer:
         """The lines so far are a bare log's (an engine line with nothing before it, no sign of a
         prefix): the next line is given out as it is, before the decision (a live view stays live)."""
         return self._at0 > 0 and not self._cands and not self._plats
+
+    def _free_line(self, line: bytes) -> bool:
+        """The line is given out as it is: the lines before it are a bare log's and its first segment
+        (to a ``\\r``: what a live view shows first) shows no prefix (the first line lost it in a copy)."""
+        if not self._free():
+            return False
+        seg = line.split(b"\r", 1)[0]
+        if b"\x1b" in seg:
+            seg = strip_ansi(seg)
+        m = LINE_START.search(seg)
+        return not (m is not None and 0 < m.start() <= _MAX_PREFIX and seg[m.start() - 1 : m.start()] in (b" ", b"\t"))
 
     def _settled(self) -> bool:
         """Enough lines seen to decide (by content only, so any chunking decides at the same line):
@@ -261,8 +291,8 @@ class PrefixNormalizer:
             lasts: dict[bytes, set[bytes]] = {}
             for line in sample:
                 fields = _fields(line)
-                if len(fields) <= k:
-                    continue
+                if len(fields) < k or (len(fields) == k and line[-1:] != b" "):
+                    continue  # (a line that is the prefix alone is a blank line behind it)
                 text = b"".join(b"".join(f) for f in fields[:k]).rstrip(b" ") + b" "  # more spaces are the line's own
                 if text[-1:] != b" " or not _strong(fields[k - 1]) or not (_TIME.search(text) or _SEPARATOR.search(text)):
                     continue
@@ -335,7 +365,8 @@ class PrefixNormalizer:
             self._scanned = self._learn(self._held, self._scanned, LEARN_LINES - self._lines)
             if self._settled():
                 return self._release_then(self._end_learning)
-            if self._free():
+            tail = self._held[self._scanned :]
+            if b"\r" in tail and self._free_line(tail):
                 self._released = len(self._held)  # the unfinished line too (a bar redrawn with \r)
             return self._release_then(None)
         return self._rewrite(data)
@@ -510,7 +541,7 @@ class PrefixNormalizer:
                         self._end_learning_lines(out)
                         self._rewrite_line(line, out)
                         continue
-                self._phys_free = self._free()
+                self._phys_free = self._free_line(line.text.encode())
             self._phys.append(line.text)
             self._number = line.number
             if self._phys_free:

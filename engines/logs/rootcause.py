@@ -24,7 +24,7 @@ EXCEPTION_LINE = re.compile(
     r"(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Failure)|Exception|KeyboardInterrupt|AssertionError))"
     r"(?::\s?(?P<text>.*))?$"
 )
-_FRAME = re.compile(r'\s*File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?')
+_FRAME = re.compile(r'\s*File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>\S+))?')
 TB_START = "Traceback (most recent call last)"
 CHAIN_MARKERS = (
     "During handling of the above exception, another exception occurred",
