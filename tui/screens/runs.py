@@ -8,7 +8,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Header, Static
 
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
@@ -20,6 +20,7 @@ from servelab.engines.runstate import RunState
 from servelab.tui.face import servelab_app
 from servelab.tui.navigation import Confirm, OpenRun, ask, go
 from servelab.tui.widgets.list_screen import ListScreen, poll_forever
+from servelab.tui.widgets.key_footer import KeyFooter
 
 REFRESH_SECONDS = 5.0
 
@@ -48,7 +49,7 @@ class RunsScreen(ListScreen):
         yield Header()
         yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
         yield Static("", id="runs-hosts", classes="muted")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.title = "runs"
