@@ -49,10 +49,10 @@ def block_title(checks: list[Check]) -> str:
 
 class PreflightBlock(Collapsible):
     """The launch's preflight on the run screen: collapsed to its title unless a check has
-    something to read (a finding or a warning)."""
+    something to read (a failure, a finding or a warning)."""
 
     def __init__(self, checks: list[Check], *, id: str | None = None) -> None:
         self.checks = checks
-        notes = any(c.findings or c.warnings for c in checks)
+        notes = any(c.findings or c.warnings or not c.ok for c in checks)
         body = Static(checks_table(checks, running=False) if checks else "")
         super().__init__(body, title=block_title(checks), collapsed=not notes, id=id)
