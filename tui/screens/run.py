@@ -52,9 +52,11 @@ SHORT_HEIGHT = 30
 
 
 def short_stages(stages: list[StageRow]) -> list[StageRow]:
-    """A short terminal's stages (the log keeps its height): the latest done one, then the rest."""
+    """A short terminal's stages (the log keeps its height): the latest done one and those after
+    it, and any failed or running before it."""
     done = [i for i, stage in enumerate(stages) if stage.status == StageState.DONE]
-    return [stage for i, stage in enumerate(stages) if stage.status != StageState.DONE or i == done[-1]]
+    last = done[-1] if done else 0
+    return [s for i, s in enumerate(stages) if i >= last or s.status in (StageState.FAILED, StageState.RUNNING)]
 
 
 def with_history(stage: StageRow, earlier_s: float | None, running_for_s: float = 0.0) -> StageRow:
