@@ -19,7 +19,6 @@ from servelab.engines.catalog import load_catalog
 from servelab.engines.diagnosis.stored import DIAGNOSIS_JSON
 from servelab.engines.nodes.run import GROUP_JSON, MultiNodeRecord, NodeRun, node_run_id
 from servelab.engines.preflight import run_preflight
-from servelab.engines.runs import RUN_JSON
 from tests.fixtures.campaignlab import recorded_campaign
 from tests.fixtures.runlab import Lab, free_port
 from tests.fixtures.tui import RECORDED_LOGS, SHARED_LOGS, TuiFolder, screen_text
@@ -107,22 +106,18 @@ SIZES = [pytest.param((120, 36), id="120x36"), pytest.param((80, 24), id="80x24"
 NGRAM_SERVE = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
 BASE_ID = "tiny-cpu-vllm-baseline-20260101-000000-b001"
 SPEC_ID = "tiny-cpu-vllm-ngram-20260101-000100-5e02"
-STARTED = "2026-01-01T00:00:00+00:00"
 
 
 def ended_replays(folder: TuiFolder, *runs: tuple[str, str, Path, int]) -> None:
-    """Replays (experiment, run id, log, exit code), each on its own port, waited until they ended;
-    their start time fixed (the runs list shows it)."""
-    for experiment, run_id, log, code in runs:
-        folder.replay(experiment, log, exit_code=code, run_id=run_id, port=free_port())
+    """Replays (experiment, run id, log, exit code), each on its own port and with a fixed start
+    time (the runs list shows it), waited until they ended."""
+    for i, (experiment, run_id, log, code) in enumerate(runs):
+        folder.replay(experiment, log, exit_code=code, run_id=run_id, port=free_port(), started_at=f"2026-01-01T00:0{i}:00+00:00")
     for _experiment, run_id, _log, _code in runs:
-        run_dir = folder.workdir / "runs" / run_id
         for _ in range(600):
-            if (run_dir / "exit_code").exists():
+            if (folder.workdir / "runs" / run_id / "exit_code").exists():
                 break
             time.sleep(0.05)
-        rec = json.loads((run_dir / RUN_JSON).read_text())
-        (run_dir / RUN_JSON).write_text(json.dumps({**rec, "started_at": STARTED}))
 
 
 def probed_runs(folder: TuiFolder) -> None:
@@ -284,7 +279,7 @@ def test_nodes_run_screen(snap_folder: TuiFolder, snap_compare, size) -> None:  
         await settle(pilot)
         app = pilot.app
         await app.push_screen(NodesRunScreen(group))
-        await until(pilot, lambda: screen_text(app).count("exit code") >= 1 and "worker" in screen_text(app))
-        await pilot.pause(2.0)
+        await until(pilot, lambda: "TP1  crashed" in screen_text(app) and "ROOT CAUSE" in screen_text(app))
+        await pilot.pause(1.0)
 
     assert snap_compare(make_app(snap_folder), terminal_size=size, run_before=open_nodes)
