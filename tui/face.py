@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     from servelab.engines.catalog import Catalog
     from servelab.engines.logs.values import Analysis
+    from servelab.engines.preflight import Check
     from servelab.engines.probe.summary import ProbeSummary
     from servelab.engines.runs import Runs
 
@@ -39,6 +40,8 @@ class Face(Protocol):
     probing: dict[str, str]
     probe_results: dict[str, ProbeSummary]
     probe_errors: dict[str, str]
+    #: The preflight checks of each run launched from this dashboard (none: launched without).
+    preflights: dict[str, list[Check]]
 
     @property
     def watcher(self) -> Watching | None: ...

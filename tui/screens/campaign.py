@@ -19,7 +19,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from servelab.engines.campaign import control
 from servelab.engines.campaign.control import CampaignStatus
@@ -35,6 +35,7 @@ from servelab.tui.widgets.campaign_plots import CampaignCharts
 from servelab.tui.widgets.campaign_view import current_text, points_table, reasons_text, recommendation_text, status_line
 from servelab.tui.widgets.host_action import host_action
 from servelab.tui.widgets.list_screen import poll_forever
+from servelab.tui.widgets.key_footer import KeyFooter
 
 #: How often the screen reads the campaign's state on its host.
 REFRESH_SECONDS = 1.0
@@ -72,7 +73,7 @@ class CampaignScreen(Screen[None]):
             yield Static("", id="campaign-recommendation")
             yield CampaignCharts(id="campaign-charts")
         yield Static("", id="campaign-problem")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.title = "campaign"

@@ -19,7 +19,7 @@ from textual.binding import Binding, BindingType
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.containers import Container, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Header, Static
 
 from servelab.engines.campaign import control
 from servelab.engines.campaign.control import CampaignStatus
@@ -33,6 +33,7 @@ from servelab.tui.face import servelab_app, writable
 from servelab.tui.navigation import Confirm, OpenCampaign, go
 from servelab.tui.widgets.campaign_view import plan_renderable, state_text, status_line
 from servelab.tui.widgets.list_screen import ListScreen, cursor_bindings, poll_forever
+from servelab.tui.widgets.key_footer import KeyFooter
 
 #: How often the list asks the hosts about their campaigns.
 REFRESH_SECONDS = 5.0
@@ -108,7 +109,7 @@ class CampaignsScreen(ListScreen[Row]):
             with VerticalScroll(id="campaign-detail"):
                 yield Static("loading…", id="campaign-detail-text")
         yield Static("", id="campaigns-hosts", classes="muted")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.title = "campaigns"

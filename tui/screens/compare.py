@@ -12,7 +12,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Header, Static
 
 from servelab.engines.compare import Comparison, compare_runs, render
 from servelab.engines.errors import ServelabError
@@ -20,6 +20,19 @@ from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.history import latest_probed
 from servelab.tui.face import servelab_app
 from servelab.tui.navigation import OpenWhy, go
+from servelab.tui.widgets.key_footer import KeyFooter
+
+#: The narrowest a run's column gets (characters); more runs than fit scroll sideways.
+MIN_RUN_COLUMN = 18
+#: A column's cell padding (one each side) and the table's vertical scroll bar.
+CELL_PADDING, SCROLLBAR = 2, 2
+
+
+def run_column_width(table_width: int, label_width: int, runs: int) -> int:
+    """Each run column's width: the runs share what the label column leaves, MIN_RUN_COLUMN at least."""
+    free = table_width - label_width - CELL_PADDING - SCROLLBAR - runs * CELL_PADDING
+    return max(MIN_RUN_COLUMN, free // max(runs, 1))
+
 
 class CompareScreen(Screen[None]):
     """Runs side by side."""
@@ -27,7 +40,7 @@ class CompareScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("d", "toggle_diff", "Diff only", id="compare.diff-only"),
         Binding("m", "export_markdown", "Markdown", id="compare.export"),
-        Binding("y", "why", "Why?", id="compare.why"),
+        Binding("y", "why", "Why?", tooltip="diagnose: why it is slow or failed", id="compare.why"),
     ]
 
     def __init__(self, experiments: list[str] | None = None, run_ids: list[str] | None = None) -> None:
@@ -42,7 +55,7 @@ class CompareScreen(Screen[None]):
         yield Header()
         yield DataTable(id="compare-table", zebra_stripes=True, cursor_type="row")
         yield Static("comparing…", id="compare-verdict")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.title = "compare"
@@ -70,9 +83,13 @@ class CompareScreen(Screen[None]):
             return
         table = self.query_one(DataTable)
         table.clear(columns=True)
-        table.add_column("", key="label")
+        label_width = max((len(row.label) for row in comp.rows), default=0)
+        width = run_column_width(table.size.width or self.size.width, label_width, len(comp.runs))
+        table.fixed_columns = 1  # the row labels stay when the runs scroll sideways
+        table.header_height = 2 if any(len(run) > width for run in comp.runs) else 1
+        table.add_column("", key="label", width=label_width)
         for i, run in enumerate(comp.runs):
-            table.add_column(run, key=f"run{i}")
+            table.add_column(Text(run, overflow="fold"), key=f"run{i}", width=width)
         for row in comp.rows:
             if self.diff_only and row.kind == "identity" and not row.differs:
                 continue
@@ -88,6 +105,9 @@ class CompareScreen(Screen[None]):
         if self.exported is not None:
             verdict.append(f"exported to {self.exported}", style="dim")
         self.query_one("#compare-verdict", Static).update(verdict)
+
+    def on_resize(self) -> None:
+        self._fill()  # the run columns share the new width
 
     def action_toggle_diff(self) -> None:
         self.diff_only = not self.diff_only

@@ -21,7 +21,7 @@ from textual.binding import Binding, BindingType
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.containers import Container, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Header, Static
 
 from servelab.engines.catalog import Catalog, FileEntry, load_catalog
 from servelab.engines.errors import ServelabError
@@ -31,6 +31,7 @@ from servelab.engines.history import LatestRun, latest_runs
 from servelab.tui.face import servelab_app, writable
 from servelab.tui.navigation import Confirm, OpenCompare, OpenPreflight, OpenRun, go
 from servelab.tui.widgets.list_screen import ListScreen, cursor_bindings
+from servelab.tui.widgets.key_footer import KeyFooter
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("sel", " "),
@@ -93,8 +94,8 @@ class ExperimentsScreen(ListScreen[Row]):
         Binding("l", "launch", "Launch", id="experiments.launch"),
         Binding("p", "preflight", "Preflight", id="experiments.preflight"),
         Binding("X", "launch_unchecked", "Launch w/o preflight", show=False, id="experiments.launch-unchecked"),
-        Binding("space", "toggle_select", "Select", id="experiments.select"),
         Binding("c", "compare", "Compare", id="experiments.compare"),
+        Binding("space", "toggle_select", "Select", id="experiments.select"),
         Binding("E", "edit", "Edit", id="experiments.edit"),
         Binding("r", "reload", "Reload", id="experiments.reload"),
         *cursor_bindings("experiments"),
@@ -115,7 +116,7 @@ class ExperimentsScreen(ListScreen[Row]):
             yield DataTable(id="experiments-table", cursor_type="row", zebra_stripes=True)
             with VerticalScroll(id="experiment-detail"):
                 yield Static("loading…", id="experiment-detail-text")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.add_columns(COLUMNS)

@@ -39,18 +39,23 @@ class HelpScreen(ModalScreen[None]):
         table.add_column("key", no_wrap=True)
         table.add_column("does")
         table.add_column("binding id", style="dim", no_wrap=True)
-        seen: set[tuple[str, str]] = set()
-        ordered = sorted(self._shown_bindings.items(), key=lambda kv: (kv[1].binding.id is None, kv[1].binding.id or "", kv[0]))
-        for key, active in ordered:
+        # One row per (what it does, id), its keys in the order they were bound ("? f1", not "f1").
+        rows: dict[tuple[str, str], list[str]] = {}
+        ordered = sorted(self._shown_bindings.values(), key=lambda a: (a.binding.id is None, a.binding.id or ""))
+        for active in ordered:
             binding = active.binding
             if binding.action in ("command_palette",) and binding.id is None:
                 label = "command palette"
             else:
                 label = binding.description or binding.action
-            if (label, binding.id or "") in seen or not active.enabled:
+            if not active.enabled:
                 continue
-            seen.add((label, binding.id or ""))
-            table.add_row(self.app.get_key_display(binding), label, binding.id or "")
+            keys = rows.setdefault((label, binding.id or ""), [])
+            shown = self.app.get_key_display(binding)
+            if shown not in keys:
+                keys.append(shown)
+        for (label, binding_id), keys in rows.items():
+            table.add_row(" ".join(keys), label, binding_id)
         with VerticalScroll(id="help-box"):
             yield Static(Text("Keys", style="bold"))
             for line in GENERAL:

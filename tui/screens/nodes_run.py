@@ -18,7 +18,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
@@ -36,6 +36,7 @@ from servelab.tui.widgets.node_lanes import lanes_table
 from servelab.tui.widgets.probe_panel import ProbePanel
 from servelab.tui.widgets.root_cause import RootCausePanel
 from servelab.tui.widgets.spool import spool_path
+from servelab.tui.widgets.key_footer import KeyFooter
 
 STATUS_SECONDS = 2.0
 PROBE_SECONDS = 5.0
@@ -82,7 +83,7 @@ class NodesRunScreen(Screen[None]):
         yield RootCausePanel(id="root-cause")
         yield ProbePanel(id="probe")
         yield LogPanel(self.merged.index, id="log")
-        yield Footer()
+        yield KeyFooter()
 
     @property
     def runs(self) -> Runs:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from rich.table import Table
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -20,35 +19,9 @@ from servelab.engines.catalog import Catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.nodes.group import launch_experiment
-from servelab.engines.preflight import CHECK_NAMES, Check, run_preflight
+from servelab.engines.preflight import Check, run_preflight
 from servelab.tui.face import servelab_app
-
-#: How each finding severity is marked.
-SEVERITY_MARKS: dict[str, tuple[str, str]] = {"error": ("✗", "bold red"), "warning": ("!", "yellow"), "info": ("i", "dim")}
-
-
-def checks_table(checks: list[Check], running: bool) -> Table:
-    table = Table(box=None, show_header=False, padding=(0, 1), expand=True)
-    table.add_column(width=1)
-    table.add_column(no_wrap=True)
-    table.add_column(ratio=1)
-    table.add_column(no_wrap=True, justify="right")
-    done = {c.name for c in checks}
-    for check in checks:
-        if check.skipped:
-            mark, style = "–", "dim"
-        else:
-            mark, style = ("✓", "bold green") if check.ok else ("✗", "bold red")
-        table.add_row(Text(mark, style=style), Text(check.name, style=style), Text(check.detail, style="" if check.ok else "red"), f"{check.seconds:.1f}s")
-        for f in check.findings:
-            fmark, fstyle = SEVERITY_MARKS.get(f.severity, ("?", ""))
-            table.add_row(Text(""), Text(f"  {fmark} {f.code}", style=fstyle), Text(f"{f.message} — fix: {f.fix}", style=fstyle), "")
-    if running:
-        for name in CHECK_NAMES:
-            if name not in done:
-                table.add_row(Text("·", style="dim"), Text(name, style="dim"), Text("…", style="dim"), "")
-    return table
-
+from servelab.tui.widgets.preflight_checks import checks_table
 
 class PreflightScreen(ModalScreen[str | None]):
     """Dismisses with the new run id after a launch, else None."""
@@ -114,6 +87,7 @@ class PreflightScreen(ModalScreen[str | None]):
             self.notify(str(exc), title="launch refused", severity="error", timeout=10)
             return
         self.run_id = run_id
+        servelab_app(self).preflights[run_id] = list(self.checks)  # the run screen shows them
         self.dismiss(run_id)
 
     def action_close(self) -> None:

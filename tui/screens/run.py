@@ -21,7 +21,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Container
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
@@ -36,16 +36,28 @@ from servelab.tui.navigation import Confirm, OpenWhy, go
 from servelab.tui.widgets.line_index import LineIndex
 from servelab.tui.widgets.log_ingest import IngestUpdate, LogIngest
 from servelab.tui.widgets.log_view import LogPanel
+from servelab.tui.widgets.preflight_checks import PreflightBlock
 from servelab.tui.widgets.probe_panel import ProbePanel
 from servelab.tui.widgets.root_cause import RootCausePanel
 from servelab.tui.widgets.run_view_model import RunView, StageRow, format_duration, view_from_analysis
 from servelab.tui.widgets.spool import prune_spool, spool_path
 from servelab.tui.widgets.stage_timeline import StageTimeline
+from servelab.tui.widgets.key_footer import KeyFooter
 
 STATUS_SECONDS = 2.0
 PROBE_SECONDS = 5.0
 #: Longest the run screen waits for a long log's end to be drawn before reading the whole log.
 TAIL_PAINT_WAIT_S = 1.0
+#: Lower than this (rows), the stages show from the latest done one (app.tcss: ``-short``).
+SHORT_HEIGHT = 30
+
+
+def short_stages(stages: list[StageRow]) -> list[StageRow]:
+    """A short terminal's stages (the log keeps its height): the latest done one and those after
+    it, and any failed or running before it."""
+    done = [i for i, stage in enumerate(stages) if stage.status == StageState.DONE]
+    last = done[-1] if done else 0
+    return [s for i, s in enumerate(stages) if i >= last or s.status in (StageState.FAILED, StageState.RUNNING)]
 
 
 def with_history(stage: StageRow, earlier_s: float | None, running_for_s: float = 0.0) -> StageRow:
@@ -63,7 +75,8 @@ class RunScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("s", "stop", "Stop", id="run.stop"),
         Binding("P", "probe", "Probe", id="run.probe"),
-        Binding("y", "why", "Why?", id="run.why"),
+        Binding("i", "toggle_preflight", "Preflight", show=False, id="run.preflight"),
+        Binding("y", "why", "Why?", tooltip="diagnose: why it is slow or failed", id="run.why"),
     ]
 
     def __init__(self, run_id: str) -> None:
@@ -110,9 +123,12 @@ class RunScreen(Screen[None]):
         with Container(id="run-top"):
             yield StageTimeline(id="stages")
             yield RootCausePanel(id="root-cause")
+        checks = servelab_app(self).preflights.get(self.run_id)
+        if checks is not None:
+            yield PreflightBlock(checks, id="preflight")
         yield ProbePanel(id="probe")
         yield LogPanel(self.index, id="log")
-        yield Footer()
+        yield KeyFooter()
 
     @property
     def runs(self) -> Runs:
@@ -146,6 +162,8 @@ class RunScreen(Screen[None]):
             return False
         if action == "stop" and self.alive is False:
             return None
+        if action == "toggle_preflight":
+            return bool(self.query(PreflightBlock))
         return True
 
     # -- workers ---------------------------------------------------------------------------------
@@ -348,6 +366,8 @@ class RunScreen(Screen[None]):
                     pending_seen = True
                 shown.append(stage)
             stages = shown
+        if self.size.height < SHORT_HEIGHT:
+            stages = short_stages(stages)
         key = repr(stages)
         if key != self._shown_stages:
             self._shown_stages = key
@@ -431,3 +451,7 @@ class RunScreen(Screen[None]):
 
     def action_why(self) -> None:
         go(self, OpenWhy([self.run_id]))
+
+    def action_toggle_preflight(self) -> None:
+        for block in self.query(PreflightBlock):
+            block.collapsed = not block.collapsed

@@ -8,7 +8,7 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Header, Static
 
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
@@ -21,6 +21,7 @@ from servelab.tui.face import servelab_app, writable
 from servelab.tui.navigation import Confirm, OpenRun, ask, go
 from servelab.tui.widgets.host_action import host_action
 from servelab.tui.widgets.list_screen import ListScreen, cursor_bindings, poll_forever
+from servelab.tui.widgets.key_footer import KeyFooter
 
 REFRESH_SECONDS = 5.0
 
@@ -65,7 +66,7 @@ class RunsScreen(ListScreen[RunsRow]):
         yield Header()
         yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
         yield Static("", id="runs-hosts", classes="muted")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.title = "runs"

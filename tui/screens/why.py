@@ -13,7 +13,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from servelab.engines.diagnosis.artifacts import diagnose_run
 from servelab.engines.diagnosis.stored import load_diagnosis
@@ -21,6 +21,7 @@ from servelab.engines.diagnosis.report import lines
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.tui.face import servelab_app
+from servelab.tui.widgets.key_footer import KeyFooter
 
 _SEVERITY_STYLE = {"[error]": "bold red", "[warning]": "bold yellow", "[info]": "cyan"}
 
@@ -50,7 +51,7 @@ class WhyScreen(Screen[None]):
         yield Header()
         with VerticalScroll():
             yield Static("reading diagnoses…", id="why-body")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.title = "why?"
