@@ -159,6 +159,19 @@ async def until(pilot, predicate) -> None:  # type: ignore[no-untyped-def]
     await pilot.pause(0.3)  # the last update laid out
 
 
+def opening(make_screen, ready):  # type: ignore[no-untyped-def]
+    """A ``run_before`` that opens ``make_screen()`` over the settled experiments list and waits until
+    ``ready(screen)``, then until the screen is steady."""
+
+    async def run(pilot) -> None:  # type: ignore[no-untyped-def]
+        await settle(pilot)
+        await pilot.app.push_screen(make_screen())
+        screen = pilot.app.screen
+        await until(pilot, lambda: ready(screen))
+
+    return steadied(run)
+
+
 @pytest.mark.parametrize("size", SIZES)
 def test_experiments_screen(snap_folder: TuiFolder, snap_compare, size) -> None:  # type: ignore[no-untyped-def]
     assert snap_compare(make_app(snap_folder), terminal_size=size, run_before=steadied(settle))
@@ -182,13 +195,8 @@ def test_run_screen(snap_folder: TuiFolder, snap_compare, size) -> None:  # type
 def test_compare_screen(snap_folder: TuiFolder, snap_compare, size) -> None:  # type: ignore[no-untyped-def]
     probed_runs(snap_folder)
 
-    async def open_compare(pilot) -> None:  # type: ignore[no-untyped-def]
-        await settle(pilot)
-        await pilot.app.push_screen(CompareScreen(run_ids=[BASE_ID, SPEC_ID]))
-        screen = pilot.app.screen
-        await until(pilot, lambda: screen.comparison is not None)
-
-    assert snap_compare(make_app(snap_folder), terminal_size=size, run_before=steadied(open_compare))
+    ready = opening(lambda: CompareScreen(run_ids=[BASE_ID, SPEC_ID]), lambda screen: screen.comparison is not None)
+    assert snap_compare(make_app(snap_folder), terminal_size=size, run_before=ready)
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -196,13 +204,8 @@ def test_why_screen(snap_folder: TuiFolder, snap_compare, size) -> None:  # type
     probed_runs(snap_folder)
     (snap_folder.workdir / "runs" / SPEC_ID / DIAGNOSIS_JSON).write_text(json.dumps(dead_start(SPEC_ID).to_dict()))
 
-    async def open_why(pilot) -> None:  # type: ignore[no-untyped-def]
-        await settle(pilot)
-        await pilot.app.push_screen(WhyScreen([SPEC_ID]))
-        screen = pilot.app.screen
-        await until(pilot, lambda: "position-one-near-zero" in body_text(screen))
-
-    assert snap_compare(make_app(snap_folder), terminal_size=size, run_before=steadied(open_why))
+    ready = opening(lambda: WhyScreen([SPEC_ID]), lambda screen: "position-one-near-zero" in body_text(screen))
+    assert snap_compare(make_app(snap_folder), terminal_size=size, run_before=ready)
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -235,13 +238,8 @@ def test_campaigns_screen(snap_folder: TuiFolder, snap_compare, size) -> None:  
 def test_campaign_screen(snap_folder: TuiFolder, snap_compare, size) -> None:  # type: ignore[no-untyped-def]
     camp_id = recorded_campaign(Lab(snap_folder.folder, snap_folder.workdir, snap_folder.workdir))
 
-    async def open_campaign(pilot) -> None:  # type: ignore[no-untyped-def]
-        await settle(pilot)
-        await pilot.app.push_screen(CampaignScreen(camp_id))
-        screen = pilot.app.screen
-        await until(pilot, lambda: screen.plots is not None and screen.report is not None)
-
-    assert snap_compare(make_app(snap_folder), terminal_size=size, run_before=steadied(open_campaign))
+    ready = opening(lambda: CampaignScreen(camp_id), lambda screen: screen.plots is not None and screen.report is not None)
+    assert snap_compare(make_app(snap_folder), terminal_size=size, run_before=ready)
 
 
 @pytest.mark.parametrize("size", SIZES)
