@@ -230,8 +230,8 @@ class PrefixNormalizer:
                 line = line[:-1]
             if b"\x1b" in line:
                 line = strip_ansi(line)
+            self._observe(line)  # first: the log's first engine line, bare, is free itself (a live view stays live)
             free = self._free_line(line)
-            self._observe(line)
             pos = nl + 1
             limit -= 1
             if free:
