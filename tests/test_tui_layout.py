@@ -15,7 +15,7 @@ from servelab.engines.runs import Runs
 from tests.conftest import TINY_MODEL
 from tests.fixtures.runlab import STUB_PATH, free_port, toml_value
 from tests.fixtures.tui import TuiFolder, screen_text, wait_for
-from tests.test_tui_screens import NGRAM_SERVE, probe_summary
+from tests.fixtures.screens import NGRAM_SERVE, probe_summary
 from servelab.tui.app import ServelabApp
 from servelab.tui.screens.campaigns import CampaignsScreen
 from servelab.tui.screens.compare import CompareScreen

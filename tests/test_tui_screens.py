@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from servelab.engines.catalog import load_catalog
 from servelab.engines.runs import Runs
-from tests.fixtures.tui import SHARED_LOGS
+from tests.fixtures.screens import NGRAM_SERVE, probe_summary
 from tests.fixtures.tui import TuiFolder
 from tests.fixtures.tui import screen_text
 from tests.fixtures.tui import wait_for
@@ -20,25 +19,7 @@ from servelab.tui.screens.preflight import PreflightScreen
 from servelab.tui.screens.run import RunScreen
 from servelab.tui.screens.runs import RunsScreen
 
-NGRAM_SERVE = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
 
-
-def probe_summary(run_id: str, experiment: str, baseline: str | None, tok_s: float, spec: bool) -> dict[str, Any]:
-    """Input for the compare screen: a probe.json shaped as engines.probe writes it."""
-    summary: dict[str, Any] = {
-        "format": "servelab-probe/1", "run": run_id, "experiment": experiment, "baseline_experiment": baseline,
-        "model_id": "tiny-llama", "max_tokens": 64, "max_concurrency": 1, "repeats": 3,
-        "prompt_set": "builtin:mixed", "prompt_set_hash": "4486f997fe6a2aba",
-        "output_throughput": tok_s, "median_tpot_ms": 1000.0 / tok_s, "median_ttft_ms": 200.0,
-        "stats": {"output_throughput": {"median": tok_s, "mad": tok_s * 0.01, "n": 3, "unstable": False}},
-        "unstable": [],
-        "identity": {"experiment": experiment, "engine": "vllm", "model": "/models/tiny-llama", "spec_method": "ngram" if spec else "none",
-                     "prompt_set_hash": "4486f997fe6a2aba", "host": "local"},
-    }
-    if spec:
-        summary.update({"spec_decode_acceptance_rate": 66.8, "spec_decode_acceptance_length": 3.42,
-                        "spec_decode_per_position_acceptance_rates": [0.84, 0.66, 0.52, 0.39]})
-    return summary
 
 
 async def probed_pair(folder: TuiFolder) -> tuple[str, str]:

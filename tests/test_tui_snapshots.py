@@ -21,8 +21,7 @@ from servelab.engines.preflight import run_preflight
 from tests.fixtures.campaignlab import recorded_campaign
 from tests.fixtures.runlab import Lab, free_port
 from tests.fixtures.tui import RECORDED_LOGS, SHARED_LOGS, TuiFolder, screen_text
-from tests.test_tui_screens import probe_summary
-from tests.test_tui_why import body_text, dead_start
+from tests.fixtures.screens import body_text, dead_start, probe_summary
 from servelab.tui.app import ServelabApp
 from servelab.tui.screens.campaign import CampaignScreen
 from servelab.tui.screens.campaigns import CampaignsScreen

@@ -4,41 +4,20 @@ from __future__ import annotations
 
 import json
 
-from rich.console import Console
-
 from servelab.engines.catalog import load_catalog
 from servelab.engines.diagnosis.stored import DIAGNOSIS_JSON
-from servelab.engines.diagnosis.model import Arm, Diagnosis, Measurements, StepCost
-from servelab.engines.diagnosis.reference import closest
-from servelab.engines.diagnosis.rules import RunFacts, diagnose
 from servelab.engines.runs import Runs
-from tests.fixtures.tui import SHARED_LOGS, TuiFolder, pilot_wait
+from tests.fixtures.screens import NGRAM_SERVE, body_text, dead_start
+from tests.fixtures.tui import TuiFolder, pilot_wait
 from servelab.tui.app import ServelabApp
 from servelab.tui.screens.compare import CompareScreen
 from servelab.tui.screens.run import RunScreen
 from servelab.tui.screens.why import WhyScreen
 
-NGRAM_SERVE = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
-
-
-def body_text(screen: WhyScreen) -> str:
-    console = Console(width=400, record=True, file=None)
-    console.print(screen.query_one("#why-body").content)
-    return console.export_text()
-
 
 async def until(pilot, predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
     await pilot_wait(pilot, predicate, timeout)
 
-
-def dead_start(run_id: str) -> Diagnosis:
-    """A diagnosis as the suite writes it for a drafter that never agrees with its target."""
-    o = Arm("chat, temperature 0", 6, 6, drafts=90.0, rate=0.0, length=1.0, per_position=[0.0, 0.0, 0.0], unique_bigrams=0.3, median_step_ms=9.0)
-    m = Measurements(o, [o], Arm("raw, temperature 0", 6, 6, drafts=90.0, rate=0.0, length=1.0, per_position=[0.0, 0.0, 0.0]), None, None, False, 1.0, "test", None)
-    cost = StepCost(9.0, 6.0, "base-run", 1.5, 0.17, 0.67, 0.61, 0, {1: 0.85, 2: 0.75, 3: 0.67}, "")
-    ref = closest("tiny", "/m/other", "vllm", 3, "draft_model")
-    facts = RunFacts("draft_model", 3, "/m/tiny", "/m/other")
-    return Diagnosis(run_id, "tiny-cpu-vllm-ngram", "vllm", "draft_model", 3, "2026-12-01T08:00:00+00:00", m, cost, ref, diagnose(facts, m, cost, ref), 21.0)
 
 
 async def test_run_screen_why_shows_the_ranked_findings_or_says_how_to_get_them(tui_folder: TuiFolder) -> None:
