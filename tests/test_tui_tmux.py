@@ -48,7 +48,7 @@ def test_experiments_then_a_crashed_runs_stages_and_root_cause(tui_folder: TuiFo
     tmux.wait_for(run_id[:30])
     tmux.keys("Enter")
     # at 80x24 the stages show from the latest finished one (compile) to the failed one, so the log keeps its height
-    screen = tmux.wait_for("ROOT CAUSE", "KV cache", "compile", "HINT", timeout=60)
+    screen = tmux.wait_for("ROOT CAUSE", "KV cache", "compile", "HINT", "CRASHED", timeout=60)
     assert "ValueError" in screen
     assert "CRASHED" in screen
     assert "HINT" in screen
