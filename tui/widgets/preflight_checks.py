@@ -47,12 +47,19 @@ def block_title(checks: list[Check]) -> str:
     return f"preflight: {passed} of {len(checks)} checks passed{extra}"
 
 
+def needs_reading(check: Check) -> bool:
+    """A failure, a finding or a warning: what opens the run screen's block."""
+    return bool(check.findings or check.warnings or not check.ok)
+
+
 class PreflightBlock(Collapsible):
     """The launch's preflight on the run screen: collapsed to its title unless a check has
     something to read (a failure, a finding or a warning)."""
 
     def __init__(self, checks: list[Check], *, id: str | None = None) -> None:
         self.checks = checks
-        notes = any(c.findings or c.warnings or not c.ok for c in checks)
-        body = Static(checks_table(checks, running=False) if checks else "")
+        notes = any(needs_reading(c) for c in checks)
+        # What needs reading comes first, so the block's first rows on a small screen are the failures.
+        shown = sorted(checks, key=lambda c: not needs_reading(c))
+        body = Static(checks_table(shown, running=False) if checks else "")
         super().__init__(body, title=block_title(checks), collapsed=not notes, id=id)
