@@ -44,6 +44,7 @@ def test_bundled_experiments_are_valid() -> None:
         "kimi-k25-vllm-eagle3",
         "kimi-k25-sglang-eagle3",
         "tiny-cpu-sglang-baseline",
+        "tiny-cpu-sglang-2node",
         "tiny-cpu-vllm-baseline",
         "tiny-cpu-vllm-ngram",
     }

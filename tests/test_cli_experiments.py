@@ -15,11 +15,11 @@ def servelab(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "servelab", *args], capture_output=True, text=True, cwd=cwd, timeout=60)
 
 
-def test_list_json_shows_the_six_bundled_experiments() -> None:
+def test_list_json_shows_every_bundled_experiment() -> None:
     out = servelab("list", "--json")
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
-    assert len(rows) == 6
+    assert sorted(r["name"] for r in rows) == sorted(p.stem for p in EXPERIMENTS.glob("*.toml") if p.stem != "hosts")
     for row in rows:
         assert {"name", "engine", "host", "file", "speculative"} <= set(row)
         assert Path(REPO, row["file"]).exists()
@@ -93,7 +93,9 @@ def test_check_warns_of_paths_that_will_not_work_on_their_host(tmp_path: Path) -
     assert "from the SSH login directory (preflight's checks) and from the run's folder /data/servelab/runs/<run>" in model
     sglang = next(line for line in lines if "hosts.local-sglang.python" in line)  # the SGLang environment's host, also relative
     assert f"warning: {tmp_path / '.venv-sglang' / 'bin' / 'python'} does not exist on this machine" in sglang
-    assert len(lines) == 3
+    warned = sorted(line.split(": ")[1] for line in lines if "hosts.toml:" in line)
+    assert warned == ["hosts.local-sglang-b.python", "hosts.local-sglang.python", "hosts.local.python"]  # every local host's, once
+    assert len(lines) == len(warned) + 1
     assert not any("blackwell" in line for line in lines)  # a remote host's python is its own: never judged from here
 
 

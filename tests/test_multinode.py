@@ -211,3 +211,20 @@ def test_show_prints_each_native_node_with_its_own_argv_and_environment(folder: 
     assert "--master-addr 10.1.0.11 --master-port 6000 --headless" in text
     doc = json.loads(run("vl", "--json").stdout)
     assert [n["processes"][0]["env"]["VLLM_HOST_IP"] for n in doc["nodes"]] == ["10.0.0.11", "10.0.0.12"]
+
+
+def test_the_bundled_two_node_pair_runs_on_this_machine_in_two_work_folders() -> None:
+    """tiny-cpu-sglang-2node: both nodes are this machine (no ssh), each in its own workdir (so each
+    node's run is found once), one core per rank, and the worker dials the head on loopback."""
+    cat = load_catalog(EXPERIMENTS)
+    exp = cat.get("tiny-cpu-sglang-2node")
+    hosts = [cat.host(h) for h in exp.experiment.hosts]
+    assert [h.ssh for h in hosts] == [None, None]
+    assert len({h.workdir for h in hosts}) == 2
+    head, worker = cat.node_plans(exp)
+    for plan, rank in ((head, "0"), (worker, "1")):
+        spec = plan.processes[0].spec
+        assert spec.argv[spec.argv.index("--node-rank") + 1] == rank
+        assert spec.argv[spec.argv.index("--dist-init-addr") + 1].startswith("127.0.0.1:")
+        assert spec.env["SGLANG_CPU_OMP_THREADS_BIND"] == "0|1"
+    assert check(EXPERIMENTS, ["tiny-cpu-sglang-2node"])[1] == []
