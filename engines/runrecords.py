@@ -178,8 +178,9 @@ class NoSuchRun(ServelabError):
 class RunUnreachable(ServelabError):
     """The run's host is known but cannot be reached: its state is unknown (not "no run")."""
 
-    def __init__(self, run_id: str, host: str, reason: str, last: RunRecord | None, seen_at: str | None, since: str | None = None) -> None:
-        self.run_id, self.host, self.reason, self.last, self.seen_at, self.since = run_id, host, reason, last, seen_at, since
+    def __init__(self, run_id: str, host: str, reason: str, last: RunRecord | None, seen_at: str | None, note: str | None = None) -> None:
+        #: ``note``: "unreachable, checked 12:04" (the host's last failed check).
+        self.run_id, self.host, self.reason, self.last, self.seen_at, self.note = run_id, host, reason, last, seen_at, note
         super().__init__(f"{host} unreachable: {reason}; the run's state is unknown{self._seen()}")
 
     def _seen(self) -> str:
@@ -188,9 +189,8 @@ class RunUnreachable(ServelabError):
         return ", not seen from this machine before"
 
     def short(self) -> str:
-        """For a title: ``box unreachable since 07:41:12 · state unknown, last seen running at 07:40:58 · why``."""
-        since = f" since {self.since}" if self.since else ""
-        return f"{self.host} unreachable{since} · state unknown{self._seen()} · {self.reason}"
+        """For a title: ``box unreachable, checked 07:41 · state unknown, last seen running at 07:40:58 · why``."""
+        return f"{self.host} {self.note or 'unreachable'} · state unknown{self._seen()} · {self.reason}"
 
 
 def unreachable_reason(cfg: HostConfig, exc: BaseException) -> str:

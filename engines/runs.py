@@ -30,7 +30,7 @@ from servelab.engines.catalog import Catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.experiment import SourcedExperiment
 from servelab.engines.helpers import run_script
-from servelab.engines.hosts.base import Host, HostUnreachable, host_workdir
+from servelab.engines.hosts.base import Host, HostUnreachable, host_workdir, place_of
 from servelab.engines.hosts.registry import open_host
 from servelab.engines.hosts.seen import HostSeen, SeenStore, clock, host_key
 from servelab.engines.hostsfile import HostConfig
@@ -180,20 +180,27 @@ class Runs:
         return dict(report.patches.record()) if report.patches is not None else {}
 
     # -- look-ups ---------------------------------------------------------------------------------
-    def _host_names(self, host: str | None) -> list[str]:
-        return [host] if host is not None else self.catalog.hosts.names()
+    def host_names(self, host: str | None = None) -> list[str]:
+        """The hosts to ask: one name per place (the first, by name), since two entries for one
+        machine and work folder (``local`` and ``local-sglang``) hold the same runs."""
+        if host is not None:
+            return [host]
+        places: dict[tuple[str, str], str] = {}
+        for name in self.catalog.hosts.names():
+            places.setdefault(place_of(self.catalog.host(name)), name)
+        return list(places.values())
 
     async def list(self, host: str | None = None) -> list[RunRecord]:
-        """Every run on the host (all configured hosts when None), oldest first.
+        """Every run on the host (all configured hosts when None, each place once), oldest first.
 
         Hosts that cannot be reached are left out and named in :attr:`unreachable`.
         """
         self.unreachable = {}
-        names = self._host_names(host)
+        names = self.host_names(host)
         for name in names:
             self.catalog.host(name)  # an unknown name is the user's error, not an unreachable host
         results = await asyncio.gather(*(self._list_one(n) for n in names), return_exceptions=True)
-        out: list[RunRecord] = []
+        out: dict[str, RunRecord] = {}
         for name, res in zip(names, results, strict=True):
             if isinstance(res, BaseException):
                 if not isinstance(res, (HostUnreachable, ServelabError, OSError)):
@@ -204,8 +211,9 @@ class Runs:
                     self.seen.unreachable(self._seen_key(cfg), unreachable_reason(cfg, res))
                 continue
             self.seen.answered(self._seen_key(self.catalog.host(name)), [r.to_json() for r, _ in res], complete=True)
-            out.extend(r for r, _ in res)
-        return sorted(out, key=lambda r: (r.started_at, r.id))
+            for r, _ in res:
+                out.setdefault(r.id, r)
+        return sorted(out.values(), key=lambda r: (r.started_at, r.id))
 
     async def list_known(self, host: str | None = None) -> builtins.list[KnownRun]:
         """:meth:`list`, plus the last known runs of every host that cannot be reached now, marked stale.
@@ -213,12 +221,13 @@ class Runs:
         A running run on a host that went down stays listed (its state unknown, its last known
         state kept) instead of vanishing.
         """
-        out = [KnownRun(r) for r in await self.list(host)]
+        out = {r.id: KnownRun(r) for r in await self.list(host)}
         for name in self.unreachable:
             seen, last = self.host_seen(name)
             if seen.down_since is not None:
-                out += [KnownRun(r, seen) for r in last]
-        return sorted(out, key=lambda k: (k.record.started_at, k.record.id))
+                for r in last:
+                    out.setdefault(r.id, KnownRun(r, seen))
+        return sorted(out.values(), key=lambda k: (k.record.started_at, k.record.id))
 
     async def run_ids(self, name: str) -> builtins.list[str]:
         """The run folders of one host: one cheap call (a folder listing, no command), so a dashboard
@@ -345,7 +354,7 @@ class Runs:
             raise ServelabError(f"{name}: {path} is not a valid run record") from None
 
     def _run_unreachable(self, run_id: str, host: str, reason: str) -> RunUnreachable:
-        down_since = self.seen.host(self._seen_key(self.catalog.host(host))).down_since
+        note = self.seen.host(self._seen_key(self.catalog.host(host))).note
         seen = self.seen.run(run_id)
         last: RunRecord | None = None
         when: str | None = None
@@ -355,7 +364,7 @@ class Runs:
                 when = clock(seen[1].seen_at)
             except (TypeError, ServelabError):
                 last = None
-        return RunUnreachable(run_id, host, reason, last, when, clock(down_since) if down_since else None)
+        return RunUnreachable(run_id, host, reason, last, when, note or None)
 
     async def status(self, run: RunRef, *, analyze: bool = True) -> RunStatus:
         """Liveness (pid + start time, read from the host's /proc), exit code and log analysis.
@@ -506,7 +515,7 @@ class Runs:
         With ``dry_run`` (the default) nothing is touched; the list says what would be removed.
         """
         out: list[str] = []
-        for name in self._host_names(host):
+        for name in self.host_names(host):
             h = self.host(name)
             try:
                 if not await h.exists(runs_root(h.config)):

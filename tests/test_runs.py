@@ -234,6 +234,26 @@ async def test_list_find_and_unknown_runs(lab: Lab) -> None:
         await runs.find("../../etc")
 
 
+async def test_two_host_names_for_one_folder_list_each_run_once(lab: Lab) -> None:
+    """``local`` and ``local-sglang`` (one machine, one workdir) are one place: each run is listed,
+    cleaned up and watched once, whichever name launched it; a second workdir is another place."""
+    other = lab.workdir.parent / "other-work"
+    with (lab.folder / "hosts.toml").open("a") as f:
+        f.write(f'\n[hosts.twin]\npython = "{sys.executable}"\nworkdir = "{lab.workdir}"\n')
+        f.write(f'\n[hosts.other]\npython = "{sys.executable}"\nworkdir = "{other}"\n')
+    lab.experiment("one", env={"STUB_LINES": "1"})
+    lab.experiment("two", host="twin", env={"STUB_LINES": "1"})
+    lab.experiment("three", host="other", env={"STUB_LINES": "1"})
+    runs = lab.runs()
+    recs = [await runs.launch(name, skip_preflight=True) for name in ("one", "two", "three")]
+    assert sorted(runs.host_names()) == ["local", "other"]  # twin shares local's folder
+    listed = await runs.list()
+    assert sorted(r.id for r in listed) == sorted(r.id for r in recs)  # each once, not once per name
+    assert {r.id: r.host for r in listed} == {recs[0].id: "local", recs[1].id: "twin", recs[2].id: "other"}
+    known = await runs.list_known()
+    assert len(known) == 3 and not any(k.stale for k in known)
+
+
 async def test_list_reports_an_unreachable_host(lab: Lab) -> None:
     lab.add_gone_host()
     lab.experiment("here", env={"STUB_LINES": "1"})

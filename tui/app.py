@@ -162,7 +162,7 @@ class ServelabApp(App[int]):
 
         while True:
             runs = self.runs()
-            names = runs.catalog.hosts.names()
+            names = runs.host_names()  # each place once: two names for one folder are one look
             current = dict(zip(names, await asyncio.gather(*(look(runs, n) for n in names)), strict=True))
             if last and current != last:
                 self.runs_changed()

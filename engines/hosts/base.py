@@ -39,6 +39,12 @@ def host_workdir(host: HostConfig) -> str:
     return workdir
 
 
+def place_of(host: HostConfig) -> tuple[str, str]:
+    """Where a host keeps its runs: its machine (the SSH target as written, or this machine) and its
+    workdir. Two host entries with one place are one folder of runs, listed once."""
+    return (host.ssh or "local", host_workdir(host))
+
+
 class HostUnreachable(Exception):
     """The host cannot be reached now (refused, timed out, unknown host key...). Message is one line."""
 

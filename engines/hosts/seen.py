@@ -64,6 +64,8 @@ class HostSeen:
     down_since: dt.datetime | None = None
     reason: str = ""
     runs: dict[str, SeenRun] = field(default_factory=dict)
+    #: The last time this machine asked the host and got no answer (None while it answers).
+    checked_at: dt.datetime | None = None
 
     @property
     def reachable(self) -> bool:
@@ -73,6 +75,16 @@ class HostSeen:
     def since(self) -> str:
         """``HH:MM:SS`` the host stopped answering ("" while it answers)."""
         return clock(self.down_since) if self.down_since is not None else ""
+
+    @property
+    def note(self) -> str:
+        """"unreachable, checked 12:04": what was last tried and when ("" while the host answers).
+        The time is the last failed check, not the first: an outage seen by an earlier session
+        does not read as checked now."""
+        if self.down_since is None:
+            return ""
+        when = self.checked_at or self.down_since
+        return f"unreachable, checked {clock(when)[:-3]}"  # HH:MM (with the date when not today)
 
 
 def host_key(name: str, ssh: str | None, workdir: str) -> str:
@@ -111,7 +123,7 @@ class SeenStore:
         h = self.host(key)
         t = now()
         changed = h.down_since is not None or h.answered_at is None or (t - h.answered_at).total_seconds() > 60
-        h.answered_at, h.down_since, h.reason = t, None, ""
+        h.answered_at, h.down_since, h.reason, h.checked_at = t, None, "", None
         if records is not None:
             if complete:
                 ids = {str(r.get("id")) for r in records}
@@ -131,11 +143,13 @@ class SeenStore:
     def unreachable(self, key: str, reason: str) -> HostSeen:
         """The host did not answer; keeps the first moment it stopped answering."""
         h = self.host(key)
+        t = now()
         first = h.down_since is None
         if first:
-            h.down_since = now()
-        h.reason = reason
-        if first:
+            h.down_since = t
+        minute_changed = h.checked_at is None or h.checked_at.replace(second=0, microsecond=0) != t.replace(second=0, microsecond=0)
+        h.reason, h.checked_at = reason, t
+        if first or minute_changed:  # the shown time is to the minute: one write a minute at most
             self.save()
         return h
 
@@ -174,7 +188,9 @@ def _load(path: Path) -> dict[str, HostSeen]:
             seen_at = _when(r.get("seen_at")) if isinstance(r, dict) else None
             if seen_at is not None and isinstance(r.get("record"), dict):
                 runs[str(run_id)] = SeenRun(r["record"], seen_at)
-        out[str(key)] = HostSeen(str(key), _when(h.get("answered_at")), _when(h.get("down_since")), str(h.get("reason") or ""), runs)
+        out[str(key)] = HostSeen(
+            str(key), _when(h.get("answered_at")), _when(h.get("down_since")), str(h.get("reason") or ""), runs, _when(h.get("checked_at"))
+        )
     return out
 
 
@@ -183,5 +199,6 @@ def _dump_host(h: HostSeen) -> dict[str, Any]:
         "answered_at": h.answered_at.isoformat() if h.answered_at else None,
         "down_since": h.down_since.isoformat() if h.down_since else None,
         "reason": h.reason,
+        "checked_at": h.checked_at.isoformat() if h.checked_at else None,
         "runs": {k: {"record": v.record, "seen_at": v.seen_at.isoformat()} for k, v in h.runs.items()},
     }

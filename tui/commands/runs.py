@@ -16,7 +16,7 @@ from servelab.engines.catalog import load_catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.loadtime import load_seconds, load_text
 from servelab.engines.logs.live import current_stage
-from servelab.engines.runrecords import NoSuchRun, RunRecord
+from servelab.engines.runrecords import KnownRun, NoSuchRun
 from servelab.engines.runs import CHUNK, Runs
 from servelab.engines.runstate import RunState
 from servelab.tui.commands.hostloop import run_on_hosts
@@ -150,7 +150,8 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     return _with_runs(args, body)
 
 
-def _row(rec: RunRecord) -> dict[str, Any]:
+def _row(known: KnownRun) -> dict[str, Any]:
+    rec = known.record
     return {
         "run": rec.id,
         "experiment": rec.experiment,
@@ -160,6 +161,9 @@ def _row(rec: RunRecord) -> dict[str, Any]:
         "exit_code": rec.exit_code,
         "port": rec.port,
         "started_at": rec.started_at,
+        # the host did not answer: this is its state as last seen, and when that was checked
+        "last_known": known.stale,
+        "host_note": known.down.note if known.down is not None else None,
     }
 
 
@@ -168,7 +172,8 @@ RUNS_COLUMNS = ("RUN", "HOST", "STATUS", "PID", "EXIT", "PORT", "STARTED")
 
 def _cells(r: dict[str, Any]) -> list[str]:
     exit_code = "-" if r["exit_code"] is None else str(r["exit_code"])
-    return [r["run"], r["host"], r["status"], str(r["pid"] or "-"), exit_code, str(r["port"]), r["started_at"]]
+    status = f"{r['status']}?" if r["last_known"] else str(r["status"])  # ? = last known: its host did not answer
+    return [r["run"], r["host"], status, str(r["pid"] or "-"), exit_code, str(r["port"]), r["started_at"]]
 
 
 def runs_table(rows: list[list[str]], *, terminal: bool, width: int | None = None) -> str:
@@ -198,16 +203,18 @@ def runs_table(rows: list[list[str]], *, terminal: bool, width: int | None = Non
 
 def cmd_runs(args: argparse.Namespace) -> int:
     async def body(runs: Runs) -> int:
-        records = await runs.list(args.host)
-        rows = [_row(r) for r in records]
+        known = await runs.list_known(args.host)
+        rows = [_row(k) for k in known]
         if args.json:
             print(json.dumps({"runs": rows, "unreachable": runs.unreachable}, indent=2))
         else:
             print(runs_table([_cells(r) for r in rows], terminal=sys.stdout.isatty()), end="")
             if not rows:
                 print("no runs", file=sys.stderr)
+        down = runs.hosts_down()
         for name, why in runs.unreachable.items():
-            print(f"servelab: host {name} unreachable: {why}", file=sys.stderr)
+            note = down[name].note if name in down else "unreachable"
+            print(f"servelab: host {name} {note}: {why} (its runs: last known state, marked ?)", file=sys.stderr)
         return 0
 
     return _with_runs(args, body)

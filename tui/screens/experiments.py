@@ -25,7 +25,6 @@ from textual.widgets import DataTable, Header, Static
 
 from servelab.engines.catalog import Catalog, FileEntry, load_catalog
 from servelab.engines.errors import ServelabError
-from servelab.engines.hosts.seen import clock, now
 from servelab.engines.loader import display_path
 from servelab.engines.history import LatestRun, latest_runs
 from servelab.tui.face import servelab_app, writable
@@ -39,7 +38,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("engine", "engine"),
     ("host", "host"),
     ("spec", "spec"),
-    ("patches", "patch"),
+    ("patches", "pat"),  # a count: the header sets the width (80 columns must show the latest state whole)
     ("state", "latest"),
     ("load", "load"),
     ("accept", "accept"),
@@ -107,7 +106,7 @@ class ExperimentsScreen(ListScreen[Row]):
         self.rows: list[Row] = []
         self.selected: set[str] = set()
         self.latest: dict[str, LatestRun] = {}
-        #: Hosts that did not answer the last refresh: (since HH:MM:SS, why).
+        #: Hosts that did not answer the last refresh: ("unreachable, checked HH:MM", why).
         self.down: dict[str, tuple[str, str]] = {}
 
     def compose(self) -> ComposeResult:
@@ -173,7 +172,7 @@ class ExperimentsScreen(ListScreen[Row]):
         name_style = "bold yellow" if row.entry.problems else "bold"
         latest = self.latest.get(e.name)
         down = self.down.get(e.host)
-        host = Text(f"{e.host} · unreachable since {down[0]}", style="yellow") if down else Text(e.host)
+        host = Text(e.host, style="yellow") if down else Text(e.host)  # the note goes in the detail pane and the title: the column keeps its width
         cells = [sel, Text(e.name, style=name_style), Text(e.engine), host, Text(spec), Text(str(len(e.patches)) if e.patches else "-")]
         if latest is None:
             cells += [Text("-", style="dim"), Text(""), Text(""), Text("")]
@@ -201,17 +200,14 @@ class ExperimentsScreen(ListScreen[Row]):
             if exp.experiment.host in unreachable and exp.name not in latest and exp.name in self.latest:
                 latest[exp.name] = self.latest[exp.name]
         self.latest = latest
-        before = set(self.down)
-        self.down = {h: (known[h].since if h in known else clock(now()), why) for h, why in unreachable.items()}
+        # no toast: a toast lands on whatever screen is open (a local run's, too); the host's rows say it
+        self.down = {h: (known[h].note if h in known else "unreachable", why) for h, why in unreachable.items()}
         if self.catalog is catalog:
             self._fill_table()
         self._show_subtitle()
-        for host in set(self.down) - before:  # once per outage, not at every refresh
-            since, why = self.down[host]
-            self.notify(f"{host} unreachable since {since}: {why}; its experiments show their last known state", title="host unreachable", severity="warning", timeout=8)
 
     def _show_subtitle(self) -> None:
-        down = "".join(f" · {host} unreachable since {since}" for host, (since, _) in sorted(self.down.items()))
+        down = "".join(f" · {host} {note}" for host, (note, _) in sorted(self.down.items()))
         app = servelab_app(self)
         self.sub_title = f"experiments in {display_path(app.folder)}" + (" · read-only" if app.readonly else "") + down
 
@@ -385,6 +381,6 @@ def detail_renderable(catalog: Catalog, entry: FileEntry, latest: LatestRun | No
         figures = "".join(f" · {text}" for text in (f"load {latest.load_text}" if latest.load_text else "", latest.accept_words) if text)
         table.add_row("latest run", f"{latest.run_id} · {latest.state}" + (" (last known)" if down else "") + figures)
     if down:
-        table.add_row("host", Text(f"{e.host} unreachable since {down[0]}: {down[1]}", style="yellow"))
+        table.add_row("host", Text(f"{e.host} {down[0]}: {down[1]}", style="yellow"))
     parts.append(table)
     return Group(*parts)

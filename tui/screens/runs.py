@@ -35,11 +35,9 @@ def _cells(row: RunsRow) -> list[Text]:
         running = sum(1 for n in row.nodes if n.record.status is RunState.RUNNING)
         pid = f"{running}/{len(row.nodes)} running"
     gone = next((n for n in [k, *row.nodes] if n.down is not None), None)
-    if gone is not None and gone.down is not None:  # the last known state, greyed; the host says since when it is gone
+    if gone is not None and gone.down is not None:  # the last known state, greyed; the host line above says when it was checked
         status = Text(f"{row.status}?", style="dim")
-        where = f"{row.hosts} · {gone.record.host}" if row.nodes else rec.host
-        host = Text(f"{where} · unreachable since {gone.down.since}", style="yellow")
-        return [Text(row.id, style="dim"), status, host, Text(rec.started_at.replace("T", " ")[:19], style="dim"), Text(pid, style="dim")]
+        return [Text(row.id, style="dim"), status, Text(row.hosts, style="yellow"), Text(rec.started_at.replace("T", " ")[:19], style="dim"), Text(pid, style="dim")]
     return [Text(row.id), Text(row.status, style=row.status.style), Text(row.hosts), Text(rec.started_at.replace("T", " ")[:19]), Text(pid)]
 
 
@@ -88,10 +86,7 @@ class RunsScreen(ListScreen[RunsRow]):
         except (ServelabError, HostUnreachable, OSError) as exc:
             self.query_one("#runs-hosts", Static).update(Text(str(exc), style="red"))
             return
-        unique: dict[tuple[str, str], KnownRun] = {}
-        for k in known:  # two host names may share one folder: show each run once
-            unique.setdefault((k.record.run_dir, k.record.id), k)
-        self.known = list(reversed(unique.values()))
+        self.known = list(reversed(known))
         self.rows = runs_rows(self.known)  # a multi-node run is one row, not one per node
         self.records = [row.head.record for row in self.rows]
         self.unreachable = dict(runs.unreachable)
@@ -106,9 +101,8 @@ class RunsScreen(ListScreen[RunsRow]):
         self.refill((row.id, _cells(row)) for row in self.rows)
         hosts = Text(f"{len(self.records)} run(s)")
         for name, why in self.unreachable.items():
-            since = self.down[name].since if name in self.down else ""
-            state = f" since {since} (last known runs greyed)" if since else ""
-            hosts.append(f" · {name} unreachable{state}: {why}", style="yellow")
+            note = self.down[name].note if name in self.down else "unreachable"
+            hosts.append(f" · {name} {note} (its runs greyed, last known state): {why}", style="yellow")
         self.query_one("#runs-hosts", Static).update(hosts)
 
     def current(self) -> RunRecord | None:
