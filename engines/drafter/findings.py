@@ -1,4 +1,4 @@
-"""One finding of the drafter checks, and the stable codes (documented in README.md)."""
+"""One finding of the drafter checks, and the stable codes (documented in docs/drafters.md)."""
 
 from __future__ import annotations
 
