@@ -110,8 +110,9 @@ def main() -> int:
     (out / "steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
     save(out, "held-gpus.csv", GPU_Q)
     apps = save(out, "held-apps.csv", APP_Q)
-    facts["smi_pids"] = [line.split(",")[0].strip() for line in apps.splitlines() if line.strip()]
-    facts["pid_matches"] = str(facts["child_pid"]) in facts["smi_pids"]
+    smi_pids = [line.split(",")[0].strip() for line in apps.splitlines() if line.strip()]
+    facts["smi_pids"] = smi_pids
+    facts["pid_matches"] = str(facts["child_pid"]) in smi_pids
     facts["cost_held"] = [sampler_cost(50, 10), sampler_cost(50, 1)]
     s = subprocess.run([sys.executable, str(SAMPLER), "--count", "1"], capture_output=True, text=True)
     (out / "sample-held.json").write_text(s.stdout)

@@ -13,6 +13,7 @@ bindings needed) what each GPU holds and prints one JSON line per sample:
   (``SERVELAB_RUN_ID`` in its environment, readable for the same user) and its command line, so the
   core can tell this run's, another servelab run's and a foreign process apart without another call;
 - ``cpu_s``: the CPU seconds this sample cost the host (the sampler and its nvidia-smi children);
+- ``--locks DIR``: the campaigns' GPU-set locks held now, with the campaign holding each;
 - a host without nvidia-smi, or whose nvidia-smi finds no GPU, gets a single
   ``{"gpu": false, "reason": "..."}`` line, and the sampler exits 0 (nothing more is sampled).
 
@@ -134,6 +135,45 @@ def parse_apps(lines: list[str]) -> list[dict[str, Any]]:
     return apps
 
 
+def held_locks(lock_dir: str) -> list[dict[str, Any]]:
+    """The campaigns' GPU-set locks (``gpus-all.lock``, ``gpu-<i>.lock``) that are held now, each with
+    the holder its campaign wrote (``gpus-holder-<set>.json``). A lock is held when a shared flock on
+    it cannot be had at once; the probe is released at once (a campaign taking it waits microseconds)."""
+    try:
+        names = sorted(os.listdir(lock_dir))
+    except OSError:
+        return []
+    import fcntl
+
+    held = []
+    for name in names:
+        if not (name == "gpus-all.lock" or (name.startswith("gpu-") and name.endswith(".lock"))):
+            continue
+        try:
+            with open(os.path.join(lock_dir, name), "rb") as f:
+                try:
+                    fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    held.append(name)
+        except OSError:
+            continue
+    out = []
+    for name in held:
+        gpu = "all" if name == "gpus-all.lock" else name[4:-5]
+        holder: dict[str, Any] = {}
+        for hname in names:
+            parts = hname[len("gpus-holder-") : -len(".json")].split("-") if hname.startswith("gpus-holder-") else []
+            if parts and (parts == ["all"] if gpu == "all" else gpu in parts):
+                try:
+                    with open(os.path.join(lock_dir, hname)) as f:
+                        holder = json.load(f)
+                except (OSError, ValueError):
+                    holder = {}
+                break
+        out.append({"gpus": gpu, "campaign": holder.get("campaign"), "pid": holder.get("pid"), "since": holder.get("since")})
+    return out
+
+
 def cpu_seconds(loop_pid: int | None = None) -> float:
     """CPU seconds of this process, its finished children and the running nvidia-smi loop (if any)."""
     me = os.times()
@@ -153,8 +193,9 @@ class Sampler:
     """Samples one at a time (one nvidia-smi call for the GPUs), or, with ``loop_ms``, reads the lines of
     one long-lived ``nvidia-smi -lms`` (NVML initialised once: a fraction of a one-shot call's cost)."""
 
-    def __init__(self, exe: str, apps_every: int, loop_ms: int = 0) -> None:
+    def __init__(self, exe: str, apps_every: int, loop_ms: int = 0, lock_dir: str | None = None) -> None:
         self.exe = exe
+        self.lock_dir = lock_dir
         self.apps_every = max(1, apps_every)
         self.memory: list[Any] | None = None
         self.apps: list[dict[str, Any]] = []
@@ -198,7 +239,10 @@ class Sampler:
         self.memory = memory
         cpu = cpu_seconds(self.loop.pid if self.loop else None)
         cost, self.last_cpu = cpu - self.last_cpu, cpu
-        return {"gpu": True, "t": round(t, 3), "gpus": gpus, "apps": self.apps, "cpu_s": round(cost, 5)}
+        out = {"gpu": True, "t": round(t, 3), "gpus": gpus, "apps": self.apps, "cpu_s": round(cost, 5)}
+        if self.lock_dir:
+            out["locks"] = held_locks(self.lock_dir)
+        return out
 
     def close(self) -> None:
         if self.loop is not None and self.loop.poll() is None:
@@ -220,6 +264,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples (default 1)")
     parser.add_argument("--count", type=int, default=1, help="samples to take, 0 for until stopped (default 1)")
     parser.add_argument("--apps-every", type=int, default=10, help="ask for compute processes at least every N samples")
+    parser.add_argument("--locks", default=None, help="the campaigns' lock folder: report which GPU-set locks are held")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     exe = shutil.which("nvidia-smi")
@@ -231,7 +276,7 @@ def main(argv: list[str]) -> int:
     try:
         # one sample, or a fast watch: one call a sample; a watch: one nvidia-smi loop (cheaper)
         loop_ms = int(args.interval * 1000) if args.count != 1 and args.interval >= 0.1 else 0
-        sampler = Sampler(exe, args.apps_every, loop_ms)
+        sampler = Sampler(exe, args.apps_every, loop_ms, args.locks)
         while True:
             began = time.monotonic()
             emit(sampler.sample())
