@@ -57,6 +57,9 @@ class GpuTrack:
     run: RunProcesses
     started: float | None = None
     baseline: HostGpus | None = None
+    #: Per GPU uuid, the MiB used by others than this run in the first sample: the pre-launch
+    #: memory (a screen opened after the launch subtracts what the run already holds).
+    baseline_mib: dict[str, int] = field(default_factory=dict)
     latest: HostGpus | None = None
     figures: GpuFigures = field(default_factory=GpuFigures)
 
@@ -64,10 +67,11 @@ class GpuTrack:
         if not sample.gpu:
             self.latest = sample
             return
+        mine = run_memory(sample, self.run)
         if self.baseline is None:
             self.baseline = sample
+            self.baseline_mib = {g.uuid: max(0, (g.memory_used_mib or 0) - mine.get(g.uuid, 0)) for g in sample.gpus}
         self.latest = sample
-        mine = run_memory(sample, self.run)
         for gpu in sample.gpus:
             if gpu.uuid in mine and gpu.memory_used_mib is not None:
                 self.figures.peak_mib[gpu.index] = max(self.figures.peak_mib.get(gpu.index, 0), gpu.memory_used_mib)
@@ -98,17 +102,22 @@ class Release:
 
 
 def release(
-    baseline: HostGpus,
+    baseline: HostGpus | dict[str, int],
     after: list[HostGpus],
     run: RunProcesses,
     stopped_at: float,
     within_s: float = RETURN_WITHIN_S,
     slack_mib: int = RETURN_SLACK_MIB,
 ) -> Release:
-    """Read samples taken after ``stopped_at`` (epoch) against the pre-launch ``baseline``. The GPUs
-    count: those the run held memory on in any sample, else all of the baseline's."""
-    used = {g.uuid for s in [baseline, *after] for g in s.gpus if g.uuid in run_memory(s, run)}
-    before = {g.uuid: g.memory_used_mib or 0 for g in baseline.gpus}
+    """Read samples taken after ``stopped_at`` (epoch) against the pre-launch ``baseline`` (a sample,
+    or MiB per GPU uuid: :attr:`GpuTrack.baseline_mib`). The GPUs that count: those the run held
+    memory on in any sample, else all of the baseline's."""
+    if isinstance(baseline, HostGpus):
+        before = {g.uuid: g.memory_used_mib or 0 for g in baseline.gpus}
+        seen = [baseline, *after]
+    else:
+        before, seen = dict(baseline), list(after)
+    used = {g.uuid for s in seen for g in s.gpus if g.uuid in run_memory(s, run)}
     watched = used or set(before)
     last: HostGpus | None = None
     for s in sorted((s for s in after if s.gpu and s.t >= stopped_at), key=lambda s: s.t):
