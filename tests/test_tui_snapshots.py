@@ -114,7 +114,7 @@ def test_crashed_run_screen(snap_folder: TuiFolder, snap_compare) -> None:  # ty
         screen = app.screen
         for _ in range(600):
             await pilot.pause(0.1)
-            if screen.index.line_count >= lines and "exit code 1" in screen.liveness and screen.view.state == "crashed":
+            if screen.index.line_count >= lines and "exit code 1" in screen.liveness and screen.view.state == "crashed" and screen.gpu_note is not None:
                 break
         await pilot.pause(0.3)
 
@@ -185,7 +185,7 @@ def test_run_screen(snap_folder: TuiFolder, snap_compare, size) -> None:  # type
         await settle(pilot)
         await pilot.app.push_screen(RunScreen(SPEC_ID))
         screen = pilot.app.screen
-        await until(pilot, lambda: screen.index.line_count >= lines and "exit code 0" in screen.liveness and screen.probe is not None)
+        await until(pilot, lambda: screen.index.line_count >= lines and "exit code 0" in screen.liveness and screen.probe is not None and screen.gpu_note is not None)
 
     assert snap_compare(make_app(snap_folder), terminal_size=size, run_before=steadied(open_run))
 
@@ -280,6 +280,6 @@ def test_run_screen_with_its_preflight(snap_folder: TuiFolder, snap_compare, siz
         app.preflights[RUN_ID] = checks
         await app.push_screen(RunScreen(RUN_ID))
         screen = app.screen
-        await until(pilot, lambda: screen.index.line_count >= lines and "exit code 1" in screen.liveness and screen.view.state == "crashed")
+        await until(pilot, lambda: screen.index.line_count >= lines and "exit code 1" in screen.liveness and screen.view.state == "crashed" and screen.gpu_note is not None)
 
     assert snap_compare(make_app(snap_folder), terminal_size=size, run_before=steadied(open_run))

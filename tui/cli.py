@@ -25,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "servelab.tui.commands.preflight",
     "servelab.tui.commands.campaign",
     "servelab.tui.commands.drafter",
+    "servelab.tui.commands.gpus",
 )
 
 
@@ -50,6 +51,7 @@ COMMAND_MODULE: dict[str, str] = {
     "patches": "servelab.tui.commands.preflight",
     "campaign": "servelab.tui.commands.campaign",
     "drafter": "servelab.tui.commands.drafter",
+    "gpus": "servelab.tui.commands.gpus",
 }
 
 

@@ -24,6 +24,10 @@ from textual.screen import Screen
 from textual.widgets import Header, Static
 
 from servelab.engines.errors import ServelabError
+from servelab.engines.gpus.parse import GpuSampleError
+from servelab.engines.gpus.sample import sample_host
+from servelab.engines.gpus.watch import SAMPLE_S, RunGpus
+from servelab.engines.helpers import HelperError
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.history import earlier_stage_seconds, probe_of
 from servelab.engines.probe.summary import ProbeSummary
@@ -35,6 +39,7 @@ from servelab.tui.face import probe_of_app, request_probe, servelab_app, writabl
 from servelab.tui.navigation import Confirm, OpenWhy, go
 from servelab.tui.widgets.line_index import LineIndex
 from servelab.tui.widgets.log_ingest import IngestUpdate, LogIngest
+from servelab.tui.widgets.gpu_rows import GpuRows
 from servelab.tui.widgets.log_view import LogPanel
 from servelab.tui.widgets.preflight_checks import PreflightBlock
 from servelab.tui.widgets.probe_panel import ProbePanel
@@ -108,6 +113,10 @@ class RunScreen(Screen[None]):
         self._shown_probe = ""
         self._heap_settled = False
         self._shown_title = ""
+        #: The run's GPUs (``engines.gpus.watch``); None until its record is known.
+        self.gpus: RunGpus | None = None
+        #: "" until the first GPU sample: then the host's GPUs are known (a CPU host: its "no GPU" reason).
+        self.gpu_note: str | None = None
 
     def _fresh_spool(self, suffix: str = ".log") -> Path:
         path = spool_path(self.run_id).with_suffix(suffix)
@@ -126,6 +135,7 @@ class RunScreen(Screen[None]):
         checks = servelab_app(self).preflights.get(self.run_id)
         if checks is not None:
             yield PreflightBlock(checks, id="preflight")
+        yield GpuRows(id="gpus")
         yield ProbePanel(id="probe")
         yield LogPanel(self.index, id="log")
         yield KeyFooter()
@@ -143,6 +153,7 @@ class RunScreen(Screen[None]):
         self._history()
         self._status()
         self._probe_watch()
+        self._gpu_watch()
         self.set_interval(1.0, self._tick)
 
     def _tick(self) -> None:
@@ -325,6 +336,34 @@ class RunScreen(Screen[None]):
                 return
             await asyncio.sleep(STATUS_SECONDS)
 
+    @work(exclusive=True, group="gpus", exit_on_error=False)
+    async def _gpu_watch(self) -> None:
+        """Sample the run's host about once a second (``engines.gpus``) until its GPUs are judged after
+        the run ended; a CPU host is asked once and says "no GPU"."""
+        while self.record is None:
+            await asyncio.sleep(0.2)
+        gpus = self.gpus = RunGpus(self.record)
+        while not gpus.done:
+            try:
+                sample = await sample_host(self.runs.host(gpus.record.host))
+            except (HelperError, GpuSampleError, HostUnreachable, OSError) as exc:
+                self.gpu_note = f"GPUs: {exc}"
+                await asyncio.sleep(5 * SAMPLE_S)
+                continue
+            if self.alive is False:
+                gpus.ended(sample.t)
+            gpus.feed(sample, self._shards_done())
+            self.gpu_note = "" if gpus.no_gpu is None else "no GPU"
+            self.query_one(GpuRows).show(gpus.panel() if gpus.no_gpu is None else replace(gpus.panel(), lines=()))
+            self._render_title()
+            if not gpus.done:
+                await asyncio.sleep(SAMPLE_S)
+
+    def _shards_done(self) -> int | None:
+        """The running stage's bar count (the weights' shards during a load), for the flat-memory hint."""
+        running = [s for s in self.view.stages if s.status == StageState.RUNNING and s.done is not None]
+        return int(running[-1].done or 0) if running else None
+
     @work(exclusive=True, group="probe", exit_on_error=False)
     async def _probe_watch(self) -> None:
         while self.probe is None:
@@ -403,7 +442,7 @@ class RunScreen(Screen[None]):
         parts: list[Any] = [(rec.experiment if rec else self.run_id, "bold"), "  "]
         parts.append((f" {state.upper()} ", f"reverse {style}"))
         if rec is not None:
-            parts.append(f"  {rec.engine} on {rec.host}")
+            parts.append(f"  {rec.engine} on {rec.host}" + (" (no GPU)" if self.gpu_note == "no GPU" else ""))
         elapsed = self.elapsed_s() if self.alive is not False and self.host_down is None else None
         if elapsed is not None:
             parts.append(f" · {format_duration(elapsed)}")

@@ -1,0 +1,97 @@
+"""What the host view, ``servelab gpus HOST`` and the run screen's GPU rows show: per GPU its memory,
+utilisation and power, and its holders classified; the campaign holding each GPU-set lock.
+Text is made here so the CLI and the screen say the same thing; the TUI only draws it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from servelab.engines.gpus.holders import HeldBy, RunProcesses, held_by
+from servelab.engines.gpus.values import GpuLockHolder, GpuSample, Holder, HostGpus
+from servelab.engines.runrecords import RunRecord
+
+BAR_WIDTH = 16
+
+
+def memory_bar(fraction: float, width: int = BAR_WIDTH) -> str:
+    """``[█████···········]``: the used share of a GPU's memory."""
+    full = round(max(0.0, min(1.0, fraction)) * width)
+    return "[" + "█" * full + "·" * (width - full) + "]"
+
+
+def gpu_line(g: GpuSample, width: int = BAR_WIDTH) -> str:
+    """``GPU 0 NVIDIA H200 [██··] 10861/143771 MiB util 1% 96 W 43°C P0``."""
+    used = "?" if g.memory_used_mib is None else str(g.memory_used_mib)
+    total = "?" if g.memory_total_mib is None else str(g.memory_total_mib)
+    util = "-" if g.util_pct is None else f"{g.util_pct}%"
+    power = "-" if g.power_w is None else f"{g.power_w:.0f} W"
+    temp = "" if g.temp_c is None else f" {g.temp_c}°C"
+    return f"GPU {g.index} {g.name} {memory_bar(g.used_fraction, width)} {used}/{total} MiB util {util} {power}{temp} {g.pstate}".rstrip()
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    gpu: GpuSample
+    holders: tuple[HeldBy, ...]
+    locks: tuple[GpuLockHolder, ...]
+
+    @property
+    def line(self) -> str:
+        return gpu_line(self.gpu)
+
+
+@dataclass(frozen=True)
+class GpuView:
+    """One sample of a host, seen from one run (``run`` set: its processes are "this run") or from none."""
+
+    host: str
+    sample: HostGpus
+    rows: tuple[GpuRow, ...]
+    #: run id -> experiment, for the servelab runs of the host that hold a GPU.
+    experiments: dict[str, str]
+
+    @classmethod
+    def of(cls, sample: HostGpus, records: Iterable[RunRecord] = (), run: RunProcesses | None = None) -> GpuView:
+        recs = {r.id: r for r in records}
+        everyone = held_by(sample, run)
+        rows = []
+        for g in sample.gpus:
+            locks = tuple(k for k in sample.locks if k.gpus == "all" or str(g.index) in k.gpus.split(","))
+            rows.append(GpuRow(g, tuple(h for h in everyone if h.process.gpu_uuid == g.uuid), locks))
+        experiments = {h.process.run_id: recs[h.process.run_id].experiment for h in everyone if h.process.run_id in recs}
+        return cls(sample.host, sample, tuple(rows), experiments)
+
+    def holder_text(self, h: HeldBy) -> str:
+        if h.holder is Holder.OTHER_RUN and h.process.run_id in self.experiments:
+            return f"{h.label[:-1]}, {self.experiments[h.process.run_id]})"
+        return h.label
+
+    def lines(self) -> list[str]:
+        """The text of ``servelab gpus HOST``: a CPU host says "no GPU" once."""
+        s = self.sample
+        if not s.gpu:
+            return [f"{self.host}: no GPU ({s.reason})"]
+        out = [f"{self.host}: {len(s.gpus)} GPU{'s' if len(s.gpus) != 1 else ''}"]
+        for row in self.rows:
+            out.append(row.line)
+            out += [f"  {self.holder_text(h)}" for h in row.holders] or ["  no process"]
+            out += [f"  GPU lock: campaign {k.campaign or '?'} (pid {k.pid or '?'}, since {k.since or '?'}, GPUs {k.gpus})" for k in row.locks]
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.sample
+        return {
+            "host": self.host,
+            "gpu": s.gpu,
+            "reason": s.reason,
+            "gpus": [
+                {
+                    **asdict(row.gpu),
+                    "holders": [{**asdict(h.process), "holder": h.holder.value, "experiment": self.experiments.get(h.process.run_id or "")} for h in row.holders],
+                    "locks": [asdict(k) for k in row.locks],
+                }
+                for row in self.rows
+            ],
+        }
