@@ -147,6 +147,8 @@ class RehearsalResult:
     leftovers: tuple[str, ...]
     inputs: dict[str, str]
     checkpoint: CheckpointCheck
+    #: What the run's own cleanup removed after the stop (an engine's /dev/shm files, stray processes).
+    cleaned: tuple[str, ...] = ()
     cannot_show: tuple[str, ...] = CANNOT_SHOW
     argv: tuple[str, ...] = field(default=())
 
@@ -163,6 +165,7 @@ class RehearsalResult:
                 "stages": tuple(StageTime(**s) for s in d.get("stages") or ()),
                 "generation": Generation(**gen) if isinstance(gen, dict) else None,
                 "leftovers": tuple(d.get("leftovers") or ()),
+                "cleaned": tuple(d.get("cleaned") or ()),
                 "inputs": dict(d.get("inputs") or {}),
                 "checkpoint": CheckpointCheck.from_json(d.get("checkpoint") or {}),
                 "cannot_show": tuple(d.get("cannot_show") or CANNOT_SHOW),
@@ -189,6 +192,8 @@ class RehearsalResult:
         if self.generation is not None:
             g = self.generation
             out.append(f"  generation: {'ok' if g.ok else 'FAILED'} in {g.seconds:.2f} s" + (f": {g.text!r}" if g.ok else f": {g.error}"))
+        if self.cleaned:
+            out.append("  cleaned after the stop: " + "; ".join(self.cleaned))
         if self.leftovers:
             out.append("  left behind: " + "; ".join(self.leftovers))
         out.append(f"  checkpoint headers: {self.checkpoint.line()}")
@@ -365,7 +370,9 @@ async def _watch(
     analysis = st.analysis if st.analysis is not None else analysis
     if analysis is not None and state != "ready" and analysis.state == RunState.CRASHED:
         state = "crashed"
-    leftovers = tuple(line for line in await runs.cleanup(cfg.name, dry_run=True) if f"run {run_id}" in line)
+    # the run's own cleanup (its stray processes, the /dev/shm files it held), then what is still there
+    cleaned = tuple(await runs.cleanup(cfg.name, dry_run=False, run=run_id))
+    leftovers = tuple(await runs.cleanup(cfg.name, dry_run=True, run=run_id))
     ok = state == "ready" and generation is not None and generation.ok and not leftovers
     result = RehearsalResult(
         experiment=sourced.name,
@@ -385,6 +392,7 @@ async def _watch(
         failed_stage=analysis.failed_stage if analysis is not None and state != "ready" else None,
         stopped=stopped or not st.alive,
         leftovers=leftovers,
+        cleaned=cleaned,
         inputs=inputs.parts,
         checkpoint=await checkpoint_task,
         argv=tuple(argv),

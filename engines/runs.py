@@ -509,10 +509,11 @@ class Runs:
         self.seen.answered(self._seen_key(h.config), [stopped.to_json()])
         return RunStatus(record=stopped, alive=bool(state.get("alive")), exit_code=state.get("exit_code"))
 
-    async def cleanup(self, host: str | None = None, dry_run: bool = True) -> builtins.list[str]:
+    async def cleanup(self, host: str | None = None, dry_run: bool = True, *, run: str | None = None) -> builtins.list[str]:
         """Leftovers of ended servelab runs: their stray processes and /dev/shm files.
 
         With ``dry_run`` (the default) nothing is touched; the list says what would be removed.
+        ``run``: that one run's leftovers only (its own cleanup, as a campaign does after each load).
         """
         out: list[str] = []
         for name in self._host_names(host):
@@ -520,7 +521,7 @@ class Runs:
             try:
                 if not await h.exists(runs_root(h.config)):
                     continue
-                args = ["cleanup", runs_root(h.config)] + ([] if dry_run else ["--apply"])
+                args = ["cleanup", runs_root(h.config)] + ([] if dry_run else ["--apply"]) + (["--run", run] if run is not None else [])
                 answer = await self._ctl(h, *args)
             except HostUnreachable as exc:
                 self.unreachable[name] = str(exc)
