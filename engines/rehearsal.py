@@ -428,3 +428,21 @@ async def before_launch(runs: Runs, exp_name: str, host: str | None = None, *, s
             why = result.root_cause or (f"generation failed: {result.generation.error}" if result.generation and not result.generation.ok else result.state)
             raise ServelabError(f"launch of {sourced.name} refused: its rehearsal {result.state} (run {result.run_id}): {why}")
     return note
+
+
+async def launch_offer(catalog: Catalog, exp_name: str) -> RehearsalNote | None:
+    """What the dashboard's ``l`` offers before a launch: a note when the experiment changed since its
+    last good rehearsal (or ``[launch] rehearse`` asks for one and these inputs were not rehearsed),
+    None when there is nothing to offer. With no good rehearsal kept and the policy ``never`` the host
+    is not asked at all (the launch opens at once, as before); a host that cannot answer offers nothing."""
+    sourced = catalog.get(exp_name)
+    if sourced.experiment.multinode is not None:
+        return None
+    cfg = catalog.host(sourced.experiment.host)
+    if last_good(sourced, cfg) is None and sourced.experiment.launch.rehearse == "never":
+        return None
+    try:
+        note = note_for(await rehearsal_inputs(catalog, sourced, cfg), sourced, cfg)
+    except (ServelabError, HostUnreachable, OSError):
+        return None
+    return note if note.needed or not note.same else None

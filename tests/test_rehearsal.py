@@ -184,3 +184,29 @@ async def test_checkpoint_headers_find_a_missing_shard_a_lost_name_a_missing_lay
     empty.mkdir()
     none = await check_checkpoint(host, str(empty))
     assert not none.done and none.line().startswith("not done: no safetensors files")
+
+
+async def test_dashboard_l_offers_the_rehearsal_when_the_experiment_changed_since_its_last_good_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    need_engine()
+    from servelab.tui.app import ServelabApp
+    from servelab.tui.screens.confirm import ConfirmScreen
+    from tests.fixtures.tui import pilot_wait, shown_text
+
+    monkeypatch.setenv(preflight_cache.ENV_CACHE, str(tmp_path / "cache"))
+    folder = make_folder(tmp_path, ("tiny-cpu-vllm-baseline",))
+    catalog = load_catalog(folder)
+    cfg = catalog.host("local")
+    sourced = catalog.get("tiny-cpu-vllm-baseline")
+    save_good(_good((await rehearsal_inputs(catalog, sourced, cfg)).parts), sourced, cfg)
+    toml = folder / "tiny-cpu-vllm-baseline.toml"
+    toml.write_text(toml.read_text().replace("[engine_args]", '[env]\nVLLM_CPU_KVCACHE_SPACE = "1"\n\n[engine_args]', 1))
+    await close_all()
+    app = ServelabApp(folder)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot_wait(pilot, lambda: "tiny-cpu-vllm-baseline" in shown_text(app))
+        await pilot.press("l")
+        await pilot_wait(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        text = shown_text(app)
+        assert "Rehearse tiny-cpu-vllm-baseline before launching?" in text
+        assert "not rehearsed since the environment changed" in text
+    await close_all()
