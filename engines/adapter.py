@@ -5,7 +5,8 @@ never branches on an engine's name: it asks the adapter. Adding a third engine i
 (and its ``_argcheck.py`` beside it) plus its module name in :data:`ENGINE_MODULES`.
 
 Members, by concern:
-- command line: :meth:`EngineAdapter.problems` and :meth:`EngineAdapter.launch_spec`;
+- command line: :meth:`EngineAdapter.problems`, :meth:`EngineAdapter.launch_spec` and
+  :meth:`EngineAdapter.rehearsal_spec` (the same start-up with dummy weights, see ``engines/rehearsal``);
 - log grammar: :attr:`EngineAdapter.grammar` (see ``engines/logs``);
 - metrics reading: :meth:`EngineAdapter.read_acceptance` (see ``engines/probe``);
 - argument validation on the host: :meth:`EngineAdapter.validation`, which names the engine's own
@@ -80,6 +81,11 @@ class EngineAdapter(Protocol):
 
     def launch_spec(self, exp: Experiment, python: str, model: str, draft_model: str | None) -> LaunchSpec:
         """argv and env that start the server. ``model``/``draft_model`` are paths as seen on the host."""
+        ...
+
+    def rehearsal_spec(self, exp: Experiment, spec: LaunchSpec) -> LaunchSpec:
+        """``spec`` (the launch's own argv and env) changed for a rehearsal: dummy weights for the
+        target and the drafter, and nothing else (no warm-up, compile or graph capture skipped)."""
         ...
 
     def engine_flags(self, exp: Experiment, model: str, draft_model: str | None) -> list[str]:

@@ -112,6 +112,17 @@ class ProbeSettings(Strict):
     auto: bool = True
 
 
+class LaunchSettings(Strict):
+    """``[launch]``: what a launch does before it starts the engine.
+
+    ``rehearse``: ``"always"`` rehearses (``servelab rehearse``: the same start-up with dummy weights)
+    before every launch; ``"when-changed"`` only when the inputs changed since the last good rehearsal;
+    ``"never"`` (the default) only says whether the inputs were rehearsed.
+    """
+
+    rehearse: Literal["always", "when-changed", "never"] = "never"
+
+
 class MultiNode(Strict):
     """``[multinode]``: which mechanism joins the hosts, and the head's rendezvous ports."""
 
@@ -184,6 +195,7 @@ class Experiment(Strict):
     env: dict[str, str] = Field(default_factory=dict)
     patches: list[Patch] = Field(default_factory=list)
     probe: ProbeSettings = Field(default_factory=ProbeSettings)
+    launch: LaunchSettings = Field(default_factory=LaunchSettings)
     #: Several hosts for one server, the head first (``host`` is then the head).
     hosts: list[str] = Field(default_factory=list)
     multinode: MultiNode | None = None

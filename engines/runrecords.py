@@ -80,6 +80,8 @@ class RunRecord:
     identity: str = ""
     #: When the engine process started, on its host's local clock (the clock its log prints); "" before it started.
     started_local: str = ""
+    #: A rehearsal (``engines/rehearsal``): the launch's start-up with dummy weights, stopped once it answered.
+    rehearsal: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -25,6 +25,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from servelab.engines.adapter import get_adapter
 from servelab.engines.values import LaunchSpec
 from servelab.engines.catalog import Catalog
 from servelab.engines.errors import ServelabError
@@ -110,11 +111,14 @@ class Runs:
         *,
         skip_preflight: bool = False,
         progress: Callable[[Any], None] | None = None,
+        rehearsal: bool = False,
     ) -> RunRecord:
         """Start an experiment detached on its host (or ``host``); refuse a held port or busy GPUs.
 
         Preflight runs first (``progress`` sees each check as it ends) and applies the patch set,
         all or nothing, so the engine never starts on an unpatched or half-patched package.
+        ``rehearsal``: the same run with the adapter's ``rehearsal_spec`` (dummy weights), marked so
+        (``engines/rehearsal`` watches it and stops it).
         """
         exp = self.catalog.get(exp_name)
         problems = [p for e in self.catalog.entries if e.experiment is exp for p in e.problems]
@@ -127,10 +131,14 @@ class Runs:
             )
         cfg = self.catalog.host(host or exp.experiment.host)
         patch_record = {} if skip_preflight else await self._preflight(exp, cfg, progress)
-        return await self.start_spec(exp, cfg, self.catalog.launch_spec(exp, cfg), new_run_id(exp.name), exp.experiment.port, patch_record)
+        spec = self.catalog.launch_spec(exp, cfg)
+        if rehearsal:
+            spec = get_adapter(exp.experiment.engine).rehearsal_spec(exp.experiment, spec)
+        return await self.start_spec(exp, cfg, spec, new_run_id(exp.name), exp.experiment.port, patch_record, rehearsal=rehearsal)
 
     async def start_spec(
-        self, exp: SourcedExperiment, cfg: HostConfig, spec: LaunchSpec, run_id: str, port: int, patch_record: dict[str, Any]
+        self, exp: SourcedExperiment, cfg: HostConfig, spec: LaunchSpec, run_id: str, port: int, patch_record: dict[str, Any],
+        *, rehearsal: bool = False,
     ) -> RunRecord:
         """Write the run's folder on ``cfg`` and start ``spec`` there through runctl (no preflight).
 
@@ -154,6 +162,7 @@ class Runs:
             patch_hashes={p.file: d for p, d in exp.patch_hashes() if d is not None},
             identity=exp.identity_hash(),
             patches=patch_record,
+            rehearsal=rehearsal,
         )
         try:
             await h.write_bytes(f"{run_dir}/experiment.toml", exp.text.encode("utf-8"))
@@ -509,10 +518,11 @@ class Runs:
         self.seen.answered(self._seen_key(h.config), [stopped.to_json()])
         return RunStatus(record=stopped, alive=bool(state.get("alive")), exit_code=state.get("exit_code"))
 
-    async def cleanup(self, host: str | None = None, dry_run: bool = True) -> builtins.list[str]:
+    async def cleanup(self, host: str | None = None, dry_run: bool = True, *, run: str | None = None) -> builtins.list[str]:
         """Leftovers of ended servelab runs: their stray processes and /dev/shm files.
 
         With ``dry_run`` (the default) nothing is touched; the list says what would be removed.
+        ``run``: that one run's leftovers only (its own cleanup, as a campaign does after each load).
         """
         out: list[str] = []
         for name in self.host_names(host):
@@ -520,7 +530,7 @@ class Runs:
             try:
                 if not await h.exists(runs_root(h.config)):
                     continue
-                args = ["cleanup", runs_root(h.config)] + ([] if dry_run else ["--apply"])
+                args = ["cleanup", runs_root(h.config)] + ([] if dry_run else ["--apply"]) + (["--run", run] if run is not None else [])
                 answer = await self._ctl(h, *args)
             except HostUnreachable as exc:
                 self.unreachable[name] = str(exc)

@@ -34,3 +34,26 @@ def server_flags(exp: Experiment, model_flag: str, model: str, parallel: Sequenc
             flags += [p.flag, str(size)] if p.sized else [p.flag]
     rendered, _ = render_flags({k: v for k, v in exp.engine_args.items() if k not in managed})
     return flags + rendered
+
+
+def with_flag(argv: Sequence[str], flag: str, value: str) -> list[str]:
+    """``argv`` with ``flag value`` set: an existing ``flag X`` (or ``flag=X``) gets ``value``, else it is appended."""
+    out = list(argv)
+    for i, word in enumerate(out):
+        if word == flag and i + 1 < len(out):
+            out[i + 1] = value
+            return out
+        if word.startswith(flag + "="):
+            out[i] = f"{flag}={value}"
+            return out
+    return out + [flag, value]
+
+
+def flag_value(argv: Sequence[str], flag: str) -> str | None:
+    """The value ``argv`` gives ``flag`` (``flag X`` or ``flag=X``), None when it has none."""
+    for i, word in enumerate(argv):
+        if word == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if word.startswith(flag + "="):
+            return word.split("=", 1)[1]
+    return None

@@ -16,7 +16,7 @@ from servelab.engines.values import Acceptance, Inexpressible, LatencyHistograms
 from servelab.engines.experiment import Experiment
 from servelab.engines.nodes.plan import host_port, multinode_problems, rendezvous_of, with_env
 from servelab.engines.logs.grammar import UVICORN_ANSWERED, UVICORN_SERVED, BarRule, Evidence, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
-from servelab.engines.adapters.server_flags import ParallelFlag, server_flags
+from servelab.engines.adapters.server_flags import ParallelFlag, flag_value, server_flags, with_flag
 
 #: SGLang's host-side argument check, run by the host's interpreter (see engines/helpers/validate_args.py).
 ARGCHECK = Path(__file__).with_name("sglang_argcheck.py")
@@ -269,6 +269,16 @@ class SglangAdapter:
         argv = [python, "-m", "sglang.launch_server", *self.engine_flags(exp, model, draft_model)]
         env = {"PYTHONUNBUFFERED": "1", "NO_COLOR": "1", **exp.env}
         return LaunchSpec(argv=argv, env=env)
+
+    def rehearsal_spec(self, exp: Experiment, spec: LaunchSpec) -> LaunchSpec:
+        """``--load-format dummy`` for the target and, with a drafter, ``--speculative-draft-load-format
+        dummy``: SGLang 0.5.23 loads the draft runner with its own format when that flag is set
+        (``model_runner._resolve_draft_load_format``; unset, the target's). Nothing else changes:
+        the server's own warm-up request runs as in the launch."""
+        argv = with_flag(spec.argv, "--load-format", "dummy")
+        if flag_value(argv, "--speculative-draft-model-path") is not None:
+            argv = with_flag(argv, "--speculative-draft-load-format", "dummy")
+        return LaunchSpec(argv=argv, env=dict(spec.env))
 
     # -- drafter rules (engines/adapters/sglang_drafter.py) ------------------------------------------------
     async def drafter_rules(self, read: SourceReader, query: RulesQuery) -> EngineRules:

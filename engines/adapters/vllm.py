@@ -19,7 +19,7 @@ from servelab.engines.experiment import Experiment
 from servelab.engines.nodes.plan import multinode_problems, rendezvous_of, with_env
 from servelab.engines.nodes.ray import ray_env, ray_node_process
 from servelab.engines.logs.grammar import UVICORN_ANSWERED, UVICORN_SERVED, BarRule, Evidence, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
-from servelab.engines.adapters.server_flags import ParallelFlag, server_flags
+from servelab.engines.adapters.server_flags import ParallelFlag, flag_value, server_flags, with_flag
 
 #: vLLM's host-side argument check, run by the host's interpreter (see engines/helpers/validate_args.py).
 ARGCHECK = Path(__file__).with_name("vllm_argcheck.py")
@@ -322,6 +322,24 @@ class VllmAdapter:
         argv = [python, "-m", "vllm.entrypoints.openai.api_server", *self.engine_flags(exp, model, draft_model)]
         env = {"PYTHONUNBUFFERED": "1", "VLLM_LOGGING_COLOR": "0", "NO_COLOR": "1", **exp.env}
         return LaunchSpec(argv=argv, env=env)
+
+    def rehearsal_spec(self, exp: Experiment, spec: LaunchSpec) -> LaunchSpec:
+        """``--load-format dummy``: every layer built with random values, no checkpoint read.
+
+        vLLM 0.32 loads the drafter with ``speculative_config.draft_load_config`` when it is set,
+        else with the target's load config (``model_executor/model_loader/utils.get_draft_load_config``):
+        the target's flag covers the drafter, and a ``draft_load_config`` of the experiment's own
+        gets ``load_format = "dummy"`` too. Nothing else changes: compile, KV cache sizing, graph
+        capture and the API server's start-up run as in the launch.
+        """
+        argv = with_flag(spec.argv, "--load-format", "dummy")
+        raw = flag_value(argv, "--speculative-config")
+        if raw is not None:
+            cfg = json.loads(raw)
+            if isinstance(cfg, dict) and isinstance(cfg.get("draft_load_config"), dict):
+                cfg["draft_load_config"] = {**cfg["draft_load_config"], "load_format": "dummy"}
+                argv = with_flag(argv, "--speculative-config", json.dumps(cfg, separators=(",", ":")))
+        return LaunchSpec(argv=argv, env=dict(spec.env))
 
     # -- drafter rules (engines/adapters/vllm_drafter.py) --------------------------------------------------
     async def drafter_rules(self, read: SourceReader, query: RulesQuery) -> EngineRules:

