@@ -281,6 +281,19 @@ class Runs:
         answer = await self._ctl(h, "status", runs_root(h.config), *ids)
         return [(RunRecord.from_json(r), r) for r in answer.get("runs", [])]
 
+    async def latest_of(self, ref: str) -> str | None:
+        """``ref`` as a run id: itself when it is one; the id of the experiment's latest run (on its
+        hosts, newest start) when it names an experiment; None when it is neither or that
+        experiment has no run."""
+        if RUN_ID_RE.match(ref):
+            return ref
+        exp = next((e for e in self.catalog.experiments if e.name == ref), None)
+        if exp is None:
+            return None
+        hosts = list(dict.fromkeys([exp.experiment.host, *exp.experiment.hosts]))
+        found = [r for h in hosts for r in await self.list(h) if r.experiment == ref]
+        return max(found, key=lambda r: (r.started_at, r.id)).id if found else None
+
     async def find(self, run_id: str) -> tuple[Host, RunRecord]:
         """The host holding a run and its record.
 

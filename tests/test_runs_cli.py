@@ -55,6 +55,15 @@ def test_launch_status_logs_stop(lab: Lab) -> None:
     after = json.loads(servelab(lab, "status", run_id, "--json").stdout)
     assert (after["alive"], after["status"], after["exit_code"]) == (False, "stopped", 143)
 
+    # the experiment's name stands for its latest run, and says so; a name that is neither is one line
+    by_name = servelab(lab, "status", "cli", "--json")
+    assert by_name.returncode == 0 and json.loads(by_name.stdout)["run"] == run_id
+    assert by_name.stderr.strip() == f"servelab: cli is an experiment: its latest run is {run_id}"
+    logs = servelab(lab, "logs", "cli")
+    assert logs.returncode == 0 and "line 00000002" in logs.stdout
+    neither = servelab(lab, "status", "nope")
+    assert neither.returncode == 1 and neither.stderr.count("\n") == 1 and "not a run id" in neither.stderr
+
 
 def test_launch_follow_prints_the_whole_log_and_errors_filter(lab: Lab) -> None:
     lab.experiment("loud", env={"STUB_LINES": "20", "STUB_EXIT": "1"}, engine_args={"note": "RuntimeError: boom"})

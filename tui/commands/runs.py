@@ -224,9 +224,19 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return _with_runs(args, body)
 
 
+async def _run_of(runs: Runs, ref: str) -> str:
+    """A run id, or an experiment's name standing for its latest run (said on stderr)."""
+    run_id = await runs.latest_of(ref)
+    if run_id is None:
+        return ref  # neither: the look-up below gives its own one-line error
+    if run_id != ref:
+        print(f"servelab: {ref} is an experiment: its latest run is {run_id}", file=sys.stderr, flush=True)
+    return run_id
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     async def body(runs: Runs) -> int:
-        st = await runs.status(args.run)
+        st = await runs.status(await _run_of(runs, args.run))
         data = st.to_json()
         if args.json:
             print(json.dumps(data, indent=2, default=str))
@@ -307,7 +317,10 @@ def _emit(out: Any, data: bytes, errors: bool) -> None:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    return _with_runs(args, lambda runs: _print_log(runs, args.run, follow=args.follow, errors=args.errors)) or 0
+    async def body(runs: Runs) -> None:
+        await _print_log(runs, await _run_of(runs, args.run), follow=args.follow, errors=args.errors)
+
+    return _with_runs(args, body) or 0
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
