@@ -4,6 +4,7 @@ per rank where the lines carry SGLang's TP tags, the merged lines tagged with th
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,35 @@ def test_a_rank_first_seen_past_the_kept_prefix_reads_from_there_on(monkeypatch:
     view = nodes_log.view()
     assert [lv.lane.label for lv in view.lanes] == [f"n0 gpu-a TP{r}" for r in range(8)]
     assert all(lv.stage is not None and (lv.stage.name, lv.stage.status) == ("weights", "running") for lv in view.lanes)
+
+
+@pytest.mark.parametrize(("engine", "files"), [("sglang", SGLANG_2N)])  # the recorded vLLM pair crashed before ready
+def test_a_worker_serves_once_the_group_serves(engine: str, files: tuple[str, str]) -> None:
+    """A worker never prints the head's ready line: its own log stops at its last stage. Once the
+    group is ready, the worker's row reads ready too, and no stage of it still runs."""
+    rec = record(engine, ["local", "box"])
+    nodes_log = NodesLog(rec, LiveAnalyses())
+    ready = {"sglang": b"The server is fired up and ready to roll!", "vllm": b"Application startup complete."}[engine]
+
+    async def go() -> None:  # each node's log up to the moment the head says ready: the group is live
+        head = (LOGS / files[0]).read_bytes()
+        cut = head.index(b"\n", head.index(ready)) + 1
+        stamp = re.compile(rb"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
+        at_ready = max(m.group(1) for ln in head[:cut].splitlines() if (m := stamp.match(ln)))
+        kept: list[bytes] = []
+        for ln in (LOGS / files[1]).read_bytes().splitlines(keepends=True):  # the worker as it was at that second
+            m = stamp.match(ln)
+            if m and m.group(1) > at_ready:
+                break
+            kept.append(ln)
+        worker = b"".join(kept)
+        for n, data in zip(rec.nodes, (head[:cut], worker), strict=True):
+            await nodes_log.feed(NodeChunk(n, 0, data))
+
+    asyncio.run(go())
+    view = nodes_log.view()
+    assert view.state is RunState.READY
+    workers = [lv for lv in view.lanes if not lv.lane.node.serves]
+    assert workers and all(lv.analysis is not None and lv.analysis.state is not RunState.READY for lv in workers)  # their own logs
+    assert all(lv.state is RunState.READY for lv in view.lanes)
+    assert not any(lv.stage is not None and lv.stage.status == "running" for lv in view.lanes)

@@ -30,7 +30,7 @@ from servelab.engines.nodes.hints import RendezvousHint
 from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeStatus, NodeFailure, NodeLine, NodeRun, follow_node, merge_nodes
 from servelab.engines.nodes.resolve import group_id_of, node_of, resolve_group_run
 from servelab.engines.runrecords import RunsAPI
-from servelab.engines.runstate import RunState
+from servelab.engines.runstate import RunState, StageState
 
 __all__ = [
     "Lane",
@@ -133,14 +133,27 @@ class LaneView:
 
     lane: Lane
     analysis: Analysis | None
+    #: The group serves (its head printed ready). A worker never prints the head's ready line, so
+    #: its own log stops at its last stage: once the group serves, a worker still alive serves too.
+    group_ready: bool = False
+
+    @property
+    def _serves_with_group(self) -> bool:
+        own = self.analysis.state if self.analysis is not None else RunState.WAITING
+        return self.group_ready and not self.lane.node.serves and not own.is_terminal
 
     @property
     def state(self) -> RunState:
+        if self._serves_with_group:
+            return RunState.READY
         return self.analysis.state if self.analysis is not None else RunState.WAITING
 
     @property
     def stage(self) -> Stage | None:
-        return current_stage(self.analysis) if self.analysis is not None else None
+        stage = current_stage(self.analysis) if self.analysis is not None else None
+        if stage is not None and self._serves_with_group and stage.status is StageState.RUNNING:
+            return replace(stage, status=StageState.DONE)  # its part of the start-up is over: the group serves
+        return stage
 
     @property
     def stages(self) -> list[Stage]:
@@ -329,8 +342,11 @@ class NodesLog:
             for ns in status.nodes:
                 if ns.node.serves or ns.node.rank not in alive:
                     alive[ns.node.rank] = ns.status.alive if ns.status is not None else None
+        state = group_state(status, lanes)
+        if state is RunState.READY:
+            lanes = [replace(lv, group_ready=True) for lv in lanes]
         return NodesView(
-            self.record, lanes, group_state(status, lanes),
+            self.record, lanes, state,
             status.root_cause if status is not None else None,
             status.hint if status is not None else None, alive,
         )
