@@ -116,6 +116,8 @@ async def main_async(out: Path, steps: int, step_gib: float, step_s: float, max_
     figures["foreign_alive"] = foreign.poll() is None
     figures["rows_after"] = panel_text(gpus)
     figures["figures"] = gpus.track.figures.to_json()
+    record = json.loads(Path(rec.run_dir, "run.json").read_text())  # what the host-side supervisor kept
+    figures["record"] = {k: record.get(k) for k in ("gpu_peak_mib", "gpu_first_alloc_s", "status", "exit_code")}
     figures["sampler_cpu_s_per_call_median"] = sorted(costs)[len(costs) // 2] if costs else None
     foreign.kill()
     foreign.wait()

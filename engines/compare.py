@@ -184,6 +184,14 @@ def _nodes(value: Any) -> str:
     )
 
 
+def _peak_total(value: object) -> int | None:
+    """A run's peak GPU memory over all its GPUs (``gpu_peak_mib``: MiB by GPU index); None when not sampled (CPU hosts)."""
+    if not isinstance(value, dict) or not value:
+        return None
+    mibs = [v for v in value.values() if isinstance(v, int) and not isinstance(v, bool)]
+    return sum(mibs) if mibs else None
+
+
 def _shown(value: object, digits: int) -> float | None:
     """A number as its cell shows it (so two equal-looking cells tie), None when not a number."""
     if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
@@ -292,6 +300,8 @@ def build(columns: Sequence[tuple[str, SummaryLike]], speedups: dict[str, Speedu
         figures = [_figure(s, key)[0] for s in sums]
         shown = [_shown(m * scale if m is not None else None, digits) for m in figures]
         rows.append(Row(label, [_metric(s, key, digits, scale) for s in sums], "metric", shown, better))
+    peaks = [_peak_total(s.identity.get("gpu_peak_mib")) for s in sums]
+    rows.append(Row("peak GPU memory, all GPUs (MiB)", [_fmt(v) for v in peaks], "metric", [_shown(v, 0) for v in peaks], "lower"))
     rows.append(Row("per-position acceptance", [_fmt(s.figure("spec_decode_per_position_acceptance_rates")) for s in sums], "metric"))
     cats: list[str] = []
     for s in sums:

@@ -82,6 +82,11 @@ class RunRecord:
     started_local: str = ""
     #: A rehearsal (``engines/rehearsal``): the launch's start-up with dummy weights, stopped once it answered.
     rehearsal: bool = False
+    #: The run's own peak GPU memory, MiB by GPU index (as a string: JSON keys), sampled by its
+    #: supervisor on the host; empty on CPU hosts and before the first allocation.
+    gpu_peak_mib: dict[str, int] = field(default_factory=dict)
+    #: Seconds from the engine's start to its first GPU allocation (to the supervisor's sample).
+    gpu_first_alloc_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -125,3 +125,23 @@ def test_unstable_figures_are_flagged() -> None:
     assert row.values[1] == "150.0 ±40.0 (unstable)"
     comp = build([BASE, noisy], {"spec-1": speedup(noisy[1], BASE[1], BASE[0])})
     assert any("unstable" in line and "repeat the probe" in line for line in comp.verdict)
+
+
+@pytest.mark.parametrize(
+    "peaks, shown, best",
+    [
+        ({"0": 12409}, "12409", 1),  # one GPU
+        ({"0": 70000, "1": 70000}, "140000", 0),  # summed over the run's GPUs: TP=2 holds twice the memory
+        ({}, "-", None),  # a CPU host: not sampled, not 0
+        ({"0": "x"}, "-", None),  # a broken record
+    ],
+)
+def test_peak_gpu_memory_is_a_figure_to_weigh(peaks: dict[str, Any], shown: str, best: int | None) -> None:
+    base = probe("base-1", 100.0, 1.0)
+    base[1]["identity"]["gpu_peak_mib"] = {"0": 80000}
+    spec = probe("spec-1", 150.0, 1.0, method="ngram", acc_len=2.5)
+    spec[1]["identity"]["gpu_peak_mib"] = peaks
+    comp = build([base, spec], {})
+    row = next(r for r in comp.rows if r.label == "peak GPU memory, all GPUs (MiB)")
+    assert row.values == ["80000", shown] and row.better == "lower"
+    assert row.best() == best

@@ -358,6 +358,52 @@ async def test_busy_gpus_are_refused_with_their_holder(lab: Lab, monkeypatch: py
         holder.wait()
 
 
+async def test_the_supervisor_records_the_runs_own_peak_gpu_memory(lab: Lab, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Replayed H200 answers (FakeNvidiaSmi): recorded pid 794 is the run's engine, 1148 a foreign process
+    on the same GPU. The record keeps the run's own peak (not the GPU's used memory, not the foreign
+    process's), keeps it when the memory falls, and the time to the first allocation."""
+    data = Path(__file__).resolve().parent / "data" / "nvidia_smi"
+    apps = tmp_path / "apps.csv"
+    apps.write_text((data / "idle-apps.csv").read_text())  # the launch finds the GPU free
+    pids = tmp_path / "pids"
+    foreign = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        monkeypatch.setenv("PATH", f"{FAKE_SMI}{os.pathsep}{os.environ['PATH']}")
+        monkeypatch.setenv("FAKE_SMI_GPUS", str(data / "two-gpus.csv"))
+        monkeypatch.setenv("FAKE_SMI_APPS", str(apps))
+        monkeypatch.setenv("FAKE_SMI_PIDS_FILE", str(pids))
+        monkeypatch.setenv("SERVELAB_GPU_SAMPLE_S", "0.5")
+        lab.experiment("held")
+        runs = lab.runs()
+        rec = await runs.launch("held", skip_preflight=True)
+        run_json = Path(rec.run_dir) / "run.json"
+        try:
+            pids.write_text(f"794:{rec.pid},1148:{foreign.pid}")
+            apps.write_text((data / "two-apps.csv").read_text())
+            wait_for(lambda: json.loads(run_json.read_text()).get("gpu_peak_mib") == {"0": 10852}, timeout=15)
+            first = json.loads(run_json.read_text())["gpu_first_alloc_s"]
+            assert isinstance(first, float) and 0 <= first < 15
+            apps.write_text("# nvidia-smi --query-compute-apps=pid,process_name,gpu_uuid,used_memory --format=csv,noheader,nounits\n"
+                            "794, /opt/torch/.venv/bin/python3, GPU-95e27d26-9e81-34c3-d01e-3f722d7dd4cf, 2048\n")
+            time.sleep(2.5)  # several samples at the lower figure
+            status = await runs.status(rec.id)
+            assert status.record.gpu_peak_mib == {"0": 10852} and status.record.gpu_first_alloc_s == first
+        finally:
+            await runs.stop(rec.id, grace=1)
+    finally:
+        foreign.kill()
+        foreign.wait()
+
+
+async def test_a_cpu_host_records_no_gpu_memory(lab: Lab) -> None:
+    lab.experiment("cpu", env={"STUB_LINES": "1"})
+    runs = lab.runs()
+    rec = await runs.launch("cpu", skip_preflight=True)
+    await _collect(runs, rec.id)
+    status = await runs.status(rec.id)
+    assert status.record.gpu_peak_mib == {} and status.record.gpu_first_alloc_s is None
+
+
 async def test_follow_notices_truncation(lab: Lab) -> None:
     lab.experiment("rotated", env={"STUB_LINES": "400", "STUB_INTERVAL": "0.005"})
     runs = lab.runs()

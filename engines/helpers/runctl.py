@@ -52,6 +52,9 @@ SHM_OWNED = "shm-owned.json"
 #: How often the supervisor looks at what the run's processes hold in /dev/shm.
 SHM_SAMPLE_S = 1.0
 SHM_DIR = "/dev/shm"
+#: How often the supervisor asks nvidia-smi what the run's own processes hold (one call, ~25 ms of
+#: CPU on an H200 host: 0.5 % of a core at 5 s). SERVELAB_GPU_SAMPLE_S overrides it.
+GPU_SAMPLE_S = 5.0
 #: Names engines give their shared memory (Python multiprocessing, torch, NCCL, vLLM, SGLang).
 #: Cleanup only ever considers these, never another program's files.
 ENGINE_SHM_PREFIXES = ("psm_", "sem.mp-", "torch_", "nccl", "vllm", "sglang", "sgl_", "cuda.shm")
@@ -202,6 +205,58 @@ def gpu_busy(wanted: set[int] | None) -> tuple[int, list[tuple[int, int | None, 
     return len(by_uuid), busy
 
 
+class GpuPeak:
+    """The run's own GPU memory, sampled by its supervisor for the record: the peak per GPU
+    (``gpu_peak_mib``, MiB by GPU index, the sum over the run's processes) and the seconds from the
+    engine's start to its first allocation (``gpu_first_alloc_s``). A host without nvidia-smi, or
+    with no GPU, is asked once and never again."""
+
+    def __init__(self, run_dir: str, run_id: str, started: float) -> None:
+        self.run_dir, self.run_id, self.started = run_dir, run_id, started
+        try:
+            self.every = float(os.environ.get("SERVELAB_GPU_SAMPLE_S") or GPU_SAMPLE_S)
+        except ValueError:
+            self.every = GPU_SAMPLE_S
+        self.next_t = 0.0
+        self.by_uuid: dict[str, int] | None = None
+        self.off = False
+        self.peak: dict[int, int] = {}
+        self.first: float | None = None
+
+    def sample(self, now: float) -> None:
+        if self.off or now < self.next_t:
+            return
+        self.next_t = now + self.every
+        if self.by_uuid is None:
+            gpus = nvidia_smi(["--query-gpu=index,uuid", "--format=csv,noheader"])
+            if not gpus:
+                self.off = True
+                return
+            self.by_uuid = {}
+            for line in gpus:
+                index, _, uuid = [p.strip() for p in line.partition(",")]
+                if index.isdigit():
+                    self.by_uuid[uuid] = int(index)
+        mine: dict[int, int] = {}
+        for line in nvidia_smi(["--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits"]) or []:
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) != 3 or not parts[0].isdigit() or not parts[2].isdigit() or parts[1] not in self.by_uuid:
+                continue
+            if has_marker(int(parts[0]), self.run_id):
+                idx = self.by_uuid[parts[1]]
+                mine[idx] = mine.get(idx, 0) + int(parts[2])
+        changed = False
+        for idx, mib in mine.items():
+            if mib > self.peak.get(idx, -1):
+                self.peak[idx] = mib
+                changed = True
+        if self.first is None and any(mine.values()):
+            self.first = round(max(0.0, now - self.started), 1)
+            changed = True
+        if changed:
+            update_record(self.run_dir, gpu_peak_mib={str(k): v for k, v in sorted(self.peak.items())}, gpu_first_alloc_s=self.first)
+
+
 def gpus_of(rec: dict[str, Any]) -> set[int] | None:
     """GPU indices a run uses (from CUDA_VISIBLE_DEVICES), None for all."""
     value = (rec.get("env") or {}).get("CUDA_VISIBLE_DEVICES")
@@ -331,10 +386,15 @@ def supervise(run_dir: str, rec: dict[str, Any], report_fd: int) -> int:
     )
     hostlib.answer(report_fd, {"ok": True, "record": started})
     owned: set[str] = set()
+    gpu = GpuPeak(run_dir, rec["id"], time.time())
     while True:
         try:
             note_owned_shm(run_dir, proc.pid, owned)
         except OSError:
+            pass
+        try:
+            gpu.sample(time.time())
+        except (OSError, ValueError):
             pass
         try:
             code = proc.wait(timeout=SHM_SAMPLE_S)

@@ -79,6 +79,7 @@ def identity(exp: Experiment, rec: RunRecord, gpus: list[str], nodes: list[dict[
         "definition_hash": rec.identity,
         "host": rec.host,
         "gpus": gpus,
+        "gpu_peak_mib": dict(rec.gpu_peak_mib),
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
     if nodes:
