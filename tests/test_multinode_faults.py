@@ -129,6 +129,7 @@ def test_a_stale_head_address_hangs_the_join_and_the_hint_names_it_within_rendez
     stale_port = free_port()
     name = stale_head(lab, stale_port)
     seen: dict[str, float] = {}
+    printed: dict[str, str] = {}
 
     async def go() -> tuple[MultiNodeRecord, MultiNodeStatus]:
         m = mn(lab)
@@ -160,6 +161,16 @@ def test_a_stale_head_address_hangs_the_join_and_the_hint_names_it_within_rendez
             # the CLI reads the same group (its own event loop, so in a thread)
             assert await asyncio.to_thread(main, ["--dir", str(lab.folder), "nodes", rec.id]) == 0
             assert await asyncio.to_thread(main, ["--dir", str(lab.folder), "nodes", rec.id, "--json"]) == 0
+            printed["nodes"] = capsys.readouterr().out
+            # status and logs take the group id too: each node's status, and the head's log, said on stderr
+            assert await asyncio.to_thread(main, ["--dir", str(lab.folder), "status", rec.id]) == 0
+            both = capsys.readouterr()
+            assert f"{rec.id} is a multi-node run" in both.err and both.out.splitlines()[0].startswith(f"{rec.id}  sglang")
+            assert all(n.run_id in both.out for n in rec.nodes), both.out
+            assert await asyncio.to_thread(main, ["--dir", str(lab.folder), "logs", rec.id]) == 0
+            both = capsys.readouterr()
+            assert f"its head's log is {rec.head.run_id}'s" in both.err
+            assert both.out == (lab.run_dir(rec.head.host, rec.head.run_id) / "engine.log").read_text(errors="replace")[: len(both.out)] and both.out
             assert hashlib.sha256((sglang_site() / PATCHED).read_bytes()).hexdigest() == installed  # the install is never written
             return rec, st
         finally:
@@ -171,7 +182,7 @@ def test_a_stale_head_address_hangs_the_join_and_the_hint_names_it_within_rendez
             await close_all()
 
     rec, st = asyncio.run(go())
-    out = capsys.readouterr().out
+    out = printed["nodes"]
     text_out, _, json_out = out.partition("\n{")
     doc = json.loads("{" + json_out)
     digest = hashlib.sha256((lab.folder / "patches" / "mark.diff").read_bytes()).hexdigest()

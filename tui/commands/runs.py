@@ -117,41 +117,57 @@ async def _launch_nodes(runs: Runs, args: argparse.Namespace) -> int:
 
 def cmd_nodes(args: argparse.Namespace) -> int:
     async def body(runs: Runs) -> int:
-        from servelab.engines.nodes.run import MultiNodeRuns
-        from servelab.engines.nodes.resolve import resolve_group_run
-        from servelab.engines.nodes.view import current_view, lanes_json
-
-        nodes = MultiNodeRuns(runs)
-        group = (await resolve_group_run(runs, args.run))[1]  # the group's id or any node's
-        st = await nodes.status(group if group is not None else await nodes.load(args.run))
-        view = await current_view(runs, st)
-        if args.json:
-            print(json.dumps({**nodes.status_json(st), "rows": lanes_json(view)}, indent=2, default=str))
-            return 0
-        r = st.record
-        print(f"{r.id}  {r.engine} {r.backend}, {len(r.nodes)} node processes  ({'ready' if st.ready else 'ended' if st.ended else 'not ready'})")
-        for n in st.nodes:
-            if n.status is None:
-                print(f"  node {n.node.rank}  {n.node.host:<10} {n.node.role:<7} {n.node.run_id}  unreachable: {n.unreachable}")
-                continue
-            a = n.status.analysis
-            stage = current_stage(a) if a is not None else None
-            where = f", {stage.name} ({stage.status})" if stage is not None else ""
-            print(f"  node {n.node.rank}  {n.node.host:<10} {n.node.role:<7} {n.node.run_id}  {n.status.record.status}, {a.state if a else '-'}{where}")
-            patched = n.status.record.patches
-            if patched.get("patches"):
-                names = ", ".join(f"{name} {digest[:12]}" for name, digest in patched["patches"].items())
-                print(f"           patches under {patched.get('root')}: {names}")
-        for lv in view.lanes:  # a stage row per node, or per rank where the lines carry rank tags
-            stage = lv.stage
-            print(f"  row  {lv.lane.label:<18} {lv.state:<8} {stage.name + ' (' + stage.status + ')' if stage is not None else '-'}")
-        if st.root_cause is not None:
-            print(f"root cause  node {st.root_cause.rank} ({st.root_cause.host}): {st.root_cause.summary}")
-        if st.hint is not None:
-            print(f"hint        {st.hint.render()}")
-        return 0
+        return await _print_nodes(runs, args.run, as_json=args.json)
 
     return _with_runs(args, body)
+
+
+async def _group_head(runs: Runs, ref: str) -> str | None:
+    """The head's run id when ``ref`` is a multi-node run's group id (not itself a run), else None."""
+    from servelab.engines.runrecords import RunKind
+
+    try:
+        resolved = await runs.resolve(ref)
+    except NoSuchRun:
+        return None
+    return resolved.head.id if resolved.kind is RunKind.GROUP else None
+
+
+async def _print_nodes(runs: Runs, ref: str, *, as_json: bool) -> int:
+    """``servelab nodes``: a multi-node run (its group id or any node's run id), node by node."""
+    from servelab.engines.nodes.run import MultiNodeRuns
+    from servelab.engines.nodes.resolve import resolve_group_run
+    from servelab.engines.nodes.view import current_view, lanes_json
+
+    nodes = MultiNodeRuns(runs)
+    group = (await resolve_group_run(runs, ref))[1]  # the group's id or any node's
+    st = await nodes.status(group if group is not None else await nodes.load(ref))
+    view = await current_view(runs, st)
+    if as_json:
+        print(json.dumps({**nodes.status_json(st), "rows": lanes_json(view)}, indent=2, default=str))
+        return 0
+    r = st.record
+    print(f"{r.id}  {r.engine} {r.backend}, {len(r.nodes)} node processes  ({'ready' if st.ready else 'ended' if st.ended else 'not ready'})")
+    for n in st.nodes:
+        if n.status is None:
+            print(f"  node {n.node.rank}  {n.node.host:<10} {n.node.role:<7} {n.node.run_id}  unreachable: {n.unreachable}")
+            continue
+        a = n.status.analysis
+        stage = current_stage(a) if a is not None else None
+        where = f", {stage.name} ({stage.status})" if stage is not None else ""
+        print(f"  node {n.node.rank}  {n.node.host:<10} {n.node.role:<7} {n.node.run_id}  {n.status.record.status}, {a.state if a else '-'}{where}")
+        patched = n.status.record.patches
+        if patched.get("patches"):
+            names = ", ".join(f"{name} {digest[:12]}" for name, digest in patched["patches"].items())
+            print(f"           patches under {patched.get('root')}: {names}")
+    for lv in view.lanes:  # a stage row per node, or per rank where the lines carry rank tags
+        stage = lv.stage
+        print(f"  row  {lv.lane.label:<18} {lv.state:<8} {stage.name + ' (' + stage.status + ')' if stage is not None else '-'}")
+    if st.root_cause is not None:
+        print(f"root cause  node {st.root_cause.rank} ({st.root_cause.host}): {st.root_cause.summary}")
+    if st.hint is not None:
+        print(f"hint        {st.hint.render()}")
+    return 0
 
 
 def _row(known: KnownRun) -> dict[str, Any]:
@@ -236,7 +252,14 @@ async def _run_of(runs: Runs, ref: str) -> str:
 
 def cmd_status(args: argparse.Namespace) -> int:
     async def body(runs: Runs) -> int:
-        st = await runs.status(await _run_of(runs, args.run))
+        run_id = await _run_of(runs, args.run)
+        try:
+            st = await runs.status(run_id)
+        except NoSuchRun:
+            if await _group_head(runs, run_id) is None:
+                raise
+            print(f"servelab: {run_id} is a multi-node run: each node's status follows (as `servelab nodes`)", file=sys.stderr, flush=True)
+            return await _print_nodes(runs, run_id, as_json=args.json)
         data = st.to_json()
         if args.json:
             print(json.dumps(data, indent=2, default=str))
@@ -318,7 +341,18 @@ def _emit(out: Any, data: bytes, errors: bool) -> None:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     async def body(runs: Runs) -> None:
-        await _print_log(runs, await _run_of(runs, args.run), follow=args.follow, errors=args.errors)
+        run_id = await _run_of(runs, args.run)
+        try:
+            await runs.find(run_id)
+            head = None
+        except NoSuchRun:
+            head = await _group_head(runs, run_id)
+            if head is None:
+                raise
+        if head is not None:
+            print(f"servelab: {run_id} is a multi-node run: its head's log is {head}'s (`servelab nodes {run_id}` lists every node's run)", file=sys.stderr, flush=True)
+            run_id = head
+        await _print_log(runs, run_id, follow=args.follow, errors=args.errors)
 
     return _with_runs(args, body) or 0
 
