@@ -89,6 +89,7 @@ def test_scheduler_ends_in_their_own_words() -> None:
         ("Priority", "Priority (behind higher-priority jobs)"),
         ("ReqNodeNotAvail,_UnavailableNodes:n[1-2]", "drained"),
         ("Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions", "drained"),
+        ("Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_partitions", "drained"),  # as scontrol -o gives it
         ("PartitionTimeLimit", "time limit above the partition's"),
         ("QOSMaxJobsPerUserLimit", "QOS limit (QOSMaxJobsPerUserLimit)"),
         ("AssocGrpGRES", "account limit (AssocGrpGRES)"),
@@ -98,7 +99,7 @@ def test_scheduler_ends_in_their_own_words() -> None:
 )
 def test_pending_reasons(reason: str, words: str) -> None:
     assert reason_words(reason) == words
-    assert view(job("PENDING", reason.replace(" ", " ")), queue_position=2).words == f"queued: {words} (position 2)"
+    assert view(job("PENDING", reason.replace(" ", "_")), queue_position=2).words == f"queued: {words} (position 2)"
 
 
 text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=30)

@@ -68,7 +68,9 @@ _REASONS: dict[str, str] = {
 
 def reason_words(reason: str) -> str:
     """A pending reason in plain words: ``Resources``, ``drained``, a QOS or account limit by name."""
-    word = reason.split(",")[0].split()[0] if reason.split() else "None"
+    # scontrol writes a reason's spaces as "_" ("Nodes_required_for_job_are_DOWN,_DRAINED_or_...")
+    words = reason.replace("_", " ").split(",")[0].split()
+    word = words[0] if words else "None"
     if word in _REASONS:
         return _REASONS[word]
     if word.startswith("QOS"):

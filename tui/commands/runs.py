@@ -244,6 +244,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         code = "-" if st.exit_code is None else str(st.exit_code)
         print(f"{st.record.id}  {st.record.status}  (host {st.record.host}, pid {st.record.pid or '-'}, alive {'yes' if st.alive else 'no'}, exit code {code})")
         print(f"log       {st.record.log_path}")
+        if st.job is not None:  # a Slurm job: Slurm's view, in the core's words
+            where = f", nodes {st.job.node_list}, head {st.record.head_node} at {st.record.head_address}" if st.job.node_list else ""
+            print(f"{'slurm':<9} job {st.job.job_id}: {st.job.words}{where}")
+            if st.job.started_at:
+                print(f"{'started':<9} {st.job.started_at} (job start; submitted {st.job.submitted_at or '-'})")
         a = st.analysis
         if a is not None:
             print(f"{'state':<9} {a.state}")
