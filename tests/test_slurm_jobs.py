@@ -14,6 +14,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import httpx
 import pytest
 
 from servelab.engines.history import display_state
@@ -117,3 +118,28 @@ async def test_engine_crash_in_a_job_gives_its_root_cause(slurm_lab: SlurmLab) -
     assert display_state(st.status, st.exit_code, st.analysis) is RunState.CRASHED
     assert st.analysis is not None and st.analysis.root_cause is not None
     assert st.analysis.root_cause.message == expected.root_cause.message
+
+
+async def test_login_node_over_ssh_submits_reads_and_cancels(slurm_lab: SlurmLab, ssh_config: object) -> None:
+    """The login node reached over the real sshd: sbatch, scontrol and scancel run there (argv over SSH,
+    ``$SLURM_CONF`` passed with them); the port is reached through a forward to the head address."""
+    alias = getattr(ssh_config, "alias")
+    slurm_lab.add_host("remote", python=sys.executable, ssh=alias)
+    port = stub_experiment(slurm_lab, "far", host="remote", STUB_HTTP="1")
+    runs = slurm_lab.runs()
+    rec = await runs.launch("far", skip_preflight=True)
+    assert rec.slurm_job and rec.host == "remote"
+    st = await wait_state(runs, rec.id, {RunState.RUNNING})
+    assert st.job is not None and st.record.head_address == "127.0.0.1"
+    url = await runs.base_url(rec.id)
+    assert url != f"http://127.0.0.1:{port}"  # a local end of the SSH forward
+    async with httpx.AsyncClient(trust_env=False) as client:  # async: the forward is served by this loop
+        for _ in range(100):
+            try:
+                body = (await client.get(url + "/v1/models", timeout=2)).json()
+                break
+            except httpx.HTTPError:
+                await asyncio.sleep(0.2)
+    assert body["data"][0]["id"] == "stub-model"
+    stopped = await runs.stop(rec.id)
+    assert stopped.status is RunState.STOPPED and rec.slurm_job not in slurm_lab.cluster.jobs()
