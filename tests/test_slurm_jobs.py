@@ -68,7 +68,9 @@ async def test_queued_while_drained_then_running_reached_and_cancelled_alone(slu
     slurm_lab.cluster.resume()
     st = await wait_state(runs, rec.id, {RunState.RUNNING})
     assert st.record.slurm_nodes in ("n1", "n2") and st.record.head_node == st.record.slurm_nodes
-    assert st.record.head_address == "127.0.0.1" and st.record.started_local
+    assert st.record.head_address == "127.0.0.1" and st.job.started_at and st.job.submitted_at
+    assert st.job.submitted_at < st.job.started_at  # it waited in the queue: the load counts from the start
+    assert st.record.started_local == st.job.started_at.replace("T", " ")
     on_disk = json.loads(Path(rec.run_dir, "run.json").read_text())
     assert on_disk["slurm_job"] == rec.slurm_job and on_disk["head_address"] == "127.0.0.1" and on_disk["slurm_nodes"]
     url = await runs.base_url(rec.id)

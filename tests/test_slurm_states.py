@@ -146,3 +146,19 @@ def test_check_reports_slurm_settings_in_one_line(tmp_path: Path, table: str, me
     assert problems and message in str(problems[0]) and "\n" not in str(problems[0])
     done = subprocess.run([sys.executable, "-m", "servelab", "--dir", str(tmp_path), "check"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "Traceback" not in done.stderr and message in done.stdout
+
+
+def test_multinode_and_campaigns_on_a_slurm_host_are_refused_in_one_line(tmp_path: Path) -> None:
+    """Not built yet, so refused by servelab check: a campaign's supervisor would start engines on the
+    login node itself, and a multi-node run per host would bypass Slurm's choice of nodes."""
+    (tmp_path / "hosts.toml").write_text('[hosts.c]\nkind = "slurm"\nworkdir = "/shared"\n[hosts.c.slurm]\npartition = "p"\n')
+    (tmp_path / "one.toml").write_text('engine = "vllm"\nhost = "c"\nmodel = "m"\nport = 8000\n')
+    (tmp_path / "two.toml").write_text(
+        'engine = "sglang"\nhosts = ["c", "local"]\nmodel = "m"\nport = 8000\n[parallel]\ntensor = 2\n[multinode]\nbackend = "native"\n'
+    )
+    (tmp_path / "campaigns").mkdir()
+    (tmp_path / "campaigns" / "sweep.toml").write_text('name = "sweep"\nbase = ["one"]\n[axes]\n"probe.max_tokens" = [16, 32]\n')
+    done = subprocess.run([sys.executable, "-m", "servelab", "--dir", str(tmp_path), "check"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "multi-node experiments on Slurm (srun) are not supported yet" in done.stdout
+    assert "campaigns on Slurm are not supported yet" in done.stdout, done.stdout
