@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 import urllib.request
 from pathlib import Path
@@ -40,6 +41,22 @@ def stub_experiment(lab: SlurmLab, name: str, host: str = "cluster", **env: str)
     return port
 
 
+def servelab(lab: SlurmLab, *args: str) -> str:
+    """The servelab command line on the lab's folder: its stdout (a failure is an assertion)."""
+    done = subprocess.run([sys.executable, "-m", "servelab", "--dir", str(lab.folder), *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    return done.stdout
+
+
+def test_show_prints_the_job_script(slurm_lab: SlurmLab) -> None:
+    stub_experiment(slurm_lab, "shown", STUB_HTTP="1", WEIRD="a b'c $HOME")
+    out = servelab(slurm_lab, "show", "shown")
+    assert "job script" in out and "#SBATCH --partition=lab" in out and "#SBATCH --time=10" in out
+    assert "export WEIRD='a b'\"'\"'c $HOME'" in out  # shlex-quoted: the shell reads one literal word
+    data = json.loads(servelab(slurm_lab, "show", "shown", "--json"))
+    assert data["slurm_script"].startswith("#!/bin/bash\n#SBATCH --job-name=servelab-shown-")
+
+
 async def wait_state(runs: Runs, run_id: str, want: set[RunState], timeout: float = 60) -> RunStatus:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -65,6 +82,8 @@ async def test_queued_while_drained_then_running_reached_and_cancelled_alone(slu
     assert st.job is not None and st.status is RunState.QUEUED and st.job.words.startswith("queued: drained"), st.job
     assert not st.alive and st.job.started_at is None
     assert display_state(st.status, st.exit_code, st.analysis) is RunState.QUEUED
+    cli = servelab(slurm_lab, "status", rec.id)
+    assert f"{rec.id}  queued" in cli and f"slurm     job {rec.slurm_job}: queued: drained" in cli, cli
     slurm_lab.cluster.resume()
     st = await wait_state(runs, rec.id, {RunState.RUNNING})
     assert st.record.slurm_nodes in ("n1", "n2") and st.record.head_node == st.record.slurm_nodes
