@@ -42,6 +42,7 @@ from servelab.engines.preflight import run_preflight
 from servelab.engines.runstate import RunState
 from servelab.engines.slurm import jobs as slurm_jobs
 from servelab.engines.slurm.states import JobView
+from servelab.engines.slurm.values import has_ended
 from servelab.engines.runrecords import (
     ARTIFACT_RE,
     EXIT_CODE,
@@ -285,7 +286,11 @@ class Runs:
         if not await h.exists(runs_root(h.config)):
             return []
         answer = await self._ctl(h, "status", runs_root(h.config), *ids)
-        return [(RunRecord.from_json(r), r) for r in answer.get("runs", [])]
+        out = [(RunRecord.from_json(r), r) for r in answer.get("runs", [])]
+        for rec, _ in out:  # a batch job's state is Slurm's (one scontrol each while it may still change)
+            if rec.slurm_job and not has_ended(rec.slurm_state):
+                await self._job_liveness(h, rec)
+        return out
 
     async def latest_of(self, ref: str) -> str | None:
         """``ref`` as a run id: itself when it is one; the id of the experiment's latest run (on its
@@ -459,6 +464,9 @@ class Runs:
         except (FileNotFoundError, ValueError):
             code = job.exit_code if job.state.is_terminal else None
         rec.exit_code = code
+        if code is not None and not job.state.is_terminal:  # the engine ended; Slurm is still ending its job
+            rec.status = RunState.EXITED
+            return False, code
         return job.alive, code
 
     # -- the log ----------------------------------------------------------------------------------

@@ -164,3 +164,21 @@ async def test_login_node_over_ssh_submits_reads_and_cancels(slurm_lab: SlurmLab
     assert body["data"][0]["id"] == "stub-model"
     stopped = await runs.stop(rec.id)
     assert stopped.status is RunState.STOPPED and rec.slurm_job not in slurm_lab.cluster.jobs()
+
+
+async def test_runs_list_reads_each_jobs_state_from_slurm(slurm_lab: SlurmLab) -> None:
+    """A job that ended while nobody watched lists as it ended (from Slurm), not as its record last said;
+    the CLI's launch names the job on stderr."""
+    stub_experiment(slurm_lab, "brief", STUB_LINES="3", STUB_EXIT="0")
+    done = subprocess.run([sys.executable, "-m", "servelab", "--dir", str(slurm_lab.folder), "launch", "brief", "--skip-preflight"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "submitted Slurm job " in done.stderr, done.stderr
+    run_id = done.stdout.strip()
+    runs = slurm_lab.runs()
+    for _ in range(100):
+        listed = {r.id: r for r in await runs.list("cluster")}
+        if listed[run_id].slurm_state == "COMPLETED":
+            break
+        await asyncio.sleep(0.2)
+    assert listed[run_id].status is RunState.EXITED and listed[run_id].slurm_state == "COMPLETED"
+    assert json.loads(Path(listed[run_id].run_dir, "run.json").read_text())["status"] == "exited"

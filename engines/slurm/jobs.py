@@ -23,7 +23,7 @@ from servelab.engines.runstate import RunState
 from servelab.engines.slurm import control
 from servelab.engines.slurm.script import SCRIPT_NAME, render
 from servelab.engines.slurm.states import JobView, gone, view
-from servelab.engines.slurm.values import JobState, SlurmJob
+from servelab.engines.slurm.values import JobState, SlurmJob, has_ended
 
 STOP_REQUESTED = "stop_requested"
 RUN_JSON = "run.json"
@@ -84,7 +84,7 @@ async def state(h: Host, rec: dict[str, Any]) -> tuple[JobView, dict[str, Any]]:
     job_id = str(rec.get("slurm_job") or "")
     stop_requested = await h.exists(f"{run_dir}/{STOP_REQUESTED}")
     final = RunState.parse(rec.get("status") or "launching")
-    if final.is_terminal and rec.get("slurm_state"):  # ended, and servelab saw how: Slurm need not be asked
+    if has_ended(str(rec.get("slurm_state") or "")):  # ended, and servelab saw how: Slurm need not be asked
         return _recorded(rec, final), rec
     job = await control.query(h, settings, job_id)
     if job is None:

@@ -46,6 +46,18 @@ class JobState(StrEnum):
             return None
 
 
+#: States after which nothing more happens to a job.
+ENDED = frozenset({
+    JobState.BOOT_FAIL, JobState.CANCELLED, JobState.COMPLETED, JobState.DEADLINE, JobState.FAILED, JobState.NODE_FAIL,
+    JobState.OUT_OF_MEMORY, JobState.PREEMPTED, JobState.REVOKED, JobState.SPECIAL_EXIT, JobState.TIMEOUT,
+})
+
+
+def has_ended(state_text: str) -> bool:
+    """Whether a recorded Slurm state (``run.json``'s ``slurm_state``) is a job's end ("gone": Slurm forgot it)."""
+    return state_text == "gone" or JobState.parse(state_text) in ENDED
+
+
 #: ``scontrol -o`` prints ``Key=value`` pairs on one line; a value may hold spaces (a reason, a path).
 _PAIR_START = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:]*)=")
 

@@ -80,9 +80,12 @@ def cmd_launch(args: argparse.Namespace) -> int:
             await before_launch(runs, args.experiment, args.host, say=lambda line: print(line, file=sys.stderr, flush=True))
         rec = await runs.launch(args.experiment, args.host, skip_preflight=args.skip_preflight)
         if args.json:
-            print(json.dumps({"run": rec.id, "host": rec.host, "pid": rec.pid, "port": rec.port, "log_path": rec.log_path, "run_dir": rec.run_dir}), flush=True)
+            job = {"slurm_job": rec.slurm_job} if rec.slurm_job else {}
+            print(json.dumps({"run": rec.id, "host": rec.host, "pid": rec.pid, "port": rec.port, "log_path": rec.log_path, "run_dir": rec.run_dir, **job}), flush=True)
         else:
             print(rec.id, flush=True)
+        if rec.slurm_job:  # stderr: stdout stays the run id
+            print(f"submitted Slurm job {rec.slurm_job} on {rec.host} (servelab status {rec.id}: its queue state)", file=sys.stderr, flush=True)
         if args.follow:
             await _print_log(runs, rec.id, follow=True, errors=False)
         return 0
