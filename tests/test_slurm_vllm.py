@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from servelab.engines.history import display_state
+from servelab.engines.preflight import run_preflight
 from servelab.engines.probe.artifacts import PROBE_JSON, load_probe, probe_run, wait_for_ready
 from servelab.engines.runs import Runs
 from servelab.engines.runstate import RunState
@@ -28,6 +29,8 @@ async def test_tiny_vllm_queued_then_ready_probed_and_cancelled(slurm_lab: Slurm
     slurm_lab.add_host("gpu", python=str(ENGINE_PYTHON), time_limit="15")
     tiny_vllm_experiment(slurm_lab, "tiny", host="gpu")
     runs: Runs = slurm_lab.runs()
+    report = await run_preflight(runs.catalog, runs.catalog.get("tiny"))  # the engine's own checks, on the login node
+    assert report.ok and "login node" in report.summary() and "no queue time" in report.summary(), report.summary()
     slurm_lab.cluster.drain("maint")
     rec = await runs.launch("tiny", skip_preflight=True)
     await asyncio.sleep(1.5)  # a scheduling pass: Slurm has looked at it and left it pending
