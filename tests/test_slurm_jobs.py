@@ -26,7 +26,7 @@ from servelab.engines.runstate import RunState, StageState
 from servelab.engines.slurm.script import SCRIPT_NAME
 from tests.conftest import REPO
 from tests.fixtures.runlab import STUB_PATH, free_port, toml_value
-from tests.fixtures.slurm import SlurmLab
+from tests.fixtures.slurm import SlurmLab, queued_status
 
 pytestmark = pytest.mark.slurm
 LOGS = REPO / "tests" / "data" / "logs"
@@ -78,7 +78,7 @@ async def test_queued_while_drained_then_running_reached_and_cancelled_alone(slu
     assert rec.slurm_job and rec.slurm_job != other and rec.status is RunState.QUEUED
     script = Path(rec.run_dir, SCRIPT_NAME).read_text()
     assert "#SBATCH --partition=lab" in script and f"export SERVELAB_RUN_ID={rec.id}" in script
-    st = await runs.status(rec.id)
+    st = await queued_status(runs, rec.id)
     assert st.job is not None and st.status is RunState.QUEUED and st.job.words.startswith("queued: drained"), st.job
     assert not st.alive and st.job.started_at is None
     assert display_state(st.status, st.exit_code, st.analysis) is RunState.QUEUED

@@ -19,7 +19,7 @@ from servelab.engines.runs import Runs
 from servelab.engines.runstate import RunState
 from tests.conftest import ENGINE_PYTHON, need_engine
 from tests.fixtures.procs import marked
-from tests.fixtures.slurm import SlurmLab, tiny_vllm_experiment
+from tests.fixtures.slurm import SlurmLab, queued_status, tiny_vllm_experiment
 
 pytestmark = [pytest.mark.slurm, pytest.mark.engine]
 
@@ -33,8 +33,7 @@ async def test_tiny_vllm_queued_then_ready_probed_and_cancelled(slurm_lab: Slurm
     assert report.ok and "login node" in report.summary() and "no queue time" in report.summary(), report.summary()
     slurm_lab.cluster.drain("maint")
     rec = await runs.launch("tiny", skip_preflight=True)
-    await asyncio.sleep(1.5)  # a scheduling pass: Slurm has looked at it and left it pending
-    st = await runs.status(rec.id)
+    st = await queued_status(runs, rec.id)  # a scheduling pass: Slurm has looked at it and left it pending
     assert st.job is not None and st.job.words.startswith("queued: drained") and st.status is RunState.QUEUED
     assert display_state(st.status, st.exit_code, st.analysis) is RunState.QUEUED and not marked({rec.id})
     slurm_lab.cluster.resume()

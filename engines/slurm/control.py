@@ -28,7 +28,7 @@ async def _run(host: Host, settings: SlurmSettings, argv: list[str], timeout: fl
     return done
 
 
-async def submit(host: Host, settings: SlurmSettings, script_path: str, run_dir: str) -> str:
+async def submit(host: Host, settings: SlurmSettings, script_path: str) -> str:
     """``sbatch --parsable SCRIPT``: the job id."""
     done = await _run(host, settings, ["sbatch", "--parsable", script_path])
     if not done.ok:

@@ -62,7 +62,7 @@ async def submit(h: Host, record: dict[str, Any]) -> dict[str, Any]:
     script = script_for(cfg, str(record["id"]), run_dir, list(record["argv"]), dict(record["env"]))
     path = f"{run_dir}/{SCRIPT_NAME}"
     await h.write_bytes(path, script.encode("utf-8"))
-    job_id = await control.submit(h, settings_of(cfg), path, run_dir)
+    job_id = await control.submit(h, settings_of(cfg), path)
     return await _update(h, run_dir, slurm_job=job_id, status=str(RunState.QUEUED))
 
 
