@@ -15,21 +15,21 @@ SGLANG_STAMP := $(SGLANG_VENV)/.installed
 SGLANG_VERSION := 0.5.23
 SGLANG_ENV_FILES := $(wildcard envs/sglang/*.py envs/sglang/*.txt envs/sglang/fake_sgl_kernel/*.toml envs/sglang/fake_sgl_kernel/sgl_kernel/*.py)
 
-.PHONY: run test setup app engine ray sglang-engine tiny-model sshd-deps bench lint clean
+.PHONY: run test setup app engine ray sglang-engine tiny-model sshd-deps slurm-deps bench lint clean
 
 run: app engine ray sglang-engine tiny-model
 	$(VENV)/bin/servelab --dir experiments
 
 # Two pytest runs, both always run, and make fails if either fails: the suite, then the Ray tests
 # inside a network namespace with only `lo` (Ray registers the host's other addresses otherwise).
-test: app engine ray sglang-engine tiny-model sshd-deps
+test: app engine ray sglang-engine tiny-model sshd-deps slurm-deps
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/mypy
 	rc=0; $(VENV)/bin/pytest -ra --durations=30 -m "not ray" || rc=1; \
 	  unshare --net sh -c 'ip link set lo up && exec $(VENV)/bin/pytest -ra --durations=10 -m ray -p no:cacheprovider' || rc=1; \
 	  exit $$rc
 
-setup: app engine ray sglang-engine tiny-model sshd-deps
+setup: app engine ray sglang-engine tiny-model sshd-deps slurm-deps
 
 app: $(APP_STAMP)
 $(APP_STAMP): pyproject.toml
@@ -83,6 +83,16 @@ $(TINY_MODEL)/config.json: engines/tinymodel.py | $(ENGINE_STAMP)
 sshd-deps:
 	@command -v /usr/sbin/sshd >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client >/dev/null; }
 	@command -v tmux >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null; }
+
+# A real Slurm for the Slurm tests (Debian 12's 22.05): the daemons and clients only. The suite's
+# fixture (tests/fixtures/slurm.py) writes its own slurm.conf and munge key under a temporary folder
+# and starts munged, slurmctld and two slurmd itself; nothing here starts a daemon. As root.
+SLURM_STAMP := /var/lib/servelab-slurm-deps.installed
+slurm-deps: $(SLURM_STAMP)
+$(SLURM_STAMP):
+	@{ command -v /usr/sbin/slurmctld && command -v /usr/sbin/slurmd && command -v sbatch && command -v /usr/sbin/munged; } >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurmctld slurmd slurm-client munge >/dev/null; }
+	@/usr/sbin/slurmctld -V && touch $@
 
 bench: app engine tiny-model
 	$(VENV)/bin/python bench/analyze_throughput.py

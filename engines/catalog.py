@@ -314,6 +314,8 @@ def _node_problems(cat: Catalog, entry: FileEntry, exp: SourcedExperiment) -> li
             out.append(Problem(entry.shown, line, f"hosts[{i}]", f"unknown host {name!r} (hosts.toml has: {', '.join(cat.hosts.names())})"))
         else:
             configs.append(cfg)
+            if cfg.slurm is not None:  # its nodes are Slurm's to choose: one job with srun, not a run per host
+                out.append(Problem(entry.shown, line, f"hosts[{i}]", f"{name} is a Slurm host: multi-node experiments on Slurm (srun) are not supported yet"))
     if len(configs) == len(e.hosts) and e.multinode is not None:
         out.extend(_loopback_head(entry, exp, configs, line))
     world, n = e.parallel.gpus, len(e.hosts)

@@ -71,7 +71,10 @@ def accept_text(rate_pct: float | None, length: float | None) -> str:
 
 
 def display_state(record_status: RunState, exit_code: int | None, analysis: Analysis | None) -> RunState:
-    """One word: the live analysis while the process runs, else what the process did."""
+    """One word: the live analysis while the process runs, else what the process did. A queued
+    batch job is queued whatever its (empty) log says; a run the scheduler ended says so, not crashed."""
+    if record_status is RunState.QUEUED or record_status.is_scheduler_end:
+        return record_status
     if analysis is not None and analysis.state is not RunState.STARTING and record_status.is_active:
         return analysis.state
     if analysis is not None and analysis.state is RunState.CRASHED:

@@ -119,6 +119,9 @@ class PreflightReport:
     hostinfo: HostInfo | None = None
     patches: PatchReport | None = None
     drafter: DrafterReport | None = None
+    #: Where the checks ran when that is not where the engine will ("" on a plain host): a Slurm
+    #: host's preflight runs on its login node, with its Python, costing no queue time.
+    where: str = ""
 
     @property
     def ok(self) -> bool:
@@ -141,12 +144,12 @@ class PreflightReport:
 
     def summary(self) -> str:
         if self.ok:
-            return f"preflight of {self.experiment} on {self.host}: all {len(self.checks)} checks passed in {self.seconds:.1f} s"
+            return f"preflight of {self.experiment} on {self.host}{self.where}: all {len(self.checks)} checks passed in {self.seconds:.1f} s"
         bad = [c for c in self.failed() if not c.skipped]
         skipped = sum(c.skipped for c in self.checks)
         counts = f"{len(bad)} of {len(self.checks)} checks failed" + (f", {skipped} skipped" if skipped else "")
         first = bad[0] if bad else self.failed()[0]
-        return f"preflight of {self.experiment} on {self.host}: {counts} in {self.seconds:.1f} s (first: {first.name}: {first.detail})"
+        return f"preflight of {self.experiment} on {self.host}{self.where}: {counts} in {self.seconds:.1f} s (first: {first.name}: {first.detail})"
 
 
 async def read_hostinfo(host: Host, python: str, package: str, timeout: float = 120.0) -> HostInfo:
@@ -187,6 +190,8 @@ async def run_preflight(
     adapter = get_adapter(e.engine)
     python = cfg.python
     report = PreflightReport(experiment=sourced.name, host=h.name)
+    if h.config.slurm is not None:
+        report.where = " (its login node, with the host's Python: no job, no queue time)"
     started = time.monotonic()
 
     def done(check: Check) -> Check:

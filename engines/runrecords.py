@@ -23,6 +23,7 @@ from servelab.engines.hosts.seen import HostSeen
 from servelab.engines.hostsfile import HostConfig
 from servelab.engines.logs.values import Analysis
 from servelab.engines.runstate import RunState
+from servelab.engines.slurm.states import JobView
 from servelab.engines.values import LaunchSpec
 
 if TYPE_CHECKING:
@@ -87,6 +88,15 @@ class RunRecord:
     gpu_peak_mib: dict[str, int] = field(default_factory=dict)
     #: Seconds from the engine's start to its first GPU allocation (to the supervisor's sample).
     gpu_first_alloc_s: float | None = None
+    #: A run on a Slurm host (``engines/slurm``): the batch job servelab submitted, the nodes Slurm
+    #: chose (``n[1-2]``), the head node and the address its ports are reached at, and Slurm's last
+    #: state and reason as servelab saw them ("" until known).
+    slurm_job: str | None = None
+    slurm_nodes: str = ""
+    head_node: str = ""
+    head_address: str = ""
+    slurm_state: str = ""
+    slurm_reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -111,6 +121,8 @@ class RunStatus:
     analysis: Analysis | None = None
     #: Why the analysis is missing when the analyzer failed (one line).
     analysis_error: str | None = None
+    #: Slurm's view, in servelab's words, for a run on a Slurm host (None elsewhere).
+    job: JobView | None = None
 
     @property
     def status(self) -> RunState:
@@ -137,6 +149,8 @@ class RunStatus:
                 "run_dir": self.record.run_dir,
             }
         )
+        if self.job is not None:
+            out["slurm"] = self.job.to_json()
         return out
 
 

@@ -40,6 +40,9 @@ from servelab.engines.logs.live import LiveAnalyses
 from servelab.engines.nodes.resolve import resolve_run
 from servelab.engines.preflight import run_preflight
 from servelab.engines.runstate import RunState
+from servelab.engines.slurm import jobs as slurm_jobs
+from servelab.engines.slurm.states import JobView
+from servelab.engines.slurm.values import has_ended
 from servelab.engines.runrecords import (
     ARTIFACT_RE,
     EXIT_CODE,
@@ -83,6 +86,8 @@ class Runs:
         #: One live analysis per run, shared by everyone who asks through this ``Runs``; pass the
         #: previous one's when the folder is reloaded, so a run's followers keep sharing one.
         self.live = live if live is not None else LiveAnalyses()
+        #: Slurm's last view of each Slurm run asked about (``engines/slurm``), by run id.
+        self.jobs: dict[str, JobView] = {}
 
     # -- hosts and the helper ---------------------------------------------------------------------
     def host(self, name: str) -> Host:
@@ -167,6 +172,8 @@ class Runs:
         try:
             await h.write_bytes(f"{run_dir}/experiment.toml", exp.text.encode("utf-8"))
             await h.write_bytes(f"{run_dir}/{RUN_JSON}", _dump(rec.to_json()))
+            if cfg.slurm is not None:  # a batch job: Slurm holds the GPUs and starts it when it can
+                return RunRecord.from_json(await slurm_jobs.submit(h, rec.to_json()))
             answer = await self._ctl(h, "start", run_dir)
         except HostUnreachable as exc:
             raise ServelabError(str(exc)) from None
@@ -279,7 +286,11 @@ class Runs:
         if not await h.exists(runs_root(h.config)):
             return []
         answer = await self._ctl(h, "status", runs_root(h.config), *ids)
-        return [(RunRecord.from_json(r), r) for r in answer.get("runs", [])]
+        out = [(RunRecord.from_json(r), r) for r in answer.get("runs", [])]
+        for rec, _ in out:  # a batch job's state is Slurm's (one scontrol each while it may still change)
+            if rec.slurm_job and not has_ended(rec.slurm_state):
+                await self._job_liveness(h, rec)
+        return out
 
     async def latest_of(self, ref: str) -> str | None:
         """``ref`` as a run id: itself when it is one; the id of the experiment's latest run (on its
@@ -400,20 +411,24 @@ class Runs:
             self.seen.unreachable(self._seen_key(h.config), unreachable_reason(h.config, exc))
             raise self._run_unreachable(rec.id, h.name, unreachable_reason(h.config, exc)) from None
         self.seen.answered(self._seen_key(h.config), [rec.to_json()])
+        job = self.jobs.get(rec.id) if rec.slurm_job else None
         if not analyze:
-            return RunStatus(record=rec, alive=alive, exit_code=code)
+            return RunStatus(record=rec, alive=alive, exit_code=code, job=job)
         try:
             analysis = await self.live.get(rec.id, rec.engine).catch_up(h, rec.log_path, alive=alive, exit_code=code)
         except HostUnreachable:
-            return RunStatus(record=rec, alive=alive, exit_code=code)
+            return RunStatus(record=rec, alive=alive, exit_code=code, job=job)
         except Exception as exc:  # the analyzer must never break status
             self.live.drop(rec.id)
             why = " ".join(f"{type(exc).__name__}: {exc}".split())
-            return RunStatus(record=rec, alive=alive, exit_code=code, analysis_error=why)
-        return RunStatus(record=rec, alive=alive, exit_code=code, analysis=analysis)
+            return RunStatus(record=rec, alive=alive, exit_code=code, analysis_error=why, job=job)
+        return RunStatus(record=rec, alive=alive, exit_code=code, analysis=analysis, job=job)
 
     async def _liveness(self, h: Host, rec: RunRecord) -> tuple[bool, int | None]:
-        """(alive, exit code) of a run; updates ``rec.status`` and ``rec.exit_code`` as runctl would."""
+        """(alive, exit code) of a run; updates ``rec.status`` and ``rec.exit_code`` as runctl would.
+        A Slurm run's come from its job (``engines/slurm/jobs``), kept in :attr:`jobs`."""
+        if rec.slurm_job:
+            return await self._job_liveness(h, rec)
         code: int | None = None
         try:
             code = int((await h.read_bytes(f"{rec.run_dir}/{EXIT_CODE}")).strip() or b"0")
@@ -436,6 +451,23 @@ class Runs:
             rec.status = RunState.LOST
         rec.exit_code = code
         return alive, code
+
+    async def _job_liveness(self, h: Host, rec: RunRecord) -> tuple[bool, int | None]:
+        job, data = await slurm_jobs.state(h, rec.to_json())
+        self.jobs[rec.id] = job
+        fresh = RunRecord.from_json(data)
+        for f in fields(RunRecord):
+            setattr(rec, f.name, getattr(fresh, f.name))
+        code: int | None = None
+        try:
+            code = int((await h.read_bytes(f"{rec.run_dir}/{EXIT_CODE}")).strip() or b"0")
+        except (FileNotFoundError, ValueError):
+            code = job.exit_code if job.state.is_terminal else None
+        rec.exit_code = code
+        if code is not None and not job.state.is_terminal:  # the engine ended; Slurm is still ending its job
+            rec.status = RunState.EXITED
+            return False, code
+        return job.alive, code
 
     # -- the log ----------------------------------------------------------------------------------
     async def log_tail(self, run: RunRef, nbytes: int = TAIL_BYTES) -> LogTail:
@@ -493,7 +525,7 @@ class Runs:
                 ended = await h.exists(exit_path)
                 if not ended and idle % 4 == 3:  # every ~1 s: the engine may be gone with no exit code
                     alive, _ = await self._liveness(h, rec)
-                    ended = not alive and rec.pid is not None
+                    ended = not alive and (rec.pid is not None or rec.status.is_terminal)
                 down_since = None
             except HostUnreachable:
                 now = loop.time()
@@ -516,6 +548,15 @@ class Runs:
         """SIGTERM to the run's process group, SIGKILL after ``grace``; only this run's processes.
         ``leader_first``: SIGTERM its leader alone first (a daemon that stops its children itself)."""
         h, rec = await self._at(run)
+        if rec.slurm_job:  # the job is the unit that stops: scancel of the job servelab submitted
+            try:
+                job, data = await slurm_jobs.cancel(h, rec.to_json(), grace)
+            except HostUnreachable as exc:
+                raise self._run_unreachable(rec.id, h.name, unreachable_reason(h.config, exc)) from None
+            self.jobs[rec.id] = job
+            stopped = RunRecord.from_json(data)
+            self.seen.answered(self._seen_key(h.config), [stopped.to_json()])
+            return RunStatus(record=stopped, alive=job.alive, exit_code=stopped.exit_code, job=job)
         if rec.pid is None:
             raise ServelabError(f"run {rec.id} has no process (status {rec.status})")
         try:
@@ -572,6 +613,10 @@ class Runs:
     async def base_url(self, run: RunRef) -> str:
         """``http://127.0.0.1:<port>`` reaching the run's server from here (forwarded over SSH)."""
         h, rec = await self._at(run)
+        if rec.slurm_job and rec.head_address and rec.head_address != "127.0.0.1":  # the job's head node
+            if h.config.is_local:
+                return f"http://{rec.head_address}:{rec.port}"
+            return f"http://127.0.0.1:{await h.forward_port(rec.port, rec.head_address)}"
         port = await h.forward_port(rec.port)
         return f"http://127.0.0.1:{port}"
 

@@ -5,6 +5,9 @@ Two sources name a run's state, and every screen, the CLI and the JSON use these
 - the host (``engines/helpers/runctl.py``, which runs with the host's Python and cannot import
   servelab, spells the same strings): ``launching``, ``running``, ``exited``, ``stopped``,
   ``lost``, and ``refused`` when a launch was turned down;
+- the scheduler (``engines/slurm/states.py``, a Slurm host's batch job): ``queued``, and the ends
+  Slurm itself brings, ``timed out``, ``out of memory``, ``node failed``, ``preempted``,
+  ``cancelled``;
 - the log analyzer: ``starting``, ``loading``, ``ready``, ``crashed``, ``exited``, and ``waiting``
   before the first byte has been read.
 
@@ -31,6 +34,13 @@ class RunState(StrEnum):
     STOPPED = "stopped"
     LOST = "lost"
     REFUSED = "refused"
+    # what the scheduler did (engines.slurm.states): a batch job waiting, or ended by Slurm
+    QUEUED = "queued"
+    TIMED_OUT = "timed out"
+    OUT_OF_MEMORY = "out of memory"
+    NODE_FAILED = "node failed"
+    PREEMPTED = "preempted"
+    CANCELLED = "cancelled"
     # what the log says (engines.logs.analyzer)
     WAITING = "waiting"
     STARTING = "starting"
@@ -46,7 +56,13 @@ class RunState(StrEnum):
     @property
     def is_active(self) -> bool:
         """The process is (or is about to be) up: worth following."""
-        return self in (RunState.LAUNCHING, RunState.RUNNING)
+        return self in (RunState.LAUNCHING, RunState.RUNNING, RunState.QUEUED)
+
+    @property
+    def is_scheduler_end(self) -> bool:
+        """The scheduler ended the run (time limit, memory limit, a node, preemption, a cancel):
+        what its log says last is its last stage, not a crash."""
+        return self in _SCHEDULER_ENDS
 
     @property
     def style(self) -> str:
@@ -62,7 +78,8 @@ class RunState(StrEnum):
             raise ServelabError(f"unknown run state {value!r} (expected one of {', '.join(s.value for s in cls)})") from None
 
 
-_TERMINAL = frozenset({RunState.EXITED, RunState.STOPPED, RunState.LOST, RunState.REFUSED, RunState.CRASHED})
+_SCHEDULER_ENDS = frozenset({RunState.TIMED_OUT, RunState.OUT_OF_MEMORY, RunState.NODE_FAILED, RunState.PREEMPTED, RunState.CANCELLED})
+_TERMINAL = frozenset({RunState.EXITED, RunState.STOPPED, RunState.LOST, RunState.REFUSED, RunState.CRASHED}) | _SCHEDULER_ENDS
 
 #: One style per state, for the experiments table, the runs table and the run screen's title.
 STYLES: dict[RunState, str] = {
@@ -72,6 +89,12 @@ STYLES: dict[RunState, str] = {
     RunState.STOPPED: "dim",
     RunState.LOST: "red",
     RunState.REFUSED: "red",
+    RunState.QUEUED: "magenta",
+    RunState.TIMED_OUT: "yellow",
+    RunState.OUT_OF_MEMORY: "bold red",
+    RunState.NODE_FAILED: "bold red",
+    RunState.PREEMPTED: "yellow",
+    RunState.CANCELLED: "yellow",
     RunState.WAITING: "cyan",
     RunState.STARTING: "cyan",
     RunState.LOADING: "cyan",

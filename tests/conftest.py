@@ -27,6 +27,7 @@ pytest_plugins: list[str] = [
     "tests.fixtures.sglang_server",
     "tests.fixtures.multinode_lab",
     "tests.fixtures.state",
+    "tests.fixtures.slurm",
 ]
 
 

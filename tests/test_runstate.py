@@ -60,12 +60,14 @@ def test_the_analyzer_answers_a_run_state(log: str, state: RunState) -> None:
 
 
 def test_terminal_states_are_the_ones_after_which_nothing_happens() -> None:
+    ended_by_slurm = {RunState.TIMED_OUT, RunState.OUT_OF_MEMORY, RunState.NODE_FAILED, RunState.PREEMPTED, RunState.CANCELLED}
     assert {s for s in RunState if s.is_terminal} == {
-        RunState.EXITED, RunState.STOPPED, RunState.LOST, RunState.REFUSED, RunState.CRASHED,
+        RunState.EXITED, RunState.STOPPED, RunState.LOST, RunState.REFUSED, RunState.CRASHED, *ended_by_slurm,
     }
-    assert not RunState.READY.is_terminal and not RunState.RUNNING.is_terminal
-    assert is_terminal("crashed") and not is_terminal("loading")
-    assert {s for s in RunState if s.is_active} == {RunState.LAUNCHING, RunState.RUNNING}
+    assert {s for s in RunState if s.is_scheduler_end} == ended_by_slurm
+    assert not RunState.READY.is_terminal and not RunState.RUNNING.is_terminal and not RunState.QUEUED.is_terminal
+    assert is_terminal("crashed") and is_terminal("timed out") and not is_terminal("loading")
+    assert {s for s in RunState if s.is_active} == {RunState.LAUNCHING, RunState.RUNNING, RunState.QUEUED}
 
 
 def test_one_style_for_every_state() -> None:

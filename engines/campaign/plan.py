@@ -246,6 +246,11 @@ def plan(campaign: Campaign, catalog: Catalog, estimate: LoadEstimate | None = N
             known = ", ".join(sorted(e.name for e in catalog.experiments)) or "none"
             out.problems.append(Problem(shown, locate(campaign.text, ("base",)), f"base[{i}]", f"no experiment named {name!r} (known: {known})"))
         else:
+            host = catalog.hosts.get(found.experiment.host)
+            if host is not None and host.slurm is not None:  # campaignctl would start engines on the login node itself
+                out.problems.append(Problem(shown, locate(campaign.text, ("base",)), f"base[{i}]",
+                                            f"{name} runs on Slurm host {found.experiment.host}: campaigns on Slurm are not supported yet"))
+                continue
             bases.append(found)
     baseline = spec.baseline
     bases.sort(key=lambda b: b.name != baseline)  # the baseline's loads run first

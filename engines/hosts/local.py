@@ -61,7 +61,7 @@ class LocalHost(Host):
         except (FileNotFoundError, NotADirectoryError):
             return []
 
-    async def forward_port(self, remote_port: int) -> int:
+    async def forward_port(self, remote_port: int, remote_host: str = "127.0.0.1") -> int:
         return remote_port
 
     async def close(self) -> None:

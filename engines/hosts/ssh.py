@@ -94,7 +94,7 @@ class SshHost(Host):
         self._conn: asyncssh.SSHClientConnection | None = None
         self._sftp: asyncssh.SFTPClient | None = None
         self._lock = asyncio.Lock()
-        self._forwards: dict[int, asyncssh.SSHListener] = {}
+        self._forwards: dict[int | tuple[str, int], asyncssh.SSHListener] = {}
         #: How many connections this host has opened (the first plus reconnects): shown by tests.
         self.connects = 0
 
@@ -318,13 +318,14 @@ class SshHost(Host):
         return await self._retry(op)
 
     # -- ports ----------------------------------------------------------------------------------
-    async def forward_port(self, remote_port: int) -> int:
+    async def forward_port(self, remote_port: int, remote_host: str = "127.0.0.1") -> int:
         async def op() -> int:
             conn = await self.connection()
-            listener = self._forwards.get(remote_port)
+            key = remote_port if remote_host == "127.0.0.1" else (remote_host, remote_port)
+            listener = self._forwards.get(key)
             if listener is None:
-                listener = await conn.forward_local_port("127.0.0.1", 0, "127.0.0.1", remote_port)
-                self._forwards[remote_port] = listener
+                listener = await conn.forward_local_port("127.0.0.1", 0, remote_host, remote_port)
+                self._forwards[key] = listener
             return int(listener.get_port())
 
         return await self._retry(op)

@@ -11,7 +11,10 @@ from typing import Any
 from servelab.engines.adapter import speculative_flags
 from servelab.engines.campaign.check import campaign_files, check_campaign, find_campaign
 from servelab.engines.catalog import check, load_catalog
+from servelab.engines.hostsfile import HostConfig
 from servelab.engines.loader import display_path
+from servelab.engines.runrecords import runs_root
+from servelab.engines.slurm.jobs import script_for
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -79,11 +82,13 @@ def cmd_show(args: argparse.Namespace) -> int:
         {"file": p.file, "path": str(exp.patch_path(p)), "sha256": digest, "description": p.description}
         for p, digest in exp.patch_hashes()
     ]
+    script = _job_script(host, e.name, spec.argv, spec.env)
     if args.json:
         print(
             json.dumps(
                 {
                     "name": e.name,
+                    **({"slurm_script": script} if script is not None else {}),
                     "file": display_path(exp.path),
                     "host": host.model_dump(),
                     "argv": spec.argv,
@@ -128,9 +133,20 @@ def cmd_show(args: argparse.Namespace) -> int:
     print("\npatches" + ("" if patches else "  none"))
     for p in patches:
         print(f"  {p['file']}  sha256 {(p['sha256'] or 'MISSING')[:16]}  {p['description']}")
+    if script is not None:
+        print("\njob script  (sbatch --parsable on the login node; the run id is chosen at launch)")
+        print("  " + "\n  ".join(script.rstrip("\n").splitlines()))
     pr = e.probe
     print(f"\nprobe     prompts={pr.prompts} max_tokens={pr.max_tokens} concurrency={pr.concurrency} repeats={pr.repeats} warmup={pr.warmup} auto={pr.auto}")
     return 0
+
+
+def _job_script(host: HostConfig, name: str, argv: list[str], env: dict[str, str]) -> str | None:
+    """The batch script a Slurm host would be sent for this experiment (None for a plain host)."""
+    if host.slurm is None:
+        return None
+    run_id = f"{name}-YYYYmmdd-HHMMSS-xxxx"
+    return script_for(host, run_id, f"{runs_root(host)}/{run_id}", argv, env)
 
 
 def _chunks(argv: list[str]) -> list[str]:

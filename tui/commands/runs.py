@@ -80,9 +80,12 @@ def cmd_launch(args: argparse.Namespace) -> int:
             await before_launch(runs, args.experiment, args.host, say=lambda line: print(line, file=sys.stderr, flush=True))
         rec = await runs.launch(args.experiment, args.host, skip_preflight=args.skip_preflight)
         if args.json:
-            print(json.dumps({"run": rec.id, "host": rec.host, "pid": rec.pid, "port": rec.port, "log_path": rec.log_path, "run_dir": rec.run_dir}), flush=True)
+            job = {"slurm_job": rec.slurm_job} if rec.slurm_job else {}
+            print(json.dumps({"run": rec.id, "host": rec.host, "pid": rec.pid, "port": rec.port, "log_path": rec.log_path, "run_dir": rec.run_dir, **job}), flush=True)
         else:
             print(rec.id, flush=True)
+        if rec.slurm_job:  # stderr: stdout stays the run id
+            print(f"submitted Slurm job {rec.slurm_job} on {rec.host} (servelab status {rec.id}: its queue state)", file=sys.stderr, flush=True)
         if args.follow:
             await _print_log(runs, rec.id, follow=True, errors=False)
         return 0
@@ -267,6 +270,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         code = "-" if st.exit_code is None else str(st.exit_code)
         print(f"{st.record.id}  {st.record.status}  (host {st.record.host}, pid {st.record.pid or '-'}, alive {'yes' if st.alive else 'no'}, exit code {code})")
         print(f"log       {st.record.log_path}")
+        if st.job is not None:  # a Slurm job: Slurm's view, in the core's words
+            where = f", nodes {st.job.node_list}, head {st.record.head_node} at {st.record.head_address}" if st.job.node_list else ""
+            print(f"{'slurm':<9} job {st.job.job_id}: {st.job.words}{where}")
+            if st.job.started_at:
+                print(f"{'started':<9} {st.job.started_at} (job start; submitted {st.job.submitted_at or '-'})")
         a = st.analysis
         if a is not None:
             print(f"{'state':<9} {a.state}")

@@ -321,7 +321,9 @@ class RunScreen(Screen[None]):
                 self.record = status.record
                 self.alive = status.alive
                 self.exit_code = status.exit_code
-                if status.alive:
+                if status.job is not None:  # a Slurm job: Slurm's view in the core's words (queue reason and position)
+                    self.liveness = f"{status.job.words} · job {status.job.job_id}" + (f" on {status.job.node_list}" if status.job.node_list else "")
+                elif status.alive:
                     self.liveness = f"alive · pid {status.record.pid}"
                 elif status.exit_code is not None:
                     self.liveness = f"{status.record.status} · exit code {status.exit_code}"
@@ -329,7 +331,7 @@ class RunScreen(Screen[None]):
                     self.liveness = status.record.status
                 if status.alive != was_alive:
                     self.refresh_bindings()
-                if not status.alive and status.record.pid is not None:
+                if not status.alive and (status.record.pid is not None or (status.job is not None and status.record.status.is_terminal)):
                     await self._mark_exited(status.exit_code)
             self._render_title()
             if self.alive is False and self.exit_code is not None:

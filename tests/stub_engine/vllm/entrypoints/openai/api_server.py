@@ -9,7 +9,8 @@ STUB_LINES (default: forever), STUB_INTERVAL (s, 0.01), STUB_CHILDREN (0), STUB_
 ignores SIGTERM), STUB_HTTP (1: serve GET / on --port), STUB_EXIT (exit code after the lines), STUB_SHM (1: leave a /dev/shm file behind, as engines do).
 With STUB_HTTP it also answers /v1/models, /metrics and streamed POST /v1/chat/completions (one
 token per chunk, STUB_TOKEN_S apart, usage last), and exits with code 3 on request
-STUB_DIE_AFTER_REQUESTS + 1 (an engine crashing mid-probe).
+STUB_DIE_AFTER_REQUESTS + 1 (an engine crashing mid-probe). STUB_LOG: a file whose lines it prints
+first, verbatim (a recorded engine log, or its cut: the stages a real engine would print).
 """
 
 from __future__ import annotations
@@ -118,6 +119,10 @@ def main() -> int:
     if os.environ.get("STUB_HTTP") == "1":
         _serve(_port(argv))
         print("STUB serving", flush=True)
+    if os.environ.get("STUB_LOG"):
+        with open(os.environ["STUB_LOG"], "rb") as f:
+            sys.stdout.buffer.write(f.read())
+        sys.stdout.flush()
     lines = int(os.environ.get("STUB_LINES", "-1"))
     interval = float(os.environ.get("STUB_INTERVAL", "0.01"))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
