@@ -67,6 +67,10 @@ async def launched(lab: NodesLab, experiment: str, lines: list[NodeLine]) -> Asy
     try:
         yield Launched(m, rec, t0)
         await asyncio.wait_for(follower, 60)
+    except BaseException:
+        # a failed body must not leave its servers up: the next test's launch would meet their port and lock
+        await m.stop(rec, grace=10)
+        raise
     finally:
         follower.cancel()
         await close_all()
@@ -86,9 +90,10 @@ async def probe_group(m: MultiNodeRuns, rec: MultiNodeRecord) -> dict[str, Any]:
 
 
 async def complete(m: MultiNodeRuns, rec: MultiNodeRecord) -> dict[str, Any]:
-    """A 4-token completion from the head's server, through the port forwarded from here."""
+    """A 4-token completion from the head's server, through the port forwarded from here: greedy and
+    past the end-of-text token, so a random tiny model cannot end it after one token."""
     url = await m.runs.base_url(rec.head.run_id)
-    body = json.dumps({"model": "tiny-llama", "prompt": "hello", "max_tokens": 4}).encode()
+    body = json.dumps({"model": "tiny-llama", "prompt": "hello", "max_tokens": 4, "temperature": 0, "ignore_eos": True}).encode()
     req = urllib.request.Request(f"{url}/v1/completions", body, {"content-type": "application/json"})
     answer: dict[str, Any] = await asyncio.to_thread(lambda: json.loads(urllib.request.urlopen(req, timeout=120).read()))
     return answer
