@@ -367,6 +367,8 @@ class _Ending:
     failed_stage: str | None
     stopped: bool
     nodes: tuple[RehearsedNode, ...] = ()
+    #: What the stop could not do (a node it could not stop), said with the leftovers.
+    problems: tuple[str, ...] = ()
 
 
 class _Rehearsed(Protocol):
@@ -447,10 +449,9 @@ class _Group:
     async def stop(self) -> _Ending:
         st = await self.nodes.status(self.record)
         live = any(n.status is not None and n.status.alive for n in st.nodes)
+        problems: tuple[str, ...] = ()
         if live:
-            report = await self.nodes.stop(self.record)
-            if report.problems:
-                raise ServelabError(f"rehearsal {self.record.id}: stopping its nodes failed: {'; '.join(report.problems)}")
+            problems = tuple(f"not stopped: {p}" for p in (await self.nodes.stop(self.record)).problems)
             st = await self.nodes.status(self.record)
         head = next(n for n in st.nodes if n.node.serves)
         ended = tuple(
@@ -459,13 +460,14 @@ class _Group:
             for n in st.nodes
         )
         end = _ending(head.status.analysis if head.status is not None else None, st.ended)
-        if self.cause is None:
-            return replace(end, crashed=self.head_crashed, nodes=ended) if self.head_crashed else replace(
-                end, crashed=False, root_cause=None, hint=None, failed_stage=None, nodes=ended)
+        if self.cause is None and self.head_crashed:  # the head's own crash: its analysis has the root cause
+            return replace(end, crashed=True, nodes=ended, problems=problems)
+        if self.cause is None:  # nothing failed before the stop (a node the stop ended mid-load is no root cause)
+            return _Ending(end.analysis, False, None, None, None, end.stopped, ended, problems)
         fa = self.cause_analysis
         return _Ending(
             end.analysis, True, failure_line(self.cause), (fa.hint if fa else None) or (st.hint.render() if st.hint else None),
-            fa.failed_stage if fa else None, st.ended, ended,
+            fa.failed_stage if fa else None, st.ended, ended, problems,
         )
 
     async def cleanup(self, dry_run: bool) -> list[str]:
@@ -574,13 +576,13 @@ async def _watch(
         say(f"  generation {'ok' if generation.ok else 'failed'} in {generation.seconds:.2f} s")
     end = await target.stop()
     if end.analysis is None and end.root_cause is None:  # the stop's read had no analysis: the last poll's
-        end = replace(_ending(analysis, end.stopped), nodes=end.nodes)
+        end = replace(_ending(analysis, end.stopped), nodes=end.nodes, problems=end.problems)
     analysis = end.analysis if end.analysis is not None else analysis
     if state != "ready" and end.crashed:
         state = "crashed"
     # the run's own cleanup (its stray processes, the /dev/shm files it held), then what is still there
     cleaned = tuple(await target.cleanup(dry_run=False))
-    leftovers = tuple(await target.cleanup(dry_run=True))
+    leftovers = tuple(await target.cleanup(dry_run=True)) + end.problems
     ok = state == "ready" and generation is not None and generation.ok and not leftovers and end.stopped
     failed = state != "ready"
     result = RehearsalResult(

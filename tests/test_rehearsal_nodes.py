@@ -8,7 +8,10 @@ before it), so the head's analysis reads the stages a real engine prints.
   nothing of the group is left; the good result is kept per node's inputs (a change on one node's
   host names that node);
 - a worker that crashes during start-up is the rehearsal's root cause, naming that node, and the
-  head (still waiting for it) is stopped.
+  head (still waiting for it) is stopped;
+- the same watch on one host (the StubEngine alone): ready, one answer, stopped;
+- on real parts (one SGLang ``--nnodes 2`` start, marker ``engine``): SGLang's tiny experiment over
+  ``local`` and the sshd host rehearses on both nodes to one generation and stops with nothing left.
 """
 
 from __future__ import annotations
@@ -22,11 +25,15 @@ import pytest
 
 from servelab.engines import preflight_cache
 from servelab.engines.catalog import load_catalog
+from servelab.engines.hosts.registry import close_all
 from servelab.engines.logs.files import analyze_file
 from servelab.engines.nodes.run import GROUP_JSON
-from servelab.engines.rehearsal import last_good, rehearsal_note, rehearse
+from servelab.engines.rehearsal import last_good, launch_offer, rehearsal_note, rehearse
 from servelab.engines.runrecords import RunRecord
+from servelab.engines.runs import Runs
 from servelab.engines.runstate import RunState
+from tests.conftest import need_sglang
+from tests.fixtures.multinode_lab import SGLANG_2N, write_folder
 from tests.fixtures.procs import marked
 from tests.fixtures.runlab import Lab
 from tests.fixtures.sshd import SshServer
@@ -89,6 +96,7 @@ async def test_every_node_rehearses_with_dummy_weights_answers_and_is_stopped(ss
     assert last is not None and last[0].run_id == result.run_id
     note = await rehearsal_note(catalog, "stub-2n")
     assert note.same and note.message().endswith("same inputs")
+    assert await launch_offer(catalog, "stub-2n") is None  # the dashboard's l: nothing changed, nothing to offer
     # box's interpreter changes (another path to the same Python): only node 1's inputs changed
     other = tmp_path / "python-again"
     os.symlink(os.path.realpath(sys.executable), other)
@@ -98,6 +106,8 @@ async def test_every_node_rehearses_with_dummy_weights_answers_and_is_stopped(ss
     note = await rehearsal_note(load_catalog(lab.folder), "stub-2n")
     assert "interpreter on node 1 (box)" in note.changed and all(c.endswith("on node 1 (box)") for c in note.changed), note.changed
     assert not note.same and "interpreter on node 1 (box)" in note.message()
+    offer = await launch_offer(load_catalog(lab.folder), "stub-2n")
+    assert offer is not None and offer.changed == note.changed
 
 
 async def test_a_worker_crash_is_the_root_cause_naming_its_node(ssh_config: SshServer, lab: Lab, tmp_path: Path, cache: Path) -> None:
@@ -116,3 +126,29 @@ async def test_a_worker_crash_is_the_root_cause_naming_its_node(ssh_config: SshS
     assert result.stopped and not result.leftovers and not marked({n.run_id for n in result.nodes})
     catalog = load_catalog(lab.folder)
     assert last_good(catalog.get("stub-2n-crash")) is None  # a crash is never the good rehearsal
+
+
+async def test_one_host_rehearsal_watches_the_same_way(lab: Lab, tmp_path: Path, cache: Path) -> None:
+    lab.experiment("stub-one", env={"STUB_LOG": _cut(GOOD, tmp_path / "ready.log", ready=True), "STUB_HTTP": "1"}, served_model_name="stub-model")
+    result = await rehearse(lab.runs(), "stub-one", skip_preflight=True, ready_timeout=60)
+    assert result.ok and not result.nodes and result.host == "local", "\n".join(result.lines())
+    assert result.generation is not None and result.generation.ok and _dummy(result.argv)
+    assert result.stopped and not result.leftovers and not marked({result.run_id})
+    assert last_good(load_catalog(lab.folder).get("stub-one"), load_catalog(lab.folder).host("local")) is not None
+
+
+@pytest.mark.engine
+async def test_sglang_two_nodes_rehearse_for_real(nodes_sshd: SshServer, tmp_path: Path, cache: Path) -> None:
+    need_sglang()
+    nodes = write_folder(tmp_path / "nodes", nodes_sshd)
+    try:
+        result = await rehearse(Runs(load_catalog(nodes.folder)), SGLANG_2N, ready_timeout=480)
+    finally:
+        await close_all()
+    assert result.ok, "\n".join(result.lines())
+    assert [(n.rank, n.host) for n in result.nodes] == [(0, "local"), (1, "box")]
+    assert all(_dummy(n.argv) and n.state == str(RunState.STOPPED) for n in result.nodes)
+    for n in result.nodes:
+        assert RunRecord.from_json(json.loads((nodes.run_dir(n.host, n.run_id) / "run.json").read_text())).rehearsal
+    assert result.generation is not None and result.generation.ok
+    assert not result.leftovers and not marked({n.run_id for n in result.nodes})
