@@ -13,8 +13,14 @@ its inputs: interpreter, engine, flags, environment, patch set, model and drafte
 ``rehearsal_note`` compares them with now, which is what a launch says ("rehearsed at 14:02, same
 inputs" / "not rehearsed since the patch set changed") and what ``[launch] rehearse`` decides on.
 
+A multi-node experiment rehearses on every node: ``MultiNodeRuns.launch(rehearsal=True)`` starts the
+group as its launch would (every node's preflight, the mechanism's start order), each engine process
+with the adapter's ``rehearsal_spec``; the rehearsal watches the head to ready and one generation,
+takes the first node's failure as the root cause (naming the node), stops every node and runs each
+node's own cleanup. Its inputs are hashed per node (``node_inputs``).
+
 What dummy weights cannot show is said in every result (``CANNOT_SHOW``); for a checkpoint's own
-faults, ``engines/checkpoint_check`` reads the safetensors headers (headers only).
+faults, ``engines/checkpoint_check`` reads the safetensors headers (headers only; the head's copy).
 """
 
 from __future__ import annotations
@@ -23,8 +29,8 @@ import asyncio
 import datetime as dt
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Protocol
 
 import httpx
 
@@ -38,9 +44,11 @@ from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.hosts.registry import open_host
 from servelab.engines.hostsfile import HostConfig
 from servelab.engines.logs.values import Analysis, stage_seconds
+from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeRuns, NodeCheck, NodeFailure, failure_line
 from servelab.engines.patches import load_patch_set
 from servelab.engines.runs import Runs
 from servelab.engines.runstate import RunState, StageState
+from servelab.engines.values import LaunchSpec
 
 KIND = "rehearsal"
 #: The inputs a rehearsal's answer depends on, in the words a launch says what changed.
@@ -61,7 +69,8 @@ MAX_TOKENS = 8
 
 @dataclass(frozen=True)
 class RehearsalInputs:
-    """sha256 of each input (``PARTS``) as the host has it now."""
+    """sha256 of each input as the host has it now: ``PARTS`` for one host; for a multi-node
+    experiment each part per node (``flags on node 1 (box)``), the patch set (servelab's own files) once."""
 
     parts: dict[str, str]
 
@@ -70,16 +79,16 @@ class RehearsalInputs:
         return preflight_cache.digest(KIND, self.parts)
 
     def changed_since(self, before: Mapping[str, str]) -> list[str]:
-        return [p for p in PARTS if before.get(p) != self.parts.get(p)]
+        keys = [*self.parts, *(k for k in before if k not in self.parts)]
+        return [k for k in keys if before.get(k) != self.parts.get(k)]
 
 
-async def rehearsal_inputs(catalog: Catalog, sourced: SourcedExperiment, cfg: HostConfig) -> RehearsalInputs:
-    """The inputs' hashes: what preflight's cache keys on, read the same way (no engine import)."""
+async def _host_parts(catalog: Catalog, sourced: SourcedExperiment, cfg: HostConfig, specs: list[LaunchSpec]) -> dict[str, str]:
+    """What preflight's cache keys on for what ``specs`` start on ``cfg``, read the same way (no engine import)."""
     from servelab.engines.adapter import get_adapter
 
     e = sourced.experiment
     h = open_host(cfg)
-    spec = catalog.launch_spec(sourced, cfg)
     try:
         facts = await run_helper(h, cfg.python, "hostinfo.py", get_adapter(e.engine).package, "--quick", timeout=60)
     except (HelperError, HostUnreachable, TimeoutError, asyncio.TimeoutError) as exc:
@@ -87,21 +96,53 @@ async def rehearsal_inputs(catalog: Catalog, sourced: SourcedExperiment, cfg: Ho
     model = catalog.host_path(sourced, e.model, cfg)
     draft = catalog.host_path(sourced, e.speculative.draft_model, cfg) if e.speculative.draft_model else None
     d = preflight_cache.digest
-    parts = {
+    one = len(specs) == 1  # one host's hashes stay those of its one spec
+    return {
         "interpreter": d(cfg.python),
         "engine": d(facts.get("package"), facts.get("version"), facts.get("root"), facts.get("torch_dist"), facts.get("gpu_devices")),
-        "flags": d(spec.argv),
-        "environment": d(spec.env),
+        "flags": d(specs[0].argv) if one else d([s.argv for s in specs]),
+        "environment": d(specs[0].env) if one else d([s.env for s in specs]),
         "patch set": d([(p.name, p.sha256) for p in load_patch_set(sourced)]),
         "model files": d(await preflight_cache.folder_digest(h, model)),
         "drafter files": d(await preflight_cache.folder_digest(h, draft)),
     }
+
+
+async def rehearsal_inputs(catalog: Catalog, sourced: SourcedExperiment, cfg: HostConfig) -> RehearsalInputs:
+    """The inputs' hashes of a one-host experiment on ``cfg``."""
+    return RehearsalInputs(await _host_parts(catalog, sourced, cfg, [catalog.launch_spec(sourced, cfg)]))
+
+
+async def node_inputs(catalog: Catalog, sourced: SourcedExperiment) -> RehearsalInputs:
+    """The inputs' hashes of a multi-node experiment, per node: each node's interpreter, engine,
+    model and drafter files as its host has them, and the flags and environment of its processes."""
+    plans = catalog.node_plans(sourced)
+    per = await asyncio.gather(*(_host_parts(catalog, sourced, catalog.host(p.node.host), [proc.spec for proc in p.processes]) for p in plans))
+    parts: dict[str, str] = {}
+    for plan, one in zip(plans, per):
+        for part, digest in one.items():
+            parts[part if part == "patch set" else f"{part} on node {plan.node.rank} ({plan.node.host})"] = digest
     return RehearsalInputs(parts)
 
 
-def _cache_key(sourced: SourcedExperiment, cfg: HostConfig) -> str:
-    """The latest good rehearsal is kept per experiment and host."""
-    return preflight_cache.digest(KIND, sourced.name, cfg.name)
+async def inputs_of(catalog: Catalog, sourced: SourcedExperiment, cfg: HostConfig | None = None) -> RehearsalInputs:
+    """The inputs' hashes: every node's for a multi-node experiment, else ``cfg``'s (the experiment's host)."""
+    if sourced.experiment.multinode is not None:
+        return await node_inputs(catalog, sourced)
+    return await rehearsal_inputs(catalog, sourced, cfg or catalog.host(sourced.experiment.host))
+
+
+def _where(sourced: SourcedExperiment, cfg: HostConfig | None) -> str:
+    """Where a rehearsal ran: the host, or a multi-node experiment's hosts, head first."""
+    e = sourced.experiment
+    if e.multinode is not None or cfg is None:
+        return "+".join(e.nodes)
+    return cfg.name
+
+
+def _cache_key(sourced: SourcedExperiment, cfg: HostConfig | None) -> str:
+    """The latest good rehearsal is kept per experiment and host (a multi-node one per its hosts)."""
+    return preflight_cache.digest(KIND, sourced.name, _where(sourced, cfg))
 
 
 @dataclass(frozen=True)
@@ -125,8 +166,24 @@ class Generation:
 
 
 @dataclass(frozen=True)
+class RehearsedNode:
+    """One node process of a multi-node rehearsal: where it ran, its argv, how it ended."""
+
+    rank: int
+    host: str
+    role: str
+    run_id: str
+    argv: tuple[str, ...]
+    #: Its run's state once the rehearsal ended (``stopped`` when the rehearsal's stop ended it).
+    state: str
+
+
+@dataclass(frozen=True)
 class RehearsalResult:
-    """What one rehearsal found. ``ok``: it reached ready, answered, and left nothing behind."""
+    """What one rehearsal found. ``ok``: it reached ready, answered, and left nothing behind.
+
+    A multi-node rehearsal: ``run_id`` is the group's, ``host`` the head's, ``nodes`` every node
+    process, ``argv`` the head's; ``root_cause`` names the node that failed first."""
 
     experiment: str
     host: str
@@ -151,6 +208,7 @@ class RehearsalResult:
     cleaned: tuple[str, ...] = ()
     cannot_show: tuple[str, ...] = CANNOT_SHOW
     argv: tuple[str, ...] = field(default=())
+    nodes: tuple[RehearsedNode, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -170,17 +228,21 @@ class RehearsalResult:
                 "checkpoint": CheckpointCheck.from_json(d.get("checkpoint") or {}),
                 "cannot_show": tuple(d.get("cannot_show") or CANNOT_SHOW),
                 "argv": tuple(d.get("argv") or ()),
+                "nodes": tuple(RehearsedNode(**{**n, "argv": tuple(n.get("argv") or ())}) for n in d.get("nodes") or ()),
             }
         )
 
     def lines(self) -> list[str]:
         """The result as a person reads it."""
+        where = f"{len(self.nodes)} nodes ({', '.join(dict.fromkeys(n.host for n in self.nodes))})" if self.nodes else self.host
         head = (
-            f"rehearsal of {self.experiment} on {self.host}: "
+            f"rehearsal of {self.experiment} on {where}: "
             + (f"ready {self.ready_s:.1f} s after the engine started, answered, stopped clean" if self.ok else f"{self.state.upper()}")
             + f" (run {self.run_id}; {self.seconds:.1f} s in all, {self.preflight_s:.1f} s of it preflight)"
         )
         out = [head]
+        for n in self.nodes:
+            out.append(f"  node {n.rank} {n.host} {n.role}: {n.state} (run {n.run_id})")
         if self.root_cause:
             out.append(f"  root cause: {self.root_cause}" + (f" (in stage {self.failed_stage})" if self.failed_stage else ""))
         if self.hint:
@@ -229,8 +291,8 @@ class RehearsalNote:
         return f"not rehearsed since the {what} changed (last good rehearsal at {at})"
 
 
-def last_good(sourced: SourcedExperiment, cfg: HostConfig) -> tuple[RehearsalResult, float] | None:
-    """The latest good rehearsal of this experiment on this host, and when it was saved."""
+def last_good(sourced: SourcedExperiment, cfg: HostConfig | None = None) -> tuple[RehearsalResult, float] | None:
+    """The latest good rehearsal of this experiment on this host (a multi-node one: on its hosts), and when it was saved."""
     hit = preflight_cache.get(KIND, _cache_key(sourced, cfg))
     if hit is None:
         return None
@@ -240,7 +302,7 @@ def last_good(sourced: SourcedExperiment, cfg: HostConfig) -> tuple[RehearsalRes
         return None
 
 
-def note_for(inputs: RehearsalInputs, sourced: SourcedExperiment, cfg: HostConfig) -> RehearsalNote:
+def note_for(inputs: RehearsalInputs, sourced: SourcedExperiment, cfg: HostConfig | None = None) -> RehearsalNote:
     policy = sourced.experiment.launch.rehearse
     last = last_good(sourced, cfg)
     if last is None:
@@ -251,8 +313,8 @@ def note_for(inputs: RehearsalInputs, sourced: SourcedExperiment, cfg: HostConfi
 async def rehearsal_note(catalog: Catalog, sourced: SourcedExperiment | str, host: str | None = None) -> RehearsalNote:
     """What a launch of ``sourced`` says about its rehearsal (reads the host: the inputs' hashes)."""
     exp = catalog.get(sourced) if isinstance(sourced, str) else sourced
-    cfg = catalog.host(host or exp.experiment.host)
-    return note_for(await rehearsal_inputs(catalog, exp, cfg), exp, cfg)
+    cfg = None if exp.experiment.multinode is not None else catalog.host(host or exp.experiment.host)
+    return note_for(await inputs_of(catalog, exp, cfg), exp, cfg)
 
 
 def _stage_times(analysis: Analysis, reached: Mapping[str, float]) -> tuple[StageTime, ...]:
@@ -269,8 +331,7 @@ def _root_cause(analysis: Analysis | None) -> str | None:
     return f"{rc.exception}: {rc.message}" if rc.exception else rc.message
 
 
-async def _generate(runs: Runs, run_id: str, model: str) -> Generation:
-    url = await runs.base_url(run_id)
+async def _generate(url: str, model: str) -> Generation:
     t0 = time.monotonic()
     try:
         async with httpx.AsyncClient(base_url=url, trust_env=False, timeout=120.0) as http:
@@ -283,6 +344,139 @@ async def _generate(runs: Runs, run_id: str, model: str) -> Generation:
         return Generation(False, "", time.monotonic() - t0, " ".join(f"{type(exc).__name__}: {exc}".split()))
 
 
+@dataclass(frozen=True)
+class _Seen:
+    """The rehearsed run as one poll saw it: every process alive, the serving process's analysis,
+    ready (it answers), crashed (its log or, for a group, any node's failure says so)."""
+
+    alive: bool
+    analysis: Analysis | None
+    ready: bool
+    crashed: bool
+
+
+@dataclass(frozen=True)
+class _Ending:
+    """How the rehearsed run ended, read after its stop: the root cause (naming the node for a
+    group), its hint and stage, each node process's end, and whether a process was still alive."""
+
+    analysis: Analysis | None
+    crashed: bool
+    root_cause: str | None
+    hint: str | None
+    failed_stage: str | None
+    stopped: bool
+    nodes: tuple[RehearsedNode, ...] = ()
+    #: What the stop could not do (a node it could not stop), said with the leftovers.
+    problems: tuple[str, ...] = ()
+
+
+class _Rehearsed(Protocol):
+    """What a rehearsal watches and stops: one run, or a multi-node group."""
+
+    run_id: str
+    argv: tuple[str, ...]
+    model: str
+
+    async def poll(self) -> _Seen: ...
+
+    async def base_url(self) -> str: ...
+
+    async def stop(self) -> _Ending: ...
+
+    async def cleanup(self, dry_run: bool) -> list[str]: ...
+
+
+def _ending(analysis: Analysis | None, stopped: bool) -> _Ending:
+    crashed = analysis is not None and analysis.state == RunState.CRASHED
+    return _Ending(analysis, crashed, _root_cause(analysis), analysis.hint if analysis else None, analysis.failed_stage if analysis else None, stopped)
+
+
+class _OneRun:
+    """A one-host rehearsal's run."""
+
+    def __init__(self, runs: Runs, run_id: str, argv: list[str], model: str, host: str) -> None:
+        self.runs, self.run_id, self.argv, self.model, self.host = runs, run_id, tuple(argv), model, host
+
+    async def poll(self) -> _Seen:
+        st = await self.runs.status(self.run_id)
+        a = st.analysis
+        return _Seen(st.alive, a, a is not None and a.state == RunState.READY, a is not None and a.state == RunState.CRASHED)
+
+    async def base_url(self) -> str:
+        return await self.runs.base_url(self.run_id)
+
+    async def stop(self) -> _Ending:
+        st = await self.runs.status(self.run_id)
+        stopped = st.alive
+        if stopped:
+            st = await self.runs.stop(self.run_id)
+        return _ending(st.analysis, stopped or not st.alive)
+
+    async def cleanup(self, dry_run: bool) -> list[str]:
+        return await self.runs.cleanup(self.host, dry_run=dry_run, run=self.run_id)
+
+
+class _Group:
+    """A multi-node rehearsal's group: the head's analysis and answer, every node's failure and stop.
+
+    The root cause is the first node failure seen before the rehearsal stops anything (a node the
+    stop ends while it loads is not a failure of the start-up)."""
+
+    def __init__(self, runs: Runs, record: MultiNodeRecord, argvs: dict[str, list[str]], model: str) -> None:
+        self.runs, self.nodes, self.record, self.argvs, self.model = runs, MultiNodeRuns(runs), record, argvs, model
+        self.run_id = record.id
+        self.argv = tuple(argvs.get(record.head.run_id, ()))
+        self.cause: NodeFailure | None = None
+        self.cause_analysis: Analysis | None = None
+        self.head_crashed = False
+
+    async def poll(self) -> _Seen:
+        st = await self.nodes.status(self.record)
+        head = next(n for n in st.nodes if n.node.serves)
+        a = head.status.analysis if head.status is not None else None
+        alive = all(n.status is None or n.status.alive for n in st.nodes)  # a node that cannot be asked is not taken for dead
+        if self.cause is None and st.root_cause is not None:
+            self.cause = st.root_cause
+            failed = next((n for n in st.nodes if n.node.run_id == st.root_cause.run_id), None)
+            self.cause_analysis = failed.status.analysis if failed is not None and failed.status is not None else None
+        self.head_crashed = a is not None and a.state == RunState.CRASHED
+        return _Seen(alive, a, st.ready and alive, self.cause is not None or self.head_crashed)
+
+    async def base_url(self) -> str:
+        return await self.runs.base_url(self.record.head.run_id)
+
+    async def stop(self) -> _Ending:
+        st = await self.nodes.status(self.record)
+        live = any(n.status is not None and n.status.alive for n in st.nodes)
+        problems: tuple[str, ...] = ()
+        if live:
+            problems = tuple(f"not stopped: {p}" for p in (await self.nodes.stop(self.record)).problems)
+            st = await self.nodes.status(self.record)
+        head = next(n for n in st.nodes if n.node.serves)
+        ended = tuple(
+            RehearsedNode(n.node.rank, n.node.host, n.node.role, n.node.run_id, tuple(self.argvs.get(n.node.run_id, ())),
+                          str(n.status.record.status) if n.status is not None else f"unreachable: {n.unreachable}")
+            for n in st.nodes
+        )
+        end = _ending(head.status.analysis if head.status is not None else None, st.ended)
+        if self.cause is None and self.head_crashed:  # the head's own crash: its analysis has the root cause
+            return replace(end, crashed=True, nodes=ended, problems=problems)
+        if self.cause is None:  # nothing failed before the stop (a node the stop ended mid-load is no root cause)
+            return _Ending(end.analysis, False, None, None, None, end.stopped, ended, problems)
+        fa = self.cause_analysis
+        return _Ending(
+            end.analysis, True, failure_line(self.cause), (fa.hint if fa else None) or (st.hint.render() if st.hint else None),
+            fa.failed_stage if fa else None, st.ended, ended, problems,
+        )
+
+    async def cleanup(self, dry_run: bool) -> list[str]:
+        out: list[str] = []
+        for n in self.record.nodes:  # each node's own cleanup, on its own host
+            out += await self.runs.cleanup(n.host, dry_run=dry_run, run=n.run_id)
+        return out
+
+
 async def rehearse(
     runs: Runs,
     exp_name: str,
@@ -291,40 +485,60 @@ async def rehearse(
     progress: Callable[[str], None] | None = None,
     ready_timeout: float = READY_TIMEOUT_S,
     save: bool = True,
+    skip_preflight: bool = False,
 ) -> RehearsalResult:
-    """Rehearse ``exp_name`` on its host (or ``host``): start, ready, one generation, stop, nothing left."""
+    """Rehearse ``exp_name`` on its host (or ``host``), or on every node of a multi-node experiment:
+    start, ready, one generation, stop, nothing left. ``skip_preflight``: start without servelab's
+    preflight (as ``servelab launch --skip-preflight``)."""
     catalog = runs.catalog
     sourced = catalog.get(exp_name)
     e = sourced.experiment
-    if e.multinode is not None:
-        raise ServelabError(f"{sourced.name} is a multi-node experiment: rehearsing every node is not supported yet")
-    cfg = catalog.host(host or e.host)
     say = progress or (lambda _line: None)
-    inputs = await rehearsal_inputs(catalog, sourced, cfg)
+    multinode = e.multinode is not None
+    if multinode and host:
+        raise ServelabError(f"--host: {sourced.name} names its own hosts (hosts = [...]); a multi-node rehearsal runs on them")
+    cfg = catalog.host(e.nodes[0] if multinode else host or e.host)
+    inputs = await inputs_of(catalog, sourced, cfg)
     checkpoint_task = asyncio.create_task(check_checkpoint(open_host(cfg), catalog.host_path(sourced, e.model, cfg)))
     started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.monotonic()
+    target: _Rehearsed
     try:
-        rec = await runs.launch(exp_name, cfg.name, rehearsal=True, progress=lambda c: say(c.line() if hasattr(c, "line") else str(c)))
+        if multinode:
+            target = await _start_group(runs, sourced, say, skip_preflight)
+        else:
+            rec = await runs.launch(exp_name, cfg.name, rehearsal=True, skip_preflight=skip_preflight,
+                                    progress=lambda c: say(c.line() if hasattr(c, "line") else str(c)))
+            target = _OneRun(runs, rec.id, rec.argv, rec.model, cfg.name)
     except BaseException:
         checkpoint_task.cancel()
         raise
     preflight_s = time.monotonic() - t0
-    say(f"rehearsal run {rec.id} started (pid {rec.pid}) after {preflight_s:.1f} s of preflight")
+    say(f"rehearsal run {target.run_id} started after {preflight_s:.1f} s of preflight")
     try:
-        return await _watch(runs, sourced, cfg, rec.id, rec.model, rec.argv, inputs, checkpoint_task, started_at, t0, preflight_s, say, ready_timeout, save)
+        return await _watch(target, sourced, cfg, inputs, checkpoint_task, started_at, t0, preflight_s, say, ready_timeout, save)
     except BaseException:
         # interrupted or broken while watching: the rehearsal's run never outlives it
         try:
-            if (await runs.status(rec.id, analyze=False)).alive:
-                await runs.stop(rec.id)
+            await target.stop()
         except (ServelabError, HostUnreachable, OSError):
             pass
         raise
 
 
+async def _start_group(runs: Runs, sourced: SourcedExperiment, say: Callable[[str], None], skip_preflight: bool) -> _Group:
+    """Every node started as its launch would, each engine process with the adapter's dummy weights."""
+    def checked(c: NodeCheck) -> None:
+        say(f"preflight  node {c.rank} ({c.host}): {'ok' if c.ok else c.detail}")
+
+    record = await MultiNodeRuns(runs).launch(sourced.name, skip_preflight=skip_preflight, progress=checked, rehearsal=True)
+    recs = await asyncio.gather(*(runs.find(n.run_id) for n in record.nodes))
+    head = next(rec for _, rec in recs if rec.id == record.head.run_id)
+    return _Group(runs, record, {rec.id: rec.argv for _, rec in recs}, head.model)
+
+
 async def _watch(
-    runs: Runs, sourced: SourcedExperiment, cfg: HostConfig, run_id: str, model: str, argv: list[str], inputs: RehearsalInputs,
+    target: _Rehearsed, sourced: SourcedExperiment, cfg: HostConfig, inputs: RehearsalInputs,
     checkpoint_task: asyncio.Task[CheckpointCheck], started_at: str, t0: float, preflight_s: float, say: Callable[[str], None], ready_timeout: float, save: bool,
 ) -> RehearsalResult:
     e = sourced.experiment
@@ -333,25 +547,23 @@ async def _watch(
     analysis: Analysis | None = None
     state = "timed-out"
     crash_seen: float | None = None
-    alive = True
     while time.monotonic() - t_engine < ready_timeout:
-        st = await runs.status(run_id)
-        alive = st.alive
-        analysis = st.analysis if st.analysis is not None else analysis
+        seen = await target.poll()
+        analysis = seen.analysis if seen.analysis is not None else analysis
         if analysis is not None:
             for s in analysis.stages:
                 if s.status != StageState.PENDING and s.name not in reached:
                     reached[s.name] = time.monotonic() - t_engine
                     say(f"  {s.name} at {reached[s.name]:.1f} s")
-            if analysis.state == RunState.READY:
-                state = "ready"
+        if seen.ready:
+            state = "ready"
+            break
+        if seen.crashed:
+            crash_seen = crash_seen if crash_seen is not None else time.monotonic()
+            if not seen.alive or time.monotonic() - crash_seen > CRASH_SETTLE_S:
+                state = "crashed"
                 break
-            if analysis.state == RunState.CRASHED:
-                crash_seen = crash_seen if crash_seen is not None else time.monotonic()
-                if not alive or time.monotonic() - crash_seen > CRASH_SETTLE_S:
-                    state = "crashed"
-                    break
-        if not alive:
+        if not seen.alive:
             state = str(analysis.state) if analysis is not None and analysis.state.is_terminal else "exited"
             break
         await asyncio.sleep(POLL_S)
@@ -360,25 +572,24 @@ async def _watch(
         ready_s = time.monotonic() - t_engine
     generation = None
     if state == "ready":
-        generation = await _generate(runs, run_id, e.served_model_name or model)
+        generation = await _generate(await target.base_url(), e.served_model_name or target.model)
         say(f"  generation {'ok' if generation.ok else 'failed'} in {generation.seconds:.2f} s")
-    stopped = False
-    st = await runs.status(run_id)
-    if st.alive:
-        st = await runs.stop(run_id)
-        stopped = True
-    analysis = st.analysis if st.analysis is not None else analysis
-    if analysis is not None and state != "ready" and analysis.state == RunState.CRASHED:
+    end = await target.stop()
+    if end.analysis is None and end.root_cause is None:  # the stop's read had no analysis: the last poll's
+        end = replace(_ending(analysis, end.stopped), nodes=end.nodes, problems=end.problems)
+    analysis = end.analysis if end.analysis is not None else analysis
+    if state != "ready" and end.crashed:
         state = "crashed"
     # the run's own cleanup (its stray processes, the /dev/shm files it held), then what is still there
-    cleaned = tuple(await runs.cleanup(cfg.name, dry_run=False, run=run_id))
-    leftovers = tuple(await runs.cleanup(cfg.name, dry_run=True, run=run_id))
-    ok = state == "ready" and generation is not None and generation.ok and not leftovers
+    cleaned = tuple(await target.cleanup(dry_run=False))
+    leftovers = tuple(await target.cleanup(dry_run=True)) + end.problems
+    ok = state == "ready" and generation is not None and generation.ok and not leftovers and end.stopped
+    failed = state != "ready"
     result = RehearsalResult(
         experiment=sourced.name,
         host=cfg.name,
         engine=e.engine,
-        run_id=run_id,
+        run_id=target.run_id,
         state=state,
         ok=ok,
         started_at=started_at,
@@ -387,23 +598,25 @@ async def _watch(
         ready_s=ready_s,
         stages=_stage_times(analysis, reached) if analysis is not None else (),
         generation=generation,
-        root_cause=_root_cause(analysis) if state != "ready" else None,
-        hint=analysis.hint if analysis is not None and state != "ready" else None,
-        failed_stage=analysis.failed_stage if analysis is not None and state != "ready" else None,
-        stopped=stopped or not st.alive,
+        root_cause=end.root_cause if failed else None,
+        hint=end.hint if failed else None,
+        failed_stage=end.failed_stage if failed else None,
+        stopped=end.stopped,
         leftovers=leftovers,
         cleaned=cleaned,
         inputs=inputs.parts,
         checkpoint=await checkpoint_task,
-        argv=tuple(argv),
+        argv=target.argv,
+        nodes=end.nodes,
     )
     if ok and save:
         save_good(result, sourced, cfg)
     return result
 
 
-def save_good(result: RehearsalResult, sourced: SourcedExperiment, cfg: HostConfig) -> None:
-    """Keep ``result`` as the latest good rehearsal of the experiment on this host (only a good one is kept)."""
+def save_good(result: RehearsalResult, sourced: SourcedExperiment, cfg: HostConfig | None = None) -> None:
+    """Keep ``result`` as the latest good rehearsal of the experiment on this host, or on a multi-node
+    experiment's hosts (only a good one is kept)."""
     if not result.ok:
         raise ValueError("only a good rehearsal is kept")
     preflight_cache.put(KIND, _cache_key(sourced, cfg), result.to_json())
@@ -412,10 +625,8 @@ def save_good(result: RehearsalResult, sourced: SourcedExperiment, cfg: HostConf
 async def before_launch(runs: Runs, exp_name: str, host: str | None = None, *, say: Callable[[str], None] | None = None) -> RehearsalNote | None:
     """What a launch does about rehearsal: say whether these inputs were rehearsed, and rehearse first
     when ``[launch] rehearse`` asks; a rehearsal that fails refuses the launch (one line, its root cause).
-    None for a multi-node experiment (not rehearsed yet)."""
+    A multi-node experiment's note reads every node's inputs, and its rehearsal runs on every node."""
     sourced = runs.catalog.get(exp_name)
-    if sourced.experiment.multinode is not None:
-        return None
     tell = say or (lambda _line: None)
     note = await rehearsal_note(runs.catalog, sourced, host)
     tell(f"rehearsal: {note.message()}")
@@ -436,13 +647,11 @@ async def launch_offer(catalog: Catalog, exp_name: str) -> RehearsalNote | None:
     None when there is nothing to offer. With no good rehearsal kept and the policy ``never`` the host
     is not asked at all (the launch opens at once, as before); a host that cannot answer offers nothing."""
     sourced = catalog.get(exp_name)
-    if sourced.experiment.multinode is not None:
-        return None
-    cfg = catalog.host(sourced.experiment.host)
+    cfg = None if sourced.experiment.multinode is not None else catalog.host(sourced.experiment.host)
     if last_good(sourced, cfg) is None and sourced.experiment.launch.rehearse == "never":
         return None
     try:
-        note = note_for(await rehearsal_inputs(catalog, sourced, cfg), sourced, cfg)
+        note = note_for(await inputs_of(catalog, sourced, cfg), sourced, cfg)
     except (ServelabError, HostUnreachable, OSError):
         return None
     return note if note.needed or not note.same else None

@@ -297,7 +297,8 @@ class RunsAPI(Protocol):
     ) -> RunRecord: ...
 
     async def start_spec(
-        self, exp: SourcedExperiment, cfg: HostConfig, spec: LaunchSpec, run_id: str, port: int, patch_record: dict[str, Any]
+        self, exp: SourcedExperiment, cfg: HostConfig, spec: LaunchSpec, run_id: str, port: int, patch_record: dict[str, Any],
+        *, rehearsal: bool = False,
     ) -> RunRecord: ...
 
     async def list(self, host: str | None = None) -> list[RunRecord]: ...

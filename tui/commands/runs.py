@@ -72,12 +72,15 @@ def _with_runs(args: argparse.Namespace, body: Callable[[Runs], Awaitable[T]]) -
 
 def cmd_launch(args: argparse.Namespace) -> int:
     async def body(runs: Runs) -> int:
-        if runs.catalog.get(args.experiment).experiment.multinode is not None:
-            return await _launch_nodes(runs, args)
+        multinode = runs.catalog.get(args.experiment).experiment.multinode is not None
+        if multinode and args.host:
+            raise ServelabError(f"--host: {args.experiment} names its own hosts (hosts = [...]); a multi-node run cannot be moved")
         if not args.skip_preflight:
             from servelab.engines.rehearsal import before_launch  # httpx and the rehearsal only when launching
 
             await before_launch(runs, args.experiment, args.host, say=lambda line: print(line, file=sys.stderr, flush=True))
+        if multinode:
+            return await _launch_nodes(runs, args)
         rec = await runs.launch(args.experiment, args.host, skip_preflight=args.skip_preflight)
         if args.json:
             job = {"slurm_job": rec.slurm_job} if rec.slurm_job else {}

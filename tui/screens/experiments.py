@@ -297,8 +297,10 @@ class ExperimentsScreen(ListScreen[Row]):
             return
 
         def confirmed(yes: bool | None) -> None:  # a multi-node run starts a process on every node: asked first
-            if yes:
-                go(self, OpenPreflight(catalog, row.name, launch=True, skip_preflight=skip_preflight), launched)
+            if yes and skip_preflight:
+                go(self, OpenPreflight(catalog, row.name, launch=True, skip_preflight=True), launched)
+            elif yes:
+                self._offer_rehearsal(catalog, row.name, launched)
 
         go(self, Confirm(*question), confirmed)
 
@@ -324,7 +326,7 @@ class ExperimentsScreen(ListScreen[Row]):
                     return
                 if not result.ok:
                     self.notify(result.lines()[0] + (f"\n{result.root_cause}" if result.root_cause else ""), title="rehearsal failed", severity="error", timeout=15)
-                    go(self, OpenRun(result.run_id))
+                    go(self, OpenRun(result.run_id, group=bool(result.nodes)))
                     return
                 self.notify(result.lines()[0], title="rehearsed", timeout=6)
         go(self, OpenPreflight(catalog, name, launch=True), launched)

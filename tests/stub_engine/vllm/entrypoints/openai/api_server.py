@@ -7,8 +7,8 @@ environment variables (an experiment's ``[env]`` table):
 
 STUB_LINES (default: forever), STUB_INTERVAL (s, 0.01), STUB_CHILDREN (0), STUB_STUBBORN (1: a child
 ignores SIGTERM), STUB_HTTP (1: serve GET / on --port), STUB_EXIT (exit code after the lines), STUB_SHM (1: leave a /dev/shm file behind, as engines do).
-With STUB_HTTP it also answers /v1/models, /metrics and streamed POST /v1/chat/completions (one
-token per chunk, STUB_TOKEN_S apart, usage last), and exits with code 3 on request
+With STUB_HTTP it also answers /v1/models, /metrics, streamed POST /v1/chat/completions (one
+token per chunk, STUB_TOKEN_S apart, usage last) and a plain POST /v1/completions, and exits with code 3 on request
 STUB_DIE_AFTER_REQUESTS + 1 (an engine crashing mid-probe). STUB_LOG: a file whose lines it prints
 first, verbatim (a recorded engine log, or its cut: the stages a real engine would print).
 """
@@ -69,6 +69,18 @@ def _chat_stream(handler: http.server.BaseHTTPRequestHandler) -> None:
     handler.close_connection = True
 
 
+def _completion(handler: http.server.BaseHTTPRequestHandler) -> None:
+    """A plain (not streamed) completion of ``max_tokens`` tokens, as ``/v1/completions`` answers."""
+    length = int(handler.headers.get("Content-Length") or 0)
+    n = int(json.loads(handler.rfile.read(length) or b"{}").get("max_tokens") or 16)
+    _served["requests"] += 1
+    body = json.dumps({"choices": [{"index": 0, "text": " x" * n, "finish_reason": "length"}], "usage": {"prompt_tokens": 3, "completion_tokens": n}}).encode()
+    handler.send_response(200)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
 def _serve(port: int) -> None:
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
@@ -84,6 +96,9 @@ def _serve(port: int) -> None:
             self.wfile.write(body)
 
         def do_POST(self) -> None:  # noqa: N802
+            if self.path == "/v1/completions":
+                _completion(self)
+                return
             if self.path != "/v1/chat/completions":
                 self.send_error(404)
                 return
