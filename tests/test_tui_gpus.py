@@ -9,6 +9,8 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from servelab.tui.app import ServelabApp
 from servelab.tui.widgets.gpu_rows import GpuRows
 from tests.fixtures.gpus import RECORDED, RECORDED_OTHER_PID, RECORDED_PID, fake_smi
@@ -51,3 +53,39 @@ async def test_gpu_rows_mark_this_run_and_foreign_then_the_gpus_come_back(
     finally:
         foreign.kill()
         foreign.wait()
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+async def test_one_long_lived_sampler_serves_the_run_screen_and_leaving_the_screen_ends_it(
+    tui_folder: TuiFolder, fake_smi: Callable[..., None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run screen reads its samples from one nvidia-smi loop (``-lms``), not one nvidia-smi per
+    sample, and closing the screen ends that loop and the sampler that started it."""
+    run_id = tui_folder.replay("tiny-cpu-vllm-baseline", LOG, hold_s=120, exit_code=0)
+    calls = tmp_path / "smi-calls"
+    fake_smi("held-gpus.csv", "held-apps.csv")
+    monkeypatch.setenv("FAKE_SMI_CALLS", str(calls))
+    app = ServelabApp(tui_folder.folder)
+    app.watch_runs = False
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause()
+        screen = await open_run_screen(app, pilot, run_id)
+        await pilot_wait(pilot, lambda: screen.gpus is not None and screen.gpus.fed >= 5, timeout=30)
+        lines = [ln.split() for ln in calls.read_text().splitlines()]
+        loops = [ln for ln in lines if "-lms" in ln]
+        assert len(loops) == 1, lines  # one long-lived nvidia-smi for every sample
+        assert len([ln for ln in lines if any(a.startswith("--query-gpu") for a in ln)]) == 2  # the loop + the sampler's first count
+        assert len(lines) < 5  # memory unchanged: the process list is asked for on the first sample only (then every 10th)
+        loop_pid, sampler_pid = int(loops[0][0]), int(loops[0][1])
+        assert _alive(loop_pid) and _alive(sampler_pid)
+        app.pop_screen()
+        await pilot_wait(pilot, lambda: not _alive(loop_pid) and not _alive(sampler_pid), timeout=10)
+

@@ -45,6 +45,8 @@ class RunGpus:
     no_gpu: str | None = None
     #: Run records of the host, for naming another run's experiment.
     others: tuple[RunRecord, ...] = ()
+    #: Samples fed so far.
+    fed: int = 0
 
     def __post_init__(self) -> None:
         self.track = GpuTrack(RunProcesses.of([self.record]), started=epoch_of(self.record.started_at))
@@ -55,6 +57,7 @@ class RunGpus:
         return self.no_gpu is not None or self.outcome is not None
 
     def feed(self, sample: HostGpus, shards_done: int | None = None) -> None:
+        self.fed += 1
         if not sample.gpu:
             self.no_gpu = sample.reason or "no GPU"
             return

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
+from contextlib import aclosing
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -24,10 +25,8 @@ from textual.screen import Screen
 from textual.widgets import Header, Static
 
 from servelab.engines.errors import ServelabError
-from servelab.engines.gpus.parse import GpuSampleError
-from servelab.engines.gpus.sample import sample_host
-from servelab.engines.gpus.watch import SAMPLE_S, RunGpus
-from servelab.engines.helpers import HelperError
+from servelab.engines.gpus.stream import watch_host
+from servelab.engines.gpus.watch import RunGpus
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.history import earlier_stage_seconds, probe_of
 from servelab.engines.probe.summary import ProbeSummary
@@ -340,26 +339,25 @@ class RunScreen(Screen[None]):
 
     @work(exclusive=True, group="gpus", exit_on_error=False)
     async def _gpu_watch(self) -> None:
-        """Sample the run's host about once a second (``engines.gpus``) until its GPUs are judged after
-        the run ended; a CPU host is asked once and says "no GPU"."""
+        """The run's host's GPUs from one long-lived sampler (``engines.gpus.stream``: a sample a second
+        from one nvidia-smi loop), until they are judged after the run ended; a CPU host answers once
+        and says "no GPU". Leaving the screen cancels this worker, which ends the sampler."""
         while self.record is None:
             await asyncio.sleep(0.2)
         gpus = self.gpus = RunGpus(self.record)
-        while not gpus.done:
-            try:
-                sample = await sample_host(self.runs.host(gpus.record.host))
-            except (HelperError, GpuSampleError, HostUnreachable, OSError) as exc:
-                self.gpu_note = f"GPUs: {exc}"
-                await asyncio.sleep(5 * SAMPLE_S)
-                continue
-            if self.alive is False:
-                gpus.ended(sample.t)
-            gpus.feed(sample, self._shards_done())
-            self.gpu_note = "" if gpus.no_gpu is None else "no GPU"
-            self.query_one(GpuRows).show(gpus.panel() if gpus.no_gpu is None else replace(gpus.panel(), lines=()))
-            self._render_title()
-            if not gpus.done:
-                await asyncio.sleep(SAMPLE_S)
+        async with aclosing(watch_host(self.runs.host(gpus.record.host))) as samples:
+            async for sample in samples:
+                if isinstance(sample, str):
+                    self.gpu_note = sample
+                    continue
+                if self.alive is False:
+                    gpus.ended(sample.t)
+                gpus.feed(sample, self._shards_done())
+                self.gpu_note = "" if gpus.no_gpu is None else "no GPU"
+                self.query_one(GpuRows).show(gpus.panel() if gpus.no_gpu is None else replace(gpus.panel(), lines=()))
+                self._render_title()
+                if gpus.done:
+                    return
 
     def _shards_done(self) -> int | None:
         """The running stage's bar count (the weights' shards during a load), for the flat-memory hint."""
