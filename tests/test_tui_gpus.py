@@ -4,6 +4,7 @@ beside a foreign process; stopping it, the GPUs come back to their pre-launch me
 
 from __future__ import annotations
 
+import fcntl
 import json
 import subprocess
 from collections.abc import Callable
@@ -11,7 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from servelab.engines.gpus.view import GpuView
+from servelab.engines.runrecords import RunRecord
 from servelab.tui.app import ServelabApp
+from servelab.tui.palette import key_commands
+from servelab.tui.screens.gpus import HostGpusScreen
+from servelab.tui.screens.runs import RunsScreen
 from servelab.tui.widgets.gpu_rows import GpuRows
 from tests.fixtures.gpus import RECORDED, RECORDED_OTHER_PID, RECORDED_PID, fake_smi
 from tests.fixtures.tui import RECORDED_LOGS, TuiFolder, open_run_screen, pilot_wait, shown_text, tui_folder
@@ -88,4 +94,48 @@ async def test_one_long_lived_sampler_serves_the_run_screen_and_leaving_the_scre
         assert _alive(loop_pid) and _alive(sampler_pid)
         app.pop_screen()
         await pilot_wait(pilot, lambda: not _alive(loop_pid) and not _alive(sampler_pid), timeout=10)
+
+
+async def test_the_host_view_from_the_runs_list_names_the_run_the_foreign_process_and_the_campaign_lock(
+    tui_folder: TuiFolder, fake_smi: Callable[..., None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``g`` on the runs list opens the highlighted run's host: each GPU with its holders (the servelab
+    run by id and experiment, a foreign process) and the campaign holding its GPU lock, from one
+    long-lived sampler that ends when the view is left. The key is in the footer and the palette."""
+    run_id = tui_folder.replay("tiny-cpu-vllm-baseline", LOG, hold_s=120, exit_code=0)
+    rec = json.loads((tui_folder.workdir / "runs" / run_id / "run.json").read_text())
+    foreign = subprocess.Popen(["sleep", "120"])
+    locks = tui_folder.workdir / "campaigns"
+    locks.mkdir()
+    (locks / "gpus-holder-all.json").write_text(json.dumps({"campaign": "sweep-7", "pid": 4242, "since": "2026-12-04T06:00:00"}))
+    calls = tmp_path / "smi-calls"
+    fake_smi("two-gpus.csv", "two-apps.csv", {RECORDED_PID: rec["pid"], RECORDED_OTHER_PID: foreign.pid})
+    monkeypatch.setenv("FAKE_SMI_CALLS", str(calls))
+    try:
+        with open(locks / "gpus-all.lock", "a+") as held:
+            fcntl.flock(held.fileno(), fcntl.LOCK_EX)  # a campaign's lock on every GPU, held now
+            app = ServelabApp(tui_folder.folder)
+            app.watch_runs = False
+            async with app.run_test(size=(140, 36)) as pilot:
+                await pilot.press("R")
+                runs = app.screen
+                assert isinstance(runs, RunsScreen)
+                await pilot_wait(pilot, lambda: runs.current() is not None and runs.current().id == run_id)  # type: ignore[union-attr]
+                assert "GPUs" in shown_text(app)  # the footer
+                assert any(text.startswith("GPUs — the host view") and "(g)" in text for text, _, _ in key_commands(runs))
+                await pilot.press("g")
+                view = app.screen
+                assert isinstance(view, HostGpusScreen) and view.host == "local"
+                await pilot_wait(pilot, lambda: view.view is not None and "tiny-cpu-vllm-baseline" in shown_text(app), timeout=30)
+                text = shown_text(app)
+                assert f"pid {rec['pid']} python3 10852 MiB (run {run_id}, tiny-cpu-vllm-baseline)" in text
+                assert f"pid {foreign.pid} python3 1636 MiB (foreign)" in text
+                assert "GPU lock: campaign sweep-7 (pid 4242, since 2026-12-04T06:00:00, GPUs all)" in text
+                assert view.view is not None and view.view.lines() == GpuView.of(view.view.sample, [RunRecord.from_json(rec)]).lines()
+                loop = next(ln.split() for ln in calls.read_text().splitlines() if "-lms" in ln)
+                await pilot.press("q")
+                await pilot_wait(pilot, lambda: app.screen is runs and not _alive(int(loop[0])) and not _alive(int(loop[1])), timeout=10)
+    finally:
+        foreign.kill()
+        foreign.wait()
 
