@@ -157,6 +157,10 @@ def test_track_release_and_figures(procs: tuple[subprocess.Popen[bytes], subproc
     assert not stuck.returned and stuck.still[0].holder is Holder.THIS_RUN and "s ends it" in stuck.message
     foreign = release(idle, [held, _at("held-gpus.csv", "held-apps.csv", 121.0)], run, stopped_at=120.0, within_s=5)
     assert not foreign.returned and foreign.still[0].holder is Holder.FOREIGN and "leaves it alone" in foreign.message
+    assert stuck.mine_still and not foreign.mine_still  # what lets s end an ended run's leftovers
+    both = release(idle, [_at("two-gpus.csv", "two-apps.csv", 121.0, {RECORDED_PID: mine.pid})], run, stopped_at=120.0, within_s=5)
+    assert [h.holder for h in both.still] == [Holder.THIS_RUN, Holder.FOREIGN]
+    assert "(this run)" in both.message and "(foreign)" in both.message and "s ends it; the others are not this run's" in both.message
 
 
 @given(st.lists(st.tuples(st.floats(1, 60), st.integers(0, 3), st.integers(-100, 100)), min_size=2, max_size=40))

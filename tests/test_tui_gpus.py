@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ from servelab.engines.gpus.view import GpuView
 from servelab.engines.runrecords import RunRecord
 from servelab.tui.app import ServelabApp
 from servelab.tui.palette import key_commands
+from servelab.tui.screens.confirm import ConfirmScreen
 from servelab.tui.screens.gpus import HostGpusScreen
 from servelab.tui.screens.runs import RunsScreen
 from servelab.tui.widgets.gpu_rows import GpuRows
@@ -139,3 +141,39 @@ async def test_the_host_view_from_the_runs_list_names_the_run_the_foreign_proces
         foreign.kill()
         foreign.wait()
 
+
+async def test_after_a_crash_a_leftover_of_the_run_holding_a_gpu_is_named_and_s_ends_it(
+    tui_folder: TuiFolder, fake_smi: Callable[..., None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run crashed, but a process of its group (its marker) still holds 10 GiB: within N s the
+    screen names it as this run's, ``s`` (disabled for an ended run otherwise) ends it, and the
+    GPUs are then judged back to their pre-launch memory."""
+    monkeypatch.setattr("servelab.engines.gpus.watch.RETURN_WITHIN_S", 3.0)
+    run_id = tui_folder.replay("tiny-cpu-vllm-baseline", LOG, hold_s=1, exit_code=1)
+    leftover = subprocess.Popen(["sleep", "300"], env={**os.environ, "SERVELAB_RUN_ID": run_id})
+    gpus, apps = tmp_path / "gpus.csv", tmp_path / "apps.csv"
+    gpus.write_text((RECORDED / "held-gpus.csv").read_text())
+    apps.write_text((RECORDED / "held-apps.csv").read_text())
+    fake_smi(str(gpus), str(apps), {RECORDED_PID: leftover.pid})
+    try:
+        app = ServelabApp(tui_folder.folder)
+        app.watch_runs = False
+        async with app.run_test(size=(160, 40)) as pilot:
+            await pilot.pause()
+            screen = await open_run_screen(app, pilot, run_id)
+            rows = screen.query_one(GpuRows)
+            await pilot_wait(pilot, lambda: "still held" in rows._shown, timeout=40)
+            assert screen.alive is False and leftover.poll() is None
+            assert f"pid {leftover.pid} python3 10852 MiB (this run)" in rows._shown and "(this run's group: s ends it)" in rows._shown
+            assert screen.check_action("stop", ()) is True
+            await pilot.press("s")
+            await pilot_wait(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            await pilot.press("y")
+            await pilot_wait(pilot, lambda: leftover.poll() is not None, timeout=30)
+            gpus.write_text((RECORDED / "idle-gpus.csv").read_text())
+            apps.write_text((RECORDED / "idle-apps.csv").read_text())
+            await pilot_wait(pilot, lambda: "pre-launch memory" in rows._shown, timeout=30)
+            assert screen.check_action("stop", ()) is None  # nothing of the run is left
+    finally:
+        leftover.kill()
+        leftover.wait()

@@ -47,6 +47,8 @@ class RunGpus:
     others: tuple[RunRecord, ...] = ()
     #: Samples fed so far.
     fed: int = 0
+    #: Seconds the GPUs have after the end to come back to their pre-launch memory.
+    within_s: float = field(default_factory=lambda: RETURN_WITHIN_S)
 
     def __post_init__(self) -> None:
         self.track = GpuTrack(RunProcesses.of([self.record]), started=epoch_of(self.record.started_at))
@@ -68,7 +70,7 @@ class RunGpus:
                 self.load.feed(sample.t, shards_done, sum(mine.values()))
             return
         self.after.append(sample)
-        decided = release(self.track.baseline_mib, self.after, self.track.run, self.stopped_at)
+        decided = release(self.track.baseline_mib, self.after, self.track.run, self.stopped_at, within_s=self.within_s)
         if decided.returned or sample.t - self.stopped_at > decided.within_s:
             self.outcome = decided
 
@@ -76,6 +78,22 @@ class RunGpus:
         """The run stopped or crashed (first seen now, or at ``at``): watch its GPUs come back."""
         if self.stopped_at is None:
             self.stopped_at = time.time() if at is None else at
+
+    @property
+    def held_by_this_run(self) -> bool:
+        """After the end, a process of this run's group still holds GPU memory (judged, or in the
+        latest sample): ``s`` can end it, though the run's own process has gone."""
+        if self.stopped_at is None:
+            return False
+        if self.outcome is not None:
+            return self.outcome.mine_still
+        latest = self.track.latest
+        return latest is not None and latest.gpu and bool(run_memory(latest, self.track.run))
+
+    def stopped_again(self, at: float | None = None) -> None:
+        """Its leftover processes were stopped (``s`` after the end): judge the GPUs' return afresh."""
+        self.stopped_at = time.time() if at is None else at
+        self.after, self.outcome = [], None
 
     def panel(self) -> GpuPanel:
         if self.no_gpu is not None:
@@ -101,7 +119,7 @@ class RunGpus:
             if self.outcome is not None:
                 lines.append(PanelLine(self.outcome.message, note=True))
             elif not mine_any:
-                lines.append(PanelLine(f"after the stop: waiting for the GPUs' memory (up to {RETURN_WITHIN_S:g} s)", note=True))
+                lines.append(PanelLine(f"after the stop: waiting for the GPUs' memory (up to {self.within_s:g} s)", note=True))
             else:
                 lines.append(PanelLine("after the stop: the run's processes still hold memory", note=True))
         return GpuPanel(tuple(lines))

@@ -170,8 +170,8 @@ class RunScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if not writable(self, action, ("stop", "probe")):
             return False
-        if action == "stop" and self.alive is False:
-            return None
+        if action == "stop" and self.alive is False and not (self.gpus is not None and self.gpus.held_by_this_run):
+            return None  # ended, and nothing of its group holds a GPU
         if action == "toggle_preflight":
             return bool(self.query(PreflightBlock))
         return True
@@ -344,7 +344,7 @@ class RunScreen(Screen[None]):
         and says "no GPU". Leaving the screen cancels this worker, which ends the sampler."""
         while self.record is None:
             await asyncio.sleep(0.2)
-        gpus = self.gpus = RunGpus(self.record)
+        gpus = self.gpus = self.gpus or RunGpus(self.record)
         async with aclosing(watch_host(self.runs.host(gpus.record.host))) as samples:
             async for sample in samples:
                 if isinstance(sample, str):
@@ -352,7 +352,10 @@ class RunScreen(Screen[None]):
                     continue
                 if self.alive is False:
                     gpus.ended(sample.t)
+                held = gpus.held_by_this_run
                 gpus.feed(sample, self._shards_done())
+                if gpus.held_by_this_run != held:
+                    self.refresh_bindings()  # s ends what of its group still holds a GPU
                 self.gpu_note = "" if gpus.no_gpu is None else "no GPU"
                 self.query_one(GpuRows).show(gpus.panel() if gpus.no_gpu is None else replace(gpus.panel(), lines=()))
                 self._render_title()
@@ -467,6 +470,9 @@ class RunScreen(Screen[None]):
             if yes:
                 self._stop()
 
+        if self.alive is False:  # ended, but its group still holds a GPU
+            go(self, Confirm(f"End what is left of run {self.run_id}?", "Its processes still hold GPU memory: SIGTERM to each, SIGKILL after 10 s."), answered)
+            return
         go(self, Confirm(f"Stop run {self.run_id}?", "SIGTERM to its process group, SIGKILL after 10 s."), answered)
 
     @work(exclusive=True, group="stop", exit_on_error=False)
@@ -477,9 +483,13 @@ class RunScreen(Screen[None]):
         except (ServelabError, HostUnreachable, OSError) as exc:
             self.notify(str(exc), title="stop failed", severity="error", timeout=8)
             return
+        ended_before = self.alive is False
         self.alive = status.alive
         self.exit_code = status.exit_code
         self.liveness = f"stopped · exit code {status.exit_code}"
+        if ended_before and self.gpus is not None and self.gpus.stopped_at is not None:
+            self.gpus.stopped_again()  # its leftovers ended: do the GPUs come back now?
+            self._gpu_watch()
         self._render_title()
         self.refresh_bindings()
         self.notify(f"{self.run_id} stopped", timeout=4)
