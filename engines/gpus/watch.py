@@ -49,9 +49,11 @@ class RunGpus:
     fed: int = 0
     #: Seconds the GPUs have after the end to come back to their pre-launch memory.
     within_s: float = field(default_factory=lambda: RETURN_WITHIN_S)
+    #: The other processes of its group (a multi-node run's other nodes): theirs count as this run's too.
+    group: tuple[RunRecord, ...] = ()
 
     def __post_init__(self) -> None:
-        self.track = GpuTrack(RunProcesses.of([self.record]), started=epoch_of(self.record.started_at))
+        self.track = GpuTrack(RunProcesses.of([self.record, *self.group]), started=epoch_of(self.record.started_at))
 
     @property
     def done(self) -> bool:
