@@ -221,7 +221,12 @@ class NodesRunScreen(Screen[None]):
         await asyncio.gather(*(self._gpu_host(part) for part in parts))
 
     async def _gpu_host(self, part: NodeGpus) -> None:
-        async with aclosing(watch_host(self.runs.host(part.host))) as samples:
+        try:
+            host = self.runs.host(part.host)
+        except (ServelabError, HostUnreachable, OSError) as exc:  # a host no longer in hosts.toml
+            self.notify(str(exc), title=part.label, severity="warning", timeout=5)
+            return
+        async with aclosing(watch_host(host)) as samples:
             async for sample in samples:
                 if isinstance(sample, str):
                     self.notify(sample, title=part.label, severity="warning", timeout=5)

@@ -345,7 +345,12 @@ class RunScreen(Screen[None]):
         while self.record is None:
             await asyncio.sleep(0.2)
         gpus = self.gpus = self.gpus or RunGpus(self.record)
-        async with aclosing(watch_host(self.runs.host(gpus.record.host))) as samples:
+        try:
+            host = self.runs.host(gpus.record.host)
+        except (ServelabError, HostUnreachable, OSError) as exc:  # a host no longer in hosts.toml
+            self.gpu_note = f"GPUs: {exc}"
+            return
+        async with aclosing(watch_host(host)) as samples:
             async for sample in samples:
                 if isinstance(sample, str):
                     self.gpu_note = sample
