@@ -22,6 +22,7 @@ from servelab.engines.gpus.holders import RunProcesses, held_by, holder, run_mem
 from servelab.engines.gpus.parse import GpuSampleError, from_json, parse_line, parse_output
 from servelab.engines.gpus.readings import GpuFigures, GpuTrack, LoadWatch, release
 from servelab.engines.gpus.sample import sample_host
+from servelab.engines.gpus.stream import GpuStream
 from servelab.engines.gpus.values import Holder, HostGpus
 from servelab.engines.hosts.local import LocalHost
 from servelab.engines.hostsfile import HostConfig
@@ -120,6 +121,24 @@ def test_sample_host_through_the_host_scripts(tmp_path: Path, fake_smi: Callable
     assert s.host == "local" and s.gpus[0].memory_used_mib == 10861 and s.locks == ()
 
 
+def test_a_stream_whose_uploaded_sampler_vanished_puts_it_back(tmp_path: Path, fake_smi: Callable[..., None]) -> None:
+    """The workdir was wiped between two live views: the second stream's sampler cannot be opened,
+    so it is uploaded again and started once more, and the samples come."""
+    fake_smi("held-gpus.csv", "held-apps.csv")
+    host = LocalHost(HostConfig(name="local", python=sys.executable, workdir=str(tmp_path)))
+
+    async def two_views() -> tuple[HostGpus, HostGpus]:
+        async with GpuStream(host, interval=0.2) as first:
+            a = await first.next()
+        for uploaded in (tmp_path / ".servelab" / "helpers").glob("gpusample-*"):
+            uploaded.unlink()
+        async with GpuStream(host, interval=0.2) as second:
+            return a, await second.next()
+
+    a, b = asyncio.run(two_views())
+    assert a.gpus[0].memory_used_mib == b.gpus[0].memory_used_mib == 10861
+    assert list((tmp_path / ".servelab" / "helpers").glob("gpusample-*"))
+
 @settings(max_examples=40, deadline=None)
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5), lambda c: st.lists(c, max_size=3) | st.dictionaries(st.sampled_from(["gpu", "gpus", "apps", "index", "uuid", "locks", "t"]), c, max_size=4), max_leaves=8))
 def test_garbage_is_one_clean_line(data: object) -> None:
@@ -157,6 +176,10 @@ def test_track_release_and_figures(procs: tuple[subprocess.Popen[bytes], subproc
     assert not stuck.returned and stuck.still[0].holder is Holder.THIS_RUN and "s ends it" in stuck.message
     foreign = release(idle, [held, _at("held-gpus.csv", "held-apps.csv", 121.0)], run, stopped_at=120.0, within_s=5)
     assert not foreign.returned and foreign.still[0].holder is Holder.FOREIGN and "leaves it alone" in foreign.message
+    assert stuck.mine_still and not foreign.mine_still  # what lets s end an ended run's leftovers
+    both = release(idle, [_at("two-gpus.csv", "two-apps.csv", 121.0, {RECORDED_PID: mine.pid})], run, stopped_at=120.0, within_s=5)
+    assert [h.holder for h in both.still] == [Holder.THIS_RUN, Holder.FOREIGN]
+    assert "(this run)" in both.message and "(foreign)" in both.message and "s ends it; the others are not this run's" in both.message
 
 
 @given(st.lists(st.tuples(st.floats(1, 60), st.integers(0, 3), st.integers(-100, 100)), min_size=2, max_size=40))

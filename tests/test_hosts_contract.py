@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -82,3 +83,47 @@ async def test_files(host: Host, tmp_path: Path) -> None:
 async def test_implements_the_host_protocol(host: Host) -> None:
     assert isinstance(host, Host)
     assert host.name == host.config.name
+
+
+STREAMER = r"""
+import os, signal, subprocess, sys, time
+child = subprocess.Popen(["sleep", "600"])
+def ended(*_):  # as gpusample.py does: SIGTERM ends what it started, then itself
+    child.terminate()
+    child.wait()
+    sys.exit(0)
+signal.signal(signal.SIGTERM, ended)
+while True:
+    print(os.getpid(), child.pid, os.environ.get("SL_X"), flush=True)
+    time.sleep(0.05)
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] == "Z"
+
+
+async def test_stream_reads_lines_as_they_come_and_close_ends_the_command_and_its_children(host: Host) -> None:
+    stream = await host.stream([sys.executable, "-c", STREAMER], env={"SL_X": "a;$(b)"})
+    first, second = (await stream.readline()).split(), (await stream.readline()).split()
+    assert first == second and first[2] == b"a;$(b)"
+    pid, child = int(first[0]), int(first[1])
+    await stream.close()
+    for _ in range(100):
+        if _gone(pid) and _gone(child):
+            break
+        await asyncio.sleep(0.05)
+    assert _gone(pid) and _gone(child)
+    await stream.close()  # idempotent
+
+
+async def test_stream_of_a_missing_program_ends_at_once_with_127(host: Host) -> None:
+    stream = await host.stream(["/nonexistent/servelab-no-such-program"])
+    assert await stream.readline() == b""
+    code, _err = await stream.finish()
+    assert code == 127
+    await stream.close()

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,8 @@ import pytest
 from servelab.engines.nodes.run import GROUP_JSON, MultiNodeRecord, NodeRun, node_run_id
 from servelab.engines.runrecords import new_run_id
 from servelab.engines.runstate import RunState
+from servelab.tui.widgets.gpu_rows import GpuRows
+from tests.fixtures.gpus import RECORDED_PID, fake_smi
 from tests.fixtures.runlab import Lab
 from tests.fixtures.sshd import SshServer
 from tests.fixtures.stub_nodes import stub_group
@@ -32,6 +37,7 @@ from servelab.tui.widgets.line_index import display_text
 from servelab.tui.widgets.log_view import LogPanel
 
 LOGS = Path(__file__).parent / "data" / "logs" / "multinode"
+__all__ = ["fake_smi"]
 
 
 def log_lines(path: Path) -> list[str]:
@@ -101,6 +107,51 @@ async def test_a_two_node_sglang_run_is_one_run_with_rank_rows_node_filter_and_t
         await pilot.press("enter")
         await pilot_wait(pilot, lambda: isinstance(app.screen, NodesRunScreen) and app.screen.record is not None and app.screen.record.id == group)
 
+
+async def test_a_multi_node_run_shows_each_nodes_gpus_and_a_cpu_node_says_no_gpu_once(
+    tui_folder: TuiFolder, fake_smi: Callable[..., None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two recorded SGLang nodes replayed as real runs: the head's host (local) has the H200 of the
+    recording (FakeNvidiaSmi), its run's process holding 10 GiB; the worker's host (blackwell) is a
+    CPU host (its nvidia-smi finds no driver). Each node's label heads its rows; the CPU node is one
+    "no GPU" line, its host asked once."""
+    group = new_run_id("tiny-sglang-2n")
+    n0, n1 = node_run_id(group, 0, 0, "server"), node_run_id(group, 1, 0, "worker")
+    tui_folder.replay("tiny-sglang-2n", LOGS / "sglang-cpu-2n-tp2-serve-n0.log", hold_s=300, run_id=n0)
+    tui_folder.replay("tiny-sglang-2n", LOGS / "sglang-cpu-2n-tp2-serve-n1.log", hold_s=300, run_id=n1, host="blackwell")
+    record = MultiNodeRecord(group, "tiny-sglang-2n", "sglang", "native", [NodeRun(0, "local", "server", n0, True), NodeRun(1, "blackwell", "worker", n1, False)])
+    (tui_folder.workdir / "runs" / n0 / GROUP_JSON).write_text(json.dumps(record.to_json()))
+    no_driver = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+    cpu_python = tmp_path / "cpu-python"  # blackwell's python: its nvidia-smi finds no driver
+    cpu_python.write_text(f"#!/bin/sh\nFAKE_SMI_FAIL={shlex.quote(no_driver)} exec {shlex.quote(sys.executable)} \"$@\"\n")
+    cpu_python.chmod(0o755)
+    hosts = tui_folder.folder / "hosts.toml"
+    head, _, tail = hosts.read_text().partition("[hosts.blackwell]")
+    hosts.write_text(head + "[hosts.blackwell]" + tail.replace(json.dumps(sys.executable), json.dumps(str(cpu_python)), 1))
+    head_pid = json.loads((tui_folder.workdir / "runs" / n0 / "run.json").read_text())["pid"]
+    fake_smi("held-gpus.csv", "held-apps.csv", {RECORDED_PID: head_pid})
+    monkeypatch.setenv("FAKE_SMI_CALLS", str(tmp_path / "smi-calls"))
+
+    app = ServelabApp(tui_folder.folder)
+    app.watch_runs = False
+    async with app.run_test(size=(160, 48)) as pilot:
+        await app.push_screen(run_screen_for(group, group=True))
+        screen = app.screen
+        assert isinstance(screen, NodesRunScreen)
+        rows = screen.query_one(GpuRows)
+        await pilot_wait(pilot, lambda: screen.gpus is not None and len(screen.gpus) == 2 and screen.gpus[0].gpus.fed >= 3, timeout=40)
+        await pilot_wait(pilot, lambda: "no GPU" in rows._shown)
+        lines = rows._shown.splitlines()
+        assert lines[0] == "n0 local (server)"
+        assert lines[1].startswith("  GPU 0 NVIDIA H200 [") and "10861/143771 MiB" in lines[1]
+        assert lines[2] == f"    pid {head_pid} python3 10852 MiB (this run)"
+        assert [ln for ln in lines if "no GPU" in ln] == [f"n1 blackwell (worker): no GPU ({no_driver})"]
+        worker = screen.gpus[1].gpus
+        assert worker.done and worker.fed == 1  # asked once, not sampled again
+        assert "no GPU" in screen_text(app) and "(this run)" in screen_text(app)
+        loop = next(int(ln.split()[0]) for ln in (tmp_path / "smi-calls").read_text().splitlines() if "-lms" in ln)
+        app.pop_screen()  # ends the head host's sampler (a stream left open at exit leaves its transport to the collector)
+        await pilot_wait(pilot, lambda: not Path(f"/proc/{loop}").exists(), timeout=10)
 
 @pytest.mark.ssh
 async def test_a_stub_group_launched_probed_and_stopped_from_the_dashboard(ssh_config: SshServer, lab: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -81,6 +81,13 @@ class OpenCampaign(Target[None]):
     campaign_id: str
 
 
+@dataclass(frozen=True)
+class OpenHostGpus(Target[None]):
+    """The host view: every GPU of one host, its memory and holders, and the campaigns' GPU locks."""
+
+    host: str
+
+
 _SCREENS: dict[type[Target[Any]], Callable[[Any], Screen[Any]]] = {}
 
 

@@ -13,6 +13,7 @@ from servelab.tui import navigation as nav
 from servelab.tui.screens.campaign import CampaignScreen
 from servelab.tui.screens.compare import CompareScreen
 from servelab.tui.screens.confirm import ConfirmScreen
+from servelab.tui.screens.gpus import HostGpusScreen
 from servelab.tui.screens.nodes_run import NodesRunScreen
 from servelab.tui.screens.preflight import PreflightScreen
 from servelab.tui.screens.run import RunScreen
@@ -36,3 +37,4 @@ def install() -> None:
     nav.register(nav.OpenCompare, lambda t: CompareScreen(t.experiments, t.run_ids))
     nav.register(nav.OpenWhy, lambda t: WhyScreen(t.run_ids))
     nav.register(nav.OpenCampaign, lambda t: CampaignScreen(t.campaign_id))
+    nav.register(nav.OpenHostGpus, lambda t: HostGpusScreen(t.host))

@@ -96,9 +96,18 @@ class Release:
         if not self.still:
             return f"GPU memory not back to its pre-launch figure within {self.within_s:g} s (no process listed holds it)"
         names = "; ".join(h.label for h in self.still[:3])
-        mine = any(h.holder is Holder.THIS_RUN for h in self.still)
-        tail = " (this run's group: s ends it)" if mine else " (not this run's: servelab leaves it alone)"
+        mine = self.mine_still
+        others = any(h.holder is not Holder.THIS_RUN for h in self.still)
+        if mine and others:
+            tail = " (this run's group: s ends it; the others are not this run's: servelab leaves them alone)"
+        else:
+            tail = " (this run's group: s ends it)" if mine else " (not this run's: servelab leaves it alone)"
         return f"GPU memory still held {self.within_s:g} s after the stop: {names}{tail}"
+
+    @property
+    def mine_still(self) -> bool:
+        """A process of this run's group still holds GPU memory: stopping the run again ends it."""
+        return any(h.holder is Holder.THIS_RUN for h in self.still)
 
 
 def release(

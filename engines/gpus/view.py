@@ -70,14 +70,19 @@ class GpuView:
 
     def lines(self) -> list[str]:
         """The text of ``servelab gpus HOST``: a CPU host says "no GPU" once."""
+        return [text for text, _ in self.entries()]
+
+    def entries(self) -> list[tuple[str, Holder | None]]:
+        """:meth:`lines` with whose each holder line is (None: a GPU's line, a lock, a note), for a
+        screen that colours them (the host view)."""
         s = self.sample
         if not s.gpu:
-            return [f"{self.host}: no GPU ({s.reason})"]
-        out = [f"{self.host}: {len(s.gpus)} GPU{'s' if len(s.gpus) != 1 else ''}"]
+            return [(f"{self.host}: no GPU ({s.reason})", None)]
+        out: list[tuple[str, Holder | None]] = [(f"{self.host}: {len(s.gpus)} GPU{'s' if len(s.gpus) != 1 else ''}", None)]
         for row in self.rows:
-            out.append(row.line)
-            out += [f"  {self.holder_text(h)}" for h in row.holders] or ["  no process"]
-            out += [f"  GPU lock: campaign {k.campaign or '?'} (pid {k.pid or '?'}, since {k.since or '?'}, GPUs {k.gpus})" for k in row.locks]
+            out.append((row.line, None))
+            out += [(f"  {self.holder_text(h)}", h.holder) for h in row.holders] or [("  no process", None)]
+            out += [(f"  GPU lock: campaign {k.campaign or '?'} (pid {k.pid or '?'}, since {k.since or '?'}, GPUs {k.gpus})", None) for k in row.locks]
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -95,3 +100,10 @@ class GpuView:
                 for row in self.rows
             ],
         }
+
+
+def unnamed_runs(sample: HostGpus, records: Iterable[RunRecord]) -> set[str]:
+    """Servelab run ids holding a GPU in ``sample`` that ``records`` does not name (a view lists the
+    host's runs again, to say each one's experiment)."""
+    known = {r.id for r in records}
+    return {p.run_id for p in sample.processes if p.run_id is not None and p.run_id not in known}

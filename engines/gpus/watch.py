@@ -45,9 +45,15 @@ class RunGpus:
     no_gpu: str | None = None
     #: Run records of the host, for naming another run's experiment.
     others: tuple[RunRecord, ...] = ()
+    #: Samples fed so far.
+    fed: int = 0
+    #: Seconds the GPUs have after the end to come back to their pre-launch memory.
+    within_s: float = field(default_factory=lambda: RETURN_WITHIN_S)
+    #: The other processes of its group (a multi-node run's other nodes): theirs count as this run's too.
+    group: tuple[RunRecord, ...] = ()
 
     def __post_init__(self) -> None:
-        self.track = GpuTrack(RunProcesses.of([self.record]), started=epoch_of(self.record.started_at))
+        self.track = GpuTrack(RunProcesses.of([self.record, *self.group]), started=epoch_of(self.record.started_at))
 
     @property
     def done(self) -> bool:
@@ -55,6 +61,7 @@ class RunGpus:
         return self.no_gpu is not None or self.outcome is not None
 
     def feed(self, sample: HostGpus, shards_done: int | None = None) -> None:
+        self.fed += 1
         if not sample.gpu:
             self.no_gpu = sample.reason or "no GPU"
             return
@@ -65,7 +72,7 @@ class RunGpus:
                 self.load.feed(sample.t, shards_done, sum(mine.values()))
             return
         self.after.append(sample)
-        decided = release(self.track.baseline_mib, self.after, self.track.run, self.stopped_at)
+        decided = release(self.track.baseline_mib, self.after, self.track.run, self.stopped_at, within_s=self.within_s)
         if decided.returned or sample.t - self.stopped_at > decided.within_s:
             self.outcome = decided
 
@@ -73,6 +80,22 @@ class RunGpus:
         """The run stopped or crashed (first seen now, or at ``at``): watch its GPUs come back."""
         if self.stopped_at is None:
             self.stopped_at = time.time() if at is None else at
+
+    @property
+    def held_by_this_run(self) -> bool:
+        """After the end, a process of this run's group still holds GPU memory (judged, or in the
+        latest sample): ``s`` can end it, though the run's own process has gone."""
+        if self.stopped_at is None:
+            return False
+        if self.outcome is not None:
+            return self.outcome.mine_still
+        latest = self.track.latest
+        return latest is not None and latest.gpu and bool(run_memory(latest, self.track.run))
+
+    def stopped_again(self, at: float | None = None) -> None:
+        """Its leftover processes were stopped (``s`` after the end): judge the GPUs' return afresh."""
+        self.stopped_at = time.time() if at is None else at
+        self.after, self.outcome = [], None
 
     def panel(self) -> GpuPanel:
         if self.no_gpu is not None:
@@ -98,7 +121,7 @@ class RunGpus:
             if self.outcome is not None:
                 lines.append(PanelLine(self.outcome.message, note=True))
             elif not mine_any:
-                lines.append(PanelLine(f"after the stop: waiting for the GPUs' memory (up to {RETURN_WITHIN_S:g} s)", note=True))
+                lines.append(PanelLine(f"after the stop: waiting for the GPUs' memory (up to {self.within_s:g} s)", note=True))
             else:
                 lines.append(PanelLine("after the stop: the run's processes still hold memory", note=True))
         return GpuPanel(tuple(lines))

@@ -45,6 +45,24 @@ def place_of(host: HostConfig) -> tuple[str, str]:
     return (host.ssh or "local", host_workdir(host))
 
 
+class Streamed(ABC):
+    """A command running on a host whose stdout is read as it comes, a line at a time (a sampler
+    printing one JSON line a second). :meth:`close` ends it on the host, and only it."""
+
+    @abstractmethod
+    async def readline(self) -> bytes:
+        """The next line of its stdout; ``b""`` once it has ended."""
+
+    @abstractmethod
+    async def finish(self) -> tuple[int | None, bytes]:
+        """Once stdout has ended: its exit code (None when unknown) and what it said on stderr."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """End it: SIGTERM to the command on the host (to its process group where it leads one; a
+        command that starts children ends them on SIGTERM, as the host scripts do); idempotent."""
+
+
 class HostUnreachable(Exception):
     """The host cannot be reached now (refused, timed out, unknown host key...). Message is one line."""
 
@@ -73,6 +91,11 @@ class Host(ABC):
     @abstractmethod
     async def _run(self, argv: list[str], input: bytes | None, env: dict[str, str] | None, cwd: str | None, timeout: float | None) -> Completed:
         """``run``, every argument given."""
+
+    @abstractmethod
+    async def stream(self, argv: list[str], *, env: dict[str, str] | None = None) -> Streamed:
+        """Start an argv on the host and read its stdout as it comes (:class:`Streamed`); the caller
+        closes it. A program that cannot start reads as an immediate end with exit code 127."""
 
     @abstractmethod
     async def read_bytes(self, path: str, offset: int = 0, limit: int | None = None) -> bytes:

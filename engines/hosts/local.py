@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import signal
 from pathlib import Path
 
-from servelab.engines.hosts.base import Completed, Host
+from servelab.engines.hosts.base import Completed, Host, Streamed
 from servelab.engines.hostsfile import HostConfig
 
 
@@ -43,6 +44,20 @@ class LocalHost(Host):
             raise
         return Completed(list(argv), proc.returncode if proc.returncode is not None else -1, out, err)
 
+    async def stream(self, argv: list[str], *, env: dict[str, str] | None = None) -> Streamed:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,  # its own group: close() can end what it started too
+            )
+        except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+            return _Ended(127, f"{argv[0]}: {exc.strerror}\n".encode())
+        return LocalStream(proc)
+
     async def read_bytes(self, path: str, offset: int = 0, limit: int | None = None) -> bytes:
         return await asyncio.to_thread(_read, path, offset, limit)
 
@@ -63,6 +78,54 @@ class LocalHost(Host):
 
     async def forward_port(self, remote_port: int, remote_host: str = "127.0.0.1") -> int:
         return remote_port
+
+    async def close(self) -> None:
+        return None
+
+
+class LocalStream(Streamed):
+    """A streamed command on this machine: a child process in its own process group."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+
+    async def readline(self) -> bytes:
+        assert self.proc.stdout is not None
+        return await self.proc.stdout.readline()
+
+    async def finish(self) -> tuple[int | None, bytes]:
+        assert self.proc.stderr is not None
+        err = await self.proc.stderr.read()
+        return await self.proc.wait(), err
+
+    async def close(self) -> None:
+        if self.proc.returncode is None:
+            try:  # the group our child leads (start_new_session), as an SSH stream's close does; before any await
+                os.killpg(self.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                await asyncio.wait_for(self.proc.wait(), 5.0)
+            except (asyncio.TimeoutError, TimeoutError):
+                try:
+                    os.killpg(self.pid, signal.SIGKILL)  # the group it leads (start_new_session)
+                except ProcessLookupError:
+                    pass
+                await self.proc.wait()
+
+
+class _Ended(Streamed):
+    """A command that could not start: no line, its exit code and message."""
+
+    def __init__(self, code: int, err: bytes) -> None:
+        self.code, self.err = code, err
+
+    async def readline(self) -> bytes:
+        return b""
+
+    async def finish(self) -> tuple[int | None, bytes]:
+        return self.code, self.err
 
     async def close(self) -> None:
         return None

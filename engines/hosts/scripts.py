@@ -29,7 +29,7 @@ from functools import cached_property
 from pathlib import Path
 
 from servelab.engines.errors import ServelabError
-from servelab.engines.hosts.base import Completed, Host, host_workdir
+from servelab.engines.hosts.base import Completed, Host, Streamed, host_workdir
 from servelab.engines.hostsfile import HostConfig
 
 #: Where scripts live under a host's workdir.
@@ -178,6 +178,22 @@ class HostScripts:
             await self.ensure(host, script, force=gone == "module")
             done = await host.run(script.argv(host.config, python, *args), input=input, env=env, timeout=timeout)
         return done
+
+    async def stream(self, host: Host, python: str, script: HostScript, *args: str, env: dict[str, str] | None = None) -> Streamed:
+        """Start ``python <script> ARGS`` on ``host`` and read its stdout as it comes; the caller closes it."""
+        await self.ensure(host, script)
+        return await host.stream(script.argv(host.config, python, *args), env=env)
+
+    async def recover(self, host: Host, script: HostScript, ended: Completed) -> bool:
+        """A stream that ended before its first line: when its upload had gone, put it back (True:
+        start the stream again, once)."""
+        path = script.path_on(host.config)
+        gone = _gone(ended, script, path)
+        if not gone:
+            return False
+        self._ready.discard(_cache_key(host.config, path))
+        await self.ensure(host, script, force=gone == "module")
+        return True
 
 
 def _gone(done: Completed, script: HostScript, path: str) -> str | None:

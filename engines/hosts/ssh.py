@@ -22,7 +22,7 @@ from typing import TypeVar
 
 import asyncssh
 
-from servelab.engines.hosts.base import Completed, Host, HostUnreachable
+from servelab.engines.hosts.base import Completed, Host, HostUnreachable, Streamed
 from servelab.engines.hosts.sshconfig import SshTarget, resolve_target, split_target
 from servelab.engines.hostsfile import HostConfig
 
@@ -241,6 +241,28 @@ class SshHost(Host):
             return Completed(list(argv), status, bytes(out or b""), bytes(err or b""))
         raise HostUnreachable(f"{self.name} ({self.config.ssh}): cannot open a channel")
 
+    async def stream(self, argv: list[str], *, env: dict[str, str] | None = None) -> Streamed:
+        words = ["env", *(f"{k}={v}" for k, v in env.items()), *argv] if env else list(argv)
+        token = secrets.token_hex(8)
+        command = shlex.join(["sh", "-c", _MARK, "sh", token, *words])
+        for delay in self._backoff:
+            if delay:
+                await asyncio.sleep(delay)
+            conn = await self.connection()
+            try:
+                proc = await conn.create_process(command, encoding=None, stdin=asyncssh.DEVNULL)
+            except _LINK_ERRORS:
+                self._lost()
+                continue  # it never started: safe to try on a new connection
+            stream = SshStream(self, conn, proc, token)
+            try:
+                stream.pid = await _first_line(proc, timeout=self.config.connect_timeout)
+            except asyncio.CancelledError:
+                await stream.close()
+                raise
+            return stream
+        raise HostUnreachable(f"{self.name} ({self.config.ssh}): cannot open a channel")
+
     async def _stop_remote(self, conn: asyncssh.SSHClientConnection, pid: str, token: str) -> None:
         """SIGTERM to an interrupted command's process group, if that process still carries our token."""
         try:
@@ -341,9 +363,46 @@ class SshHost(Host):
                 pass
 
 
-async def _first_line(proc: asyncssh.SSHClientProcess[bytes]) -> str:
+class SshStream(Streamed):
+    """A streamed command over one channel; :meth:`close` closes the channel and SIGTERMs the
+    command's process group on the host (only if it still carries this call's token)."""
+
+    def __init__(self, host: SshHost, conn: asyncssh.SSHClientConnection, proc: asyncssh.SSHClientProcess[bytes], token: str) -> None:
+        self.host, self.conn, self.proc, self.token = host, conn, proc, token
+        self.pid = ""
+        self.closed = False
+
+    async def readline(self) -> bytes:
+        try:
+            return bytes(await self.proc.stdout.readline())
+        except _LINK_ERRORS as exc:
+            self.host._lost(self.conn)
+            raise HostUnreachable(f"{self.host.name}: connection lost while streaming: {_one_line(exc)}") from None
+
+    async def finish(self) -> tuple[int | None, bytes]:
+        try:
+            err = bytes(await self.proc.stderr.read())
+            await self.proc.wait_closed()
+        except _LINK_ERRORS:
+            return None, b""
+        return self.proc.exit_status, err
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if self.pid.isdigit() and self.proc.exit_status is None:
+                # SIGTERM first, its channel still open: a closed stdout alone ends it on a broken pipe,
+                # before it could end what it started
+                await self.host._stop_remote(self.conn, self.pid, self.token)
+        finally:
+            self.proc.close()
+
+
+async def _first_line(proc: asyncssh.SSHClientProcess[bytes], timeout: float = 2.0) -> str:
     try:
-        async with asyncio.timeout(2.0):
+        async with asyncio.timeout(timeout):
             return bytes(await proc.stderr.readline()).decode("ascii", "replace").strip()
     except (asyncio.TimeoutError, TimeoutError, OSError, asyncssh.Error):
         return ""

@@ -10,6 +10,7 @@ that classifies lines in its worker process; the analyses are the nodes' own, no
 from __future__ import annotations
 
 import asyncio
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -21,6 +22,8 @@ from textual.screen import Screen
 from textual.widgets import Header, Static
 
 from servelab.engines.errors import ServelabError
+from servelab.engines.gpus.nodes import NodeGpus, node_gpus, nodes_panel
+from servelab.engines.gpus.stream import watch_host
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.history import probe_of
 from servelab.engines.probe.summary import ProbeSummary
@@ -30,6 +33,7 @@ from servelab.engines.nodes.view import NodeChunk, NodesLog, NodesView, filter_l
 from servelab.engines.runs import Runs
 from servelab.tui.face import probe_of_app, request_probe, servelab_app
 from servelab.tui.navigation import Confirm, OpenSingleRun, OpenWhy, go
+from servelab.tui.widgets.gpu_rows import GpuRows
 from servelab.tui.widgets.log_ingest import IngestUpdate, LogIngest
 from servelab.tui.widgets.log_view import LogPanel
 from servelab.tui.widgets.node_lanes import lanes_table
@@ -66,6 +70,8 @@ class NodesRunScreen(Screen[None]):
         self.probe: ProbeSummary | None = None
         self.liveness = "connecting…"
         self.ended = False
+        #: Each host's GPUs under its nodes' label (``engines.gpus.nodes``); None until the nodes' records are known.
+        self.gpus: list[NodeGpus] | None = None
         self._shown = ("", "", "", "")
 
     @staticmethod
@@ -81,6 +87,7 @@ class NodesRunScreen(Screen[None]):
         yield Static("", id="node-lanes")
         yield Static("", id="nodes-cause")
         yield RootCausePanel(id="root-cause")
+        yield GpuRows(id="gpus")
         yield ProbePanel(id="probe")
         yield LogPanel(self.merged.index, id="log")
         yield KeyFooter()
@@ -137,6 +144,7 @@ class NodesRunScreen(Screen[None]):
         self.view = self.nodes_log.view()
         self._status()
         self._probe_watch()
+        self._gpu_watch()
         try:
             async for item in follow_chunks(self.runs, record):
                 if isinstance(item, NodeChunk):
@@ -200,6 +208,35 @@ class NodesRunScreen(Screen[None]):
             if self.ended:
                 return
             await asyncio.sleep(STATUS_SECONDS)
+
+    @work(exclusive=True, group="gpus", exit_on_error=False)
+    async def _gpu_watch(self) -> None:
+        """Each host of the nodes from its own long-lived sampler (``engines.gpus.stream``), until its
+        GPUs are judged after its nodes ended; a CPU host says "no GPU" once, on its node's line.
+        Leaving the screen cancels this worker, which ends every sampler."""
+        while self.status is None or self.record is None:
+            await asyncio.sleep(0.2)
+        records = {ns.node.run_id: ns.status.record for ns in self.status.nodes if ns.status is not None}
+        parts = self.gpus = node_gpus(self.record.nodes, records)
+        await asyncio.gather(*(self._gpu_host(part) for part in parts))
+
+    async def _gpu_host(self, part: NodeGpus) -> None:
+        try:
+            host = self.runs.host(part.host)
+        except (ServelabError, HostUnreachable, OSError) as exc:  # a host no longer in hosts.toml
+            self.notify(str(exc), title=part.label, severity="warning", timeout=5)
+            return
+        async with aclosing(watch_host(host)) as samples:
+            async for sample in samples:
+                if isinstance(sample, str):
+                    self.notify(sample, title=part.label, severity="warning", timeout=5)
+                    continue
+                if self.status is not None:
+                    part.see({ns.node.run_id: ns.status.alive if ns.status else None for ns in self.status.nodes}, sample.t)
+                part.gpus.feed(sample)
+                self.query_one(GpuRows).show(nodes_panel(self.gpus or []))
+                if part.gpus.done:
+                    return
 
     @work(exclusive=True, group="probe", exit_on_error=False)
     async def _probe_watch(self) -> None:

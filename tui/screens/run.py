@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
+from contextlib import aclosing
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -24,10 +25,8 @@ from textual.screen import Screen
 from textual.widgets import Header, Static
 
 from servelab.engines.errors import ServelabError
-from servelab.engines.gpus.parse import GpuSampleError
-from servelab.engines.gpus.sample import sample_host
-from servelab.engines.gpus.watch import SAMPLE_S, RunGpus
-from servelab.engines.helpers import HelperError
+from servelab.engines.gpus.stream import watch_host
+from servelab.engines.gpus.watch import RunGpus
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.history import earlier_stage_seconds, probe_of
 from servelab.engines.probe.summary import ProbeSummary
@@ -171,8 +170,8 @@ class RunScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if not writable(self, action, ("stop", "probe")):
             return False
-        if action == "stop" and self.alive is False:
-            return None
+        if action == "stop" and self.alive is False and not (self.gpus is not None and self.gpus.held_by_this_run):
+            return None  # ended, and nothing of its group holds a GPU
         if action == "toggle_preflight":
             return bool(self.query(PreflightBlock))
         return True
@@ -340,26 +339,33 @@ class RunScreen(Screen[None]):
 
     @work(exclusive=True, group="gpus", exit_on_error=False)
     async def _gpu_watch(self) -> None:
-        """Sample the run's host about once a second (``engines.gpus``) until its GPUs are judged after
-        the run ended; a CPU host is asked once and says "no GPU"."""
+        """The run's host's GPUs from one long-lived sampler (``engines.gpus.stream``: a sample a second
+        from one nvidia-smi loop), until they are judged after the run ended; a CPU host answers once
+        and says "no GPU". Leaving the screen cancels this worker, which ends the sampler."""
         while self.record is None:
             await asyncio.sleep(0.2)
-        gpus = self.gpus = RunGpus(self.record)
-        while not gpus.done:
-            try:
-                sample = await sample_host(self.runs.host(gpus.record.host))
-            except (HelperError, GpuSampleError, HostUnreachable, OSError) as exc:
-                self.gpu_note = f"GPUs: {exc}"
-                await asyncio.sleep(5 * SAMPLE_S)
-                continue
-            if self.alive is False:
-                gpus.ended(sample.t)
-            gpus.feed(sample, self._shards_done())
-            self.gpu_note = "" if gpus.no_gpu is None else "no GPU"
-            self.query_one(GpuRows).show(gpus.panel() if gpus.no_gpu is None else replace(gpus.panel(), lines=()))
-            self._render_title()
-            if not gpus.done:
-                await asyncio.sleep(SAMPLE_S)
+        gpus = self.gpus = self.gpus or RunGpus(self.record)
+        try:
+            host = self.runs.host(gpus.record.host)
+        except (ServelabError, HostUnreachable, OSError) as exc:  # a host no longer in hosts.toml
+            self.gpu_note = f"GPUs: {exc}"
+            return
+        async with aclosing(watch_host(host)) as samples:
+            async for sample in samples:
+                if isinstance(sample, str):
+                    self.gpu_note = sample
+                    continue
+                if self.alive is False:
+                    gpus.ended(sample.t)
+                held = gpus.held_by_this_run
+                gpus.feed(sample, self._shards_done())
+                if gpus.held_by_this_run != held:
+                    self.refresh_bindings()  # s ends what of its group still holds a GPU
+                self.gpu_note = "" if gpus.no_gpu is None else "no GPU"
+                self.query_one(GpuRows).show(gpus.panel() if gpus.no_gpu is None else replace(gpus.panel(), lines=()))
+                self._render_title()
+                if gpus.done:
+                    return
 
     def _shards_done(self) -> int | None:
         """The running stage's bar count (the weights' shards during a load), for the flat-memory hint."""
@@ -469,6 +475,9 @@ class RunScreen(Screen[None]):
             if yes:
                 self._stop()
 
+        if self.alive is False:  # ended, but its group still holds a GPU
+            go(self, Confirm(f"End what is left of run {self.run_id}?", "Its processes still hold GPU memory: SIGTERM to each, SIGKILL after 10 s."), answered)
+            return
         go(self, Confirm(f"Stop run {self.run_id}?", "SIGTERM to its process group, SIGKILL after 10 s."), answered)
 
     @work(exclusive=True, group="stop", exit_on_error=False)
@@ -479,9 +488,13 @@ class RunScreen(Screen[None]):
         except (ServelabError, HostUnreachable, OSError) as exc:
             self.notify(str(exc), title="stop failed", severity="error", timeout=8)
             return
+        ended_before = self.alive is False
         self.alive = status.alive
         self.exit_code = status.exit_code
         self.liveness = f"stopped · exit code {status.exit_code}"
+        if ended_before and self.gpus is not None and self.gpus.stopped_at is not None:
+            self.gpus.stopped_again()  # its leftovers ended: do the GPUs come back now?
+            self._gpu_watch()
         self._render_title()
         self.refresh_bindings()
         self.notify(f"{self.run_id} stopped", timeout=4)

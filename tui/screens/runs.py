@@ -18,7 +18,7 @@ from servelab.engines.nodes.run import MultiNodeRuns
 from servelab.engines.runrecords import KnownRun, RunRecord
 from servelab.engines.runstate import RunState
 from servelab.tui.face import servelab_app, writable
-from servelab.tui.navigation import Confirm, OpenRun, ask, go
+from servelab.tui.navigation import Confirm, OpenHostGpus, OpenRun, ask, go
 from servelab.tui.widgets.host_action import host_action
 from servelab.tui.widgets.list_screen import ListScreen, cursor_bindings, poll_forever
 from servelab.tui.widgets.key_footer import KeyFooter
@@ -48,6 +48,7 @@ class RunsScreen(ListScreen[RunsRow]):
         Binding("enter,o", "open", "Open", id="runs.open"),
         Binding("s", "stop", "Stop", id="runs.stop"),
         Binding("C", "cleanup", "Cleanup", id="runs.cleanup"),
+        Binding("g", "gpus", "GPUs", tooltip="the host view: every GPU of the run's host and who holds it", id="runs.gpus"),
         Binding("r", "refresh", "Refresh", id="runs.refresh"),
         *cursor_bindings("runs"),
     ]
@@ -116,6 +117,12 @@ class RunsScreen(ListScreen[RunsRow]):
         row = self.current_row()
         if row is not None:
             go(self, OpenRun(row.id, group=bool(row.nodes)))
+
+    def action_gpus(self) -> None:
+        """The host view of the highlighted run's host (a multi-node run's head's)."""
+        row = self.current_row()
+        if row is not None:
+            go(self, OpenHostGpus(row.head.record.host))
 
     def action_refresh(self) -> None:
         self.run_worker(self._load(), group="runs-refresh", exclusive=True, exit_on_error=False)
