@@ -254,7 +254,26 @@ class GpuPeak:
             self.first = round(max(0.0, now - self.started), 1)
             changed = True
         if changed:
+            # two writers (the supervisor's samples, the stop's last one): the record only ever rises
+            rec = read_json(os.path.join(self.run_dir, RUN_JSON)) or {}
+            for key, mib in (rec.get("gpu_peak_mib") or {}).items():
+                if str(key).isdigit() and isinstance(mib, int) and mib > self.peak.get(int(key), -1):
+                    self.peak[int(key)] = mib
+            if isinstance(rec.get("gpu_first_alloc_s"), (int, float)):
+                self.first = rec["gpu_first_alloc_s"] if self.first is None else min(self.first, rec["gpu_first_alloc_s"])
             update_record(self.run_dir, gpu_peak_mib={str(k): v for k, v in sorted(self.peak.items())}, gpu_first_alloc_s=self.first)
+
+
+def last_gpu_sample(run_dir: str, rec: dict[str, Any]) -> None:
+    """One GPU sample for the record just before a stop signals the run: the supervisor samples every
+    ``GPU_SAMPLE_S``, so a run stopped between two samples would keep a peak from before its last
+    allocations (seen on the H200: 4708 MiB recorded of 8804)."""
+    started = rec.get("started_epoch")
+    peak = GpuPeak(run_dir, rec["id"], float(started) if isinstance(started, (int, float)) else time.time())
+    try:
+        peak.sample(time.time())
+    except (OSError, ValueError):
+        pass
 
 
 def gpus_of(rec: dict[str, Any]) -> set[int] | None:
@@ -383,6 +402,7 @@ def supervise(run_dir: str, rec: dict[str, Any], report_fd: int) -> int:
         supervisor_pid=os.getpid(),
         status="running",
         started_local=started_local,
+        started_epoch=round(time.time(), 3),  # the stop's last GPU sample counts the first allocation from here
     )
     hostlib.answer(report_fd, {"ok": True, "record": started})
     owned: set[str] = set()
@@ -460,6 +480,7 @@ def cmd_stop(run_dir: str, grace: float, leader_first: bool = False) -> dict[str
     if not rec.get("pid"):
         return {"ok": False, "error": "run %s has no process recorded" % rec.get("id")}
     if read_exit_code(run_dir) is None:  # an engine that already exited was not stopped by us
+        last_gpu_sample(run_dir, rec)
         write_atomic(os.path.join(run_dir, STOP_REQUESTED), ("%f\n" % time.time()).encode())
     before = members(rec["id"])
     deadline = time.monotonic() + grace
