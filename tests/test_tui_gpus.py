@@ -49,7 +49,7 @@ async def test_gpu_rows_mark_this_run_and_foreign_then_the_gpus_come_back(
             assert text[0].startswith("GPU 0 NVIDIA H200 [") and "12503/143771 MiB util 0% 130 W" in text[0]
             assert text[1] == f"  pid {rec['pid']} python3 10852 MiB (this run)"
             assert text[2] == f"  pid {foreign.pid} python3 1636 MiB (foreign)"
-            assert "first allocation" in text[3] and "peak GPU 0 12503 MiB" in text[3]
+            assert "first allocation" in text[3] and "peak GPU 0 10852 MiB" in text[3]  # the run's own, not the foreign 1636 MiB with it
             assert "(no GPU)" not in shown_text(app)
             screen._stop()
             await pilot_wait(pilot, lambda: screen.alive is False, timeout=30)

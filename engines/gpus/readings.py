@@ -28,7 +28,8 @@ def epoch_of(started_at: str) -> float | None:
 
 @dataclass
 class GpuFigures:
-    """A run's GPU figures for its record: peak MiB used per GPU index it held memory on, and the
+    """A run's GPU figures for its record: its own processes' peak MiB per GPU index it held memory on
+    (the figure the supervisor records in ``gpu_peak_mib``, not the GPU's whole use), and the
     seconds from its start to the first sample where one of its processes held memory."""
 
     peak_mib: dict[int, int] = field(default_factory=dict)
@@ -73,8 +74,8 @@ class GpuTrack:
             self.baseline_mib = {g.uuid: max(0, (g.memory_used_mib or 0) - mine.get(g.uuid, 0)) for g in sample.gpus}
         self.latest = sample
         for gpu in sample.gpus:
-            if gpu.uuid in mine and gpu.memory_used_mib is not None:
-                self.figures.peak_mib[gpu.index] = max(self.figures.peak_mib.get(gpu.index, 0), gpu.memory_used_mib)
+            if gpu.uuid in mine:  # the run's own processes' memory, as its record keeps it: never a foreign holder's
+                self.figures.peak_mib[gpu.index] = max(self.figures.peak_mib.get(gpu.index, 0), mine[gpu.uuid])
         if self.figures.first_alloc_s is None and any(v > 0 for v in mine.values()) and self.started is not None:
             self.figures.first_alloc_s = round(max(0.0, sample.t - self.started), 3)
 
