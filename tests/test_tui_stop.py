@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.text import Text
 from textual.widgets import DataTable, Static
 
+from servelab.engines.logs.lines import LineKind
 from servelab.engines.runstate import RunState
 from tests.fixtures.runlab import Lab, wait_for
 from tests.fixtures.tui import RECORDED_LOGS, pilot_wait
@@ -129,4 +130,9 @@ async def test_a_stop_from_another_process_reads_stopped_in_every_view_and_the_h
         assert not contradictions, contradictions
         assert any("EXITED" in h and "shutting down · pid" in h for h in headers), headers  # its shutdown lines were seen alive
         assert screen.view.root_cause is None  # the engine's shutdown traceback is the stop's echo
+        # ... and the log folds it under the stop line: its EngineDeadError traceback is no error to jump to
+        await pilot_wait(pilot, lambda: screen.index.classified_bytes >= Path(rec.log_path).stat().st_size, timeout=10)
+        stop_line = next(i for i in range(screen.index.line_count) if "trigger received signal=SIGTERM" in screen.index.text(i))
+        assert screen.index.first_error() is None
+        assert all(screen.index.kind(i) is LineKind.NOISE_SHUTDOWN for i in range(stop_line + 1, screen.index.line_count))
     assert not os.path.exists(shm)  # its own /dev/shm file went with the stop
