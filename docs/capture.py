@@ -1,6 +1,12 @@
 """Regenerate docs/img/experiments-120x36.svg, the README's picture of the dashboard.
 
     PYTHONPATH=$PWD .venv/bin/python docs/capture.py [OUT.svg]
+    PYTHONPATH=$PWD .venv/bin/python docs/capture.py --screens
+
+``--screens`` puts the experiments, run, compare and diagnosis screens at 80x24 and 120x36 under
+docs/img/screens/ (``run-80x24.svg``...): the captures ``tests/test_tui_snapshots.py`` checks on every test
+run (real replayed runs, probed, fixed start times), copied as they are, so a picture in docs/ is
+one the suite holds true; ``tests/test_docs.py`` fails when a copy differs from its snapshot.
 
 It opens the real dashboard (``ServelabApp``, under a Textual Pilot at 120x36) on a scratch copy of
 the bundled tiny experiments (``experiments/tiny-cpu-*.toml`` and the hosts they name), laid out
@@ -112,7 +118,28 @@ async def capture(out: Path) -> None:
     out.write_text(svg, encoding="utf-8")
 
 
+#: docs/img name -> the snapshot test that draws that screen.
+SCREENS = {"experiments": "test_experiments_screen", "run": "test_run_screen", "compare": "test_compare_screen", "diagnosis": "test_why_screen"}
+SCREEN_SIZES = ("80x24", "120x36")
+SNAPSHOTS = REPO / "tests" / "__snapshots__" / "test_tui_snapshots"
+
+
+def screen_captures() -> dict[Path, Path]:
+    """docs/img/screens/<screen>-<size>.svg -> the snapshot it copies."""
+    return {REPO / "docs" / "img" / "screens" / f"{name}-{size}.svg": SNAPSHOTS / f"{test}[{size}].svg" for name, test in SCREENS.items() for size in SCREEN_SIZES}
+
+
+def copy_screens() -> int:
+    for out, snapshot in screen_captures().items():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(snapshot, out)
+        print(f"wrote {out.relative_to(REPO)} (from {snapshot.relative_to(REPO)})")
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--screens"]:
+        return copy_screens()
     out = Path(argv[0]).resolve() if argv else OUT
     make_scratch()
     isolate()

@@ -2,6 +2,7 @@
 
 - :func:`latest_runs`: each experiment's newest run with its state, load time and probe figures;
 - :func:`display_state`: the one word a run's state is shown as (the log's word while it runs);
+- :func:`headline`: a run's header, that word with what its process does, from one look;
 - :func:`earlier_stage_seconds`: median stage durations of earlier loads, for ETAs;
 - :func:`latest_probed`: the newest run of each experiment that has a probe to compare.
 
@@ -21,7 +22,7 @@ from servelab.engines.loadtime import load_seconds, load_text
 from servelab.engines.logs.values import Analysis
 from servelab.engines.probe.artifacts import load_probe
 from servelab.engines.probe.summary import ProbeSummary
-from servelab.engines.runrecords import RunRecord
+from servelab.engines.runrecords import RunRecord, RunStatus
 from servelab.engines.runrecords import RunsAPI
 from servelab.engines.runstate import RunState
 
@@ -72,16 +73,57 @@ def accept_text(rate_pct: float | None, length: float | None) -> str:
 
 def display_state(record_status: RunState, exit_code: int | None, analysis: Analysis | None) -> RunState:
     """One word: the live analysis while the process runs, else what the process did. A queued
-    batch job is queued whatever its (empty) log says; a run the scheduler ended says so, not crashed."""
+    batch job is queued whatever its (empty) log says; a run the scheduler ended says so, not crashed;
+    a run servelab stopped is stopped, whatever it printed or exited with while dying."""
+    if analysis is None:
+        return shown_state(record_status, exit_code, None)
+    return shown_state(record_status, exit_code, analysis.state, blamed=analysis.root_cause is not None)
+
+
+def shown_state(record_status: RunState, exit_code: int | None, log_state: RunState | None, *, blamed: bool = False) -> RunState:
+    """:func:`display_state` from the log's word alone. ``blamed``: the log named a root cause (a
+    failure before any stop: the analyzer folds what an engine prints after its stop line)."""
     if record_status is RunState.QUEUED or record_status.is_scheduler_end:
         return record_status
-    if analysis is not None and analysis.state is not RunState.STARTING and record_status.is_active:
-        return analysis.state
-    if analysis is not None and analysis.state is RunState.CRASHED:
+    if log_state is not None and log_state is not RunState.STARTING and record_status.is_active:
+        return log_state
+    if record_status is RunState.STOPPED:  # servelab asked: a dying engine's exit code or echo is not a crash
+        return RunState.CRASHED if log_state is RunState.CRASHED and blamed else RunState.STOPPED
+    if log_state is RunState.CRASHED:
         return RunState.CRASHED
     if record_status is RunState.EXITED and exit_code not in (None, 0):
         return RunState.CRASHED
     return record_status
+
+
+@dataclass(frozen=True)
+class Headline:
+    """A run's header: the state word and what its process does, made together from one look at the
+    run (its status) and its log, so the two cannot contradict (never a terminal state "alive")."""
+
+    state: RunState
+    #: ``alive · pid 12``, ``shutting down · pid 12``, ``stopped · SIGTERM``, ``exited · exit code 1``...
+    words: str
+
+
+def headline(status: RunStatus | None, log_state: RunState, *, blamed: bool = False) -> Headline:
+    """The header of a run whose log reads ``log_state`` (``blamed``: it named a root cause) and whose
+    process is as ``status`` says (None: not asked yet)."""
+    if status is None:
+        return Headline(log_state, "connecting…")
+    rec = status.record
+    state = shown_state(rec.status, status.exit_code, log_state, blamed=blamed)
+    if status.job is not None:  # a Slurm job: Slurm's view in the core's words (queue reason and position)
+        return Headline(state, f"{status.job.words} · job {status.job.job_id}" + (f" on {status.job.node_list}" if status.job.node_list else ""))
+    if status.alive:
+        if state.is_terminal:  # the log says it ended (a stop's shutdown lines) while its process still dies
+            return Headline(state, f"{'stopping' if rec.stop_signal else 'shutting down'} · pid {rec.pid}")
+        return Headline(state, f"alive · pid {rec.pid}")
+    if rec.status is RunState.STOPPED and rec.stop_signal:
+        return Headline(state, f"stopped · {rec.stop_signal}")
+    if status.exit_code is not None:
+        return Headline(state, f"{rec.status} · exit code {status.exit_code}")
+    return Headline(state, str(rec.status))
 
 
 async def probe_of(runs: RunsAPI, run_id: str) -> ProbeSummary | None:
@@ -102,6 +144,7 @@ async def latest_runs(runs: RunsAPI, live: Mapping[str, Analysis] | None = None)
         records = await runs.list()
     except ServelabError as exc:
         return {}, {"hosts": str(exc)}
+    unreachable = dict(runs.unreachable)  # this listing's: another may run while the figures are read
     newest: dict[str, RunRecord] = {}
     for rec in records:  # oldest first: the last one wins
         newest[rec.experiment] = rec
@@ -113,7 +156,7 @@ async def latest_runs(runs: RunsAPI, live: Mapping[str, Analysis] | None = None)
     out: dict[str, LatestRun] = {}
     for rec, res in zip(newest.values(), results, strict=True):
         out[rec.experiment] = res if isinstance(res, LatestRun) else LatestRun(rec.id, rec.status)
-    return out, dict(runs.unreachable)
+    return out, unreachable
 
 
 def _held(runs: RunsAPI, rec: RunRecord) -> Analysis | None:

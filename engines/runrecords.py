@@ -97,6 +97,10 @@ class RunRecord:
     head_address: str = ""
     slurm_state: str = ""
     slurm_reason: str = ""
+    #: The last signal servelab's stop sent (``SIGTERM``, ``SIGKILL`` after the grace), None when no
+    #: stop was asked for: a run servelab stopped reads "stopped · SIGTERM" whatever it printed or
+    #: exited with while dying.
+    stop_signal: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -123,6 +127,8 @@ class RunStatus:
     analysis_error: str | None = None
     #: Slurm's view, in servelab's words, for a run on a Slurm host (None elsewhere).
     job: JobView | None = None
+    #: What a stop removed with the run (its own /dev/shm files), as runctl answered; empty otherwise.
+    cleaned: list[str] = field(default_factory=list)
 
     @property
     def status(self) -> RunState:
@@ -143,6 +149,7 @@ class RunStatus:
                 "pgid": self.record.pgid,
                 "alive": self.alive,
                 "exit_code": self.exit_code,
+                "stop_signal": self.record.stop_signal,
                 "port": self.record.port,
                 "started_at": self.record.started_at,
                 "log_path": self.record.log_path,

@@ -31,6 +31,7 @@ from servelab.engines.catalog import Catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.experiment import SourcedExperiment
 from servelab.engines.helpers import run_script
+from servelab.engines.helpers.runctl import STOP_REQUESTED, stop_signal_of
 from servelab.engines.hosts.base import Host, HostUnreachable, host_workdir, place_of
 from servelab.engines.hosts.registry import open_host
 from servelab.engines.hosts.seen import HostSeen, SeenStore, clock, host_key
@@ -209,9 +210,10 @@ class Runs:
     async def list(self, host: str | None = None) -> list[RunRecord]:
         """Every run on the host (all configured hosts when None, each place once), oldest first.
 
-        Hosts that cannot be reached are left out and named in :attr:`unreachable`.
+        Hosts that cannot be reached are left out and named in :attr:`unreachable` (set when the
+        listing ends: two listings at once, the watcher's and a screen's, never see each other's half).
         """
-        self.unreachable = {}
+        unreachable: dict[str, str] = {}
         names = self.host_names(host)
         for name in names:
             self.catalog.host(name)  # an unknown name is the user's error, not an unreachable host
@@ -221,7 +223,7 @@ class Runs:
             if isinstance(res, BaseException):
                 if not isinstance(res, (HostUnreachable, ServelabError, OSError)):
                     raise res
-                self.unreachable[name] = str(res)
+                unreachable[name] = str(res)
                 if isinstance(res, HostUnreachable):
                     cfg = self.catalog.host(name)
                     self.seen.unreachable(self._seen_key(cfg), unreachable_reason(cfg, res))
@@ -229,6 +231,7 @@ class Runs:
             self.seen.answered(self._seen_key(self.catalog.host(name)), [r.to_json() for r, _ in res], complete=True)
             for r, _ in res:
                 out.setdefault(r.id, r)
+        self.unreachable = unreachable
         return sorted(out.values(), key=lambda r: (r.started_at, r.id))
 
     async def list_known(self, host: str | None = None) -> builtins.list[KnownRun]:
@@ -446,7 +449,11 @@ class Runs:
         if alive:
             rec.status = RunState.RUNNING
         elif code is not None:
-            rec.status = RunState.STOPPED if await h.exists(f"{rec.run_dir}/stop_requested") else RunState.EXITED
+            try:
+                rec.stop_signal = stop_signal_of(await h.read_bytes(f"{rec.run_dir}/{STOP_REQUESTED}"))
+            except FileNotFoundError:
+                rec.stop_signal = None
+            rec.status = RunState.STOPPED if rec.stop_signal is not None else RunState.EXITED
         elif rec.pid:
             rec.status = RunState.LOST
         rec.exit_code = code
@@ -570,7 +577,8 @@ class Runs:
         state = answer.get("state") or {}
         stopped = RunRecord.from_json(state)
         self.seen.answered(self._seen_key(h.config), [stopped.to_json()])
-        return RunStatus(record=stopped, alive=bool(state.get("alive")), exit_code=state.get("exit_code"))
+        cleaned = [str(s.get("path")) for s in answer.get("cleaned") or [] if isinstance(s, dict)]
+        return RunStatus(record=stopped, alive=bool(state.get("alive")), exit_code=state.get("exit_code"), cleaned=cleaned)
 
     async def cleanup(self, host: str | None = None, dry_run: bool = True, *, run: str | None = None) -> builtins.list[str]:
         """Leftovers of ended servelab runs: their stray processes and /dev/shm files.

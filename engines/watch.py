@@ -4,7 +4,9 @@ Textual-free: the dashboard (``tui/app.py``) starts it and turns its announcemen
 
 Each running run is polled through ``Runs.status``, whose analysis is the run's one shared
 :class:`~engines.logs.live.LiveAnalysis`: a run open on its screen is fed by that screen's log
-stream and not read again here. A process that exited with a non-zero exit code also counts as a
+stream and not read again here. Each change of a run's shown state (a stop from any screen or any
+process, ready, a crash) is told to ``on_change``, the one event every view of runs refreshes on,
+within a poll (``POLL_SECONDS``). A process that exited with a non-zero exit code also counts as a
 crash when the log did not say so (the one rule, :func:`engines.history.display_state`). A follower that fails on something unexpected is reported
 (``on_error``) and forgotten, so the next listing starts it again rather than the run going quiet.
 """
@@ -32,15 +34,19 @@ TAIL_POLLS = 10
 Announce = Callable[[str, str, str, str], None]
 #: ``(run_id, exception)``: a follower ended on an exception nobody expected (a bug, not a host down).
 OnError = Callable[[str, BaseException], None]
+#: ``(run_id)``: a followed run's shown state changed (``display_state``): a stop from any screen or
+#: process, a ready, a crash, an exit. Every view of runs refreshes on it.
+OnChange = Callable[[str], None]
 
 
 class RunWatcher:
     """Announces each run's ready and crash once."""
 
-    def __init__(self, runs: Callable[[], Runs], announce: Announce, on_error: OnError) -> None:
+    def __init__(self, runs: Callable[[], Runs], announce: Announce, on_error: OnError, on_change: OnChange | None = None) -> None:
         self._runs = runs
         self._announce = announce
         self._on_error = on_error
+        self._on_change = on_change
         self._watching: dict[str, asyncio.Task[None]] = {}
         self._announced: set[tuple[str, str]] = set()
         #: Log size when this dashboard first saw each run: what it held then is history, also for
@@ -115,6 +121,7 @@ class RunWatcher:
                 return
         backlog = self._backlog[run_id]
         live = runs.live.get(run_id, engine)
+        shown: RunState | None = None
         while True:
             try:
                 status = await runs.status(run_id)
@@ -123,6 +130,11 @@ class RunWatcher:
                 return
             if status.analysis is not None:
                 self._check(run_id, experiment, status.analysis, quiet=live.offset <= backlog)
+            now = display_state(status.record.status, status.exit_code, status.analysis)
+            if now is not shown:  # the first look too: a view listed before this analysis existed reads it now
+                shown = now
+                if self._on_change is not None:
+                    self._on_change(run_id)
             if status.record.status.is_terminal:
                 if live.streams == 0 or live.final or tail >= TAIL_POLLS:
                     break

@@ -177,3 +177,19 @@ def test_every_drafter_code_and_finding_code_is_documented() -> None:
     rules = (REPO / "engines" / "diagnosis" / "rules.py").read_text(encoding="utf-8")
     findings |= set(re.findall(r'Finding\(\s*"([a-z0-9-]+)"', rules))
     assert findings and [c for c in sorted(findings) if f"`{c}`" not in diagnosis] == []
+
+
+def test_the_screen_captures_in_docs_are_the_snapshots_the_suite_checks() -> None:
+    """docs/img/screens/: the experiments, run, compare and diagnosis screens at 80x24 and 120x36,
+    copies of tests/test_tui_snapshots.py's snapshots (``docs/capture.py --screens``): a copy that
+    differs from its snapshot is a stale picture."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("capture", REPO / "docs" / "capture.py")
+    assert spec is not None and spec.loader is not None
+    capture = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(capture)
+    pairs = capture.screen_captures()
+    assert len(pairs) == 8
+    stale = [str(out.relative_to(REPO)) for out, snapshot in pairs.items() if not out.exists() or out.read_bytes() != snapshot.read_bytes()]
+    assert not stale, f"run docs/capture.py --screens: {stale}"

@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from servelab.engines.logs import classify, ingest, prefilter
-from servelab.engines.logs.classify import ANCHOR_SOURCES, Classified, LineClassifier
+from servelab.engines.logs.classify import ANCHOR_SOURCES, CODE, SUPERSEDED, Classified, LineClassifier
+from servelab.engines.logs.lines import LineKind
+from servelab.engines.runstate import RunState
 from servelab.engines.logs.live import analyzer_for
 from servelab.engines.logs.ingest import Worker, receive
 from tests.conftest import SHARED_LOGS
@@ -117,10 +119,17 @@ def test_one_scan_gives_the_kinds_and_analysis_of_separate_scans_on_every_real_l
         one = _run(tmp_path / "one.log", data, engine, shared=True, engine_first=engine_first, seed=n)
         two = _run(tmp_path / "two.log", data, engine, shared=False, engine_first=engine_first, seed=n)
         assert _kinds(one) == _kinds(two), log.name
-        # the kinds are the classifier's own on the same blocks
+        # the kinds are the classifier's own on the same blocks, but for an orderly stop's echo
+        # (errors and warnings after the stop line), folded as shutdown noise
         alone = LineClassifier()
-        assert [alone.classify(data[a : _span(data, a, k)]) for a, k in _offsets(data, _kinds(two))] == _kinds(two), log.name
+        own = [alone.classify(data[a : _span(data, a, k)]) for a, k in _offsets(data, _kinds(two))]
         got = _last_analysis(one)
+        for mine, theirs in zip(own, _kinds(two), strict=True):
+            assert (mine.first, mine.hidden_before, mine.width) == (theirs.first, theirs.hidden_before, theirs.width), log.name
+            for i, (a, b) in enumerate(zip(mine.codes, theirs.codes, strict=True)):
+                if a != b:
+                    assert b & ~SUPERSEDED == SHUTDOWN, (log.name, mine.first + i)
+                    assert got.root_cause is None and got.state is not RunState.CRASHED, log.name  # a stop, not a crash
         assert got == _last_analysis(two), log.name
         # and the analyzer's own, fed the whole log at once
         direct = analyzer_for(engine)
@@ -128,6 +137,28 @@ def test_one_scan_gives_the_kinds_and_analysis_of_separate_scans_on_every_real_l
         direct.mark_exited(1)
         direct.finish()
         assert got == direct.snapshot(), log.name
+
+
+SHUTDOWN = CODE[LineKind.NOISE_SHUTDOWN]
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["one-scan", "own-scans"])
+def test_a_stops_echo_is_folded_under_the_stop_and_a_crash_is_not(tmp_path: Path, small_blocks: None, shared: bool) -> None:
+    """#22: SGLang's "scheduler_0 ... crashed with exit code -15" and "Sleeping 5 seconds before crash
+    diagnostics" after "SIGTERM received" are the stop's echo: every line after the stop line is
+    shutdown noise (folded under it); a crash after ready folds nothing."""
+    data = (DATA / "sglang-cpu-good-serve.log").read_bytes()
+    codes = b"".join(k.codes for k in _kinds(_run(tmp_path / "s.log", data, "sglang", shared=shared, engine_first=True, seed=1)))
+    lines = data.split(b"\n")
+    stop = next(i for i, line in enumerate(lines) if b"SIGTERM received" in line)
+    echo = next(i for i, line in enumerate(lines) if b"crashed with exit code -15" in line)
+    assert codes[stop] & ~SUPERSEDED != SHUTDOWN  # the stop line itself shows
+    assert codes[echo] & ~SUPERSEDED == SHUTDOWN and LineKind.NOISE_SHUTDOWN.is_noise
+    assert all(c & ~SUPERSEDED == SHUTDOWN for c in codes[stop + 1 :])
+    assert SHUTDOWN not in {c & ~SUPERSEDED for c in codes[: stop + 1]}  # what came before the stop stays as it was
+    crash = (DATA / "sglang-cpu-crash-after-ready.log").read_bytes()
+    crash_codes = b"".join(k.codes for k in _kinds(_run(tmp_path / "c.log", crash, "sglang", shared=shared, engine_first=True, seed=1)))
+    assert SHUTDOWN not in {c & ~SUPERSEDED for c in crash_codes}  # a crash folds nothing: its lines are the evidence
 
 
 def _span(data: bytes, start: int, k: Classified) -> int:

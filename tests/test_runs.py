@@ -16,6 +16,7 @@ import pytest
 from servelab.engines.errors import ServelabError
 from servelab.engines.runrecords import RUN_ID_RE, RunRecord, new_run_id
 from servelab.engines.runs import Runs
+from servelab.engines.runstate import RunState
 from tests.fixtures.runlab import STUB_PATH, Lab, group_members, is_running, proc_stat, wait_for
 
 
@@ -305,6 +306,30 @@ async def test_cleanup_removes_only_leftovers_of_ended_runs(lab: Lab) -> None:
         for p in Path("/dev/shm").glob("psm_servelabstub*"):
             if not is_running(int(p.name[len("psm_servelabstub") :])):
                 p.unlink()
+
+
+async def test_stop_removes_the_runs_own_shared_memory_and_only_its_own(lab: Lab) -> None:
+    """#22: a stopped run's /dev/shm files go with the stop (SGLang's stayed behind, and `servelab
+    cleanup` then offered them together with another run's); another live run's stay."""
+    lab.experiment("first", env={"STUB_SHM": "1", "STUB_INTERVAL": "0.2"})
+    lab.experiment("second", env={"STUB_SHM": "1", "STUB_INTERVAL": "0.2"})
+    runs = lab.runs()
+    first = await runs.launch("first", skip_preflight=True)
+    second = await runs.launch("second", skip_preflight=True)
+    try:
+        for rec in (first, second):  # the supervisor saw each file held
+            wait_for(lambda rec=rec: (Path(rec.run_dir) / "shm-owned.json").exists(), 10)
+        mine, theirs = (re.search(rb"STUB shm (\S+)", Path(r.log_path).read_bytes()).group(1).decode() for r in (first, second))  # type: ignore[union-attr]
+        assert Path(mine).exists() and Path(theirs).exists()
+        st = await runs.stop(first.id, grace=5)
+        assert st.status is RunState.STOPPED and st.record.stop_signal == "SIGTERM"
+        assert st.cleaned == [mine]
+        assert not Path(mine).exists() and Path(theirs).exists()
+        assert await runs.cleanup(dry_run=True) == []  # nothing of the stopped run left to offer
+        assert (await runs.status(second.id, analyze=False)).alive
+    finally:
+        await runs.stop(second.id, grace=1)
+    assert not Path(theirs).exists()
 
 
 async def test_launch_refuses_a_broken_definition_and_a_missing_python(lab: Lab) -> None:

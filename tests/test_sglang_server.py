@@ -9,6 +9,7 @@ and locally, with nothing of either run left (scheduler, detokenizer and re-pare
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,10 @@ from pathlib import Path
 import pytest
 
 from servelab.engines.compare import compare_runs, render
+from servelab.engines.history import display_state, headline
 from servelab.engines.hosts.registry import close_all
+from servelab.engines.runrecords import RunStatus
+from servelab.engines.runstate import RunState
 from servelab.engines.probe.artifacts import PROBE_JSON, load_probe, probe_run
 from tests.conftest import REPO, SGLANG_PYTHON
 from tests.fixtures.sglang_server import Launched, SglangLab, run_processes, session_members
@@ -148,18 +152,36 @@ def test_stop_ends_the_whole_group_over_ssh_and_locally_with_nothing_left(sglang
     before = session_members(sid)
     assert {"sglang::scheduler", "sglang::detokenizer"} <= set(before.values()), before  # SGLang's children, by their own names
 
+    stopped: dict[str, tuple[RunStatus, RunStatus]] = {}
+
     async def stop() -> list[bool]:
         try:
             out = []
             for run_id, remote_run in ((remote, True), (local, False), (sglang_lab.vllm.run_id, False)):
-                st = await sglang_lab.runs(remote=remote_run).stop(run_id, grace=20)
+                runs = sglang_lab.runs(remote=remote_run)
+                st = await runs.stop(run_id, grace=20)
                 sglang_lab.stopped.add(run_id)
+                stopped[run_id] = (st, await runs.status(run_id))  # and as every view reads it after
                 out.append(st.alive)
             return out
         finally:
             await close_all()
 
     assert asyncio.run(stop()) == [False, False, False]
+    # #22: a stop reads as a stop, whatever SGLang prints while dying ("scheduler_0 ... crashed with
+    # exit code -15", "Sleeping 5 seconds before crash diagnostics") or exits with (its own SIGKILL, -9)
+    for run_id, (st, after) in stopped.items():
+        analysis = after.analysis
+        assert analysis is not None and analysis.root_cause is None, (run_id, analysis)
+        head = headline(after, analysis.state, blamed=False)
+        print(f"\n{run_id}: exit code {st.exit_code}, header {head.state} · {head.words}, removed {st.cleaned}")
+        assert st.status is RunState.STOPPED and st.record.stop_signal in ("SIGTERM", "SIGKILL")
+        assert display_state(after.status, after.exit_code, analysis) is RunState.STOPPED
+        assert (head.state, head.words) == (RunState.STOPPED, f"stopped · {st.record.stop_signal}")
+    owned_file = sglang_lab.log(sglang_lab.local).parent / "shm-owned.json"
+    owned = json.loads(owned_file.read_text()) if owned_file.exists() else []
+    print(f"local SGLang run held {len(owned)} /dev/shm file(s): {owned}")
+    assert not [p for p in owned if Path(p).exists()]  # its own /dev/shm files went with the stop
     assert run_processes({local, remote, sglang_lab.vllm.run_id}) == []  # none left with the run's marker
     assert session_members(sid) == {}  # nor any in the run's session: scheduler and detokenizer too, re-parented or not
     assert [pid for pid in before if _alive(pid)] == []  # each one seen before the stop is gone

@@ -29,7 +29,9 @@ def fast_watch(monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_crash_pins_root_cause_and_hint_and_rings(tui_folder: TuiFolder, fast_watch: None) -> None:
     async with watched_run_screen(tui_folder, "kimi-k25-vllm-eagle3", WHITELIST_CRASH, (100, 30), rate=50, exit_code=1, hold_s=5.0) as (app, pilot, screen, bells):
         await wait_for(pilot, lambda: screen.view.state == "crashed" and "exit code 1" in screen.liveness)
-        await wait_for(pilot, lambda: "CRASHED" in screen_text(app))  # the state, then the frame that shows it
+        # the state, then the frame that shows it (the header may read CRASHED by the exit code a frame
+        # before the root cause panel is laid out: engines.history.headline)
+        await wait_for(pilot, lambda: "CRASHED" in screen_text(app) and "ROOT CAUSE" in screen_text(app))
         text = screen_text(app)
         assert "ROOT CAUSE" in text and "ValueError" in text
         assert "HINT" in text and "whitelist" in text.lower()

@@ -137,7 +137,7 @@ class ServelabApp(App[int]):
     async def _watch_runs(self) -> None:
         from servelab.engines.watch import RunWatcher
 
-        watcher = RunWatcher(self.runs, self.announce, self.follower_failed)
+        watcher = RunWatcher(self.runs, self.announce, self.follower_failed, self.runs_changed)
         self.watcher = watcher
         try:
             await watcher.run_forever()
@@ -169,8 +169,9 @@ class ServelabApp(App[int]):
             last = current
             await asyncio.sleep(HOSTS_POLL_SECONDS)
 
-    def runs_changed(self) -> None:
-        """A host's runs or reachability changed: every open screen that shows runs reloads them."""
+    def runs_changed(self, run_id: str | None = None) -> None:
+        """A host's runs or reachability changed, or a run's state (``run_id``; the watcher's
+        ``on_change``): every open screen that shows runs reloads them."""
         for screen in self.screen_stack:
             refresh = getattr(screen, "runs_changed", None)
             if callable(refresh):

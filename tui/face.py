@@ -54,6 +54,10 @@ class Face(Protocol):
         """A screen is open and drawn: freeze what is alive now."""
         ...
 
+    def runs_changed(self, run_id: str | None = None) -> None:
+        """A run's state or a host's runs changed: every open screen that shows runs reads them again."""
+        ...
+
     def start_probe(self, run_id: str, *, only_if_new: bool = False) -> bool:
         """Start the probe of a live run (one at a time per run); False when one is running."""
         ...

@@ -69,6 +69,28 @@ def update_record(run_dir: str, **fields: Any) -> dict[str, Any]:
     return rec
 
 
+def stop_signal_of(data: bytes) -> str:
+    """The signal a ``stop_requested`` file names: its first word (``SIGTERM 1733300000.1``); a file
+    written before it named one (a bare time, or empty) stands for the SIGTERM every stop starts with."""
+    words = data.split()
+    first = words[0].decode("ascii", "replace") if words else ""
+    return first if first.startswith("SIG") else "SIGTERM"
+
+
+def read_stop_signal(run_dir: str) -> str | None:
+    """The last signal servelab's stop sent this run, or None when no stop was asked for."""
+    try:
+        with open(os.path.join(run_dir, STOP_REQUESTED), "rb") as f:
+            return stop_signal_of(f.read())
+    except OSError:
+        return None
+
+
+def note_stop(run_dir: str, sig: str) -> None:
+    """Record that servelab asked the run to stop, and with which signal (the last one sent)."""
+    write_atomic(os.path.join(run_dir, STOP_REQUESTED), ("%s %f\n" % (sig, time.time())).encode())
+
+
 def read_exit_code(run_dir: str) -> int | None:
     try:
         with open(os.path.join(run_dir, EXIT_CODE), "rb") as f:
@@ -295,10 +317,12 @@ def run_state(run_dir: str) -> dict[str, Any] | None:
         return None
     code = read_exit_code(run_dir)
     is_alive = code is None and alive(rec.get("pid"), rec.get("start_time"))
+    stop_signal = read_stop_signal(run_dir)
+    rec["stop_signal"] = stop_signal
     if is_alive:
         status = "running"
     elif code is not None:
-        status = "stopped" if os.path.exists(os.path.join(run_dir, STOP_REQUESTED)) else "exited"
+        status = "stopped" if stop_signal is not None else "exited"
     elif rec.get("pid"):
         status = "lost"
     else:
@@ -479,9 +503,10 @@ def cmd_stop(run_dir: str, grace: float, leader_first: bool = False) -> dict[str
         return {"ok": False, "error": "no run.json in %s" % run_dir}
     if not rec.get("pid"):
         return {"ok": False, "error": "run %s has no process recorded" % rec.get("id")}
-    if read_exit_code(run_dir) is None:  # an engine that already exited was not stopped by us
+    asked = read_exit_code(run_dir) is None  # an engine that already exited was not stopped by us
+    if asked:
         last_gpu_sample(run_dir, rec)
-        write_atomic(os.path.join(run_dir, STOP_REQUESTED), ("%f\n" % time.time()).encode())
+        note_stop(run_dir, "SIGTERM")
     before = members(rec["id"])
     deadline = time.monotonic() + grace
     if leader_first and alive(rec.get("pid"), rec.get("start_time")) and has_marker(rec["pid"], rec["id"]):
@@ -500,6 +525,8 @@ def cmd_stop(run_dir: str, grace: float, leader_first: bool = False) -> dict[str
     killed = []
     if left:
         killed = left
+        if asked:
+            note_stop(run_dir, "SIGKILL")
         signal_run(rec, signal.SIGKILL)
         end = time.monotonic() + 5
         while left and time.monotonic() < end:
@@ -511,7 +538,12 @@ def cmd_stop(run_dir: str, grace: float, leader_first: bool = False) -> dict[str
         if not alive(rec.get("supervisor_pid"), None):
             break
         time.sleep(0.05)
-    return {"ok": not left, "terminated": before, "killed": killed, "remaining": left, "state": run_state(run_dir)}
+    # The run's own leftovers go with it: its /dev/shm files (only those its processes were seen
+    # holding, none another live process holds), so `servelab cleanup` never finds them later.
+    cleaned: dict[str, Any] = {"shm": []}
+    if not left and read_exit_code(run_dir) is not None:
+        cleaned = cmd_cleanup(os.path.dirname(os.path.abspath(run_dir)), True, only=os.path.basename(os.path.abspath(run_dir)))
+    return {"ok": not left, "terminated": before, "killed": killed, "remaining": left, "cleaned": cleaned["shm"], "state": run_state(run_dir)}
 
 
 # -- cleanup ----------------------------------------------------------------------------------------------------

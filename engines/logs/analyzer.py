@@ -584,6 +584,16 @@ class LogAnalyzer:
         return self._ready_line
 
     @property
+    def stop_line(self) -> int | None:
+        """The line (1-based) of an orderly stop that came before anything failed, else None: what
+        the engine prints after it (SGLang's scheduler "crashed with exit code -15", vLLM's
+        EngineDeadError) is the stop's echo, which a viewer folds under it."""
+        if self._shutdown_line is None:
+            return None
+        fatal, first, _last = self._tb.fatal_state()
+        return self._shutdown_line if not fatal or self._shutdown_line <= first else None
+
+    @property
     def fatal_line(self) -> int | None:
         """The first line that made the run fatal (None: nothing failed so far)."""
         fatal, first, _last = self._tb.fatal_state()

@@ -19,7 +19,7 @@ import re
 import threading
 from array import array
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import accumulate
 from typing import Any
 
@@ -28,7 +28,7 @@ from servelab.engines.logs.prefilter import compiled_database
 
 __all__ = [
     "ANCHORS", "ANCHOR_SOURCES", "CODE", "ERROR_CODES", "HS_FROM_BYTES", "KINDS", "NOISE_CODES", "SUPERSEDED",
-    "AnchorScanner", "Classified", "LineClassifier", "anchor_ends_find", "display_text",
+    "AnchorScanner", "Classified", "LineClassifier", "anchor_ends_find", "display_text", "fold_after_stop",
 ]
 
 #: Kinds by code; the code is what a line index stores per line (:data:`CODE`: a kind's code;
@@ -39,6 +39,7 @@ SUPERSEDED = 0x80
 NOISE_CODES = frozenset(CODE[k] for k in KINDS if k.is_noise)
 ERROR_CODES = frozenset({CODE[LineKind.ERROR], CODE[LineKind.TRACEBACK]})
 _PROGRESS = CODE[LineKind.PROGRESS]
+_SHUTDOWN = CODE[LineKind.NOISE_SHUTDOWN]
 _INFO = CODE[LineKind.INFO]
 _PREFIX = re.compile(r"^\((?:[A-Za-z0-9_]+ )?pid=\d+\)\s*")
 _BAR_KEY = re.compile(r"^(.*?)\s*\d+(?:\.\d+)?%")
@@ -146,6 +147,19 @@ class AnchorScanner:
 
         _DB.scan(block, match_event_handler=on_match, scratch=self._scratch)
         return out
+
+
+def fold_after_stop(classified: Classified, stop_line: int) -> Classified:
+    """The block's lines after the log's stop line (1-based, the analyzer's
+    :attr:`~engines.logs.analyzer.LogAnalyzer.stop_line`) as shutdown noise, folded under the stop
+    line: what a stopped engine prints while dying (SGLang's "scheduler_0 ... crashed with exit code
+    -15", "Sleeping 5 seconds before crash diagnostics"; vLLM's EngineDeadError) is its echo."""
+    start = max(stop_line - classified.first, 0)  # line index stop_line is the first line after it
+    codes = classified.codes
+    if start >= len(codes):
+        return classified
+    out = bytearray(codes[:start]) + bytes(_SHUTDOWN | (c & SUPERSEDED) for c in codes[start:])
+    return replace(classified, codes=bytes(out))
 
 
 def display_text(raw: bytes) -> str:

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
-from servelab.engines.logs.classify import ANCHOR_SOURCES, LineClassifier
+from servelab.engines.logs.classify import ANCHOR_SOURCES, Classified, LineClassifier, fold_after_stop
 from servelab.engines.logs.prefilter import LineStarts
 
 if TYPE_CHECKING:  # imported when the dashboard names the engine (lines are classified before)
@@ -289,23 +289,30 @@ class Worker:
         (the unfinished last line it read before, see :meth:`step`); else it catches up on its own.
         """
         analyzer = self.analyzer
-        if analyzer is None or not self.shared:
-            send(self.out, ("kinds", self.classifier.classify(block)))
+        if analyzer is None:
+            self._send_kinds(self.classifier.classify(block))
             self.classified += len(block)
             return False
-        starts, ends = analyzer.prefilter.shared_scan(block)
-        send(self.out, ("kinds", self.classifier.classify(block, ends)))
+        starts, ends = analyzer.prefilter.shared_scan(block) if self.shared else (None, None)
         skip = self.analysed - self.classified
+        fed = 0 <= skip < len(block)
+        if fed:  # the analyzer first: a stop line in this block folds the echo after it (_send_kinds)
+            tail, tail_starts = block, starts
+            if skip:
+                tail = block[skip:]
+                if starts is not None:
+                    tail_starts = LineStarts([s - skip for s in starts.offsets if s >= skip], starts.optional_on)
+            analyzer.feed(tail, tail_starts)
+            self.analysed += len(tail)
+            self.dirty = True
+        self._send_kinds(self.classifier.classify(block, ends))
         self.classified += len(block)
-        if not 0 <= skip < len(block):
-            return False
-        if skip:
-            block = block[skip:]
-            starts = LineStarts([s - skip for s in starts.offsets if s >= skip], starts.optional_on)
-        analyzer.feed(block, starts)
-        self.analysed += len(block)
-        self.dirty = True
-        return True
+        return fed
+
+    def _send_kinds(self, classified: Classified) -> None:
+        """A block's kinds; after an orderly stop the analyzer has read, its echo as shutdown noise."""
+        stop = self.analyzer.stop_line if self.analyzer is not None else None
+        send(self.out, ("kinds", classified if stop is None else fold_after_stop(classified, stop)))
 
     def _snapshot(self) -> None:
         assert self.analyzer is not None

@@ -167,6 +167,9 @@ class LineKind(str, Enum):
     NOISE_ACCESS = "noise_access"
     NOISE_ROUTES = "noise_routes"
     NOISE_CHATTER = "noise_chatter"
+    #: A line an engine printed after an orderly stop (its shutdown echo), folded under the stop;
+    #: set by the ingest worker from the analyzer's stop line, never by :func:`classify`.
+    NOISE_SHUTDOWN = "noise_shutdown"
 
     @property
     def is_noise(self) -> bool:

@@ -271,7 +271,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(json.dumps(data, indent=2, default=str))
             return 0
         code = "-" if st.exit_code is None else str(st.exit_code)
-        print(f"{st.record.id}  {st.record.status}  (host {st.record.host}, pid {st.record.pid or '-'}, alive {'yes' if st.alive else 'no'}, exit code {code})")
+        stop = f", stopped by servelab with {st.record.stop_signal}" if st.record.stop_signal else ""
+        print(f"{st.record.id}  {st.record.status}  (host {st.record.host}, pid {st.record.pid or '-'}, alive {'yes' if st.alive else 'no'}, exit code {code}{stop})")
         print(f"log       {st.record.log_path}")
         if st.job is not None:  # a Slurm job: Slurm's view, in the core's words
             where = f", nodes {st.job.node_list}, head {st.record.head_node} at {st.record.head_address}" if st.job.node_list else ""
@@ -387,8 +388,10 @@ def cmd_stop(args: argparse.Namespace) -> int:
             print(f"{group.id}: {len(report.stopped)} of {len(group.nodes)} node processes stopped in {report.seconds:.1f} s")
             return 1 if report.problems else 0
         code = "-" if st.exit_code is None else str(st.exit_code)
-        what = "stopped" if st.status is RunState.STOPPED else f"had already {st.status}"
-        print(f"{st.record.id}: {what} (exit code {code})")
+        if st.status is RunState.STOPPED:  # the signal servelab sent, whatever code the engine died with
+            print(f"{st.record.id}: stopped · {st.record.stop_signal or 'SIGTERM'}" + (f" (removed {len(st.cleaned)} /dev/shm file(s) of its own)" if st.cleaned else ""))
+        else:
+            print(f"{st.record.id}: had already {st.status} (exit code {code})")
         return 0
 
     return _with_runs(args, body)

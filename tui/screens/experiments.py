@@ -109,6 +109,9 @@ class ExperimentsScreen(ListScreen[Row]):
         self.latest: dict[str, LatestRun] = {}
         #: Hosts that did not answer the last refresh: ("unreachable, checked HH:MM", why).
         self.down: dict[str, tuple[str, str]] = {}
+        #: A refresh of the latest runs is under way / a change was heard during it (another follows).
+        self._loading = False
+        self._stale = False
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -188,11 +191,26 @@ class ExperimentsScreen(ListScreen[Row]):
             self._load_latest(self.catalog)
 
     def runs_changed(self) -> None:
-        """The app saw a host's runs or reachability change (a run launched elsewhere, a host down or back)."""
-        self.refresh_latest()
+        """The app saw a host's runs or reachability change (a run launched elsewhere, a host down or
+        back) or a run's state (a stop anywhere): read again, after the refresh under way (changes
+        heard in a row must not cancel each refresh before it ends)."""
+        if self._loading:
+            self._stale = True
+        else:
+            self.refresh_latest()
 
     @work(exclusive=True, group="latest", exit_on_error=False)
     async def _load_latest(self, catalog: Catalog) -> None:
+        self._loading = True
+        try:
+            await self._read_latest(catalog)
+        finally:
+            self._loading = False
+        if self._stale:
+            self._stale = False
+            self.refresh_latest()
+
+    async def _read_latest(self, catalog: Catalog) -> None:
         app = servelab_app(self)
         runs = app.runs()
         latest, unreachable = await latest_runs(runs, app.watcher.analyses if app.watcher is not None else None)

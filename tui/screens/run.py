@@ -28,10 +28,10 @@ from servelab.engines.errors import ServelabError
 from servelab.engines.gpus.stream import watch_host
 from servelab.engines.gpus.watch import RunGpus
 from servelab.engines.hosts.base import HostUnreachable
-from servelab.engines.history import earlier_stage_seconds, probe_of
+from servelab.engines.history import Headline, earlier_stage_seconds, headline, probe_of
 from servelab.engines.probe.summary import ProbeSummary
 from servelab.engines.logs.live import LiveAnalysis
-from servelab.engines.runrecords import RunRecord, RunUnreachable
+from servelab.engines.runrecords import RunRecord, RunStatus, RunUnreachable
 from servelab.engines.runs import Runs
 from servelab.engines.runstate import StageState
 from servelab.tui.face import probe_of_app, request_probe, servelab_app, writable
@@ -90,7 +90,11 @@ class RunScreen(Screen[None]):
         self.view = view_from_analysis(None)
         self.alive: bool | None = None
         self.exit_code: int | None = None
-        self.liveness = "connecting…"
+        #: The last look at the run's process; the header's state and liveness are both made from it
+        #: and the log's word (``engines.history.headline``), so they cannot contradict.
+        self.status: RunStatus | None = None
+        #: What went wrong reaching the run (a lost log stream, a host error), shown instead; None when fine.
+        self.trouble: str | None = None
         #: Set while the run's host cannot be reached: its state is then unknown (no alive, no counting ETA).
         self.host_down: RunUnreachable | None = None
         self.probe: ProbeSummary | None = None
@@ -116,6 +120,7 @@ class RunScreen(Screen[None]):
         self.gpus: RunGpus | None = None
         #: "" until the first GPU sample: then the host's GPUs are known (a CPU host: its "no GPU" reason).
         self.gpu_note: str | None = None
+        self._look_now = asyncio.Event()
 
     def _fresh_spool(self, suffix: str = ".log") -> Path:
         path = spool_path(self.run_id).with_suffix(suffix)
@@ -206,7 +211,7 @@ class RunScreen(Screen[None]):
                 self._ingest_done()
                 return
             except (HostUnreachable, ServelabError, OSError) as exc:
-                self.liveness = f"log stream lost: {exc}; retrying"
+                self.trouble = f"log stream lost: {exc}; retrying"
                 self._render_title()
                 await asyncio.sleep(3.0)
 
@@ -308,26 +313,15 @@ class RunScreen(Screen[None]):
                 status = await self.runs.status(self.run_id, analyze=False)
             except RunUnreachable as exc:
                 self.host_down, self.alive = exc, None
-                self.liveness = exc.short()
+                self.trouble = exc.short()
                 if was_alive is not None:
                     self.refresh_bindings()
             except (HostUnreachable, OSError) as exc:
-                self.liveness = f"host unreachable ({exc}); retrying"
+                self.trouble = f"host unreachable ({exc}); retrying"
             except ServelabError as exc:
-                self.liveness = f"{exc}; retrying"
+                self.trouble = f"{exc}; retrying"
             else:
-                self.host_down = None
-                self.record = status.record
-                self.alive = status.alive
-                self.exit_code = status.exit_code
-                if status.job is not None:  # a Slurm job: Slurm's view in the core's words (queue reason and position)
-                    self.liveness = f"{status.job.words} · job {status.job.job_id}" + (f" on {status.job.node_list}" if status.job.node_list else "")
-                elif status.alive:
-                    self.liveness = f"alive · pid {status.record.pid}"
-                elif status.exit_code is not None:
-                    self.liveness = f"{status.record.status} · exit code {status.exit_code}"
-                else:
-                    self.liveness = status.record.status
+                self._set_status(status)
                 if status.alive != was_alive:
                     self.refresh_bindings()
                 if not status.alive and (status.record.pid is not None or (status.job is not None and status.record.status.is_terminal)):
@@ -335,7 +329,32 @@ class RunScreen(Screen[None]):
             self._render_title()
             if self.alive is False and self.exit_code is not None:
                 return
-            await asyncio.sleep(STATUS_SECONDS)
+            self._look_now.clear()
+            try:  # every STATUS_SECONDS, or at once when the app hears the run changed (a stop elsewhere)
+                await asyncio.wait_for(self._look_now.wait(), STATUS_SECONDS)
+            except TimeoutError:
+                pass
+
+    def _set_status(self, status: RunStatus) -> None:
+        self.host_down = None
+        self.trouble = None
+        self.status = status
+        self.record = status.record
+        self.alive = status.alive
+        self.exit_code = status.exit_code
+
+    def runs_changed(self) -> None:
+        """The app heard a run's state change (a stop from any screen or process): look at once."""
+        self._look_now.set()
+
+    def headline(self) -> Headline:
+        """The header's state and liveness, made together (``engines.history.headline``)."""
+        return headline(self.status, self.view.state, blamed=self.view.root_cause is not None)
+
+    @property
+    def liveness(self) -> str:
+        """What the header says about the process (or about reaching it)."""
+        return self.trouble if self.trouble is not None else self.headline().words
 
     @work(exclusive=True, group="gpus", exit_on_error=False)
     async def _gpu_watch(self) -> None:
@@ -445,7 +464,8 @@ class RunScreen(Screen[None]):
 
     def _render_title(self) -> None:
         rec = self.record
-        state = self.view.state
+        head = self.headline()
+        state = head.state
         style = state.style
         parts: list[Any] = [(rec.experiment if rec else self.run_id, "bold"), "  "]
         parts.append((f" {state.upper()} ", f"reverse {style}"))
@@ -458,7 +478,7 @@ class RunScreen(Screen[None]):
             parts.append((f" · {self.liveness}", "yellow"))
             title = Text.assemble(*parts, overflow="fold")
         else:
-            parts.append(f" · {self.liveness}")
+            parts.append(f" · {self.trouble if self.trouble is not None else head.words}")
             title = Text.assemble(*parts, overflow="ellipsis", no_wrap=True)
         key = ("\0" if self.host_down is not None else "") + title.plain
         if key != self._shown_title:
@@ -489,15 +509,14 @@ class RunScreen(Screen[None]):
             self.notify(str(exc), title="stop failed", severity="error", timeout=8)
             return
         ended_before = self.alive is False
-        self.alive = status.alive
-        self.exit_code = status.exit_code
-        self.liveness = f"stopped · exit code {status.exit_code}"
+        self._set_status(status)
         if ended_before and self.gpus is not None and self.gpus.stopped_at is not None:
             self.gpus.stopped_again()  # its leftovers ended: do the GPUs come back now?
             self._gpu_watch()
         self._render_title()
         self.refresh_bindings()
-        self.notify(f"{self.run_id} stopped", timeout=4)
+        servelab_app(self).runs_changed()  # every screen showing this run reads it now
+        self.notify(f"{self.run_id} stopped" + (f" · {status.record.stop_signal}" if status.record.stop_signal else ""), timeout=4)
 
     def action_probe(self) -> None:
         if request_probe(self, self.run_id):

@@ -31,6 +31,8 @@ def _cells(row: RunsRow) -> list[Text]:
     k = row.head
     rec = k.record
     pid = f"pid {rec.pid}" if rec.status is RunState.RUNNING else (f"exit {rec.exit_code}" if rec.exit_code is not None else "-")
+    if rec.status is RunState.STOPPED and rec.stop_signal:  # servelab's stop: its signal, not the dying engine's code
+        pid = rec.stop_signal
     if row.nodes:
         running = sum(1 for n in row.nodes if n.record.status is RunState.RUNNING)
         pid = f"{running}/{len(row.nodes)} running"
@@ -60,6 +62,9 @@ class RunsScreen(ListScreen[RunsRow]):
         self.rows: list[RunsRow] = []
         self.unreachable: dict[str, str] = {}
         self.down: dict[str, HostSeen] = {}
+        #: A load is under way / a change was heard during it (it ends with another load).
+        self._loading = False
+        self._stale = False
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -81,6 +86,16 @@ class RunsScreen(ListScreen[RunsRow]):
         await poll_forever(self._load, REFRESH_SECONDS)
 
     async def _load(self) -> None:
+        self._loading = True
+        try:
+            await self._load_once()
+        finally:
+            self._loading = False
+        if self._stale:
+            self._stale = False
+            self.action_refresh()
+
+    async def _load_once(self) -> None:
         runs = servelab_app(self).runs()
         try:
             known = await runs.list_known()
@@ -95,8 +110,13 @@ class RunsScreen(ListScreen[RunsRow]):
         self._fill()
 
     def runs_changed(self) -> None:
-        """The app saw a host's runs or reachability change."""
-        self.action_refresh()
+        """The app saw a host's runs or reachability change, or a run's state: load again, after
+        the load under way (changes heard in a row must not cancel each load before it ends: a
+        down host's listing takes seconds)."""
+        if self._loading:
+            self._stale = True
+        else:
+            self.action_refresh()
 
     def _fill(self) -> None:
         self.refill((row.id, _cells(row)) for row in self.rows)
@@ -159,6 +179,7 @@ class RunsScreen(ListScreen[RunsRow]):
                 await runs.stop(run_id)
 
         await host_action(self, stop, "stop failed", f"{run_id} stopped", self._load)
+        servelab_app(self).runs_changed(run_id)  # every screen showing it reads it now, not at its next poll
 
     def action_cleanup(self) -> None:
         if not servelab_app(self).readonly:

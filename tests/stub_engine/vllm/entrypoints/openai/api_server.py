@@ -11,6 +11,9 @@ With STUB_HTTP it also answers /v1/models, /metrics, streamed POST /v1/chat/comp
 token per chunk, STUB_TOKEN_S apart, usage last) and a plain POST /v1/completions, and exits with code 3 on request
 STUB_DIE_AFTER_REQUESTS + 1 (an engine crashing mid-probe). STUB_LOG: a file whose lines it prints
 first, verbatim (a recorded engine log, or its cut: the stages a real engine would print).
+On SIGTERM: STUB_TERM_LOG, a file whose lines it prints then (a recorded engine's shutdown lines),
+STUB_TERM_S (s, 0) it takes to die, and STUB_TERM_KILL (1: it ends by SIGKILLing itself, as SGLang's
+kill_process_tree does: exit code -9); else it exits 143.
 """
 
 from __future__ import annotations
@@ -115,6 +118,19 @@ def _serve(port: int) -> None:
 _HELD: list[mmap.mmap] = []
 
 
+def _on_term(*_: object) -> None:
+    """A stop: print the shutdown lines a real engine prints, take the time it takes, die its way."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if os.environ.get("STUB_TERM_LOG"):
+        with open(os.environ["STUB_TERM_LOG"], "rb") as f:
+            sys.stdout.buffer.write(f.read())
+        sys.stdout.flush()
+    time.sleep(float(os.environ.get("STUB_TERM_S", "0")))
+    if os.environ.get("STUB_TERM_KILL") == "1":
+        os.kill(os.getpid(), signal.SIGKILL)
+    sys.exit(143)
+
+
 def main() -> int:
     argv = sys.argv[1:]
     print("STUB argv " + json.dumps(argv), flush=True)
@@ -140,7 +156,7 @@ def main() -> int:
         sys.stdout.flush()
     lines = int(os.environ.get("STUB_LINES", "-1"))
     interval = float(os.environ.get("STUB_INTERVAL", "0.01"))
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGTERM, _on_term)
     n = 0
     while lines < 0 or n < lines:
         print(f"line {n:08d}", flush=True)
