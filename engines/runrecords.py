@@ -97,6 +97,8 @@ class RunRecord:
     head_address: str = ""
     slurm_state: str = ""
     slurm_reason: str = ""
+    #: Nodes of the job (a multi-node experiment's srun tasks, one per node; the head is rank 0).
+    slurm_node_count: int = 1
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
