@@ -18,6 +18,7 @@ from servelab.engines.errors import Problem, ServelabError
 from servelab.engines.experiment import Experiment, SourcedExperiment, split_host_port
 from servelab.engines.hostsfile import LOCAL, HostConfig, HostsFile
 from servelab.engines.loader import display_path, load_model, locate, parse_toml
+from servelab.engines.slurm.script import HEAD_TOKEN, NODE_TOKEN, RankCommand
 
 HOSTS_FILE = "hosts.toml"
 #: Where the command line looks when ``--dir`` is not given.
@@ -111,17 +112,48 @@ class Catalog:
             return LaunchSpec(spec.argv, env)
         return spec
 
-    def node_plans(self, exp: SourcedExperiment) -> list[NodePlan]:
-        """Each node's processes for a multi-node experiment (empty for a single host)."""
+    def node_plans(self, exp: SourcedExperiment, *, shared: bool = False) -> list[NodePlan]:
+        """Each node's processes for a multi-node experiment (empty for a single host).
+
+        On one Slurm host (``[multinode] nodes = N``) the addresses are the job script's tokens
+        (``engines/slurm/script.py``): the head's for rank 0, each task's own for the others, or
+        the head's for every rank with ``shared`` (nodes at the head's address)."""
         e = exp.experiment
         if e.multinode is None:
             return []
+        if not e.spans_hosts:
+            return self._slurm_plans(exp, shared)
         targets: list[NodeTarget] = []
         for rank, name in enumerate(e.nodes):
             host = self.host(name)
             draft = self.host_path(exp, e.speculative.draft_model, host) if e.speculative.draft_model else None
             targets.append(NodeTarget(NodeAddress(rank, name, reach_address(host)), host.python, self.host_path(exp, e.model, host), draft))
         return get_adapter(e.engine).node_plans(e, targets)
+
+    def _slurm_plans(self, exp: SourcedExperiment, shared: bool) -> list[NodePlan]:
+        e = exp.experiment
+        host = self.host(e.host)
+        draft = self.host_path(exp, e.speculative.draft_model, host) if e.speculative.draft_model else None
+        model = self.host_path(exp, e.model, host)
+        targets = [
+            NodeTarget(NodeAddress(rank, e.host, HEAD_TOKEN if rank == 0 or shared else NODE_TOKEN), host.python, model, draft)
+            for rank in range(e.node_count)
+        ]
+        return get_adapter(e.engine).node_plans(e, targets)
+
+    def slurm_ranks(self, exp: SourcedExperiment) -> list[RankCommand]:
+        """A Slurm multi-node experiment's command per node rank (empty for any other experiment):
+        one engine process per node, from the adapter's node plans."""
+        e = exp.experiment
+        if e.multinode is None or e.spans_hosts:
+            return []
+        own, shared = self.node_plans(exp), self.node_plans(exp, shared=True)
+        out: list[RankCommand] = []
+        for a, b in zip(own, shared):
+            if len(a.processes) != 1 or len(b.processes) != 1:
+                raise ServelabError(f"{exp.name}: node {a.node.rank} runs {len(a.processes)} processes: one srun task per node runs one engine process")
+            out.append(RankCommand(a.node.rank, a.processes[0].spec, b.processes[0].spec))
+        return out
 
     def baseline_of(self, exp: SourcedExperiment) -> SourcedExperiment | None:
         if not exp.experiment.baseline:
@@ -304,7 +336,7 @@ def _node_problems(cat: Catalog, entry: FileEntry, exp: SourcedExperiment) -> li
     """A multi-node experiment's hosts exist, and its parallel sizes fit their GPUs."""
     e = exp.experiment
     if not e.hosts:
-        return []
+        return _slurm_node_problems(cat, entry, exp)
     out: list[Problem] = []
     line = locate(exp.text, ("hosts",))
     configs = []
@@ -315,7 +347,7 @@ def _node_problems(cat: Catalog, entry: FileEntry, exp: SourcedExperiment) -> li
         else:
             configs.append(cfg)
             if cfg.slurm is not None:  # its nodes are Slurm's to choose: one job with srun, not a run per host
-                out.append(Problem(entry.shown, line, f"hosts[{i}]", f"{name} is a Slurm host: multi-node experiments on Slurm (srun) are not supported yet"))
+                out.append(Problem(entry.shown, line, f"hosts[{i}]", f'{name} is a Slurm host: Slurm picks its nodes (write host = "{name}" and [multinode] nodes = N); a Slurm host among other hosts is not supported'))
     if len(configs) == len(e.hosts) and e.multinode is not None:
         out.extend(_loopback_head(entry, exp, configs, line))
     world, n = e.parallel.gpus, len(e.hosts)
@@ -326,6 +358,23 @@ def _node_problems(cat: Catalog, entry: FileEntry, exp: SourcedExperiment) -> li
         short = [f"{name} has {len(c.gpu_ids or [])}" for c, name in zip(configs, e.hosts) if c.gpu_ids is not None and len(c.gpu_ids) < world // n]
         if short:
             out.append(Problem(entry.shown, pline, "parallel", f"{world} GPUs over {n} nodes needs {world // n} per node ({'; '.join(short)} in hosts.toml)"))
+    return out
+
+
+def _slurm_node_problems(cat: Catalog, entry: FileEntry, exp: SourcedExperiment) -> list[Problem]:
+    """``[multinode] nodes = N`` on one host: a Slurm host, the native backend, sizes that split."""
+    e = exp.experiment
+    if e.multinode is None or e.multinode.nodes is None:
+        return []
+    line = locate(exp.text, ("multinode", "nodes"))
+    cfg = cat.hosts.get(e.host)
+    if cfg is not None and cfg.slurm is None:
+        return [Problem(entry.shown, line, "multinode.nodes", f'{e.host} is not a Slurm host: name the nodes instead (hosts = ["{e.host}", ...])')]
+    out: list[Problem] = []
+    if e.multinode.backend != "native":
+        out.append(Problem(entry.shown, locate(exp.text, ("multinode", "backend")), "multinode.backend", "on a Slurm host only the native backend is supported (one srun task per node; Ray under srun is not built)"))
+    if e.parallel.gpus % e.multinode.nodes:
+        out.append(Problem(entry.shown, locate(exp.text, ("parallel",)), "parallel", f"tensor x pipeline x data = {e.parallel.gpus} GPUs does not split evenly over {e.multinode.nodes} nodes"))
     return out
 
 

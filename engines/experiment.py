@@ -137,6 +137,9 @@ class MultiNode(Strict):
     #: when that is not the head host's ``address`` in hosts.toml and ``port`` (a NAT or a container's
     #: mapped port, another interface of the head). The head itself binds ``port``. Native backend only.
     head_address: str | None = None
+    #: How many nodes Slurm allocates, for an experiment on one Slurm host (``host = "cluster"``):
+    #: Slurm picks them, one ``srun`` task each. Plain hosts are named instead (``hosts = [...]``).
+    nodes: Annotated[int, Field(ge=2, le=1024)] | None = None
 
     @field_validator("head_address")
     @classmethod
@@ -210,9 +213,11 @@ class Experiment(Strict):
     @model_validator(mode="after")
     def _nodes(self) -> Experiment:
         if not self.hosts:
-            if self.multinode is not None:
-                raise ValueError("[multinode] needs hosts = [head, worker, ...] (two or more)")
+            if self.multinode is not None and self.multinode.nodes is None:
+                raise ValueError("[multinode] needs hosts = [head, worker, ...] (two or more), or nodes = N on a Slurm host")
             return self
+        if self.multinode is not None and self.multinode.nodes is not None:
+            raise ValueError("[multinode] nodes is for one Slurm host (Slurm picks the nodes): leave it out when hosts = [...] names them")
         if len(self.hosts) < 2:
             raise ValueError("hosts names one host: use host = \"...\" for a single node")
         if len(set(self.hosts)) != len(self.hosts):
@@ -227,6 +232,17 @@ class Experiment(Strict):
     def nodes(self) -> list[str]:
         """Every host the experiment runs on, the head first."""
         return list(self.hosts) or [self.host]
+
+    @property
+    def spans_hosts(self) -> bool:
+        """A run per host (``hosts = [...]``), launched and stopped together by ``engines/nodes``.
+        A Slurm host's multi-node experiment (``[multinode] nodes``) is one run: one job."""
+        return bool(self.hosts)
+
+    @property
+    def node_count(self) -> int:
+        """How many nodes the server spans."""
+        return len(self.hosts) or (self.multinode.nodes or 1 if self.multinode is not None else 1)
 
     @field_validator("engine_args")
     @classmethod

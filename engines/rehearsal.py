@@ -127,7 +127,7 @@ async def node_inputs(catalog: Catalog, sourced: SourcedExperiment) -> Rehearsal
 
 async def inputs_of(catalog: Catalog, sourced: SourcedExperiment, cfg: HostConfig | None = None) -> RehearsalInputs:
     """The inputs' hashes: every node's for a multi-node experiment, else ``cfg``'s (the experiment's host)."""
-    if sourced.experiment.multinode is not None:
+    if sourced.experiment.spans_hosts:
         return await node_inputs(catalog, sourced)
     return await rehearsal_inputs(catalog, sourced, cfg or catalog.host(sourced.experiment.host))
 
@@ -135,7 +135,7 @@ async def inputs_of(catalog: Catalog, sourced: SourcedExperiment, cfg: HostConfi
 def _where(sourced: SourcedExperiment, cfg: HostConfig | None) -> str:
     """Where a rehearsal ran: the host, or a multi-node experiment's hosts, head first."""
     e = sourced.experiment
-    if e.multinode is not None or cfg is None:
+    if e.spans_hosts or cfg is None:
         return "+".join(e.nodes)
     return cfg.name
 
@@ -313,7 +313,7 @@ def note_for(inputs: RehearsalInputs, sourced: SourcedExperiment, cfg: HostConfi
 async def rehearsal_note(catalog: Catalog, sourced: SourcedExperiment | str, host: str | None = None) -> RehearsalNote:
     """What a launch of ``sourced`` says about its rehearsal (reads the host: the inputs' hashes)."""
     exp = catalog.get(sourced) if isinstance(sourced, str) else sourced
-    cfg = None if exp.experiment.multinode is not None else catalog.host(host or exp.experiment.host)
+    cfg = None if exp.experiment.spans_hosts else catalog.host(host or exp.experiment.host)
     return note_for(await inputs_of(catalog, exp, cfg), exp, cfg)
 
 
@@ -494,7 +494,7 @@ async def rehearse(
     sourced = catalog.get(exp_name)
     e = sourced.experiment
     say = progress or (lambda _line: None)
-    multinode = e.multinode is not None
+    multinode = e.spans_hosts
     if multinode and host:
         raise ServelabError(f"--host: {sourced.name} names its own hosts (hosts = [...]); a multi-node rehearsal runs on them")
     cfg = catalog.host(e.nodes[0] if multinode else host or e.host)
@@ -647,7 +647,7 @@ async def launch_offer(catalog: Catalog, exp_name: str) -> RehearsalNote | None:
     None when there is nothing to offer. With no good rehearsal kept and the policy ``never`` the host
     is not asked at all (the launch opens at once, as before); a host that cannot answer offers nothing."""
     sourced = catalog.get(exp_name)
-    cfg = None if sourced.experiment.multinode is not None else catalog.host(sourced.experiment.host)
+    cfg = None if sourced.experiment.spans_hosts else catalog.host(sourced.experiment.host)
     if last_good(sourced, cfg) is None and sourced.experiment.launch.rehearse == "never":
         return None
     try:

@@ -101,6 +101,8 @@ class RunRecord:
     #: stop was asked for: a run servelab stopped reads "stopped · SIGTERM" whatever it printed or
     #: exited with while dying.
     stop_signal: str | None = None
+    #: Nodes of the job (a multi-node experiment's srun tasks, one per node; the head is rank 0).
+    slurm_node_count: int = 1
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

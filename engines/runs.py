@@ -130,7 +130,7 @@ class Runs:
         problems = [p for e in self.catalog.entries if e.experiment is exp for p in e.problems]
         if problems:
             raise ServelabError(f"{exp.name}: definition has problems: {problems[0]} (run 'servelab check {exp.name}')")
-        if exp.experiment.multinode is not None:  # one host alone would start a server that waits for its peers forever
+        if exp.experiment.spans_hosts:  # one host alone would start a server that waits for its peers forever
             raise ServelabError(
                 f"{exp.name} names {len(exp.experiment.hosts)} hosts: start it with 'servelab launch {exp.name}' "
                 "(every node at once; the dashboard does not start multi-node runs yet)"
@@ -174,7 +174,10 @@ class Runs:
             await h.write_bytes(f"{run_dir}/experiment.toml", exp.text.encode("utf-8"))
             await h.write_bytes(f"{run_dir}/{RUN_JSON}", _dump(rec.to_json()))
             if cfg.slurm is not None:  # a batch job: Slurm holds the GPUs and starts it when it can
-                return RunRecord.from_json(await slurm_jobs.submit(h, rec.to_json()))
+                ranks = self.catalog.slurm_ranks(exp)  # a multi-node job: srun, one task per node
+                if ranks and rehearsal:
+                    raise ServelabError(f"{exp.name}: rehearsing a multi-node experiment on Slurm is not supported yet")
+                return RunRecord.from_json(await slurm_jobs.submit(h, rec.to_json(), ranks))
             answer = await self._ctl(h, "start", run_dir)
         except HostUnreachable as exc:
             raise ServelabError(str(exc)) from None

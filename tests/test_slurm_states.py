@@ -148,9 +148,10 @@ def test_check_reports_slurm_settings_in_one_line(tmp_path: Path, table: str, me
     assert done.returncode == 1 and "Traceback" not in done.stderr and message in done.stdout
 
 
-def test_multinode_and_campaigns_on_a_slurm_host_are_refused_in_one_line(tmp_path: Path) -> None:
-    """Not built yet, so refused by servelab check: a campaign's supervisor would start engines on the
-    login node itself, and a multi-node run per host would bypass Slurm's choice of nodes."""
+def test_a_slurm_host_among_hosts_and_campaigns_on_slurm_are_refused_in_one_line(tmp_path: Path) -> None:
+    """Not built, so refused by servelab check: a campaign's supervisor would start engines on the
+    login node itself, and a run per host would bypass Slurm's choice of nodes (a multi-node
+    experiment on Slurm is ``host = "c"`` with ``[multinode] nodes``: tests/test_slurm_srun.py)."""
     (tmp_path / "hosts.toml").write_text('[hosts.c]\nkind = "slurm"\nworkdir = "/shared"\n[hosts.c.slurm]\npartition = "p"\n')
     (tmp_path / "one.toml").write_text('engine = "vllm"\nhost = "c"\nmodel = "m"\nport = 8000\n')
     (tmp_path / "two.toml").write_text(
@@ -160,5 +161,5 @@ def test_multinode_and_campaigns_on_a_slurm_host_are_refused_in_one_line(tmp_pat
     (tmp_path / "campaigns" / "sweep.toml").write_text('name = "sweep"\nbase = ["one"]\n[axes]\n"probe.max_tokens" = [16, 32]\n')
     done = subprocess.run([sys.executable, "-m", "servelab", "--dir", str(tmp_path), "check"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-    assert "multi-node experiments on Slurm (srun) are not supported yet" in done.stdout
+    assert 'c is a Slurm host: Slurm picks its nodes (write host = "c" and [multinode] nodes = N)' in done.stdout
     assert "campaigns on Slurm are not supported yet" in done.stdout, done.stdout

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from servelab.engines.errors import ServelabError
@@ -21,7 +22,7 @@ from servelab.engines.hosts.base import Host
 from servelab.engines.hostsfile import HostConfig, SlurmSettings
 from servelab.engines.runstate import RunState
 from servelab.engines.slurm import control
-from servelab.engines.slurm.script import SCRIPT_NAME, render
+from servelab.engines.slurm.script import SCRIPT_NAME, RankCommand, render
 from servelab.engines.slurm.states import JobView, gone, view
 from servelab.engines.slurm.values import JobState, SlurmJob, has_ended
 
@@ -35,10 +36,13 @@ def settings_of(cfg: HostConfig) -> SlurmSettings:
     return cfg.slurm
 
 
-def script_for(cfg: HostConfig, run_id: str, run_dir: str, argv: list[str], env: dict[str, str]) -> str:
-    """The job script a run would be submitted with (``servelab show``)."""
+def script_for(
+    cfg: HostConfig, run_id: str, run_dir: str, argv: list[str], env: dict[str, str], ranks: Sequence[RankCommand] = ()
+) -> str:
+    """The job script a run would be submitted with (``servelab show``); ``ranks``: a multi-node
+    experiment's command per node (``srun``, one task per node)."""
     try:
-        return render(settings_of(cfg), run_id=run_id, run_dir=run_dir, argv=argv, env=env)
+        return render(settings_of(cfg), run_id=run_id, run_dir=run_dir, argv=argv, env=env, ranks=ranks)
     except ValueError as exc:
         raise ServelabError(f"{cfg.name}: cannot write the job script: {exc}") from None
 
@@ -54,16 +58,17 @@ async def _update(h: Host, run_dir: str, **fields: Any) -> dict[str, Any]:
     return data
 
 
-async def submit(h: Host, record: dict[str, Any]) -> dict[str, Any]:
-    """Write ``job.sbatch`` in the run folder, ``sbatch --parsable`` it, record the job id. The run's
-    ``run.json`` must be written already; the updated record is returned."""
+async def submit(h: Host, record: dict[str, Any], ranks: Sequence[RankCommand] = ()) -> dict[str, Any]:
+    """Write ``job.sbatch`` in the run folder, ``sbatch --parsable`` it, record the job id (and, for
+    a multi-node job, its node count). The run's ``run.json`` must be written already; the updated
+    record is returned."""
     cfg = h.config
     run_dir = str(record["run_dir"])
-    script = script_for(cfg, str(record["id"]), run_dir, list(record["argv"]), dict(record["env"]))
+    script = script_for(cfg, str(record["id"]), run_dir, list(record["argv"]), dict(record["env"]), ranks)
     path = f"{run_dir}/{SCRIPT_NAME}"
     await h.write_bytes(path, script.encode("utf-8"))
     job_id = await control.submit(h, settings_of(cfg), path)
-    return await _update(h, run_dir, slurm_job=job_id, status=str(RunState.QUEUED))
+    return await _update(h, run_dir, slurm_job=job_id, status=str(RunState.QUEUED), slurm_node_count=max(1, len(ranks)))
 
 
 def _local_clock(slurm_time: str | None) -> str:
@@ -94,7 +99,9 @@ async def state(h: Host, rec: dict[str, Any]) -> tuple[JobView, dict[str, Any]]:
     v = view(job, stop_requested=stop_requested, queue_position=position)
     updates: dict[str, Any] = {}
     if v.node_list and not rec.get("head_address"):
-        head = job.batch_host or await control.first_node(h, settings, v.node_list)
+        # the head is the first host of the allocation (what a multi-node job's script dials)
+        multi = int(rec.get("slurm_node_count") or 1) > 1
+        head = (not multi and job.batch_host) or await control.first_node(h, settings, v.node_list)
         updates.update(slurm_nodes=v.node_list, head_node=head, head_address=await control.node_address(h, settings, head))
     if v.started_at and not rec.get("started_local"):
         updates["started_local"] = _local_clock(v.started_at)

@@ -10,11 +10,13 @@ from typing import Any
 
 from servelab.engines.adapter import speculative_flags
 from servelab.engines.campaign.check import campaign_files, check_campaign, find_campaign
-from servelab.engines.catalog import check, load_catalog
+from servelab.engines.catalog import Catalog, check, load_catalog
+from servelab.engines.experiment import SourcedExperiment
 from servelab.engines.hostsfile import HostConfig
 from servelab.engines.loader import display_path
 from servelab.engines.runrecords import runs_root
 from servelab.engines.slurm.jobs import script_for
+from servelab.engines.values import LaunchSpec
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -82,7 +84,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         {"file": p.file, "path": str(exp.patch_path(p)), "sha256": digest, "description": p.description}
         for p, digest in exp.patch_hashes()
     ]
-    script = _job_script(host, e.name, spec.argv, spec.env)
+    script = _job_script(cat, exp, host, spec)
     if args.json:
         print(
             json.dumps(
@@ -141,12 +143,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _job_script(host: HostConfig, name: str, argv: list[str], env: dict[str, str]) -> str | None:
+def _job_script(cat: Catalog, exp: SourcedExperiment, host: HostConfig, spec: LaunchSpec) -> str | None:
     """The batch script a Slurm host would be sent for this experiment (None for a plain host)."""
     if host.slurm is None:
         return None
-    run_id = f"{name}-YYYYmmdd-HHMMSS-xxxx"
-    return script_for(host, run_id, f"{runs_root(host)}/{run_id}", argv, env)
+    run_id = f"{exp.name}-YYYYmmdd-HHMMSS-xxxx"
+    return script_for(host, run_id, f"{runs_root(host)}/{run_id}", spec.argv, spec.env, cat.slurm_ranks(exp))
 
 
 def _chunks(argv: list[str]) -> list[str]:

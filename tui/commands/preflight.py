@@ -76,7 +76,7 @@ def _run(coro: Any) -> Any:
 def cmd_preflight(args: argparse.Namespace) -> int:
     catalog = load_catalog(args.dir)
     exp = catalog.get(args.experiment)
-    if exp.experiment.multinode is not None and args.host is None:
+    if exp.experiment.spans_hosts and args.host is None:
         return _preflight_nodes(catalog, exp, args.json)
 
     def show(check: Check) -> None:
