@@ -358,6 +358,22 @@ async def test_launch_runs_preflight_first_and_starts_nothing_when_it_fails(lab:
 FAKE_SMI = Path(__file__).resolve().parent / "fake_nvidia_smi"
 
 
+def replayed_h200(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, sample_s: str) -> tuple[Path, Path, Path]:
+    """FakeNvidiaSmi on PATH replaying the H200's two-GPU answers, the compute apps from a file a test
+    rewrites (idle at first) and recorded pids mapped by a file; the supervisor samples every ``sample_s``.
+    Returns (the recordings folder, the apps file, the pids file)."""
+    data = Path(__file__).resolve().parent / "data" / "nvidia_smi"
+    apps = tmp_path / "apps.csv"
+    apps.write_text((data / "idle-apps.csv").read_text())
+    pids = tmp_path / "pids"
+    monkeypatch.setenv("PATH", f"{FAKE_SMI}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SMI_GPUS", str(data / "two-gpus.csv"))
+    monkeypatch.setenv("FAKE_SMI_APPS", str(apps))
+    monkeypatch.setenv("FAKE_SMI_PIDS_FILE", str(pids))
+    monkeypatch.setenv("SERVELAB_GPU_SAMPLE_S", sample_s)
+    return data, apps, pids
+
+
 async def test_busy_gpus_are_refused_with_their_holder(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "gpu-holder"])
     try:
@@ -387,17 +403,9 @@ async def test_the_supervisor_records_the_runs_own_peak_gpu_memory(lab: Lab, mon
     """Replayed H200 answers (FakeNvidiaSmi): recorded pid 794 is the run's engine, 1148 a foreign process
     on the same GPU. The record keeps the run's own peak (not the GPU's used memory, not the foreign
     process's), keeps it when the memory falls, and the time to the first allocation."""
-    data = Path(__file__).resolve().parent / "data" / "nvidia_smi"
-    apps = tmp_path / "apps.csv"
-    apps.write_text((data / "idle-apps.csv").read_text())  # the launch finds the GPU free
-    pids = tmp_path / "pids"
+    data, apps, pids = replayed_h200(monkeypatch, tmp_path, "0.5")  # the launch finds the GPU free
     foreign = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        monkeypatch.setenv("PATH", f"{FAKE_SMI}{os.pathsep}{os.environ['PATH']}")
-        monkeypatch.setenv("FAKE_SMI_GPUS", str(data / "two-gpus.csv"))
-        monkeypatch.setenv("FAKE_SMI_APPS", str(apps))
-        monkeypatch.setenv("FAKE_SMI_PIDS_FILE", str(pids))
-        monkeypatch.setenv("SERVELAB_GPU_SAMPLE_S", "0.5")
         lab.experiment("held")
         runs = lab.runs()
         rec = await runs.launch("held", skip_preflight=True)
@@ -502,15 +510,7 @@ async def test_a_stop_between_two_gpu_samples_records_the_peak_it_reached(lab: L
     """The supervisor samples every SERVELAB_GPU_SAMPLE_S (60 s here): a run that allocates and is stopped
     before its next sample still records its peak and first allocation, from the stop's own last sample
     (on the H200 a run stopped 0.1 s after its last step kept 4708 MiB of 8804)."""
-    data = Path(__file__).resolve().parent / "data" / "nvidia_smi"
-    apps = tmp_path / "apps.csv"
-    apps.write_text((data / "idle-apps.csv").read_text())
-    pids = tmp_path / "pids"
-    monkeypatch.setenv("PATH", f"{FAKE_SMI}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_SMI_GPUS", str(data / "two-gpus.csv"))
-    monkeypatch.setenv("FAKE_SMI_APPS", str(apps))
-    monkeypatch.setenv("FAKE_SMI_PIDS_FILE", str(pids))
-    monkeypatch.setenv("SERVELAB_GPU_SAMPLE_S", "60")
+    _data, apps, pids = replayed_h200(monkeypatch, tmp_path, "60")
     lab.experiment("short")
     runs = lab.runs()
     rec = await runs.launch("short", skip_preflight=True)

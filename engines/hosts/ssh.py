@@ -18,7 +18,7 @@ import secrets
 import shlex
 import socket
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import asyncssh
 
@@ -201,48 +201,56 @@ class SshHost(Host):
             words = ["sh", "-c", 'cd -- "$1" && shift && exec "$@"', "sh", cwd, *words]
         # A constant script: it says its pid on stderr's first line and marks its environment with a
         # token, so an interrupted command (Ctrl-C, timeout) can be stopped on the host, and only it.
-        token = secrets.token_hex(8)
-        command = shlex.join(["sh", "-c", _MARK, "sh", token, *words])
-        for delay in self._backoff:
-            if delay:
-                await asyncio.sleep(delay)
-            conn = await self.connection()
-            try:
-                proc = await conn.create_process(command, encoding=None, stdin=asyncssh.PIPE if input is not None else asyncssh.DEVNULL)
-            except _LINK_ERRORS:
-                self._lost()
-                continue  # the command never started: safe to try on a new connection
-            pid = ""
-            try:
-                async with asyncio.timeout(timeout):
-                    pid = bytes(await proc.stderr.readline()).decode("ascii", "replace").strip()
-                    if input is not None:  # communicate() sends no EOF for empty input: the command would wait on stdin
-                        try:
-                            proc.stdin.write(input)
-                            proc.stdin.write_eof()
-                        except BrokenPipeError:
-                            pass  # it exited (or closed stdin) before reading: its output and status still come
-                    out, err = await proc.communicate()
-            except (asyncio.TimeoutError, TimeoutError, asyncio.CancelledError):
-                # Timed out, or the user interrupted (Ctrl-C): what servelab started on the host must
-                # not run on. Closing the channel alone leaves the remote process running.
-                if not pid.isdigit():  # interrupted before the pid line arrived: it is on its way
-                    pid = await _first_line(proc)
-                proc.close()
-                if pid.isdigit():
-                    await self._stop_remote(conn, pid, token)
-                raise
-            except _LINK_ERRORS as exc:
-                self._lost()
-                raise HostUnreachable(f"{self.name}: connection lost while running {argv[0]}: {_one_line(exc)}") from None
-            status = proc.exit_status
-            if status is None or status < 0:
-                status = 128 + 9 if proc.exit_signal is None else 128 + _signal_number(proc.exit_signal[0])
-            return Completed(list(argv), status, bytes(out or b""), bytes(err or b""))
-        raise HostUnreachable(f"{self.name} ({self.config.ssh}): cannot open a channel")
+        opened = await self._open_marked(words, asyncssh.PIPE if input is not None else asyncssh.DEVNULL)
+        if opened is None:
+            raise HostUnreachable(f"{self.name} ({self.config.ssh}): cannot open a channel")
+        conn, proc, token = opened
+        pid = ""
+        try:
+            async with asyncio.timeout(timeout):
+                pid = bytes(await proc.stderr.readline()).decode("ascii", "replace").strip()
+                if input is not None:  # communicate() sends no EOF for empty input: the command would wait on stdin
+                    try:
+                        proc.stdin.write(input)
+                        proc.stdin.write_eof()
+                    except BrokenPipeError:
+                        pass  # it exited (or closed stdin) before reading: its output and status still come
+                out, err = await proc.communicate()
+        except (asyncio.TimeoutError, TimeoutError, asyncio.CancelledError):
+            # Timed out, or the user interrupted (Ctrl-C): what servelab started on the host must
+            # not run on. Closing the channel alone leaves the remote process running.
+            if not pid.isdigit():  # interrupted before the pid line arrived: it is on its way
+                pid = await _first_line(proc)
+            proc.close()
+            if pid.isdigit():
+                await self._stop_remote(conn, pid, token)
+            raise
+        except _LINK_ERRORS as exc:
+            self._lost()
+            raise HostUnreachable(f"{self.name}: connection lost while running {argv[0]}: {_one_line(exc)}") from None
+        status = proc.exit_status
+        if status is None or status < 0:
+            status = 128 + 9 if proc.exit_signal is None else 128 + _signal_number(proc.exit_signal[0])
+        return Completed(list(argv), status, bytes(out or b""), bytes(err or b""))
 
     async def stream(self, argv: list[str], *, env: dict[str, str] | None = None) -> Streamed:
         words = ["env", *(f"{k}={v}" for k, v in env.items()), *argv] if env else list(argv)
+        opened = await self._open_marked(words, asyncssh.DEVNULL)
+        if opened is None:
+            raise HostUnreachable(f"{self.name} ({self.config.ssh}): cannot open a channel")
+        conn, proc, token = opened
+        stream = SshStream(self, conn, proc, token)
+        try:
+            stream.pid = await _first_line(proc, timeout=self.config.connect_timeout)
+        except asyncio.CancelledError:
+            await stream.close()
+            raise
+        return stream
+
+    async def _open_marked(self, words: list[str], stdin: Any) -> tuple[asyncssh.SSHClientConnection, asyncssh.SSHClientProcess[bytes], str] | None:
+        """``words`` started on the host under the constant marking script (its pid on stderr's first
+        line, a fresh token in its environment), retried on a new connection while the channel cannot
+        be opened (the command never started, so that is safe); None when it never could be."""
         token = secrets.token_hex(8)
         command = shlex.join(["sh", "-c", _MARK, "sh", token, *words])
         for delay in self._backoff:
@@ -250,18 +258,12 @@ class SshHost(Host):
                 await asyncio.sleep(delay)
             conn = await self.connection()
             try:
-                proc = await conn.create_process(command, encoding=None, stdin=asyncssh.DEVNULL)
+                proc = await conn.create_process(command, encoding=None, stdin=stdin)
             except _LINK_ERRORS:
                 self._lost()
-                continue  # it never started: safe to try on a new connection
-            stream = SshStream(self, conn, proc, token)
-            try:
-                stream.pid = await _first_line(proc, timeout=self.config.connect_timeout)
-            except asyncio.CancelledError:
-                await stream.close()
-                raise
-            return stream
-        raise HostUnreachable(f"{self.name} ({self.config.ssh}): cannot open a channel")
+                continue
+            return conn, proc, token
+        return None
 
     async def _stop_remote(self, conn: asyncssh.SSHClientConnection, pid: str, token: str) -> None:
         """SIGTERM to an interrupted command's process group, if that process still carries our token."""
