@@ -48,14 +48,24 @@ async def test_crash_pins_root_cause_and_hint_and_rings(tui_folder: TuiFolder, f
 async def test_ready_run_shows_stage_bars_and_announces_ready(tui_folder: TuiFolder, fast_watch: None) -> None:
     async with watched_run_screen(tui_folder, "tiny-cpu-vllm-ngram", NGRAM_SERVE, (100, 40), rate=400, exit_code=0, hold_s=6.0) as (app, pilot, screen, bells):
         await wait_for(pilot, lambda: screen.index.line_count >= NGRAM_SERVE.read_bytes().count(b"\n"))
-        await wait_for(pilot, lambda: "alive" in screen.liveness or "exit code" in screen.liveness)
-        # the analysis, then the frames that draw it: wait for what is asserted below
-        await wait_for(pilot, lambda: all(w in screen_text(app) for w in ("weights", "KV cache", "ready", "✓")))
-        text = screen_text(app)
+        # the header says whether the process lives: alive while it serves, shutting down once its log
+        # shows the recorded stop (the replay holds the process for hold_s), then its exit code
+        lives = ("alive", "shutting down", "exit code")
+        await wait_for(pilot, lambda: any(w in screen.liveness for w in lives))
+        # the analysis, then the frames that draw it: wait for one frame that shows all asserted below
+        frames: list[str] = []
+
+        def drawn() -> bool:
+            frames.append(screen_text(app))
+            text = frames[-1]
+            return all(w in text for w in ("weights", "KV cache", "ready", "✓")) and any(w in text for w in lives)
+
+        await wait_for(pilot, drawn)
+        text = frames[-1]
         for label in ("weights", "KV cache", "ready"):
             assert label in text
         assert "✓" in text  # done stages are marked
-        assert "alive" in text or "exit code" in text
+        assert any(w in text for w in lives)
         await wait_for(pilot, lambda: bool(bells))
         assert any(n.title == "run ready" for n in app._notifications)
 
