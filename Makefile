@@ -34,21 +34,21 @@ define linked_env
 	test -f $@
 endef
 
-.PHONY: run test setup app engine engine-build ray ray-build sglang-engine sglang-build tiny-model sshd-deps slurm-deps bench lint clean
+.PHONY: run test setup app engine engine-build ray ray-build sglang-engine sglang-build tiny-model tiny-trained tiny-variants sshd-deps slurm-deps bench lint clean
 
-run: app engine ray sglang-engine tiny-model
+run: app engine ray sglang-engine tiny-model tiny-trained
 	$(VENV)/bin/servelab --dir experiments
 
 # Two pytest runs, both always run, and make fails if either fails: the suite, then the Ray tests
 # inside a network namespace with only `lo` (Ray registers the host's other addresses otherwise).
-test: app engine ray sglang-engine tiny-model sshd-deps slurm-deps
+test: app engine ray sglang-engine tiny-model tiny-variants sshd-deps slurm-deps
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/mypy
 	rc=0; $(VENV)/bin/pytest -ra --durations=30 -m "not ray" || rc=1; \
 	  unshare --net sh -c 'ip link set lo up && exec $(VENV)/bin/pytest -ra --durations=10 -m ray -p no:cacheprovider' || rc=1; \
 	  exit $$rc
 
-setup: app engine ray sglang-engine tiny-model sshd-deps slurm-deps
+setup: app engine ray sglang-engine tiny-model tiny-variants sshd-deps slurm-deps
 
 app: $(APP_STAMP)
 $(APP_STAMP): pyproject.toml
@@ -111,6 +111,21 @@ sglang-build:
 tiny-model: $(TINY_MODEL)/config.json
 $(TINY_MODEL)/config.json: engines/tinymodel.py | $(ENGINE_STAMP)
 	$(ENGINE_VENV)/bin/python engines/tinymodel.py $(TINY_MODEL)
+
+# The trained tiny target and its drafters (envs/tiny/build.py: the pair for `make run`, the
+# pair and the planted-cause variants for `make test`), trained once per machine like the engine
+# environments: in MODEL_CACHE under a name made of the engine version and the recipe's files,
+# .models/tiny-trained links there, and build.json (written last, atomically) is the stamp.
+MODEL_CACHE ?= $(HOME)/.cache/servelab/models
+TRAINED_RECIPE := $(shell cat envs/tiny/*.py engines/tinymodel.py | sha1sum | cut -c1-10)
+TRAINED_HOME := $(MODEL_CACHE)/tiny-trained-$(VLLM_CPU_VERSION)-$(PY_TAG)-$(TRAINED_RECIPE)
+TRAINED := .models/tiny-trained
+tiny-trained: engine
+	@mkdir -p .models $(MODEL_CACHE) && ln -sfn $(TRAINED_HOME) $(TRAINED)
+	flock $(MODEL_CACHE)/.lock sh -c 'test -f $(TRAINED_HOME)/build.json || $(ENGINE_VENV)/bin/python envs/tiny/build.py $(TRAINED_HOME)'
+tiny-variants: engine
+	@mkdir -p .models $(MODEL_CACHE) && ln -sfn $(TRAINED_HOME) $(TRAINED)
+	flock $(MODEL_CACHE)/.lock sh -c 'grep -qs "\"variants\": true" $(TRAINED_HOME)/build.json || $(ENGINE_VENV)/bin/python envs/tiny/build.py --variants $(TRAINED_HOME)'
 
 # A real OpenSSH server for the SSH tests (the suite starts its own sshd on 127.0.0.1).
 sshd-deps:

@@ -69,6 +69,10 @@ class EngineAdapter(Protocol):
     grammar: LogGrammar
     #: The ``[engine_args]`` key that sets the maximum context length (the drafter checks compare it).
     max_len_arg: str
+    #: The ``[engine_args]`` key whose JSON object sets the server's default sampling parameters
+    #: (its ``temperature`` is what clients get unless they set one); it wins over the model's
+    #: ``generation_config.json``.
+    sampling_defaults_arg: str
     #: The server's own TTFT / inter-token latency histograms in ``/metrics`` (None: it has none).
     latency_histograms: LatencyHistograms | None
     #: ``[engine_args]`` a campaign adds to every load so that ``/metrics`` carries what its

@@ -63,6 +63,11 @@ class Speculative(Strict):
     extra: dict[str, Any] = Field(default_factory=dict)
     #: Drafter-check error codes that do not block a launch (``allow = ["aux-layers-convention"]``).
     allow: list[str] = Field(default_factory=list)
+    #: The acceptance rate (accepted / drafted, 0..1) this drafter is expected to reach here, and
+    #: where that figure comes from; the diagnosis holds the run against it when servelab has no
+    #: earlier run of the same drafter (``expected_acceptance = 0.4``, ``expected_source = "..."``).
+    expected_acceptance: Annotated[float, Field(gt=0, le=1)] | None = None
+    expected_source: str | None = None
 
     @field_validator("allow")
     @classmethod
@@ -82,6 +87,8 @@ class Speculative(Strict):
             return self
         if m in NEEDS_DRAFTER and not self.draft_model:
             raise ValueError(f"method '{m}' needs draft_model (the drafter checkpoint path)")
+        if (self.expected_acceptance is None) != (self.expected_source is None):
+            raise ValueError("expected_acceptance and expected_source go together (a figure and where it comes from)")
         if m == "ngram" and self.draft_model:
             raise ValueError("method 'ngram' is model-free; remove draft_model")
         if self.num_tokens is None:

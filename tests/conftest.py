@@ -23,6 +23,7 @@ pytest_plugins: list[str] = [
     "tests.fixtures.tmux",
     "tests.fixtures.engine",
     "tests.fixtures.drafters",
+    "tests.fixtures.story",
     "tests.fixtures.fake_sglang",
     "tests.fixtures.sglang_server",
     "tests.fixtures.multinode_lab",

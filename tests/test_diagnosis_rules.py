@@ -4,28 +4,11 @@ from __future__ import annotations
 
 import json
 
-from servelab.engines.diagnosis.model import Arm, Diagnosis, Measurements, ReferenceMatch, StepCost, from_dict
+from servelab.engines.diagnosis.model import Diagnosis, StepCost, from_dict
 from servelab.engines.diagnosis.reference import closest
 from servelab.engines.diagnosis.rules import RunFacts, diagnose
 from servelab.engines.diagnosis.verdict import verdict_line
-
-NO_REF = ReferenceMatch(False, "", "", None, None, "", "no reference applies")
-NO_COST = StepCost(None, None, None, None, None, None, None, None, {}, "no baseline")
-CATS = ("conversation", "coding", "math", "extraction")
-
-
-def arm(name: str, rate: float | None, per_pos: list[float] | None = None, bigrams: float | None = 0.95) -> Arm:
-    k = len(per_pos or [0, 0, 0])
-    pp = per_pos if per_pos is not None else [rate or 0.0] * 3
-    return Arm(name, 2, 2, drafts=None if rate is None else 50.0, rate=rate, length=None if rate is None else 1 + rate * k,
-               per_position=pp if rate is not None else [], unique_bigrams=bigrams, median_step_ms=10.0)
-
-
-def meas(overall: Arm, cats: list[Arm] | None = None, raw: Arm | None = None, hot: Arm | None = None,
-         on: Arm | None = None, off: Arm | None = None) -> Measurements:
-    return Measurements(overall, cats if cats is not None else [arm(c, overall.rate, overall.per_position, overall.unique_bigrams) for c in CATS],
-                        raw, on, off, on is not None, 1.0, "test", hot)
-
+from tests.fixtures.findings import CATS, NO_COST, NO_REF, arm, meas
 
 FACTS = RunFacts("eagle3", 3, "/m/target", "/m/drafter")
 
@@ -117,9 +100,12 @@ def test_dead_start_with_a_drafter_check_fault_names_that_fault() -> None:
     bad = (StaticCheck("vocab-map-missing", "error", "draft vocab 32000 < 163840 and no d2t", "add d2t to the drafter's weights"),
            StaticCheck("aux-layers-convention", "warning", "ids differ from the default", "keep them if trained so"))
     f = diagnose(RunFacts("eagle3", 3, "/m/t", "/m/d", bad), meas(o), NO_COST, NO_REF)
-    assert f[0].code == "position-one-near-zero"
-    assert "configuration fault: vocab-map-missing" in f[0].message and f[0].next == "add d2t to the drafter's weights"
-    assert "drafter checks: vocab-map-missing" in f[0].evidence and "aux-layers-convention" not in f[0].evidence
+    # the fault itself first (a certainty), then the dead position 1 that it explains
+    assert f[0].code == "vocab-map-missing" and f[0].next == "add d2t to the drafter's weights"
+    assert f[1].code == "position-one-near-zero"
+    assert "configuration fault: vocab-map-missing" in f[1].message and f[1].next == "add d2t to the drafter's weights"
+    assert "drafter checks: vocab-map-missing" in f[1].evidence and "aux-layers-convention" not in f[1].evidence
+    assert "aux-layers-convention" not in [x.code for x in f]  # a doubt to rule out, not a finding
 
 
 def test_dead_start_with_clean_drafter_checks_is_an_untrained_drafter() -> None:

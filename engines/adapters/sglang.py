@@ -200,6 +200,7 @@ class SglangAdapter:
     #: How this engine's log reads (engines/logs applies it).
     grammar = GRAMMAR
     max_len_arg = "context-length"
+    sampling_defaults_arg = "preferred-sampling-params"
 
     def problems(self, exp: Experiment) -> list[Inexpressible]:
         out = engine_args_problems(exp.engine_args, MANAGED_FLAGS)

@@ -242,6 +242,7 @@ class VllmAdapter:
     #: How this engine's log reads (engines/logs applies it).
     grammar = GRAMMAR
     max_len_arg = "max-model-len"
+    sampling_defaults_arg = "override-generation-config"
 
     # -- command line -------------------------------------------------------------------------
     def problems(self, exp: Experiment) -> list[Inexpressible]:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from servelab.engines.adapter import get_adapter
+from servelab.engines.diagnosis.identity import drafter_identity
+from servelab.engines.diagnosis.local import reference_for
 from servelab.engines.diagnosis.measure import Progress, SuiteSettings
 from servelab.engines.diagnosis.model import Diagnosis
 from servelab.engines.diagnosis.static import drafter_checks
@@ -15,6 +18,7 @@ from servelab.engines.probe.artifacts import load_probe, run_experiment
 from servelab.engines.probe.prompts import load as load_prompts
 
 if TYPE_CHECKING:
+    from servelab.engines.experiment import Experiment
     from servelab.engines.runrecords import RunRecord
     from servelab.engines.runrecords import RunsAPI
 
@@ -22,8 +26,27 @@ if TYPE_CHECKING:
 DEFAULT_TEMPERATURE = 1.0
 
 
-async def serving_temperature(runs: RunsAPI, rec: RunRecord) -> tuple[float, str]:
-    """The temperature clients get by default: the model's ``generation_config.json``, else 1.0."""
+def temperature_arg(exp: Experiment) -> tuple[float, str] | None:
+    """The default temperature the experiment's own engine arguments set (``--override-generation-config``
+    on vLLM, ``--preferred-sampling-params`` on SGLang), or None when they set none."""
+    key = get_adapter(exp.engine).sampling_defaults_arg
+    raw = exp.engine_args.get(key)
+    try:
+        data = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return None
+    t = data.get("temperature") if isinstance(data, dict) else None
+    if isinstance(t, (int, float)) and not isinstance(t, bool):
+        return float(t), f"[engine_args] {key} temperature"
+    return None
+
+
+async def serving_temperature(runs: RunsAPI, rec: RunRecord, exp: Experiment | None = None) -> tuple[float, str]:
+    """The temperature clients get by default: the experiment's sampling-defaults argument, else the
+    model's ``generation_config.json``, else 1.0."""
+    own = temperature_arg(exp) if exp is not None else None
+    if own is not None:
+        return own
     path = f"{rec.model.rstrip('/')}/generation_config.json"
     try:
         data = json.loads((await runs.host(rec.host).read_bytes(path, 0, 65536)).decode("utf-8"))
@@ -88,14 +111,17 @@ async def diagnose_run(runs: RunsAPI, run_id: str, *, progress: Progress | None 
         raise ServelabError(f"run {run_id} does not speculate ([speculative] method = \"none\"): nothing to diagnose")
     prompts = load_prompts(exp.probe.prompts, base=runs.catalog.folder)
     if settings is None:
-        temp, source = await serving_temperature(runs, rec)
+        temp, source = await serving_temperature(runs, rec, exp)
         settings = SuiteSettings(serving_temperature=temp, temperature_source=source)
     plain, base_run, measured, note = await baseline_step(runs, run_id, exp.baseline, rec.model)
     draft = drafter_path(runs, rec, exp.speculative.draft_model)
     static = await drafter_checks(runs.host(rec.host), runs.catalog.host(rec.host).python, exp, rec.model, draft)
+    identity = await drafter_identity(runs.host(rec.host), draft) if draft and static is not None else None
+    reference = await reference_for(runs, rec, exp, identity)
     diag = await diagnose_server(
         await runs.base_url(at), exp, prompts, run=run_id, model_path=rec.model, drafter_path=draft, settings=settings,
         baseline=Baseline(plain, base_run, measured, note), static=static, progress=progress,
+        reference=reference, drafter=identity,
     )
     await runs.write_artifact(at, DIAGNOSIS_JSON, (json.dumps(diag.to_dict(), indent=2) + "\n").encode("utf-8"))
     return diag

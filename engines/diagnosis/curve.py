@@ -46,6 +46,12 @@ def read_shape(per_position: list[float]) -> CurveReading:
     return CurveReading("healthy", first, last, f"per position {curve}")
 
 
+def comparable(per_position: list[float], n: int) -> float | None:
+    """Mean acceptance over the first ``n`` positions (None: fewer measured): two runs drafted at
+    different K compare on the positions both drafted."""
+    return sum(per_position[:n]) / n if n and len(per_position) >= n else None
+
+
 def tokens_per_step(per_position: list[float], k: int) -> float:
     return 1.0 + sum(per_position[:k])
 

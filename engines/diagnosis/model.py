@@ -97,8 +97,29 @@ class StepCost(AsDict):
 
 
 @dataclass(frozen=True)
+class DrafterIdentity(AsDict):
+    """``fingerprint``: the trained weights; ``settings``: what the config tells the engine to do with them."""
+
+    fingerprint: str
+    settings: dict[str, str] = field(default_factory=dict)
+
+    def changed(self, other: DrafterIdentity) -> list[str]:
+        """``key: before -> now`` for each setting that differs from ``other`` (an earlier run)."""
+        keys = sorted(set(self.settings) | set(other.settings))
+        return [f"{k}: {other.settings.get(k, 'unset')} -> {self.settings.get(k, 'unset')}"
+                for k in keys if self.settings.get(k) != other.settings.get(k)]
+
+
+@dataclass(frozen=True)
 class ReferenceMatch(AsDict):
-    """Where this run stands against the closest published figure (or why none applies)."""
+    """Where this run stands against a reference (or why none applies).
+
+    ``kind``: ``local`` (the best earlier run of the same drafter weights on this target and
+    engine, from servelab's history), ``stated`` (the experiment's ``expected_acceptance``) or
+    ``published`` (a published figure for the drafter's family). A local reference keeps its
+    per-position curve (compared over the positions both runs drafted) and the drafter settings
+    that changed since (``changed``: ``key: before -> now``).
+    """
 
     applies: bool
     label: str
@@ -107,6 +128,10 @@ class ReferenceMatch(AsDict):
     high: float | None
     source: str
     why: str
+    kind: str = "published"
+    run: str | None = None
+    per_position: list[float] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -126,6 +151,8 @@ class Diagnosis:
     seconds: float
     #: The drafter checks run beside the suite (None: not run, e.g. n-gram or unavailable).
     static: list[StaticCheck] | None = None
+    #: The drafter's weights fingerprint and its config settings (None: no readable checkpoint).
+    drafter: DrafterIdentity | None = None
 
     @property
     def top(self) -> Finding | None:
@@ -179,4 +206,5 @@ def from_dict(data: dict[str, Any]) -> Diagnosis:
         findings=[Finding(**f) for f in data["findings"]],
         seconds=float(data["seconds"]),
         static=None if data.get("static") is None else [StaticCheck(**c) for c in data["static"]],
+        drafter=None if not data.get("drafter") else DrafterIdentity(**data["drafter"]),
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from servelab.engines.diagnosis.curve import DEAD_START_BELOW, read_shape
+from servelab.engines.diagnosis.curve import DEAD_START_BELOW, comparable, read_shape
 from servelab.engines.diagnosis.degenerate import DEGENERATE_BELOW, is_degenerate
 from servelab.engines.diagnosis.model import Arm, Finding, Measurements, ReferenceMatch, StaticCheck, StepCost, rank
 
@@ -14,11 +14,22 @@ PRAISE_FROM = 0.3
 #: Acceptance gaps (absolute) between two arms that point at a cause.
 TEMPLATE_GAP = 0.15
 CATEGORY_GAP = 0.2
+#: A category at most this share of the others' median is far below them, when the gap is at least
+#: CATEGORY_GAP or, at lower acceptance, CATEGORY_Z standard errors of the drafted tokens' counts.
+CATEGORY_SHARE = 0.6
+CATEGORY_Z = 2.5  # one-sided p < 0.01
 TEMPERATURE_GAP = 0.1
 #: Methods whose drafter was trained (template, thinking and domain gaps mean something there).
 TRAINED = frozenset({"eagle", "eagle3", "mtp", "draft_model"})
-#: Below this share of the published low end, the run is far from its family.
+#: Below this share of the reference's low end, the run is far from it.
 FAR_BELOW_REFERENCE = 0.7
+#: Drafter-check warnings that change what the drafter computes (not doubts to rule out).
+ACCEPTANCE_WARNINGS = frozenset({"norm-flags-ignored"})
+#: Findings that name why acceptance is low; a run below its reference with one of these has its
+#: cause named, and the reference gap ranks under it. K is not one: a reference is compared at
+#: the same positions (local) or at the experiment's K (stated, published).
+CAUSES = frozenset({"draft-equals-target", "position-one-near-zero", "template-gap", "thinking-gap", "category-gap",
+                    "temperature-drop", "drafter-config-changed", "degenerate-output"})
 
 
 @dataclass(frozen=True)
@@ -124,7 +135,7 @@ def diagnose(facts: RunFacts, m: Measurements, cost: StepCost, ref: ReferenceMat
             f"the acceptance curve falls off: {k_txt} drafts tokens that are rarely kept",
             f"{shape.text}; estimated speedup {est_txt}",
             _k_change(rec if rec and (facts.k is None or rec < facts.k) else max(1, (facts.k or 2) // 2), facts.k),
-            1.5,
+            1.0,  # a tuning step: a template, domain, temperature or configuration cause comes first
         ))
 
     # -- speculation does not pay ----------------------------------------------------------------
@@ -163,11 +174,12 @@ def diagnose(facts: RunFacts, m: Measurements, cost: StepCost, ref: ReferenceMat
 
     # -- a category far below ---------------------------------------------------------------------
     cats = [a for a in m.categories if a.rate is not None]
-    if trained and len(cats) >= 3:
+    if trained and len(cats) >= 2:
         for a in cats:
             others = sorted(c.rate for c in cats if c is not a and c.rate is not None)
-            mid = others[len(others) // 2]
-            if a.rate is not None and mid - a.rate >= CATEGORY_GAP and a.rate < 0.5 * mid:
+            mid = others[len(others) // 2]  # with two categories: the other one
+            pooled = [c for c in cats if c is not a]
+            if a.rate is not None and a.rate <= CATEGORY_SHARE * mid and (mid - a.rate >= CATEGORY_GAP or _z(a, pooled) >= CATEGORY_Z):
                 out.append(Finding(
                     "category-gap", "warning", f"category {a.name} is far below the others: a gap in the drafter's training data",
                     f"{a.name} {_pct(a.rate)} vs median of the others {_pct(mid)} ({_rates(cats)})",
@@ -179,32 +191,25 @@ def diagnose(facts: RunFacts, m: Measurements, cost: StepCost, ref: ReferenceMat
     t = m.at_temperature
     if t is not None and t.rate is not None and m.serving_temperature > 0 and rate - t.rate >= TEMPERATURE_GAP:
         out.append(Finding(
-            "temperature-drop", "info",
+            "temperature-drop", "warning",
             f"acceptance falls from {_pct(rate)} at temperature 0 to {_pct(t.rate)} at the serving temperature {m.serving_temperature:g}",
-            f"vLLM drafts by argmax, so sampling rejects more drafts; serving temperature from {m.temperature_source}",
+            f"the drafter drafts by argmax, so sampling rejects more drafts; clients that set no temperature get "
+            f"{m.serving_temperature:g} ({m.temperature_source})",
             f"a lower serving temperature (generation_config temperature), or accept the lower figure at T={m.serving_temperature:g}",
-            0.5 + (rate - t.rate),
+            1.5 + (rate - t.rate),  # what clients get by default, measured directly
         ))
     elif t is not None and t.error:
         out.append(Finding("temperature-untested", "info", f"the probe at temperature {m.serving_temperature:g} failed", t.error,
                            "retry with a server that samples with speculation", 0.0))
 
-    # -- the reference -----------------------------------------------------------------------------
-    if ref.applies and ref.low is not None and ref.high is not None:
-        if rate < FAR_BELOW_REFERENCE * ref.low:
-            out.append(Finding(
-                "below-reference", "warning",
-                f"acceptance {_pct(rate)} against {_pct(ref.low)}-{_pct(ref.high)} published for {ref.label}: a configuration fault before drafter quality",
-                f"{ref.figure}; {ref.why}; {ref.source}",
-                f"servelab drafter {facts.drafter or 'DRAFT'} --target {facts.model} first; then the template and thinking A/B above",
-                1.8,
-            ))
-        else:
-            out.append(Finding("near-reference", "info", f"acceptance {_pct(rate)} is in line with {_pct(ref.low)}-{_pct(ref.high)} published for {ref.label}",
-                               f"{ref.figure}; {ref.why}", "tune K from the curve", 0.2))
-    else:
-        out.append(Finding("no-reference", "info", "no published figure applies to this drafter", ref.why, "-", 0.0))
+    # -- the drafter checks: a fault they find is the cause before any measurement -----------------
+    for c in facts.static or ():
+        if c.severity == "error" or c.code in ACCEPTANCE_WARNINGS:
+            out.append(Finding(c.code, c.severity, f"the drafter checks: {c.message}", f"servelab drafter {facts.drafter or 'DRAFT'} --target {facts.model}",
+                               c.fix, 4.6 if c.severity == "error" else 2.6))
 
+    # -- the reference -----------------------------------------------------------------------------
+    out.extend(_reference_findings(ref, rate, o.per_position, facts, out))
     # -- the step cost -----------------------------------------------------------------------------
     if cost.estimated_speedup is not None:
         meas = f"; measured {cost.measured_speedup:.2f}x" if cost.measured_speedup is not None else ""
@@ -224,6 +229,56 @@ def diagnose(facts: RunFacts, m: Measurements, cost: StepCost, ref: ReferenceMat
             out.append(Finding("healthy", "info", f"acceptance {_pct(rate)} with a {shape.shape} curve: no fault found", shape.text,
                                "tune K from the curve", 0.5))
     return rank(out)
+
+
+def _reference_findings(ref: ReferenceMatch, rate: float, per_position: list[float], facts: RunFacts, found: list[Finding]) -> list[Finding]:
+    """Below, near or without a reference; a local reference whose drafter settings changed names them."""
+    if not (ref.applies and ref.low is not None and ref.high is not None):
+        return [Finding("no-reference", "info", "no published figure applies to this drafter", ref.why, "-", 0.0)]
+    if ref.kind == "local" and ref.per_position:
+        n = min(len(ref.per_position), len(per_position))
+        now, then = comparable(per_position, n), comparable(ref.per_position, n)
+        now = rate if now is None else now
+        then = ref.low if then is None else then
+        over = f" over positions 1-{n}" if n > 1 else " at position 1"
+    else:
+        now, then, over = rate, ref.low, ""
+    if now >= FAR_BELOW_REFERENCE * then:
+        return [Finding("near-reference", "info", f"acceptance {_pct(now)}{over} is in line with {_pct(then)} from {ref.label}",
+                        f"{ref.figure}; {ref.why}", "tune K from the curve", 0.2)]
+    if ref.kind == "local" and ref.changed:
+        return [Finding(
+            "drafter-config-changed", "error",
+            f"the same drafter weights reached {_pct(then)}{over} in run {ref.run}; now {_pct(now)}, and its config changed: {'; '.join(ref.changed)}",
+            f"{ref.figure}; {ref.source}",
+            f"restore the drafter config of run {ref.run} ({', '.join(c.split(':')[0] for c in ref.changed)}): the weights were trained with it",
+            4.5,
+        )]
+    named = [f.code for f in found if f.code in CAUSES or f.severity == "error" or f.code in ACCEPTANCE_WARNINGS]
+    what = {"local": f"this drafter reached {_pct(then)}{over} ({ref.figure})", "stated": f"{ref.label}: {_pct(then)} ({ref.source})",
+            "published": f"{_pct(ref.low)}-{_pct(ref.high)} published for {ref.label}"}.get(ref.kind, ref.label)
+    if named:
+        message = f"acceptance {_pct(now)}{over} against {what}: explained by {', '.join(dict.fromkeys(named))} above"
+    elif ref.kind == "published":
+        message = f"acceptance {_pct(rate)} against {what}: a configuration fault before drafter quality"
+    else:
+        message = (f"acceptance {_pct(now)}{over} against {what}, and no template, domain, temperature or configuration cause "
+                   "is found: the drafter itself is weaker (under-trained, or trained on other data)")
+    nxt = (f"servelab drafter {facts.drafter or 'DRAFT'} --target {facts.model} first; then the template and thinking A/B above"
+           if ref.kind == "published" else "train the drafter longer or on data like the served prompts, and compare with the reference run")
+    return [Finding("below-reference", "warning", message, f"{ref.figure}; {ref.why}; {ref.source}", nxt, 0.9 if named else 1.8)]
+
+
+def _z(a: Arm, others: list[Arm]) -> float:
+    """Two-proportion z of ``a``'s acceptance below the pooled others' (0 without token counts)."""
+    n1 = a.draft_tokens or 0.0
+    n2 = sum(o.draft_tokens or 0.0 for o in others)
+    if n1 <= 0 or n2 <= 0 or a.accepted is None or any(o.accepted is None for o in others):
+        return 0.0
+    x2 = sum(o.accepted or 0.0 for o in others)
+    p1, p2, p = a.accepted / n1, x2 / n2, (a.accepted + x2) / (n1 + n2)
+    se = (p * (1 - p) * (1 / n1 + 1 / n2)) ** 0.5
+    return (p2 - p1) / se if se > 0 else 0.0
 
 
 def _k_change(k: int, current: int | None) -> str:

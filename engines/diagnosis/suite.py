@@ -16,7 +16,7 @@ import httpx
 from servelab.engines.adapter import get_adapter
 from servelab.engines.diagnosis.cost import step_cost
 from servelab.engines.diagnosis.measure import Progress, SuiteSettings, measure
-from servelab.engines.diagnosis.model import Diagnosis, StaticCheck
+from servelab.engines.diagnosis.model import Diagnosis, DrafterIdentity, ReferenceMatch, StaticCheck
 from servelab.engines.diagnosis.reference import closest
 from servelab.engines.diagnosis.rules import RunFacts, diagnose
 from servelab.engines.errors import ServelabError
@@ -59,10 +59,14 @@ async def diagnose_server(
     baseline: Baseline | None = None,
     static: tuple[StaticCheck, ...] | None = None,
     progress: Progress | None = None,
+    reference: ReferenceMatch | None = None,
+    drafter: DrafterIdentity | None = None,
 ) -> Diagnosis:
     """Measure, model the step cost, find the reference, rank the findings.
 
-    ``static``: what the drafter checks found (None when they did not run).
+    ``static``: what the drafter checks found (None when they did not run). ``reference``: the one
+    to hold the run against (``local.reference_for``); the closest published figure when None.
+    ``drafter``: the drafter's identity, kept in the diagnosis for later runs' local reference.
     """
     t0 = time.monotonic()
     s = exp.speculative
@@ -76,10 +80,11 @@ async def diagnose_server(
     server_step = latency_between(hist, before, after).mean_itl_ms if hist is not None and before is not None and after is not None else None
     b = baseline or Baseline()
     cost = step_cost(meas.overall, s.num_tokens, b.plain_ms, b.run, b.measured_speedup, b.note if b.plain_ms is None else "", server_step_ms=server_step)
-    ref = closest(exp.model, s.draft_model, exp.engine, s.num_tokens, s.method)
+    ref = reference or closest(exp.model, s.draft_model, exp.engine, s.num_tokens, s.method)
     findings = diagnose(RunFacts(s.method, s.num_tokens, model_path, drafter_path, static), meas, cost, ref)
     return Diagnosis(
         run=run, experiment=exp.name, engine=exp.engine, method=s.method, k=s.num_tokens,
         date=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), measurements=meas, cost=cost, reference=ref,
         findings=findings, seconds=round(time.monotonic() - t0, 1), static=None if static is None else list(static),
+        drafter=drafter,
     )

@@ -1,0 +1,136 @@
+"""Which reference a run is held against (local history, the experiment's stated figure, published),
+and the findings each gives: a drafter whose config changed since its best run is named by the
+change; a run below its reference with no other cause is called weaker, with one it ranks under it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servelab.engines.diagnosis.artifacts import temperature_arg
+from servelab.engines.diagnosis.identity import settings_of
+from servelab.engines.diagnosis.local import local_match, stated_match
+from servelab.engines.diagnosis.model import Diagnosis, DrafterIdentity, from_dict
+from servelab.engines.diagnosis.rules import FAR_BELOW_REFERENCE, RunFacts, diagnose
+from servelab.engines.experiment import Experiment
+from tests.fixtures.findings import NO_COST, NO_REF, arm, meas
+
+FACTS = RunFacts("eagle3", 2, "/m/target", "/m/drafter")
+GOOD = DrafterIdentity("f00d", {"eagle_config.eagle_aux_hidden_state_layer_ids": "[1, 2, 3]", "d2t": "present"})
+
+
+def stored(run: str, per_position: list[float], identity: DrafterIdentity = GOOD, date: str = "2026-12-01T10:00:00+00:00") -> Diagnosis:
+    o = arm("overall", sum(per_position) / len(per_position), per_position)
+    diag = Diagnosis(run, "good", "vllm", "eagle3", len(per_position), date, meas(o), NO_COST, NO_REF, [], 1.0, None, identity)
+    return from_dict(diag.to_dict())  # as read back from diagnosis.json
+
+
+def exp(**spec: object) -> Experiment:
+    return Experiment.model_validate({"name": "e", "engine": "vllm", "model": "/m/target",
+                                      "speculative": {"method": "eagle3", "draft_model": "/m/drafter", "num_tokens": 2, **spec}})
+
+
+def test_the_best_earlier_run_of_the_same_weights_is_the_local_reference() -> None:
+    ref = local_match(GOOD, [stored("r1", [0.3, 0.1]), stored("r4", [0.5, 0.2], date="2026-12-03T00:00:00+00:00"),
+                             stored("r2", [0.5, 0.2], date="2026-12-02T00:00:00+00:00"), stored("r3", [0.4, 0.3, 0.1])])
+    assert ref is not None and ref.kind == "local" and ref.run == "r2" and ref.per_position == [0.5, 0.2]
+    assert ref.changed == [] and "r2" in ref.source
+
+
+def test_a_changed_config_on_the_same_weights_is_named_when_acceptance_falls() -> None:
+    shifted = dataclasses.replace(GOOD, settings={**GOOD.settings, "eagle_config.eagle_aux_hidden_state_layer_ids": "[0, 1, 2]"})
+    ref = local_match(shifted, [stored("r1", [0.5, 0.2])])
+    assert ref is not None and ref.changed == ["eagle_config.eagle_aux_hidden_state_layer_ids: [1, 2, 3] -> [0, 1, 2]"]
+    low = arm("overall", 0.05, [0.08, 0.02])
+    f = diagnose(FACTS, meas(low), NO_COST, ref)
+    assert f[0].code == "drafter-config-changed" and f[0].severity == "error"
+    assert "r1" in f[0].message and "[0, 1, 2]" in f[0].message and "restore" in f[0].next
+    # the same change with acceptance where it was is not a fault
+    assert "drafter-config-changed" not in [x.code for x in diagnose(FACTS, meas(arm("overall", 0.35, [0.5, 0.2])), NO_COST, ref)]
+
+
+def test_a_run_at_another_k_is_compared_on_the_positions_both_drafted() -> None:
+    ref = local_match(GOOD, [stored("r1", [0.5, 0.2])])
+    assert ref is not None
+    # K=6 past the knee: overall rate far lower, but positions 1-2 are where they were
+    knee = arm("overall", 0.13, [0.5, 0.2, 0.05, 0.01, 0.0, 0.0])
+    f = diagnose(dataclasses.replace(FACTS, k=6), meas(knee), NO_COST, ref)
+    assert "below-reference" not in [x.code for x in f] and "near-reference" in [x.code for x in f]
+    assert f[0].code == "k-too-high"
+
+
+def test_stated_figure_below_with_no_other_cause_reads_as_a_weaker_drafter() -> None:
+    ref = stated_match(exp(expected_acceptance=0.4, expected_source="the recipe's own run"))
+    assert ref is not None and ref.kind == "stated" and ref.low == 0.4
+    f = diagnose(FACTS, meas(arm("overall", 0.1, [0.15, 0.05])), NO_COST, ref)
+    assert f[0].code == "below-reference" and "under-trained" in f[0].message and "the recipe's own run" in f[0].evidence
+
+
+def test_below_reference_ranks_under_a_named_cause() -> None:
+    ref = stated_match(exp(expected_acceptance=0.4, expected_source="s"))
+    assert ref is not None
+    o = arm("overall", 0.1, [0.15, 0.05])
+    f = diagnose(FACTS, meas(o, raw=arm("raw", 0.4, [0.5, 0.3])), NO_COST, ref)
+    assert f[0].code == "template-gap"
+    below = next(x for x in f if x.code == "below-reference")
+    assert "explained by template-gap" in below.message
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0.01, 1.0), min_size=1, max_size=6), st.lists(st.floats(0.01, 1.0), min_size=1, max_size=6))
+def test_below_or_near_follows_the_common_positions(now: list[float], then: list[float]) -> None:
+    now, then = sorted(now, reverse=True), sorted(then, reverse=True)
+    ref = local_match(GOOD, [stored("r1", then)])
+    assert ref is not None
+    f = [x.code for x in diagnose(dataclasses.replace(FACTS, k=len(now)), meas(arm("overall", sum(now) / len(now), now)), NO_COST, ref)]
+    n = min(len(now), len(then))
+    below = sum(now[:n]) / n < FAR_BELOW_REFERENCE * (sum(then[:n]) / n)
+    assert ("below-reference" in f) == below and ("near-reference" in f) == (not below)
+
+
+def test_expected_acceptance_needs_its_source() -> None:
+    with pytest.raises(ValueError, match="go together"):
+        exp(expected_acceptance=0.4)
+    assert exp(expected_acceptance=0.4, expected_source="s").speculative.expected_acceptance == 0.4
+
+
+@pytest.mark.parametrize(("engine", "key"), [("vllm", "override-generation-config"), ("sglang", "preferred-sampling-params")])
+def test_the_experiments_sampling_defaults_set_the_serving_temperature(engine: str, key: str) -> None:
+    def e(args: dict[str, object]) -> Experiment:
+        return Experiment.model_validate({"name": "e", "engine": engine, "model": "/m", "engine_args": args})
+
+    assert temperature_arg(e({key: '{"temperature": 0.7, "top_p": 0.9}'})) == (0.7, f"[engine_args] {key} temperature")
+    assert temperature_arg(e({})) is None
+    assert temperature_arg(e({key: "not json"})) is None
+    assert temperature_arg(e({key: '{"top_p": 0.9}'})) is None
+
+
+def test_settings_are_what_changes_the_computation() -> None:
+    cfg = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3]}, "use_aux_norm": True, "rms_norm_eps": 1e-6,
+           "draft_vocab_size": 512, "hidden_size": 192}
+    s = settings_of(cfg, {"fc.weight", "d2t"})
+    assert s == {"eagle_config.eagle_aux_hidden_state_layer_ids": "[1, 2, 3]", "use_aux_norm": "true", "draft_vocab_size": "512", "d2t": "present"}
+    assert settings_of(cfg, {"fc.weight"})["d2t"] == "absent"
+
+
+def counted(name: str, accepted: float, tokens: float) -> "Arm":
+    from servelab.engines.diagnosis.model import Arm
+
+    return Arm(name, 2, 2, drafts=tokens / 2, draft_tokens=tokens, accepted=accepted, rate=accepted / tokens,
+               per_position=[accepted / tokens], unique_bigrams=0.95)
+
+
+@pytest.mark.parametrize(("prose", "code", "gap"), [
+    ((18, 152), (26, 108), True),     # 12% vs 24% at low acceptance: z 2.6 over 260 drafted tokens
+    ((9, 76), (13, 54), False),       # the same rates on half the tokens: not significant
+    ((40, 100), (50, 100), False),    # 40% vs 50%: not far below
+    ((10, 100), (60, 100), True),     # an absolute gap of 0.5
+])
+def test_a_category_far_below_needs_a_share_and_evidence(prose: tuple[int, int], code: tuple[int, int], gap: bool) -> None:
+    p, c = counted("prose", *prose), counted("code", *code)
+    o = counted("overall", prose[0] + code[0], prose[1] + code[1])
+    f = [x.code for x in diagnose(FACTS, meas(o, cats=[p, c]), NO_COST, NO_REF)]
+    assert ("category-gap" in f) == gap, f
