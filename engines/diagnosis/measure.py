@@ -40,7 +40,7 @@ class SuiteSettings:
     """How much the suite asks: prompts per category, tokens per answer, the serving temperature."""
 
     max_tokens: int = 48
-    per_category: int = 2
+    per_category: int = 4  # enough drafted tokens per category that a gap can be told from noise
     serving_temperature: float = 1.0
     temperature_source: str = "vLLM's default (1.0) when the model's generation_config.json sets none"
 
