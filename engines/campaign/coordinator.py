@@ -288,6 +288,10 @@ class Coordinator:
             if rec is not None:
                 await self._stop(rec.id)
             fleet.load_ended(index, exc.status, str(exc), exc.exit_code)
+        except (ServelabError, OSError, ValueError) as exc:  # anything else this load hit ends it, not the queues
+            if rec is not None:
+                await self._stop(rec.id)
+            fleet.load_ended(index, CampaignState.REFUSED, f"{type(exc).__name__}: {exc}" if not isinstance(exc, ServelabError) else str(exc))
         finally:
             self.current.pop(host, None)
             self.save()

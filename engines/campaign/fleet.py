@@ -277,12 +277,13 @@ class Fleet:
         return move
 
     def drop(self, host: str, why: str) -> list[Move]:
-        """``host`` dropped out: every unfinished load on it (running or queued) goes elsewhere."""
+        """``host`` dropped out (``why``: the one-line reason, kept in :attr:`down`): every unfinished
+        load on it, running or queued, goes elsewhere, each of its points "moved from HOST: unreachable"."""
         self.down[host] = why
         moves: list[Move] = []
         for ld in sorted(self.loads.values(), key=lambda x: x.index):
             if ld.host == host and ld.status not in FINAL_LOAD:
-                moves.append(self._requeue(ld, host, f"{host} unreachable ({why})" if why else "unreachable", keep_host=False))
+                moves.append(self._requeue(ld, host, "unreachable", keep_host=False))  # the long reason: ``down``
         return moves
 
     def scheduler_end(self, index: int, why: str) -> Move | None:

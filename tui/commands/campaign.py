@@ -53,7 +53,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
     q = verbs.add_parser("coordinate", help="(started by 'campaign start' for a fleet campaign) run its queues from this machine")
-    q.add_argument("dir", metavar="DIR", help="the fleet campaign's folder under the local campaigns folder")
+    q.add_argument("camp_dir", metavar="DIR", help="the fleet campaign's folder under the local campaigns folder")
     q.set_defaults(func=cmd_coordinate)
 
     q = verbs.add_parser("report", help="every point: acceptance, output tok/s with its band, TTFT/TPOT, load time, speedup")
@@ -116,7 +116,7 @@ def cmd_coordinate(args: argparse.Namespace) -> int:
     """The detached coordinator of a fleet campaign (``engines/campaign/coordinator.py``)."""
     from servelab.engines.campaign.coordinator import coordinate
 
-    return _run(args, lambda cat: coordinate(Runs(cat), Path(args.dir)))
+    return _run(args, lambda cat: coordinate(Runs(cat), Path(args.camp_dir)))
 
 
 def cmd_report(args: argparse.Namespace) -> int:
