@@ -197,3 +197,29 @@ def test_plan_prints_each_loads_host_and_why(lab: Lab) -> None:
     assert campaign is not None
     bad = plan(campaign, load_catalog(lab.folder))
     assert [f"{pr.path}: {pr.message}" for pr in bad.problems][0].startswith("hosts[1]: no host named 'nowhere' in hosts.toml")
+
+
+def test_bad_fleets_are_one_line_each(lab: Lab) -> None:
+    """An unknown host in ``hosts``, a pin outside the fleet, a fleet whose every host is down: one line, no traceback."""
+    import subprocess
+    import sys
+
+    lab.add_gone_host()
+    stub_experiment(lab, "stub-a", 18100, {})
+    path = campaign_file(lab, "far", ["stub-a"], "stub-a", '"probe.concurrency" = [1]')
+    body = path.read_text()
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "servelab", "--dir", str(lab.folder), *args], capture_output=True, text=True, timeout=120)
+
+    path.write_text('hosts = ["local", "atlantis"]\n' + body)
+    done = cli("campaign", "start", "far")
+    assert done.returncode == 1 and "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert "hosts[1]: no host named 'atlantis' in hosts.toml (known: gone, local)" in done.stderr, done.stderr
+    path.write_text('hosts = ["local"]\npin = { "stub-a" = "gone" }\n' + body)
+    done = cli("campaign", "plan", "far")
+    assert done.returncode != 0 and "Traceback" not in done.stderr and "pin puts stub-a on 'gone', which is not one of hosts (local)" in done.stderr + done.stdout
+    path.write_text('hosts = ["gone"]\n' + body)
+    done = cli("campaign", "start", "far", "--skip-preflight")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "every host of the fleet is unreachable: gone" in done.stderr, done.stderr

@@ -130,3 +130,41 @@ async def test_fleet_campaign_moves_a_dropped_hosts_points_and_reports_them_all(
     assert "campaign " + st.id + " on the fleet local, remote: done" in status and "remote dropped out:" in status
     print(f"\nfleet campaign: drop seen and points moved in {t_moved:.2f} s; whole test {time.monotonic() - t_test:.1f} s; "
           f"drops {final['drops']}")
+
+
+async def test_stop_ends_only_its_own_runs_and_jobs_and_resume_keeps_done_points(slurm_lab: SlurmLab, tmp_path: Path) -> None:
+    """``campaign stop`` on a fleet campaign: the coordinator ends its local run and ``scancel``s its own
+    job (a job servelab did not submit keeps running); ``resume`` finishes without running a done point again."""
+    lab = slurm_lab
+    with (lab.folder / "hosts.toml").open("a") as f:
+        f.write(f"\n[hosts.local]\npython = {toml_value(sys.executable)}\nworkdir = {toml_value(str(tmp_path / 'local-work'))}\n")
+    ports = [free_port() for _ in range(2)]
+    stub_experiment(lab, "stub", ports[0], {"STUB_TOKEN_S": "0.05"})  # type: ignore[arg-type]  # a SlurmLab has the folder it reads
+    (lab.folder / "campaigns").mkdir()
+    (lab.folder / "campaigns" / "pair.toml").write_text(
+        f'hosts = ["local", "cluster"]\nbase = ["stub"]\n[axes]\nport = {json.dumps(ports)}\n"probe.concurrency" = [1, 2]\n'
+    )
+    other = lab.cluster.run("sbatch", "--parsable", "--wrap", "sleep 300", "-o", "/dev/null").stdout.strip()  # not servelab's
+    try:
+        st = await control.start(load_catalog(lab.folder), "pair", skip_preflight=True)
+        state_path = Path(st.dir) / "state.json"
+        running = await _until(state_path, "a point done and both loads ready", lambda s: any(p["status"] == "done" for p in s["points"].values())
+                               and all(ld["status"] == "ready" for ld in s["loads"]))
+        job = json.loads((lab.shared / "runs" / next(ld["run_id"] for ld in running["loads"] if ld["host"] == "cluster") / "run.json").read_text())["slurm_job"]
+        stopped = servelab(lab.folder, "campaign", "stop", st.id)
+        assert f"campaign {st.id} on the fleet local, cluster: stopped" in stopped, stopped
+        state = _state(state_path)
+        assert job not in lab.cluster.jobs() and other in lab.cluster.jobs()
+        assert marked({ld["run_id"] for ld in running["loads"]}) == []
+        done_before = {n: (Path(st.dir) / p["result"]).stat().st_mtime_ns for n, p in state["points"].items() if p["status"] == "done"}
+        assert done_before and all(p["status"] in ("done", "pending") for p in state["points"].values())
+        servelab(lab.folder, "campaign", "resume", st.id)
+        final = await _until(state_path, "done", lambda s: s["status"] in ("done", "failed", "stopped"), timeout=120)
+    finally:
+        if _state(state_path)["status"] not in ("done", "failed", "stopped"):
+            await control.stop(load_catalog(lab.folder), st.id)
+        lab.cluster.run("scancel", other, check=False)
+        await close_all()
+    assert final["status"] == "done" and {p["status"] for p in final["points"].values()} == {"done"}
+    for name, mtime in done_before.items():  # never run again
+        assert (Path(st.dir) / final["points"][name]["result"]).stat().st_mtime_ns == mtime

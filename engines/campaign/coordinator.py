@@ -150,8 +150,11 @@ class Coordinator:
                 raise LoadFailed(f"preflight failed: {report.summary()}", CampaignState.SKIPPED)
             patches = dict(report.patches.record()) if report.patches is not None else {}
         spec = self.catalog.launch_spec(sourced, cfg)
+        run_id = new_run_id(sourced.name)
+        self.fleet.launched(index, run_id)  # before the submit: a stop that lands during it still finds the run
+        self.save()
         try:
-            return await self.runs.start_spec(sourced, cfg, spec, new_run_id(sourced.name), sourced.experiment.port, patches)
+            return await self.runs.start_spec(sourced, cfg, spec, run_id, sourced.experiment.port, patches)
         except (HostUnreachable, ServelabError) as exc:
             raise await self._dropped_or(host, LoadFailed(f"refused: {exc}", CampaignState.REFUSED)) from None
 
@@ -252,7 +255,6 @@ class Coordinator:
         try:
             self.current[host] = {"load": index, "point": None, "step": "launching", "host": host}
             rec = await self._launch(index, host)
-            fleet.launched(index, rec.id)
             self.current[host]["step"] = "loading"
             self.save()
             model, rec = await self._ready(rec, host)

@@ -51,7 +51,7 @@ async def unreachable_hosts(catalog: Catalog, names: list[str]) -> dict[str, str
         try:
             await asyncio.wait_for(open_host(cfg).exists("/"), timeout=cfg.connect_timeout + 20)
         except HostUnreachable as exc:
-            return name, unreachable_reason(cfg, exc)
+            return name, f"{name}: {unreachable_reason(cfg, exc)}"
         except (TimeoutError, OSError) as exc:
             return name, f"{name}: no answer ({type(exc).__name__})"
         return name, None
