@@ -26,8 +26,8 @@ from typing import Any
 
 import httpx
 
-from servelab.engines.campaign.control import PLAN_JSON, STATE_JSON
-from servelab.engines.campaign.fleet import Fleet, FleetHost
+from servelab.engines.campaign.document import PID_JSON, PLAN_JSON, STATE_JSON
+from servelab.engines.campaign.fleet import Fleet
 from servelab.engines.catalog import Catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.experiment import Experiment, SourcedExperiment
@@ -38,7 +38,6 @@ from servelab.engines.probe.timer import HostTimer, TimedBatch
 from servelab.engines.runrecords import RunRecord, RunsAPI, RunUnreachable, new_run_id, unreachable_reason
 from servelab.engines.runstate import CampaignState, RunState
 
-PID_JSON = "supervisor.pid"
 POINTS = "points"
 POLL_S = 0.5
 STOP_GRACE_S = 10.0
@@ -370,21 +369,14 @@ def _records(batch: TimedBatch) -> list[dict[str, Any]]:
     return [{"start_s": r.start_s, "error": r.error, "events": [list(e) for e in r.events]} for r in batch.records]
 
 
-def fleet_hosts(state: dict[str, Any]) -> list[FleetHost]:
-    return Fleet.from_json(state).hosts
-
-
 async def coordinate(runs: RunsAPI, camp_dir: Path) -> int:
     """The detached process's body: record its pid, run the queues until done or SIGTERM."""
     pid = os.getpid()
     _write_json(camp_dir / PID_JSON, {"pid": pid, "pgid": os.getpgid(0), "start_time": proc_start_time(pid), "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     coordinator = Coordinator(runs, camp_dir)
-    task = asyncio.current_task()
-    loop = asyncio.get_running_loop()
     job = asyncio.create_task(coordinator.run())
-    loop.add_signal_handler(signal.SIGTERM, job.cancel)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, job.cancel)  # campaign stop: end its runs, record stopped
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the terminal that started it going away must not end the queues
-    del task
     try:
         end = await job
     except asyncio.CancelledError:

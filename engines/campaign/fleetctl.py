@@ -22,9 +22,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from servelab.engines.campaign import control
-from servelab.engines.campaign.control import FORMAT, PLAN_JSON, STATE_JSON, CampaignStatus, Located, Progress, campaigns_root, load_name, point_doc
-from servelab.engines.campaign.coordinator import PID_JSON
+from servelab.engines.campaign.document import (
+    FORMAT,
+    PID_JSON,
+    PLAN_JSON,
+    READY_TIMEOUT_S,
+    STATE_JSON,
+    Located,
+    Progress,
+    campaigns_root,
+    load_name,
+    new_campaign_id,
+    point_doc,
+    sourced_load,
+)
 from servelab.engines.campaign.fleet import new_fleet
 from servelab.engines.campaign.plan import Plan
 from servelab.engines.catalog import Catalog
@@ -66,7 +77,7 @@ async def fleet_document(catalog: Catalog, p: Plan, camp_id: str, *, skip_prefli
     for load in p.loads:
         first = by_name[load.points[0]]
         exp = load.experiment.model_copy(update={"name": load_name(p, first)})
-        sourced = control.sourced_load(catalog, first.base, exp)
+        sourced = sourced_load(catalog, first.base, exp)
         loads.append({
             "index": load.index, "key": load.key, "experiment": exp.name, "experiment_toml": sourced.text, "base": first.base,
             "points": list(load.points), "speculative_flags": load.speculative_flags, "skip": None,
@@ -81,7 +92,7 @@ async def fleet_document(catalog: Catalog, p: Plan, camp_id: str, *, skip_prefli
         "experiments": str(catalog.folder.resolve()),
         "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "skip_preflight": skip_preflight,
-        "ready_timeout_s": control.READY_TIMEOUT_S,
+        "ready_timeout_s": READY_TIMEOUT_S,
         "loads": loads,
         "points": [await point_doc(catalog, pt) for pt in p.points],
     }
@@ -91,14 +102,14 @@ def _local_dir(catalog: Catalog, camp_id: str) -> Path:
     return Path(os.path.expanduser(campaigns_root(catalog.host(LOCAL)))) / camp_id
 
 
-async def start(catalog: Catalog, p: Plan, *, skip_preflight: bool = False, progress: Progress | None = None) -> CampaignStatus:
-    """Write the fleet campaign's files here and start its coordinator; the status right after."""
+async def start(catalog: Catalog, p: Plan, *, skip_preflight: bool = False, progress: Progress | None = None) -> Located:
+    """Write the fleet campaign's files here and start its coordinator; where they are."""
     say = progress or (lambda _m: None)
     names = [h.name for h in p.fleet]
     down = await unreachable_hosts(catalog, names)
     if len(down) == len(names):
         raise ServelabError(f"campaign {p.campaign}: every host of the fleet is unreachable: " + "; ".join(down.values()))
-    camp_id = control.new_campaign_id(p.campaign)
+    camp_id = new_campaign_id(p.campaign)
     camp_dir = _local_dir(catalog, camp_id)
     camp_dir.mkdir(parents=True)
     doc = await fleet_document(catalog, p, camp_id, skip_preflight=skip_preflight)
@@ -112,7 +123,7 @@ async def start(catalog: Catalog, p: Plan, *, skip_preflight: bool = False, prog
     return await _spawn(catalog, camp_dir, camp_id)
 
 
-async def resume(catalog: Catalog, where: Located) -> CampaignStatus:
+async def resume(catalog: Catalog, where: Located) -> Located:
     """A new coordinator on the same files: done points kept, every host tried again."""
     return await _spawn(catalog, Path(where.dir), where.id)
 
@@ -122,7 +133,7 @@ def coordinator_argv(folder: Path, camp_dir: Path) -> list[str]:
     return [sys.executable, "-m", "servelab", "--dir", str(folder), "campaign", "coordinate", str(camp_dir)]
 
 
-async def _spawn(catalog: Catalog, camp_dir: Path, camp_id: str) -> CampaignStatus:
+async def _spawn(catalog: Catalog, camp_dir: Path, camp_id: str) -> Located:
     import servelab
 
     env = dict(os.environ)
@@ -145,4 +156,4 @@ async def _spawn(catalog: Catalog, camp_dir: Path, camp_id: str) -> CampaignStat
         if time.monotonic() > deadline:
             raise ServelabError(f"the coordinator of {camp_id} did not start within {SPAWN_TIMEOUT_S:.0f} s (see {camp_dir / LOG})")
         await asyncio.sleep(0.1)
-    return await control.status_at(Located(open_host(catalog.host(LOCAL)), camp_id, str(camp_dir)))
+    return Located(open_host(catalog.host(LOCAL)), camp_id, str(camp_dir))

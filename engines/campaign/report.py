@@ -25,7 +25,8 @@ import httpx
 from pydantic import ValidationError
 
 from servelab.engines.adapter import get_adapter
-from servelab.engines.campaign.control import PLAN_JSON, STATE_JSON, Located, locate
+from servelab.engines.campaign.control import locate
+from servelab.engines.campaign.document import PLAN_JSON, STATE_JSON, Located
 from servelab.engines.campaign.diagnosis import diagnose_point, headline
 from servelab.engines.catalog import Catalog
 from servelab.engines.diagnosis.degenerate import unique_char_share
