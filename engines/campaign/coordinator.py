@@ -41,6 +41,9 @@ from servelab.engines.runstate import CampaignState, RunState
 POINTS = "points"
 POLL_S = 0.5
 STOP_GRACE_S = 10.0
+#: Job ends that say nothing about the load itself: its unfinished points are requeued. Out of
+#: memory would end the same way again, and a cancel is someone's decision: those end the load.
+REQUEUED_ENDS = frozenset({RunState.TIMED_OUT, RunState.NODE_FAILED, RunState.PREEMPTED})
 
 
 class HostDropped(Exception):
@@ -167,7 +170,7 @@ class Coordinator:
 
     def _check_ended(self, st: Any) -> None:
         """Raise what a run that is no longer serving means for its load."""
-        if st.job is not None and st.job.state.is_scheduler_end and st.job.state is not RunState.CANCELLED:
+        if st.job is not None and st.job.state in REQUEUED_ENDS:
             raise SchedulerEnded(st.job.words)
         if st.job is not None and st.job.is_queued:
             return
