@@ -170,11 +170,9 @@ def describe_status(st: CampaignStatus) -> list[str]:
         lines.append(f"  load {ld.index + 1}{on}: {ld.status}{run}{extra}{why}")
         for m in ld.moves:
             lines.append(f"    moved from {m.get('from')}{' to ' + str(m['to']) if m.get('to') else ' (no host can take it now)'}: {m.get('why')}")
-        current = st.current if isinstance(st.current, dict) else {}
-        now_points = {str(c.get("point")) for c in current.values() if isinstance(c, dict)} | {str(current.get("point"))}
         for p in st.points:
             if p.load == ld.index:
-                now = " <- now" if p.name in now_points else ""
+                now = " <- now" if (st.current and st.current.get("point") == p.name) or (st.hosts and st.supervisor_alive and p.status == CampaignState.RUNNING) else ""
                 host = f" on {p.host}" if p.host and st.hosts else ""
                 moved = f" (moved from {p.moved_from}: {p.moved_why})" if p.moved_from else ""
                 lines.append(f"    - {p.name}: {p.status}{host}{': ' + p.error if p.error else ''}{moved}{now}")

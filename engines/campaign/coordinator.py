@@ -106,7 +106,9 @@ class Coordinator:
         self.state.update(self.fleet.to_json())
         for ld in self.state["loads"]:
             ld["experiment"] = self.loads[int(ld["index"])]["experiment"]
-        self.state["current"] = dict(self.current) or None
+        steps = [self.current[h] for h in sorted(self.current)]
+        self.state["current"] = dict(steps[0]) if steps else None  # what a one-host campaign's readers show
+        self.state["current_by_host"] = dict(self.current)
         self.state["drops"] = self.drops
         self.state["updated_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         _write_json(self.dir / STATE_JSON, self.state)
