@@ -21,6 +21,7 @@ import json
 import os
 import signal
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from servelab.engines.errors import ServelabError
 from servelab.engines.experiment import Experiment, SourcedExperiment
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.preflight import run_preflight
-from servelab.engines.probe.runner import wait_ready
+from servelab.engines.probe.runner import scrape_metrics, wait_ready
 from servelab.engines.probe.timer import HostTimer, TimedBatch
 from servelab.engines.runrecords import RunRecord, RunsAPI, RunUnreachable, new_run_id, unreachable_reason
 from servelab.engines.runstate import CampaignState, RunState
@@ -116,7 +117,7 @@ class Coordinator:
     # -- one load on one host
     def _sourced(self, index: int, host: str) -> SourcedExperiment:
         load = self.loads[index]
-        exp = Experiment.model_validate({**_toml(load["experiment_toml"]), "host": host})
+        exp = Experiment.model_validate({**tomllib.loads(load["experiment_toml"]), "host": host})
         origin = self.catalog.get(str(load["base"]))
         return SourcedExperiment(experiment=exp, path=origin.path, text=load["experiment_toml"])
 
@@ -197,14 +198,6 @@ class Coordinator:
             await asyncio.sleep(POLL_S)
         raise LoadFailed(f"not ready after {self.plan.get('ready_timeout_s')} s")
 
-    async def _metrics(self, url: str) -> str | None:
-        try:
-            async with httpx.AsyncClient(base_url=url, timeout=10.0) as http:
-                r = await http.get("/metrics")
-        except httpx.HTTPError:
-            return None
-        return r.text if r.status_code == 200 else None
-
     async def _point(self, name: str, rec: RunRecord, host: str, model: str) -> str | None:
         """Warm-up, then the timed repeats with ``/metrics`` around each, saved to ``points/<name>.json``;
         None when done, else why not."""
@@ -225,13 +218,14 @@ class Coordinator:
                 bad = next((r.error for r in batch.records if r.error), None)
                 if bad:
                     return f"warm-up failed: {bad}"
-            for rep in range(int(probe["repeats"])):
-                before = await self._metrics(here)
-                batch = await timer.time_batch(bodies, int(probe["concurrency"]), timeout)
-                after = await self._metrics(here) if before is not None else None
-                out["repeats"].append({"repeat": rep, "duration_s": batch.duration_s, "records": _records(batch), "metrics_before": before, "metrics_after": after})
-                if batch.records and all(r.error for r in batch.records):
-                    return f"every request failed: {batch.records[0].error}"
+            async with httpx.AsyncClient(base_url=here, timeout=10.0) as http:
+                for rep in range(int(probe["repeats"])):
+                    before = await scrape_metrics(http)
+                    batch = await timer.time_batch(bodies, int(probe["concurrency"]), timeout)
+                    after = await scrape_metrics(http) if before is not None else None
+                    out["repeats"].append({"repeat": rep, "duration_s": batch.duration_s, "records": _records(batch), "metrics_before": before, "metrics_after": after})
+                    if batch.records and all(r.error for r in batch.records):
+                        return f"every request failed: {batch.records[0].error}"
         except (HostUnreachable, ServelabError) as exc:
             raise await self._dropped_or(host, LoadFailed(f"timed client: {exc}")) from None
         out["ended_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
@@ -362,12 +356,6 @@ class Coordinator:
         for p in self.fleet.points.values():
             if p.status is CampaignState.RUNNING:
                 p.status = CampaignState.PENDING
-
-
-def _toml(text: str) -> dict[str, Any]:
-    import tomllib
-
-    return tomllib.loads(text)
 
 
 def _records(batch: TimedBatch) -> list[dict[str, Any]]:
