@@ -168,3 +168,38 @@ async def test_stop_ends_only_its_own_runs_and_jobs_and_resume_keeps_done_points
     assert final["status"] == "done" and {p["status"] for p in final["points"].values()} == {"done"}
     for name, mtime in done_before.items():  # never run again
         assert (Path(st.dir) / final["points"][name]["result"]).stat().st_mtime_ns == mtime
+
+
+async def test_a_node_failure_requeues_the_loads_unfinished_points(slurm_lab: SlurmLab, tmp_path: Path) -> None:
+    """The load's node fails under its job (set down): Slurm puts the job back in its queue; the
+    coordinator cancels it and requeues the load's unfinished points as a new job (on the other
+    node), and the done point is not run again."""
+    lab = slurm_lab
+    with (lab.folder / "hosts.toml").open("a") as f:
+        f.write(f"\n[hosts.local]\npython = {toml_value(sys.executable)}\nworkdir = {toml_value(str(tmp_path / 'local-work'))}\n")
+    stub_experiment(lab, "stub", free_port(), {"STUB_TOKEN_S": "0.05"})  # type: ignore[arg-type]  # a SlurmLab has the folder it reads
+    (lab.folder / "campaigns").mkdir()
+    (lab.folder / "campaigns" / "one.toml").write_text('hosts = ["cluster"]\nbase = ["stub"]\n[axes]\n"probe.concurrency" = [1, 2, 3]\n')
+    st = await control.start(load_catalog(lab.folder), "one", skip_preflight=True)
+    state_path = Path(st.dir) / "state.json"
+    try:
+        first = await _until(state_path, "a point done", lambda s: any(p["status"] == "done" for p in s["points"].values()))
+        job = json.loads((lab.shared / "runs" / first["loads"][0]["run_id"] / "run.json").read_text())["slurm_job"]
+        node = lab.cluster.run("squeue", "-h", "-j", job, "-o", "%N").stdout.strip()
+        lab.cluster.run("scontrol", "update", f"nodename={node}", "state=down", "reason=fleet-test")
+        requeued = await _until(state_path, "requeued", lambda s: bool(s["loads"][0]["moves"]))
+        final = await _until(state_path, "done", lambda s: s["status"] in ("done", "failed", "stopped"), timeout=120)
+    finally:
+        if _state(state_path)["status"] not in ("done", "failed", "stopped"):
+            await control.stop(load_catalog(lab.folder), st.id)
+        await close_all()
+    move = requeued["loads"][0]["moves"][0]
+    assert (move["from"], move["to"]) == ("cluster", "cluster") and move["why"].startswith("Slurm requeued its job"), move
+    assert job not in lab.cluster.jobs()  # the requeued job was cancelled, not left to start again
+    assert final["status"] == "done" and {p["status"] for p in final["points"].values()} == {"done"}
+    done_first = {n for n, p in first["points"].items() if p["status"] == "done"}
+    for name, p in final["points"].items():
+        assert (p["moved_from"] is None) == (name in done_first), (name, p)
+        record = json.loads((Path(st.dir) / p["result"]).read_text())
+        assert record["run_id"] == (first["loads"][0]["run_id"] if name in done_first else final["loads"][0]["run_id"])
+    assert final["loads"][0]["requeues"] == 1

@@ -42,6 +42,8 @@ from servelab.engines.runstate import CampaignState, RunState
 POINTS = "points"
 POLL_S = 0.5
 STOP_GRACE_S = 10.0
+#: How long a failed point waits for its run's state to say whether the run ended under it.
+SETTLE_S = 5.0
 #: Job ends that say nothing about the load itself: its unfinished points are requeued. Out of
 #: memory would end the same way again, and a cancel is someone's decision: those end the load.
 REQUEUED_ENDS = frozenset({RunState.TIMED_OUT, RunState.NODE_FAILED, RunState.PREEMPTED})
@@ -88,7 +90,8 @@ class Coordinator:
         self.plan: dict[str, Any] = json.loads((camp_dir / PLAN_JSON).read_text())
         self.state: dict[str, Any] = json.loads((camp_dir / STATE_JSON).read_text())
         self.fleet = Fleet.from_json(self.state)
-        self.fleet.resumed()
+        if self.state.get("status") != "starting":  # a resume: every host is tried again, what was in flight runs again
+            self.fleet.resumed()
         self.loads = {int(ld["index"]): ld for ld in self.plan["loads"]}
         self.points = {p["name"]: p for p in self.plan["points"]}
         self.current: dict[str, dict[str, Any]] = {}
@@ -171,11 +174,13 @@ class Coordinator:
         except HostUnreachable as exc:
             raise HostDropped(str(exc)) from None
 
-    def _check_ended(self, st: Any) -> None:
-        """Raise what a run that is no longer serving means for its load."""
+    def _check_ended(self, st: Any, *, served: bool = False) -> None:
+        """Raise what a run that is no longer serving means for its load (``served``: it was ready)."""
         if st.job is not None and st.job.state in REQUEUED_ENDS:
             raise SchedulerEnded(st.job.words)
         if st.job is not None and st.job.is_queued:
+            if served:  # Slurm put the job back in its queue (a node failed, a preemption that requeues)
+                raise SchedulerEnded(f"Slurm requeued its job ({st.job.words})")
             return
         if not st.alive:
             code = st.exit_code
@@ -232,6 +237,17 @@ class Coordinator:
         _write_json(self.dir / POINTS / f"{name}.json", out)
         return None
 
+    async def _settled(self, run_id: str, host: str) -> None:
+        """After a failed point: raise what the run's end means if it ended (or ends within
+        ``SETTLE_S``: a job's state trails its engine's death); return when it still serves."""
+        deadline = time.monotonic() + SETTLE_S
+        while True:
+            st = await self._status(run_id, host)
+            self._check_ended(st, served=True)
+            if time.monotonic() > deadline:
+                return
+            await asyncio.sleep(POLL_S)
+
     def _blocked(self, name: str) -> str | None:
         ref = self.points[name].get("baseline_point")
         p = self.fleet.points.get(ref) if ref else None
@@ -267,9 +283,11 @@ class Coordinator:
                 fleet.point_running(name, host)
                 self.save()
                 why = await self._point(name, rec, host, model)
+                if why is not None:  # the load's end first: a job Slurm ended requeues the point rather than failing it
+                    await self._settled(rec.id, host)
                 fleet.point_ended(name, host, error=why, result=f"{POINTS}/{name}.json" if why is None else None)
                 self.save()
-                self._check_ended(await self._status(rec.id, host))
+                self._check_ended(await self._status(rec.id, host), served=True)
             self.current[host] = {"load": index, "point": None, "step": "stopping", "host": host}
             await self._stop(rec.id)
             fleet.load_ended(index, CampaignState.DONE)
@@ -283,6 +301,8 @@ class Coordinator:
                 self.drops.append({"host": host, "why": str(exc), "loads": sorted({i for i, ld in fleet.loads.items() for m in ld.moves if m in moves}),
                                    "moved_in_s": round(time.monotonic() - seen, 3), "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         except SchedulerEnded as exc:
+            if rec is not None:  # what is left of its job (a job Slurm requeued would start again): scancel
+                await self._stop(rec.id)
             fleet.scheduler_end(index, str(exc))
         except LoadFailed as exc:
             if rec is not None:
