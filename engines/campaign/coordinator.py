@@ -36,7 +36,7 @@ from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.preflight import run_preflight
 from servelab.engines.probe.runner import scrape_metrics, wait_ready
 from servelab.engines.probe.timer import HostTimer, TimedBatch
-from servelab.engines.runrecords import RunRecord, RunsAPI, RunUnreachable, new_run_id, unreachable_reason
+from servelab.engines.runrecords import Located, RunRecord, RunRef, RunsAPI, RunUnreachable, new_run_id, unreachable_reason
 from servelab.engines.runstate import CampaignState, RunState
 
 POINTS = "points"
@@ -96,6 +96,8 @@ class Coordinator:
         self.points = {p["name"]: p for p in self.plan["points"]}
         self.current: dict[str, dict[str, Any]] = {}
         (camp_dir / POINTS).mkdir(exist_ok=True)
+        #: The runs this coordinator started, located once.
+        self.located: dict[str, Located] = {}
         #: The load tasks running now, with their load and host.
         self.tasks: dict[asyncio.Task[None], tuple[int, str]] = {}
         #: Seconds from a host's drop being seen to its loads being moved (``state.json``'s ``drops``).
@@ -110,9 +112,9 @@ class Coordinator:
         self.state.update(self.fleet.to_json())
         for ld in self.state["loads"]:
             ld["experiment"] = self.loads[int(ld["index"])]["experiment"]
-        steps = [self.current[h] for h in sorted(self.current)]
+        steps = [self.current[k] for k in sorted(self.current, key=int)]
         self.state["current"] = dict(steps[0]) if steps else None  # what a one-host campaign's readers show
-        self.state["current_by_host"] = dict(self.current)
+        self.state["current_by_load"] = dict(self.current)
         self.state["drops"] = self.drops
         self.state["updated_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         _write_json(self.dir / STATE_JSON, self.state)
@@ -148,7 +150,7 @@ class Coordinator:
             raise HostDropped(why)
         patches: dict[str, Any] = {}
         if not self.plan.get("skip_preflight"):
-            self.current[host] = {"load": index, "point": None, "step": "preflight", "host": host}
+            self.current[str(index)] = {"load": index, "point": None, "step": "preflight", "host": host}
             self.save()
             try:
                 report = await run_preflight(self.catalog, sourced, cfg, apply=True)
@@ -162,13 +164,18 @@ class Coordinator:
         self.fleet.launched(index, run_id)  # before the submit: a stop that lands during it still finds the run
         self.save()
         try:
-            return await self.runs.start_spec(sourced, cfg, spec, run_id, sourced.experiment.port, patches)
+            rec = await self.runs.start_spec(sourced, cfg, spec, run_id, sourced.experiment.port, patches)
         except (HostUnreachable, ServelabError) as exc:
             raise await self._dropped_or(host, LoadFailed(f"refused: {exc}", CampaignState.REFUSED)) from None
+        self.located[rec.id] = Located(self.runs.host(host), rec)  # found once: no host is asked where it is again
+        return rec
+
+    def _ref(self, run_id: str) -> RunRef:
+        return self.located.get(run_id, run_id)
 
     async def _status(self, run_id: str, host: str) -> Any:
         try:
-            return await self.runs.status(run_id, analyze=False)
+            return await self.runs.status(self._ref(run_id), analyze=False)
         except RunUnreachable as exc:
             raise HostDropped(exc.short()) from None
         except HostUnreachable as exc:
@@ -193,7 +200,7 @@ class Coordinator:
             self._check_ended(st)
             if st.alive:
                 try:
-                    url = await self.runs.base_url(rec.id)
+                    url = await self.runs.base_url(self._ref(rec.id))
                     async with httpx.AsyncClient(base_url=url, timeout=10.0) as http:
                         return await wait_ready(http, timeout_s=1.0), st.record
                 except ServelabError:
@@ -211,7 +218,7 @@ class Coordinator:
         h = self.runs.host(host)
         there = rec.head_address if rec.slurm_job and rec.head_address else "127.0.0.1"
         timer = HostTimer(h, h.config.python, f"http://{there}:{rec.port}")
-        here = await self.runs.base_url(rec.id)
+        here = await self.runs.base_url(self._ref(rec.id))
         bodies = [dict(b, model=model) for b in point["bodies"]]
         timeout = float(point.get("timeout_s", 300))
         out: dict[str, Any] = {"point": name, "run_dir": rec.run_dir, "run_id": rec.id, "host": host, "served_model": model,
@@ -257,7 +264,7 @@ class Coordinator:
 
     async def _stop(self, run_id: str) -> None:
         try:
-            await self.runs.stop(run_id, STOP_GRACE_S)
+            await self.runs.stop(self._ref(run_id), STOP_GRACE_S)
         except (ServelabError, HostUnreachable, OSError):
             pass  # gone already, or its host is: recorded as left
 
@@ -267,9 +274,9 @@ class Coordinator:
         rec: RunRecord | None = None
         t0 = time.time()
         try:
-            self.current[host] = {"load": index, "point": None, "step": "launching", "host": host}
+            self.current[str(index)] = {"load": index, "point": None, "step": "launching", "host": host}
             rec = await self._launch(index, host)
-            self.current[host]["step"] = "loading"
+            self.current[str(index)]["step"] = "loading"
             self.save()
             model, rec = await self._ready(rec, host)
             fleet.ready(index, round(time.time() - t0, 2))
@@ -279,7 +286,7 @@ class Coordinator:
                 if why is not None:
                     fleet.point_ended(name, host, error=why, status=CampaignState.BLOCKED)
                     continue
-                self.current[host] = {"load": index, "point": name, "step": "probing", "host": host}
+                self.current[str(index)] = {"load": index, "point": name, "step": "probing", "host": host}
                 fleet.point_running(name, host)
                 self.save()
                 why = await self._point(name, rec, host, model)
@@ -288,7 +295,7 @@ class Coordinator:
                 fleet.point_ended(name, host, error=why, result=f"{POINTS}/{name}.json" if why is None else None)
                 self.save()
                 self._check_ended(await self._status(rec.id, host), served=True)
-            self.current[host] = {"load": index, "point": None, "step": "stopping", "host": host}
+            self.current[str(index)] = {"load": index, "point": None, "step": "stopping", "host": host}
             await self._stop(rec.id)
             fleet.load_ended(index, CampaignState.DONE)
         except HostDropped as exc:
@@ -313,7 +320,7 @@ class Coordinator:
                 await self._stop(rec.id)
             fleet.load_ended(index, CampaignState.REFUSED, f"{type(exc).__name__}: {exc}" if not isinstance(exc, ServelabError) else str(exc))
         finally:
-            self.current.pop(host, None)
+            self.current.pop(str(index), None)
             self.save()
 
     # -- the queues
