@@ -128,6 +128,8 @@ async def test_fleet_campaign_moves_a_dropped_hosts_points_and_reports_them_all(
     assert "(fleet: local, remote)" in table and "local (moved from remote: unreachable)" in table
     status = servelab(lab.folder, "campaign", "status", st.id)
     assert "campaign " + st.id + " on the fleet local, remote: done" in status and "remote dropped out:" in status
+    (drop,) = final["drops"]
+    assert drop["host"] == "remote" and drop["loads"] == [remote_load["index"], 3] and drop["silent_s"] is not None
     print(f"\nfleet campaign: drop seen and points moved in {t_moved:.2f} s; whole test {time.monotonic() - t_test:.1f} s; "
           f"drops {final['drops']}")
 

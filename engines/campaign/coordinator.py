@@ -96,11 +96,14 @@ class Coordinator:
         self.points = {p["name"]: p for p in self.plan["points"]}
         self.current: dict[str, dict[str, Any]] = {}
         (camp_dir / POINTS).mkdir(exist_ok=True)
+        #: When each host last answered (monotonic), for the drops' figures.
+        self.answered: dict[str, float] = {}
         #: The runs this coordinator started, located once.
         self.located: dict[str, Located] = {}
         #: The load tasks running now, with their load and host.
         self.tasks: dict[asyncio.Task[None], tuple[int, str]] = {}
-        #: Seconds from a host's drop being seen to its loads being moved (``state.json``'s ``drops``).
+        #: Each drop: the host, why, the loads moved, how long the host had been silent before (``silent_s``:
+        #: from its last answer) and seconds from the drop being seen to its loads being moved (``state.json``'s ``drops``).
         self.drops: list[dict[str, Any]] = list(self.state.get("drops") or [])
 
     # -- state.json
@@ -135,6 +138,7 @@ class Coordinator:
             return unreachable_reason(h.config, exc)
         except (TimeoutError, OSError) as exc:
             return f"{host}: no answer ({type(exc).__name__})"
+        self.answered[host] = time.monotonic()
         return None
 
     async def _dropped_or(self, host: str, exc: Exception) -> Exception:
@@ -175,7 +179,9 @@ class Coordinator:
 
     async def _status(self, run_id: str, host: str) -> Any:
         try:
-            return await self.runs.status(self._ref(run_id), analyze=False)
+            st = await self.runs.status(self._ref(run_id), analyze=False)
+            self.answered[host] = time.monotonic()
+            return st
         except RunUnreachable as exc:
             raise HostDropped(exc.short()) from None
         except HostUnreachable as exc:
@@ -301,12 +307,13 @@ class Coordinator:
         except HostDropped as exc:
             if host not in fleet.down:
                 seen = time.monotonic()
+                silent = round(seen - self.answered[host], 2) if host in self.answered else None
                 for other, (_i, where) in self.tasks.items():  # the host's other loads: moved with this one
                     if where == host and other is not asyncio.current_task():
                         other.cancel()
                 moves = fleet.drop(host, str(exc))
                 self.drops.append({"host": host, "why": str(exc), "loads": sorted({i for i, ld in fleet.loads.items() for m in ld.moves if m in moves}),
-                                   "moved_in_s": round(time.monotonic() - seen, 3), "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+                                   "silent_s": silent, "moved_in_s": round(time.monotonic() - seen, 3), "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         except SchedulerEnded as exc:
             if rec is not None:  # what is left of its job (a job Slurm requeued would start again): scancel
                 await self._stop(rec.id)

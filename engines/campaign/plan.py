@@ -267,6 +267,10 @@ def plan(campaign: Campaign, catalog: Catalog, estimate: LoadEstimate | None = N
             known = ", ".join(sorted(e.name for e in catalog.experiments)) or "none"
             out.problems.append(Problem(shown, locate(campaign.text, ("base",)), f"base[{i}]", f"no experiment named {name!r} (known: {known})"))
         else:
+            if campaign.is_fleet and (found.experiment.spans_hosts or found.experiment.multinode is not None):
+                out.problems.append(Problem(shown, locate(campaign.text, ("base",)), f"base[{i}]",
+                                            f"{name} is a multi-node experiment: a fleet campaign spreads single-node loads (not supported yet)"))
+                continue
             host = catalog.hosts.get(found.experiment.host)
             if host is not None and host.slurm is not None and not campaign.is_fleet:  # campaignctl would start engines on the login node itself
                 out.problems.append(Problem(shown, locate(campaign.text, ("base",)), f"base[{i}]",
