@@ -344,10 +344,10 @@ class Coordinator:
 
     async def run(self) -> str:
         """Dispatch until every load is final; the campaign's end state."""
-        await self._stop_left()
-        self.save("running")
         tasks = self.tasks
         try:
+            await self._stop_left()
+            self.save("running")
             while not self.fleet.finished:
                 for h in self.fleet.up():
                     while True:
@@ -373,6 +373,7 @@ class Coordinator:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self._stop_running()
+            await self._stop_left()
             self.save("stopped")
             return "stopped"
         await self._stop_left()
