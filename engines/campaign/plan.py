@@ -274,7 +274,8 @@ def plan(campaign: Campaign, catalog: Catalog, estimate: LoadEstimate | None = N
             host = catalog.hosts.get(found.experiment.host)
             if host is not None and host.slurm is not None and not campaign.is_fleet:  # campaignctl would start engines on the login node itself
                 out.problems.append(Problem(shown, locate(campaign.text, ("base",)), f"base[{i}]",
-                                            f"{name} runs on Slurm host {found.experiment.host}: campaigns on Slurm are not supported yet"))
+                                            f"{name} runs on Slurm host {found.experiment.host}: a campaign runs there as a fleet "
+                                            f"(hosts = [\"{found.experiment.host}\"]: each load a batch job)"))
                 continue
             bases.append(found)
     baseline = spec.baseline
