@@ -140,9 +140,12 @@ def test_pinned_load_waits_when_its_host_is_gone_and_others_steal_work() -> None
     points=st.integers(1, 3),
     slots=st.lists(st.integers(1, 2), min_size=4, max_size=4),
     drops=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 3)), max_size=3),
+    ends=st.lists(st.integers(0, 60), max_size=4),
     seed=st.integers(0, 2**16),
 )
-def test_every_point_done_exactly_once_whatever_drops_out(n_hosts: int, n_loads: int, points: int, slots: list[int], drops: list[tuple[int, int]], seed: int) -> None:
+def test_every_point_done_exactly_once_whatever_drops_out(
+    n_hosts: int, n_loads: int, points: int, slots: list[int], drops: list[tuple[int, int]], ends: list[int], seed: int
+) -> None:
     rng = random.Random(seed)
     hosts = [FleetHost(f"h{i}", slots=slots[i]) for i in range(n_hosts)]
     needs = {i: LoadNeed(i, estimate_s=rng.choice([None, 10.0, 50.0])) for i in range(n_loads)}
@@ -156,6 +159,10 @@ def test_every_point_done_exactly_once_whatever_drops_out(n_hosts: int, n_loads:
         gone = drop_at.get(step)
         if gone is not None and gone not in fleet.down:
             fleet.drop(gone, "unreachable")
+        if step in ends:  # the scheduler ends a running load's job (time limit, node failure)
+            running = sorted(ld.index for h in fleet.up() for ld in fleet.active(h.name))
+            if running:
+                fleet.scheduler_end(rng.choice(running), "time limit reached")
         for h in fleet.up():
             while (ld := fleet.next_load(h)) is not None:
                 fleet.start(ld.index, h.name)
@@ -172,10 +179,13 @@ def test_every_point_done_exactly_once_whatever_drops_out(n_hosts: int, n_loads:
                     fleet.load_ended(ld.index, CampaignState.DONE)
     assert fleet.finished, fleet.to_json()
     for name, p in fleet.points.items():
+        if p.status is CampaignState.FAILED:  # its load's job ended more than MAX_REQUEUES times
+            assert name not in ran and fleet.loads[p.load].requeues == MAX_REQUEUES
+            continue
         assert p.status is CampaignState.DONE
         assert ran[name] == [p.host], (name, ran[name], p.host)  # once, and the recorded host is where it ran
-        if p.moved_from is not None:
-            assert p.moved_from in fleet.down
+        if p.moved_from is not None:  # a host that dropped out, or a job the scheduler ended
+            assert p.moved_from in fleet.down or p.moved_why == "time limit reached", p
 
 
 def test_plan_prints_each_loads_host_and_why(lab: Lab) -> None:
