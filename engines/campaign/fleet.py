@@ -257,7 +257,10 @@ class Fleet:
         ld.status, ld.error, ld.exit_code = status, error, exit_code
 
     # -- moves
-    def _requeue(self, ld: FleetLoad, source: str, why: str, *, keep_host: bool) -> Move:
+    def _requeue(self, ld: FleetLoad, source: str, why: str) -> Move:
+        """Take ``ld`` off ``source``: its unfinished points pending again, "moved from SOURCE: why",
+        and the load on the live host that fits with the least queued work (``source`` itself
+        when it is still up and least queued)."""
         if ld.run_id and ld.status in ACTIVE_LOAD and source in self.down:
             ld.left.append((ld.run_id, source))
         ld.status, ld.run_id, ld.load_s = CampaignState.PENDING, None, None
@@ -265,13 +268,9 @@ class Fleet:
             p = self.points[name]
             p.status, p.error, p.moved_from, p.moved_why = CampaignState.PENDING, None, source, why
             p.host = None
-        up = self.up()
-        if keep_host and source not in self.down:
-            ld.host, ld.reason = source, f"requeued on {source}: {why}"
-        else:
-            a = _pick(ld.need, up, self._queued())
-            ld.host = a.host
-            ld.reason = f"moved from {source}: {why}" if a.host else f"moved from {source}: {why}; {a.reason}"
+        a = _pick(ld.need, self.up(), self._queued())
+        ld.host = a.host
+        ld.reason = f"moved from {source}: {why}" if a.host else f"moved from {source}: {why}; {a.reason}"
         move = Move(source, ld.host, why, _now())
         ld.moves.append(move)
         return move
@@ -283,7 +282,7 @@ class Fleet:
         moves: list[Move] = []
         for ld in sorted(self.loads.values(), key=lambda x: x.index):
             if ld.host == host and ld.status not in FINAL_LOAD:
-                moves.append(self._requeue(ld, host, "unreachable", keep_host=False))  # the long reason: ``down``
+                moves.append(self._requeue(ld, host, "unreachable"))  # the long reason: ``down``
         return moves
 
     def scheduler_end(self, index: int, why: str) -> Move | None:
@@ -295,7 +294,7 @@ class Fleet:
             self.load_ended(index, CampaignState.CRASHED, f"{why} ({ld.requeues + 1} times)")
             return None
         ld.requeues += 1
-        return self._requeue(ld, source, why, keep_host=False)
+        return self._requeue(ld, source, why)
 
     # -- state.json
     def to_json(self) -> dict[str, Any]:
