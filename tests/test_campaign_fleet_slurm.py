@@ -34,7 +34,7 @@ from tests.fixtures.runlab import free_port, toml_value
 from tests.fixtures.slurm import SlurmLab
 from tests.fixtures.sshd import SshServer
 
-pytestmark = [pytest.mark.slurm, pytest.mark.ssh]
+pytestmark = pytest.mark.slurm
 
 
 def servelab(folder: Path, *args: str) -> str:
@@ -58,6 +58,7 @@ async def _until(path: Path, what: str, predicate: Any, timeout: float = 90.0) -
         await asyncio.sleep(0.1)
 
 
+@pytest.mark.ssh
 async def test_fleet_campaign_moves_a_dropped_hosts_points_and_reports_them_all(slurm_lab: SlurmLab, downable_sshd: SshServer, tmp_path: Path) -> None:
     t_test = time.monotonic()
     lab = slurm_lab
