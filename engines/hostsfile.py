@@ -81,6 +81,8 @@ class HostConfig(BaseModel):
     #: ``plain`` (a machine servelab starts engines on) or ``slurm`` (a cluster it submits jobs to).
     kind: Literal["plain", "slurm"] = "plain"
     slurm: SlurmSettings | None = None
+    #: Loads a fleet campaign runs here at once (``hosts = [...]`` in a campaign; one queue per host).
+    campaign_slots: Annotated[int, Field(ge=1, le=64)] = 1
 
     @model_validator(mode="after")
     def _kind(self) -> HostConfig:

@@ -149,8 +149,8 @@ def test_check_reports_slurm_settings_in_one_line(tmp_path: Path, table: str, me
 
 
 def test_a_slurm_host_among_hosts_and_campaigns_on_slurm_are_refused_in_one_line(tmp_path: Path) -> None:
-    """Not built, so refused by servelab check: a campaign's supervisor would start engines on the
-    login node itself, and a run per host would bypass Slurm's choice of nodes (a multi-node
+    """Refused by servelab check: a one-host campaign's supervisor would start engines on the login
+    node itself (a fleet campaign, ``hosts = ["c"]``, submits each load as a job instead), and a run per host would bypass Slurm's choice of nodes (a multi-node
     experiment on Slurm is ``host = "c"`` with ``[multinode] nodes``: tests/test_slurm_srun.py)."""
     (tmp_path / "hosts.toml").write_text('[hosts.c]\nkind = "slurm"\nworkdir = "/shared"\n[hosts.c.slurm]\npartition = "p"\n')
     (tmp_path / "one.toml").write_text('engine = "vllm"\nhost = "c"\nmodel = "m"\nport = 8000\n')
@@ -162,4 +162,4 @@ def test_a_slurm_host_among_hosts_and_campaigns_on_slurm_are_refused_in_one_line
     done = subprocess.run([sys.executable, "-m", "servelab", "--dir", str(tmp_path), "check"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert 'c is a Slurm host: Slurm picks its nodes (write host = "c" and [multinode] nodes = N)' in done.stdout
-    assert "campaigns on Slurm are not supported yet" in done.stdout, done.stdout
+    assert 'one runs on Slurm host c: a campaign runs there as a fleet (hosts = ["c"]: each load a batch job)' in done.stdout, done.stdout

@@ -199,3 +199,31 @@ async def test_a_finished_real_campaign_shows_its_table_charts_and_recommendatio
         for r in unfinished:  # the reason, under the table
             assert f"{r.status} {r.engine} {r.label}: {r.error[:40]}" in text, r
         assert ("diagnosis vllm" in text) == any(r.diagnosis for r in campaign.report.rows)
+
+
+def test_a_fleet_campaign_shows_each_points_host_and_its_move() -> None:
+    """What the campaign screen draws for a fleet campaign: the fleet and its dropped host in the
+    status line, a host column with where a moved point came from (no column on one host)."""
+    from rich.console import Console
+
+    from servelab.engines.campaign.control import CampaignStatus, LoadState, PointState
+    from servelab.engines.runstate import CampaignState
+    from servelab.tui.widgets.campaign_view import points_table, status_line
+
+    def text(renderable: Any) -> str:
+        console = Console(width=220, record=True)
+        console.print(renderable)
+        return console.export_text()
+
+    st = CampaignStatus(
+        "spread-20261204-120000-abcd", "spread", "local", "/x", CampaignState.RUNNING, True,
+        loads=[LoadState(0, CampaignState.DONE, host="local"), LoadState(1, CampaignState.READY, host="local")],
+        points=[PointState("a", 0, CampaignState.DONE, host="remote"),
+                PointState("b", 1, CampaignState.RUNNING, host="local", moved_from="remote", moved_why="unreachable")],
+        hosts=["local", "remote"], down={"remote": "connection refused"},
+    )
+    assert "on the fleet local, remote: running" in text(status_line(st)) and "remote dropped out" in text(status_line(st))
+    table = text(points_table(st, None, None))
+    assert "host" in table.splitlines()[0] and "local (moved from remote: unreachable)" in table
+    one_host = CampaignStatus("x-20261204-120000-abcd", "x", "box", "/x", CampaignState.RUNNING, True, points=[PointState("a", 0, CampaignState.DONE)])
+    assert "host" not in text(points_table(one_host, None, None)).splitlines()[0]

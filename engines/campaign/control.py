@@ -10,54 +10,27 @@ supervisor on the same plan, which skips finished points.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import secrets
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-import tomlkit
-
-from servelab.engines.adapter import get_adapter
+from servelab.engines.campaign import fleetctl
 from servelab.engines.campaign.check import campaign_files, load_checked
 from servelab.engines.campaign.definition import load_campaign
-from servelab.engines.campaign.plan import Plan, Point, plan, point_name
+from servelab.engines.campaign.document import PLAN_JSON, Located, Progress, build_document, campaigns_root, new_campaign_id
+from servelab.engines.campaign.plan import Plan, plan
 from servelab.engines.catalog import Catalog
 from servelab.engines.errors import ServelabError
-from servelab.engines.experiment import Experiment, SourcedExperiment
 from servelab.engines.helpers import helper_script, last_json, last_line
-from servelab.engines.hosts.base import Host, HostUnreachable, host_workdir
+from servelab.engines.hosts.base import Host, HostUnreachable
 from servelab.engines.hosts.registry import open_host
 from servelab.engines.hosts.scripts import SCRIPTS
-from servelab.engines.hostsfile import HostConfig
-from servelab.engines.preflight import run_preflight
-from servelab.engines.probe.client import chat_body
-from servelab.engines.probe.prompts import load as load_prompts
-from servelab.engines.runrecords import RunRecord, runs_root
-from servelab.engines.runstate import CampaignState, RunState
+from servelab.engines.hostsfile import LOCAL, HostConfig
+from servelab.engines.runstate import CampaignState
 
-CAMPAIGNS_DIR = "campaigns"
-PLAN_JSON = "plan.json"
-STATE_JSON = "state.json"
-FORMAT = "servelab-campaign/1"
 CTL = "campaignctl.py"
 #: Host scripts the supervisor runs (uploaded beside runctl.py, one file per content version).
 HOST_SCRIPTS = ("campaignctl.py", "runctl.py", "timed_client.py")
-#: How long the supervisor waits for a load to answer before calling it crashed.
-READY_TIMEOUT_S = 1800.0
-REQUEST_TIMEOUT_S = 300.0
-Progress = Callable[[str], None]
-
-
-def campaigns_root(cfg: HostConfig) -> str:
-    return f"{host_workdir(cfg)}/{CAMPAIGNS_DIR}"
-
-
-def new_campaign_id(name: str, now: dt.datetime | None = None) -> str:
-    now = now or dt.datetime.now()
-    return f"{name}-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
 async def upload_scripts(host: Host) -> dict[str, str]:
@@ -73,6 +46,11 @@ class PointState:
     status: CampaignState
     error: str | None = None
     result: str | None = None
+    #: The host it ran on (a fleet campaign; None on one host, where every point shares it).
+    host: str | None = None
+    #: Where its load was taken from, and why ("unreachable", "time limit reached").
+    moved_from: str | None = None
+    moved_why: str | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +61,10 @@ class LoadState:
     error: str | None = None
     exit_code: int | None = None
     load_s: float | None = None
+    #: A fleet campaign's: the load's host now, why it is there, and each move it had.
+    host: str | None = None
+    reason: str | None = None
+    moves: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -101,6 +83,9 @@ class CampaignStatus:
     current: dict[str, Any] | None = None
     waiting_for: Any = None
     error: str | None = None
+    #: A fleet campaign's hosts, and those it dropped (with why); empty on one host.
+    hosts: list[str] = field(default_factory=list)
+    down: dict[str, str] = field(default_factory=dict)
 
     def counts(self) -> dict[CampaignState, int]:
         out: dict[CampaignState, int] = {}
@@ -119,6 +104,8 @@ class CampaignStatus:
             "current": self.current,
             "waiting_for": self.waiting_for,
             "error": self.error,
+            "hosts": self.hosts,
+            "down": self.down,
             "counts": self.counts(),
             "loads": [vars(ld) for ld in self.loads],
             "points": [vars(p) for p in self.points],
@@ -135,13 +122,16 @@ def status_from_answer(answer: dict[str, Any], host: str, camp_dir: str, camp_id
     if status in (CampaignState.RUNNING, CampaignState.WAITING) and not alive:
         status = CampaignState.INTERRUPTED
     loads = [
-        LoadState(int(ld["index"]), CampaignState.parse(ld.get("status")), ld.get("run_id"), ld.get("error"), ld.get("exit_code"), ld.get("load_s"))
+        LoadState(int(ld["index"]), CampaignState.parse(ld.get("status")), ld.get("run_id"), ld.get("error"), ld.get("exit_code"), ld.get("load_s"),
+                  ld.get("host"), ld.get("reason"), list(ld.get("moves") or []))
         for ld in state.get("loads") or []
     ]
     points = [
-        PointState(name, int(p.get("load", 0)), CampaignState.parse(p.get("status")), p.get("error"), p.get("result"))
+        PointState(name, int(p.get("load", 0)), CampaignState.parse(p.get("status")), p.get("error"), p.get("result"),
+                   p.get("host"), p.get("moved_from"), p.get("moved_why"))
         for name, p in (state.get("points") or {}).items()
     ]
+    fleet: dict[str, Any] = state["fleet"] if isinstance(state.get("fleet"), dict) else {}
     return CampaignStatus(
         id=str(state.get("id") or camp_id),
         campaign=str(state.get("campaign") or ""),
@@ -154,15 +144,20 @@ def status_from_answer(answer: dict[str, Any], host: str, camp_dir: str, camp_id
         current=state.get("current"),
         waiting_for=state.get("waiting_for"),
         error=state.get("error"),
+        hosts=[str(h.get("name")) for h in fleet.get("hosts") or []],
+        down={str(k): str(v) for k, v in (fleet.get("down") or {}).items()},
     )
 
 
 def describe_status(st: CampaignStatus) -> list[str]:
     """The status as terminal lines."""
     counts = ", ".join(f"{n} {s}" for s, n in sorted(st.counts().items())) or "no points"
-    lines = [f"campaign {st.id} on {st.host}: {st.status} ({counts})"]
+    where = f"the fleet {', '.join(st.hosts)}" if st.hosts else st.host
+    lines = [f"campaign {st.id} on {where}: {st.status} ({counts})"]
     if st.status == CampaignState.INTERRUPTED:
-        lines.append(f"  the supervisor is gone: servelab campaign resume {st.id}")
+        lines.append(f"  the {'coordinator' if st.hosts else 'supervisor'} is gone: servelab campaign resume {st.id}")
+    for host, why in st.down.items():
+        lines.append(f"  {host} dropped out: {why}")
     if st.waiting_for:
         lines.append(f"  waiting for the GPU set, held by {st.waiting_for}")
     if st.error:
@@ -171,11 +166,16 @@ def describe_status(st: CampaignStatus) -> list[str]:
         extra = f", loaded in {ld.load_s:.0f} s" if ld.load_s is not None else ""
         run = f" run {ld.run_id}" if ld.run_id else ""
         why = f": {ld.error}" if ld.error else ""
-        lines.append(f"  load {ld.index + 1}: {ld.status}{run}{extra}{why}")
+        on = f" on {ld.host}" if ld.host else ""
+        lines.append(f"  load {ld.index + 1}{on}: {ld.status}{run}{extra}{why}")
+        for m in ld.moves:
+            lines.append(f"    moved from {m.get('from')}{' to ' + str(m['to']) if m.get('to') else ' (no host can take it now)'}: {m.get('why')}")
         for p in st.points:
             if p.load == ld.index:
-                now = " <- now" if st.current and st.current.get("point") == p.name else ""
-                lines.append(f"    - {p.name}: {p.status}{': ' + p.error if p.error else ''}{now}")
+                now = " <- now" if (st.current and st.current.get("point") == p.name) or (st.hosts and st.supervisor_alive and p.status == CampaignState.RUNNING) else ""
+                host = f" on {p.host}" if p.host and st.hosts else ""
+                moved = f" (moved from {p.moved_from}: {p.moved_why})" if p.moved_from else ""
+                lines.append(f"    - {p.name}: {p.status}{host}{': ' + p.error if p.error else ''}{moved}{now}")
     return lines
 
 
@@ -185,122 +185,6 @@ def _host_of(p: Plan) -> str:
     if len(hosts) != 1:
         raise ServelabError(f"campaign {p.campaign}: its points run on {', '.join(hosts) or 'no host'}; a campaign runs on one host")
     return hosts[0]
-
-
-def load_name(p: Plan, point: Point) -> str:
-    """A load's experiment name: the point's name without its probe-only values."""
-    values = {k: v for k, v in point.values.items() if not k.startswith("probe.")}
-    return point_name(p.campaign, point.base, values)
-
-
-def _toml(exp: Experiment) -> str:
-    return tomlkit.dumps(exp.model_dump(mode="json", exclude_none=True, exclude_defaults=True) | {"engine": exp.engine, "model": exp.model})
-
-
-def _sourced(catalog: Catalog, base: str, exp: Experiment) -> SourcedExperiment:
-    """A derived experiment as if it were a file beside its base (relative paths resolve the same)."""
-    origin = catalog.get(base)
-    return SourcedExperiment(experiment=exp, path=origin.path, text=_toml(exp))
-
-
-def _record(catalog: Catalog, sourced: SourcedExperiment, cfg: HostConfig, patches: dict[str, Any]) -> dict[str, Any]:
-    """The run record a load's run starts from (the supervisor adds id, folder and start time)."""
-    spec = catalog.launch_spec(sourced, cfg)
-    e = sourced.experiment
-    rec = RunRecord(
-        id="",
-        experiment=e.name,
-        engine=e.engine,
-        host=cfg.name,
-        argv=list(spec.argv),
-        env=dict(spec.env),
-        port=e.port,
-        model=catalog.host_path(sourced, e.model, cfg),
-        run_dir="",
-        log_path="",
-        patch_hashes={p.file: d for p, d in sourced.patch_hashes() if d is not None},
-        identity=sourced.identity_hash(),
-        patches=patches,
-        status=RunState.LAUNCHING,
-    )
-    return rec.to_json()
-
-
-async def _point_doc(catalog: Catalog, pt: Point) -> dict[str, Any]:
-    settings = pt.experiment.probe
-    prompts = load_prompts(settings.prompts, base=catalog.folder)
-    async with httpx.AsyncClient(base_url="http://127.0.0.1") as idle:  # never used: the fields are static
-        extra = get_adapter(pt.experiment.engine).read_acceptance(idle, pt.experiment, prompts, settings.max_tokens).request_fields()
-    return {
-        "name": pt.name,
-        "load": pt.load,
-        "base": pt.base,
-        "engine": pt.experiment.engine,
-        "values": pt.values,
-        "baseline_point": pt.baseline_point,
-        "probe": {"prompts": settings.prompts, "max_tokens": settings.max_tokens, "concurrency": settings.concurrency, "repeats": settings.repeats, "warmup": settings.warmup},
-        "prompt_ids": [p.id for p in prompts.prompts],
-        "bodies": [chat_body("", p, settings.max_tokens, extra) for p in prompts.prompts],
-        "timeout_s": REQUEST_TIMEOUT_S,
-    }
-
-
-async def build_document(
-    catalog: Catalog,
-    p: Plan,
-    cfg: HostConfig,
-    camp_id: str,
-    scripts: dict[str, str],
-    *,
-    skip_preflight: bool = False,
-    progress: Progress | None = None,
-) -> dict[str, Any]:
-    """``plan.json``: loads with their run records (preflight first, unless skipped), points with their bodies."""
-    say = progress or (lambda _m: None)
-    by_name = {pt.name: pt for pt in p.points}
-    loads: list[dict[str, Any]] = []
-    for load in p.loads:
-        first = by_name[load.points[0]]
-        exp = load.experiment.model_copy(update={"name": load_name(p, first)})
-        sourced = _sourced(catalog, first.base, exp)
-        skip: str | None = None
-        patches: dict[str, Any] = {}
-        if not skip_preflight:
-            say(f"preflight of load {load.index + 1} ({exp.name})")
-            report = await run_preflight(catalog, sourced, cfg, apply=True)
-            if report.ok:
-                patches = dict(report.patches.record()) if report.patches is not None else {}
-            else:
-                skip = f"preflight failed: {report.summary()}"
-                say(f"load {load.index + 1}: {skip} (its {len(load.points)} point(s) are skipped)")
-        record = _record(catalog, sourced, cfg, patches)
-        loads.append(
-            {
-                "index": load.index,
-                "key": load.key,
-                "experiment": exp.name,
-                "experiment_toml": sourced.text,
-                "record": record,
-                "gpus": record["env"].get("CUDA_VISIBLE_DEVICES"),
-                "points": list(load.points),
-                "speculative_flags": load.speculative_flags,
-                "skip": skip,
-            }
-        )
-    root = campaigns_root(cfg)
-    return {
-        "format": FORMAT,
-        "id": camp_id,
-        "campaign": p.campaign,
-        "host": cfg.name,
-        "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "runs_root": runs_root(cfg),
-        "lock_dir": root,
-        "helpers": {"runctl": scripts["runctl"], "timed_client": scripts["timed_client"]},
-        "ready_timeout_s": READY_TIMEOUT_S,
-        "loads": loads,
-        "points": [await _point_doc(catalog, pt) for pt in p.points],
-    }
 
 
 # -- the commands ---------------------------------------------------------------------------------------
@@ -316,15 +200,6 @@ async def _ctl(host: Host, *args: str, timeout: float = 120.0) -> dict[str, Any]
     return answer
 
 
-@dataclass(frozen=True)
-class Located:
-    """A campaign run found on its host."""
-
-    host: Host
-    id: str
-    dir: str
-
-
 async def start(catalog: Catalog, name: str, *, skip_preflight: bool = False, progress: Progress | None = None) -> CampaignStatus:
     """Preflight, write the plan on the host, start the detached supervisor; the status right after."""
     campaign = load_checked(catalog, name)
@@ -333,6 +208,8 @@ async def start(catalog: Catalog, name: str, *, skip_preflight: bool = False, pr
         raise ServelabError(f"{p.problems[0]} (and {len(p.problems) - 1} more: servelab check {name})" if len(p.problems) > 1 else str(p.problems[0]))
     if not p.points:
         raise ServelabError(f"campaign {p.campaign} has no points to run")
+    if p.is_fleet:  # a local coordinator over several hosts' queues
+        return await _status(await fleetctl.start(catalog, p, skip_preflight=skip_preflight, progress=progress))
     cfg = catalog.host(_host_of(p))
     host = open_host(cfg)
     camp_id = new_campaign_id(p.campaign)
@@ -358,6 +235,11 @@ async def _status(where: Located) -> CampaignStatus:
     return status_from_answer(answer, where.host.name, where.dir, where.id)
 
 
+def _home_of(p: Plan) -> str:
+    """Where a campaign's files are: a fleet's on this machine, a one-host campaign's on its host."""
+    return LOCAL if p.is_fleet else _host_of(p)
+
+
 async def locate(catalog: Catalog, ref: str) -> Located:
     """A campaign run by id, or the latest run of a campaign by its file or name."""
     candidates: list[tuple[HostConfig, str | None]] = []
@@ -367,14 +249,14 @@ async def locate(catalog: Catalog, ref: str) -> Located:
         campaign = None
     if campaign is not None:
         p = plan(campaign, catalog)
-        candidates.append((catalog.host(_host_of(p)), p.campaign))
+        candidates.append((catalog.host(_home_of(p)), p.campaign))
     else:  # an id: the host of the campaign it names is asked first, so a down host elsewhere costs nothing
         names = catalog.hosts.names()
         for path in campaign_files(catalog.folder):
             found, _ = load_campaign(path)
             if found is not None and ref.startswith(found.name + "-"):
                 try:
-                    first = _host_of(plan(found, catalog))
+                    first = _home_of(plan(found, catalog))
                 except ServelabError:
                     break
                 names = [first] + [n for n in names if n != first]
@@ -423,4 +305,6 @@ async def resume(catalog: Catalog, ref: str) -> CampaignStatus:
         raise ServelabError(f"campaign {where.id} is still running on {where.host.name} (supervisor alive); nothing to resume")
     if current.status == CampaignState.DONE:
         raise ServelabError(f"campaign {where.id} is done; nothing to resume")
+    if current.hosts:  # a fleet campaign: a new local coordinator
+        return await _status(await fleetctl.resume(catalog, where))
     return await _start_supervisor(where)

@@ -45,9 +45,21 @@ class CampaignFile(Strict):
     axes: dict[str, Annotated[list[AxisValue], Field(min_length=1)]] = Field(default_factory=dict)
     links: list[Link] = Field(default_factory=list)
     exclude: list[dict[str, AxisValue]] = Field(default_factory=list)
+    #: A fleet: the hosts of hosts.toml the loads are spread over (plain and Slurm hosts alike).
+    #: Empty: every load runs on its experiment's own host, one queue there (``campaignctl``).
+    hosts: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    #: A fleet's pins: base experiment -> the host of ``hosts`` its loads must run on.
+    pin: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _consistent(self) -> CampaignFile:
+        if len(set(self.hosts)) != len(self.hosts):
+            raise ValueError("hosts names a host twice")
+        for base, host in self.pin.items():
+            if base not in self.base:
+                raise ValueError(f"pin names {base!r}, which is not one of base ({', '.join(self.base)})")
+            if host not in self.hosts:
+                raise ValueError(f"pin puts {base} on {host!r}, which is not one of hosts ({', '.join(self.hosts) or 'none'})")
         if self.baseline is not None and self.baseline not in self.base:
             raise ValueError(f"baseline {self.baseline!r} must be one of base ({', '.join(self.base)})")
         if len(set(self.base)) != len(self.base):
@@ -66,6 +78,11 @@ class Campaign:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def is_fleet(self) -> bool:
+        """Loads spread over ``hosts`` by a local coordinator (``engines/campaign/fleet*.py``)."""
+        return bool(self.spec.hosts)
 
 
 def axis_path_problem(path: str) -> str | None:

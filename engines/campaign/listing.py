@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from servelab.engines.campaign import control
 from servelab.engines.campaign.check import campaign_files
-from servelab.engines.campaign.control import CampaignStatus, campaigns_root
+from servelab.engines.campaign.control import CampaignStatus
+from servelab.engines.campaign.document import campaigns_root
 from servelab.engines.campaign.definition import load_campaign
 from servelab.engines.campaign.plan import Plan, plan
 from servelab.engines.catalog import Catalog

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from servelab.engines.adapter import ENGINE_MODULES, get_adapter, speculative_flags
 from servelab.engines.campaign.definition import PROBE_KEYS, AxisValue, Campaign
+from servelab.engines.campaign.fleet import Assignment, FleetHost, LoadNeed, assign, fleet_host
 from servelab.engines.catalog import Catalog
 from servelab.engines.errors import Problem, ServelabError
 from servelab.engines.experiment import Experiment, SourcedExperiment
@@ -103,6 +104,19 @@ class Plan:
     points: list[Point] = field(default_factory=list)
     loads: list[Load] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    #: A fleet campaign's hosts (``hosts = [...]``) and each load's first host with its reason.
+    fleet: list[FleetHost] = field(default_factory=list)
+    assignments: list[Assignment] = field(default_factory=list)
+    pins: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_fleet(self) -> bool:
+        return bool(self.fleet)
+
+    def needs(self) -> dict[int, LoadNeed]:
+        """What placing each load needs: its GPUs, estimate and pin (the base's ``pin`` entry)."""
+        base_of = {pt.load: pt.base for pt in self.points}
+        return {ld.index: LoadNeed(ld.index, ld.experiment.parallel.gpus, ld.estimate_s, self.pins.get(base_of.get(ld.index, ""))) for ld in self.loads}
 
     @property
     def estimate_s(self) -> float | None:
@@ -117,7 +131,7 @@ class Plan:
             "loads": [load.to_json() for load in self.loads],
             "estimate_s": self.estimate_s,
             "problems": [str(p) for p in self.problems],
-        }
+        } | ({"hosts": [h.name for h in self.fleet], "assignments": [vars(a) for a in self.assignments]} if self.fleet else {})
 
 
 def _applies(path: str, base: Experiment) -> bool:
@@ -229,8 +243,15 @@ async def plan_with_history(campaign: Campaign, catalog: Catalog, runs: RunsAPI)
     """The plan, each load estimated from earlier probed loads of its model on its host."""
     from servelab.engines.history import load_estimates
 
-    hosts = {load.experiment.host for load in plan(campaign, catalog).loads}
+    hosts = {load.experiment.host for load in plan(campaign, catalog).loads} | set(campaign.spec.hosts)
     seconds = await load_estimates(runs, hosts)
+    if campaign.is_fleet:  # a load may go to any host of the fleet: the first one that has loaded its model says
+        fleet = campaign.spec.hosts
+
+        def first_known(host: str, model: str) -> float | None:
+            return next((seconds[(h, model)] for h in [host, *fleet] if (h, model) in seconds), None)
+
+        return plan(campaign, catalog, first_known)
     return plan(campaign, catalog, lambda host, model: seconds.get((host, model)))
 
 
@@ -246,10 +267,15 @@ def plan(campaign: Campaign, catalog: Catalog, estimate: LoadEstimate | None = N
             known = ", ".join(sorted(e.name for e in catalog.experiments)) or "none"
             out.problems.append(Problem(shown, locate(campaign.text, ("base",)), f"base[{i}]", f"no experiment named {name!r} (known: {known})"))
         else:
-            host = catalog.hosts.get(found.experiment.host)
-            if host is not None and host.slurm is not None:  # campaignctl would start engines on the login node itself
+            if campaign.is_fleet and (found.experiment.spans_hosts or found.experiment.multinode is not None):
                 out.problems.append(Problem(shown, locate(campaign.text, ("base",)), f"base[{i}]",
-                                            f"{name} runs on Slurm host {found.experiment.host}: campaigns on Slurm are not supported yet"))
+                                            f"{name} is a multi-node experiment: a fleet campaign spreads single-node loads (not supported yet)"))
+                continue
+            host = catalog.hosts.get(found.experiment.host)
+            if host is not None and host.slurm is not None and not campaign.is_fleet:  # campaignctl would start engines on the login node itself
+                out.problems.append(Problem(shown, locate(campaign.text, ("base",)), f"base[{i}]",
+                                            f"{name} runs on Slurm host {found.experiment.host}: a campaign runs there as a fleet "
+                                            f"(hosts = [\"{found.experiment.host}\"]: each load a batch job)"))
                 continue
             bases.append(found)
     baseline = spec.baseline
@@ -283,7 +309,30 @@ def plan(campaign: Campaign, catalog: Catalog, estimate: LoadEstimate | None = N
                 pair = baseline_by_probe.get(probe_id)
             out.points.append(Point(name, base.name, values, exp, load.index, pair))
     out.loads = list(by_key.values())
+    if campaign.is_fleet:
+        _place(campaign, catalog, out)
     return out
+
+
+def _place(campaign: Campaign, catalog: Catalog, out: Plan) -> None:
+    """A fleet's hosts from hosts.toml and each load's first host (``fleet.assign``)."""
+    shown = display_path(campaign.path)
+    line = locate(campaign.text, ("hosts",))
+    for i, name in enumerate(campaign.spec.hosts):
+        cfg = catalog.hosts.get(name)
+        if cfg is None:
+            known = ", ".join(catalog.hosts.names())
+            out.problems.append(Problem(shown, line, f"hosts[{i}]", f"no host named {name!r} in hosts.toml (known: {known})"))
+        else:
+            out.fleet.append(fleet_host(cfg.model_copy(update={"name": name})))
+    if not out.fleet:
+        return
+    out.pins = dict(campaign.spec.pin)
+    needs = out.needs()
+    out.assignments = assign((needs[ld.index] for ld in out.loads), out.fleet)
+    for a in out.assignments:
+        if a.host is None:
+            out.problems.append(Problem(shown, line, f"load {a.load + 1}", a.reason))
 
 
 def estimate_text(seconds: float | None) -> str:
@@ -296,12 +345,16 @@ def estimate_text(seconds: float | None) -> str:
 def describe(p: Plan) -> list[str]:
     """The plan as lines for a terminal: loads, their flags, their points, the estimate."""
     lines = [f"campaign {p.campaign}: {len(p.points)} points in {len(p.loads)} loads"]
+    if p.fleet:
+        lines.append("fleet: " + ", ".join(f"{h.name} ({h.kind}, {h.slots} at a time{f', {h.gpus} GPUs' if h.gpus else ''})" for h in p.fleet))
     names = {pt.name: pt for pt in p.points}
     for load in p.loads:
         est = estimate_text(load.estimate_s) if load.estimate_s is not None else "load time unknown"
         spec = load.experiment.speculative
         k = f"{spec.method} K={spec.num_tokens}" if spec.method != "none" else "no speculation"
-        lines.append(f"load {load.index + 1}: {load.experiment.engine} on {load.experiment.host}, {k} ({est})")
+        placed = next((a for a in p.assignments if a.load == load.index), None)
+        where = f"{placed.host or 'no host'} ({placed.reason})" if placed is not None else load.experiment.host
+        lines.append(f"load {load.index + 1}: {load.experiment.engine} on {where}, {k} ({est})")
         if load.speculative_flags:
             lines.append(f"  engine flags: {' '.join(load.speculative_flags)}")
         for name in load.points:

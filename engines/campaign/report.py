@@ -25,7 +25,8 @@ import httpx
 from pydantic import ValidationError
 
 from servelab.engines.adapter import get_adapter
-from servelab.engines.campaign.control import PLAN_JSON, STATE_JSON, Located, locate
+from servelab.engines.campaign.control import locate
+from servelab.engines.campaign.document import PLAN_JSON, STATE_JSON, Located
 from servelab.engines.campaign.diagnosis import diagnose_point, headline
 from servelab.engines.catalog import Catalog
 from servelab.engines.diagnosis.degenerate import unique_char_share
@@ -74,6 +75,8 @@ class PointRow:
     step_ms: float | None = None  # time per engine step: the server's mean inter-token latency, else the client's median chunk gap
     distinct_share: float | None = None  # distinct character 8-grams of the outputs (low: looping output)
     diagnosis: tuple[Finding, ...] = ()  # ranked findings when acceptance is low or speculation does not pay
+    host: str | None = None  # the host it ran on (every point's in a fleet campaign; the campaign's host otherwise)
+    moved: str | None = None  # "moved from X: why" when its load was taken off a host
 
 
 @dataclass(frozen=True)
@@ -101,10 +104,12 @@ class CampaignReport:
     rows: list[PointRow]
     recommendation: str | None
     batch_size_tables: list[BatchSizeTable] = field(default_factory=list)
+    #: A fleet campaign's hosts (each row then says its point's host); empty on one host.
+    hosts: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "id": self.id, "campaign": self.campaign, "status": self.status, "recommendation": self.recommendation,
+            "id": self.id, "campaign": self.campaign, "status": self.status, "recommendation": self.recommendation, "hosts": self.hosts,
             "batch_size_tables": [{**asdict(t), "line": t.line()} for t in self.batch_size_tables],
             "points": [asdict(r) for r in self.rows],
         }
@@ -241,6 +246,8 @@ async def build_report(runs: RunsAPI, ref: str) -> CampaignReport:
             "k": exp.speculative.num_tokens if exp.speculative.method != "none" else None,
             "concurrency": int(point["probe"]["concurrency"]),
             "method": spec.method if spec.method != "none" else None,
+            "host": ps.get("host") or (None if plan_doc.get("fleet") else plan_doc.get("host")),
+            "moved": f"moved from {ps['moved_from']}: {ps.get('moved_why')}" if ps.get("moved_from") else None,
         }
         if fields["status"] is CampaignState.DONE and ps.get("result"):
             data = await _read_json(where, str(ps["result"]))
@@ -274,7 +281,8 @@ async def build_report(runs: RunsAPI, ref: str) -> CampaignReport:
         ) if row.status == CampaignState.DONE else ()
         out.append(replace(row, speedup=s, speedup_band=band, diagnosis=found))
     tables = batch_size_tables(out, {int(p["load"]): exps[int(p["load"])] for p in plan_doc["points"]})
-    return CampaignReport(where.id, str(plan_doc.get("campaign")), CampaignState.parse(state.get("status"), CampaignState.NOT_STARTED), out, recommend(out), tables)
+    return CampaignReport(where.id, str(plan_doc.get("campaign")), CampaignState.parse(state.get("status"), CampaignState.NOT_STARTED), out, recommend(out), tables,
+                          [str(h) for h in plan_doc.get("hosts") or []] if plan_doc.get("fleet") else [])
 
 
 async def crash_causes(runs: RunsAPI, load_states: Mapping[int, Mapping[str, Any]]) -> dict[int, str]:
@@ -375,14 +383,18 @@ def render(report: CampaignReport, fmt: str) -> str:
         raise ServelabError(f"unknown report format {fmt!r} (formats: {', '.join(FORMATS)})")
     if fmt == "json":
         return json.dumps(report.to_json(), indent=2)
+    fleet = bool(report.hosts)
+    columns = COLUMNS[:2] + ("host",) + COLUMNS[2:] if fleet else COLUMNS
     rows = [_cells(r) for r in report.rows]
+    if fleet:  # points on several hosts: each one's host, and where its load was moved from
+        rows = [row[:2] + [(r.host or "") + (f" ({r.moved})" if r.moved else "")] + row[2:] for row, r in zip(rows, report.rows, strict=True)]
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
-        w.writerow(COLUMNS)
+        w.writerow(columns)
         w.writerows(rows)
         return buf.getvalue().rstrip("\n")
-    head = f"campaign {report.id}: {report.status}"
+    head = f"campaign {report.id}: {report.status}" + (f" (fleet: {', '.join(report.hosts)})" if report.hosts else "")
     tail = [f"recommendation: {report.recommendation}"] if report.recommendation else []
     tail += [f"per batch size: {t.line()}" for t in report.batch_size_tables]
     for r in report.rows:
@@ -390,10 +402,10 @@ def render(report: CampaignReport, fmt: str) -> str:
         if top is not None:
             tail.append(f"diagnosis {r.engine} {r.label}: {top.message} (next: {top.next})")
     if fmt == "markdown":
-        lines = [f"**{head}**", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+        lines = [f"**{head}**", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
         return "\n".join(lines + [part for t in tail for part in ("", t)])
-    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(COLUMNS)]
-    lines = [head, "  ".join(h.ljust(w) for h, w in zip(COLUMNS, widths, strict=True))]
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(columns)]
+    lines = [head, "  ".join(h.ljust(w) for h, w in zip(columns, widths, strict=True))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     return "\n".join(lines + tail)

@@ -163,7 +163,7 @@ async def _time_repeat(
     return _Repeat(results, batch.duration_s, all(rec.kernel_stamps for rec in batch.records), batch.priority)
 
 
-async def _scrape_metrics(http: httpx.AsyncClient) -> str | None:
+async def scrape_metrics(http: httpx.AsyncClient) -> str | None:
     """``/metrics`` as text, or None when the server has none (the figures are then absent)."""
     try:
         r = await http.get("/metrics")
@@ -337,10 +337,10 @@ async def _run_probe(plan: ProbePlan) -> ProbeResult:
             )
             await window.start()
             extra = window.request_fields()
-            before = await _scrape_metrics(http) if hist is not None else None
+            before = await scrape_metrics(http) if hist is not None else None
             timed = await _time_repeat(timer, model, prompts, settings.max_tokens, settings.concurrency, extra, request_timeout_s)
             results, duration = timed.results, timed.duration_s
-            after = await _scrape_metrics(http) if before is not None else None
+            after = await scrape_metrics(http) if before is not None else None
             kernel_clock = kernel_clock and timed.kernel_clock
             if timed.priority:
                 priorities.add(timed.priority)

@@ -52,6 +52,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         q.set_defaults(func=func)
 
 
+    q = verbs.add_parser("coordinate", help="(started by 'campaign start' for a fleet campaign) run its queues from this machine")
+    q.add_argument("camp_dir", metavar="DIR", help="the fleet campaign's folder under the local campaigns folder")
+    q.set_defaults(func=cmd_coordinate)
+
     q = verbs.add_parser("report", help="every point: acceptance, output tok/s with its band, TTFT/TPOT, load time, speedup")
     q.add_argument("campaign", metavar="FILE|ID", help="a campaign file or name (its latest run), or a campaign id")
     q.add_argument("--format", choices=FORMATS, default="table")
@@ -106,6 +110,13 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     return _show(args, _run(args, lambda cat: control.resume(cat, args.campaign)))
+
+
+def cmd_coordinate(args: argparse.Namespace) -> int:
+    """The detached coordinator of a fleet campaign (``engines/campaign/coordinator.py``)."""
+    from servelab.engines.campaign.coordinator import coordinate
+
+    return _run(args, lambda cat: coordinate(Runs(cat), Path(args.camp_dir)))
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -40,7 +40,9 @@ def plan_renderable(entry: CampaignEntry) -> Group:
     for load in p.loads:
         spec = load.experiment.speculative
         k = f"{spec.method} K={spec.num_tokens}" if spec.method != "none" else "no speculation"
-        parts.append(Text.assemble((f"load {load.index + 1}", "bold"), f": {load.experiment.engine} on {load.experiment.host}, {k} (load time {estimate_text(load.estimate_s)})"))
+        placed = next((a for a in p.assignments if a.load == load.index), None)
+        where = f"{placed.host or 'no host'} ({placed.reason})" if placed is not None else load.experiment.host
+        parts.append(Text.assemble((f"load {load.index + 1}", "bold"), f": {load.experiment.engine} on {where}, {k} (load time {estimate_text(load.estimate_s)})"))
         if load.speculative_flags:
             parts.append(Text("  engine flags: " + " ".join(load.speculative_flags), style="cyan"))
         for name in load.points:
@@ -52,7 +54,10 @@ def plan_renderable(entry: CampaignEntry) -> Group:
 
 def status_line(st: CampaignStatus) -> Text:
     counts = ", ".join(f"{n} {s}" for s, n in sorted(st.counts().items())) or "no points"
-    line = Text.assemble(("campaign ", ""), (st.id, "bold"), f" on {st.host}: ", state_text(st.status), f" ({counts})")
+    where = f"the fleet {', '.join(st.hosts)}" if st.hosts else st.host
+    line = Text.assemble(("campaign ", ""), (st.id, "bold"), f" on {where}: ", state_text(st.status), f" ({counts})")
+    for host in st.down:
+        line.append(f" · {host} dropped out", style="yellow")
     if st.waiting_for:
         line.append(f" · waiting for the GPU set, held by {st.waiting_for}", style="cyan")
     if st.status == CampaignState.INTERRUPTED:
@@ -75,6 +80,8 @@ WIDE_TABLE = 130
 def points_table(st: CampaignStatus | None, report: CampaignReport | None, current: CurrentStep | None, width: int = WIDE_TABLE) -> Table:
     """Every point in run order: its live state (from the status) and its figures (from the report)."""
     columns = RESULT_COLUMNS if width >= WIDE_TABLE else COMPACT_COLUMNS
+    if st is not None and st.hosts:  # a fleet campaign: each point's host, and where its load was moved from
+        columns = (*columns[:4], "host", *columns[4:])
     table = Table(box=None, show_header=True, header_style="bold", padding=(0, 1), expand=False)
     for col in columns:
         if col == "point":  # the long one wraps; the figures keep their width
@@ -92,6 +99,8 @@ def points_table(st: CampaignStatus | None, report: CampaignReport | None, curre
         label = f"{row.engine} {row.label}" if row is not None else name
         load = live.load if live is not None else (row.load if row is not None else 0)
         cell: dict[str, Text | str] = {"": Text(CURRENT_MARK, style="bold yellow") if is_current else "", "load": str(load + 1), "point": label, "state": state_text(state)}
+        if live is not None:
+            cell["host"] = (live.host or "") + (f" (moved from {live.moved_from}: {live.moved_why})" if live.moved_from else "")
         if row is not None:
             cell |= {
                 "accept": _f(row.acceptance_rate * 100.0 if row.acceptance_rate is not None else None, ".0f", "%"),
