@@ -25,6 +25,13 @@ def test_the_working_pair_serves_with_real_acceptance(story: Story) -> None:
     assert ref.diagnosis["drafter"]["fingerprint"]
 
 
+def test_the_trained_draft_model_serves_with_real_acceptance(story: Story) -> None:
+    """Acceptance from the server's own counters, as ``servelab probe`` reads them."""
+    rate = story.draft_probe["spec_decode_acceptance_rate"] / 100
+    assert 0.02 < rate < 0.98, story.draft_probe
+    assert story.draft_probe["spec_decode_acceptance_length"] > 1
+
+
 def test_the_diagnosis_names_each_planted_cause(story: Story) -> None:
     table = matrix(story)
     print("\n" + "\n".join(table))

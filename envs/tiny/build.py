@@ -48,10 +48,11 @@ SEED = 20261
 AUX_IDS = (1, 2, 3)
 #: What the aux-shifted variant's config claims instead.
 SHIFTED_AUX_IDS = (0, 1, 2)
-HEAD_STEPS = 400
-UNDER_TRAINED_STEPS = 30
-DRAFT_STEPS = 400
-SELF_DATA = 256
+HEAD_STEPS = 300
+UNDER_TRAINED_STEPS = 25
+DRAFT_STEPS = 300
+#: Openings continued by the target, per (domain, form).
+SELF_DATA = 96
 #: Offline acceptance is read on this many continuations of each domain and form.
 EVAL_PROMPTS = 4
 
@@ -136,12 +137,13 @@ def build(out: Path, variants: bool) -> dict[str, Any]:
     t = time.monotonic()
     everything = st.pick(("prose", "code"), ("raw", "chat"))
     vocab = eagle3.draft_vocab(torch.bincount(torch.cat(everything), minlength=len(tok)))
+    # One generation pass, SELF_DATA openings from each (domain, form); each drafter reads its subset.
+    gen = {key: eagle3.self_data(model, [ids], SELF_DATA, SEED + 1 + i)[0] for i, (key, ids) in enumerate(sorted(st.ids.items()))}
     data = {
-        "all": eagle3.self_data(model, everything, SELF_DATA, SEED + 1),
+        "all": [gen[k] for k in sorted(gen)],
+        "raw": [gen[k] for k in sorted(gen) if k[1] == "raw"],
+        "code": [gen[k] for k in sorted(gen) if k[0] == "code"],
     }
-    if variants:
-        data["raw"] = eagle3.self_data(model, st.pick(("prose", "code"), ("raw",)), SELF_DATA, SEED + 1)
-        data["code"] = eagle3.self_data(model, st.pick(("code",), ("raw", "chat")), SELF_DATA, SEED + 1)
     times["self-data"] = time.monotonic() - t
 
     heads: dict[str, tuple[dict[str, torch.Tensor], bool]] = {}
