@@ -2,7 +2,7 @@
 
 Prose is ``pydoc_data/topics.py`` (the language reference's topics, ~750 kB of English with code
 examples), read as data through ``ast`` (never imported or run). Code is a fixed list of pure-Python
-stdlib modules. Both are pinned by SHA-256: another Python release changes the bytes, so the build
+stdlib modules, as code alone (no docstrings, no comments: ``code_only``). Both are pinned by SHA-256: another Python release changes the bytes, so the build
 stops with one line instead of training different models under the same stamp.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import re
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,5 +83,22 @@ def load(code_digest: str | None = CODE_SHA256) -> Corpus:
     got = _digest(b"\0".join(code_parts))
     if code_digest is not None and got != code_digest:
         raise CorpusMismatch(f"the stdlib modules {', '.join(CODE_FILES[:3])}... differ from the pinned ones (sha256 {got}, want {code_digest})")
-    code = tuple(p.decode() for p in code_parts)
+    code = tuple(code_only(p.decode()) for p in code_parts)
     return Corpus(prose, code, _digest(prose_bytes + got.encode()))
+
+
+_DEF = re.compile(r"\n([ \t]*)(def |class |async def |@)")
+
+
+def code_only(source: str) -> str:
+    """The module as code alone: docstrings dropped and comments gone (``ast.unparse``), so the
+    code domain holds no English; a blank line before each definition keeps them paragraphs."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body:
+            first = body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+    text = ast.unparse(tree)
+    return _DEF.sub(lambda m: "\n\n" + m.group(1) + m.group(2), text).replace("\n\n\n", "\n\n")
