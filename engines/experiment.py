@@ -77,6 +77,14 @@ class Speculative(Strict):
             raise ValueError(f"unknown drafter check code(s) {', '.join(map(repr, unknown))} (known: {', '.join(CODES)})")
         return v
 
+    @property
+    def label(self) -> str:
+        """The method and K in a narrow column ("eagle3 k=5", "draft k=2"): lists keep the run's state in view at 80 columns."""
+        if self.method == "none":
+            return "-"
+        short = "draft" if self.method == "draft_model" else self.method
+        return f"{short} k={self.num_tokens}" if self.num_tokens else short
+
     @model_validator(mode="after")
     def _method_needs(self) -> Speculative:
         m = self.method

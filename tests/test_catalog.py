@@ -47,6 +47,9 @@ def test_bundled_experiments_are_valid() -> None:
         "tiny-cpu-sglang-2node",
         "tiny-cpu-vllm-baseline",
         "tiny-cpu-vllm-ngram",
+        "tiny-cpu-vllm-trained",
+        "tiny-cpu-vllm-eagle3",
+        "tiny-cpu-vllm-draft",
     }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -167,3 +168,26 @@ async def test_latest_run_column_and_enter_opens_it(tui_folder: TuiFolder) -> No
         screen.select_row(str(tui_folder.folder / "tiny-cpu-vllm-ngram.toml"))
         await press(pilot, "enter")
         assert isinstance(app.screen, RunScreen) and app.screen.run_id == run_id
+
+
+@pytest.mark.parametrize("name_len,host_len", [(24, 5), (60, 40), (100, 12)])
+async def test_the_latest_state_stays_whole_at_80_columns_whatever_the_names(tui_folder: TuiFolder, name_len: int, host_len: int) -> None:
+    """Long experiment and host names and the widest speculation label are cut in the list, never the run's state."""
+    from tests.fixtures.tui import RECORDED_LOGS
+
+    name = ("long-experiment-name-" * 5)[:name_len].rstrip("-")
+    host = ("h" + "-lab-gpu-host" * 4)[:host_len].rstrip("-")
+    source = (tui_folder.folder / "tiny-cpu-vllm-draft.toml").read_text()  # draft_model k=2: the widest label shipped
+    (tui_folder.folder / f"{name}.toml").write_text(source.replace('engine = "vllm"', f'engine = "vllm"\nhost = "{host}"'))
+    workdir = tui_folder.workdir.parent / f"work-{host}"
+    with (tui_folder.folder / "hosts.toml").open("a") as f:
+        f.write(f'\n[hosts.{host}]\npython = "{sys.executable}"\nworkdir = "{workdir}"\n')
+    tui_folder.replay(name, RECORDED_LOGS / "vllm-cpu-kv-cache-too-small.log", exit_code=1, host=host)
+    app = ServelabApp(tui_folder.folder)
+    app.watch_runs = False
+    async with settled(app, (80, 24)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, ExperimentsScreen)
+        await wait_for(pilot, lambda: name in screen.latest)
+        await wait_for(pilot, lambda: any(name[:20] in line and "crashed" in line for line in screen_text(app).splitlines()))
+        assert "draft k=2" in screen_text(app)

@@ -46,7 +46,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                 "host": e.host,
                 "model": e.model,
                 "file": display_path(exp.path),
-                "speculative": {"method": e.speculative.method, "num_tokens": e.speculative.num_tokens},
+                "speculative": {"method": e.speculative.method, "num_tokens": e.speculative.num_tokens, "label": e.speculative.label},
                 "patches": len(e.patches),
                 "baseline": e.baseline,
                 "tags": e.tags,
@@ -62,10 +62,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     for col in ("NAME", "ENGINE", "HOST", "SPECULATIVE", "PATCHES", "FILE"):
         table.add_column(col, no_wrap=col in ("NAME", "FILE"))
     for r in rows:
-        spec = r["speculative"]["method"]
-        if r["speculative"]["num_tokens"]:
-            spec += f" k={r['speculative']['num_tokens']}"
-        table.add_row(r["name"], r["engine"], r["host"], spec, str(r["patches"] or "-"), r["file"])
+        table.add_row(r["name"], r["engine"], r["host"], r["speculative"]["label"], str(r["patches"] or "-"), r["file"])
     # a pipe gets full names on one line each (for grep); a terminal gets its own width
     Console(width=None if sys.stdout.isatty() else 240).print(table)
     broken = [e for e in cat.entries if e.experiment is None]

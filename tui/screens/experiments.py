@@ -46,6 +46,17 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("speedup", "speedup"),
 )
 
+#: The widest the name, host and speculation cells grow (the detail pane shows each whole): with them,
+#: the latest run's state stays in view at 80 columns whatever the definitions are called.
+NAME_WIDTH, HOST_WIDTH, SPEC_WIDTH = 24, 12, 10
+
+
+def _narrow(value: str, width: int, style: str = "") -> Text:
+    """One cell's text, cut with an ellipsis past ``width`` cells."""
+    text = Text(value, style=style)
+    text.truncate(width, overflow="ellipsis")
+    return text
+
 
 @dataclass
 class Row:
@@ -170,14 +181,12 @@ class ExperimentsScreen(ListScreen[Row]):
             why = f"line {problem.line}: {problem.path}: {problem.message}" if problem else "invalid"
             return [sel, Text(row.name, style="bold red"), Text("invalid", style="red"), Text(why[:60], style="red"), *[Text("")] * 6]
         e = exp.experiment
-        spec: str = e.speculative.method if e.speculative.method != "none" else "-"
-        if e.speculative.num_tokens:
-            spec += f" k={e.speculative.num_tokens}"
+        spec = e.speculative.label
         name_style = "bold yellow" if row.entry.problems else "bold"
         latest = self.latest.get(e.name)
         down = self.down.get(e.host)
-        host = Text(e.host, style="yellow") if down else Text(e.host)  # the note goes in the detail pane and the title: the column keeps its width
-        cells = [sel, Text(e.name, style=name_style), Text(e.engine), host, Text(spec), Text(str(len(e.patches)) if e.patches else "-")]
+        host = _narrow(e.host, HOST_WIDTH, "yellow" if down else "")  # the note goes in the detail pane and the title: the column keeps its width
+        cells = [sel, _narrow(e.name, NAME_WIDTH, name_style), Text(e.engine), host, _narrow(spec, SPEC_WIDTH), Text(str(len(e.patches)) if e.patches else "-")]
         if latest is None:
             cells += [Text("-", style="dim"), Text(""), Text(""), Text("")]
         elif down:  # the last known state, greyed: the host cannot say what it is now
