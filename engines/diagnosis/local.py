@@ -58,7 +58,7 @@ def local_match(identity: DrafterIdentity, earlier: list[Diagnosis]) -> Referenc
         low=o.rate, high=o.rate, source=f"servelab history: run {best.run} ({best.experiment})",
         why=f"the best of {len(earlier)} earlier diagnosed run(s) of the same weights on this target and engine"
         + (f"; changed since: {'; '.join(changed)}" if changed else ""),
-        kind="local", run=best.run, per_position=list(o.per_position), changed=changed,
+        kind="local", run=best.run, per_position=list(o.per_position), changed=changed, drafts=o.drafts,
     )
 
 

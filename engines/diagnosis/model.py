@@ -132,6 +132,8 @@ class ReferenceMatch(AsDict):
     run: str | None = None
     per_position: list[float] = field(default_factory=list)
     changed: list[str] = field(default_factory=list)
+    #: A local reference's draft steps (each drafts one token at each position): the fall's significance.
+    drafts: float | None = None
 
 
 @dataclass(frozen=True)

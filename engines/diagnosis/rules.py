@@ -23,6 +23,11 @@ TEMPERATURE_GAP = 0.1
 TRAINED = frozenset({"eagle", "eagle3", "mtp", "draft_model"})
 #: Below this share of the reference's low end, the run is far from it.
 FAR_BELOW_REFERENCE = 0.7
+#: The same weights with a changed drafter config: a fall of at least this share (1 - 0.9) of the
+#: reference run, CHANGED_Z standard errors of both runs' draft counts, names the change even when
+#: it is not far below (a known difference and a measured fall, not the noise of a rerun).
+CHANGED_DROP = 0.9
+CHANGED_Z = 2.5
 #: Drafter-check warnings that change what the drafter computes (not doubts to rule out).
 ACCEPTANCE_WARNINGS = frozenset({"norm-flags-ignored"})
 #: Findings that name why acceptance is low; a run below its reference with one of these has its
@@ -209,7 +214,7 @@ def diagnose(facts: RunFacts, m: Measurements, cost: StepCost, ref: ReferenceMat
                                c.fix, 4.6 if c.severity == "error" else 2.6))
 
     # -- the reference -----------------------------------------------------------------------------
-    out.extend(_reference_findings(ref, rate, o.per_position, facts, out))
+    out.extend(_reference_findings(ref, rate, o.per_position, facts, out, o.drafts))
     # -- the step cost -----------------------------------------------------------------------------
     if cost.estimated_speedup is not None:
         meas = f"; measured {cost.measured_speedup:.2f}x" if cost.measured_speedup is not None else ""
@@ -231,26 +236,32 @@ def diagnose(facts: RunFacts, m: Measurements, cost: StepCost, ref: ReferenceMat
     return rank(out)
 
 
-def _reference_findings(ref: ReferenceMatch, rate: float, per_position: list[float], facts: RunFacts, found: list[Finding]) -> list[Finding]:
-    """Below, near or without a reference; a local reference whose drafter settings changed names them."""
+def _reference_findings(ref: ReferenceMatch, rate: float, per_position: list[float], facts: RunFacts, found: list[Finding],
+                        drafts: float | None = None) -> list[Finding]:
+    """Below, near or without a reference; a local reference whose drafter settings changed names them.
+
+    ``drafts``: this run's draft steps, for the significance of a fall against a local reference.
+    """
     if not (ref.applies and ref.low is not None and ref.high is not None):
         return [Finding("no-reference", "info", "no published figure applies to this drafter", ref.why, "-", 0.0)]
+    n = min(len(ref.per_position), len(per_position))
     if ref.kind == "local" and ref.per_position:
-        n = min(len(ref.per_position), len(per_position))
         now, then = comparable(per_position, n), comparable(ref.per_position, n)
         now = rate if now is None else now
         then = ref.low if then is None else then
         over = f" over positions 1-{n}" if n > 1 else " at position 1"
     else:
         now, then, over = rate, ref.low, ""
-    if now >= FAR_BELOW_REFERENCE * then:
+    far = now < FAR_BELOW_REFERENCE * then
+    z = _fall_z(now, then, max(n, 1) * (drafts or 0.0), max(n, 1) * (ref.drafts or 0.0))
+    if not far and not (ref.kind == "local" and ref.changed and now <= CHANGED_DROP * then and z >= CHANGED_Z):
         return [Finding("near-reference", "info", f"acceptance {_pct(now)}{over} is in line with {_pct(then)} from {ref.label}",
                         f"{ref.figure}; {ref.why}", "tune K from the curve", 0.2)]
     if ref.kind == "local" and ref.changed:
         return [Finding(
             "drafter-config-changed", "error",
             f"the same drafter weights reached {_pct(then)}{over} in run {ref.run}; now {_pct(now)}, and its config changed: {'; '.join(ref.changed)}",
-            f"{ref.figure}; {ref.source}",
+            f"{ref.figure}; {ref.source}" + ("" if far else f"; a fall of {then - now:.0%} at z {z:.1f} over both runs' drafts"),
             f"restore the drafter config of run {ref.run} ({', '.join(c.split(':')[0] for c in ref.changed)}): the weights were trained with it",
             4.5,
         )]
@@ -267,6 +278,15 @@ def _reference_findings(ref: ReferenceMatch, rate: float, per_position: list[flo
     nxt = (f"servelab drafter {facts.drafter or 'DRAFT'} --target {facts.model} first; then the template and thinking A/B above"
            if ref.kind == "published" else "train the drafter longer or on data like the served prompts, and compare with the reference run")
     return [Finding("below-reference", "warning", message, f"{ref.figure}; {ref.why}; {ref.source}", nxt, 0.9 if named else 1.8)]
+
+
+def _fall_z(now: float, then: float, n_now: float, n_then: float) -> float:
+    """Two-proportion z of ``now`` below ``then`` over ``n_now`` and ``n_then`` drafted positions (0 without counts)."""
+    if n_now <= 0 or n_then <= 0:
+        return 0.0
+    p = (now * n_now + then * n_then) / (n_now + n_then)
+    se = (p * (1 - p) * (1 / n_now + 1 / n_then)) ** 0.5
+    return (then - now) / se if se > 0 else 0.0
 
 
 def _z(a: Arm, others: list[Arm]) -> float:
