@@ -23,11 +23,13 @@ TEMPERATURE_GAP = 0.1
 TRAINED = frozenset({"eagle", "eagle3", "mtp", "draft_model"})
 #: Below this share of the reference's low end, the run is far from it.
 FAR_BELOW_REFERENCE = 0.7
-#: The same weights with a changed drafter config: a fall of at least this share (1 - 0.9) of the
-#: reference run, CHANGED_Z standard errors of both runs' draft counts, names the change even when
-#: it is not far below (a known difference and a measured fall, not the noise of a rerun).
+#: The same weights with a changed drafter config: a fall of at least a tenth of the reference run
+#: (a rerun of the same pair on another machine moved 8%: 25% -> 23%), CHANGED_Z standard errors of
+#: both runs' draft counts, names the change even when it is not far below. The bar is lower than
+#: CATEGORY_Z's because the difference is known, not searched for among arms: only the fall is in
+#: question (one-sided p < 0.025).
 CHANGED_DROP = 0.9
-CHANGED_Z = 2.5
+CHANGED_Z = 2.0
 #: Drafter-check warnings that change what the drafter computes (not doubts to rule out).
 ACCEPTANCE_WARNINGS = frozenset({"norm-flags-ignored"})
 #: Findings that name why acceptance is low; a run below its reference with one of these has its
