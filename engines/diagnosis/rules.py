@@ -255,11 +255,13 @@ def _reference_findings(ref: ReferenceMatch, rate: float, per_position: list[flo
     else:
         now, then, over = rate, ref.low, ""
     far = now < FAR_BELOW_REFERENCE * then
-    z = _fall_z(now, then, max(n, 1) * (drafts or 0.0), max(n, 1) * (ref.drafts or 0.0))
-    if not far and not (ref.kind == "local" and ref.changed and now <= CHANGED_DROP * then and z >= CHANGED_Z):
+    changed = ref.kind == "local" and bool(ref.changed)
+    # each draft step drafts one token at each of the n positions compared (the rate alone: one)
+    z = _fall_z(now, then, max(n, 1) * (drafts or 0.0), max(n, 1) * (ref.drafts or 0.0)) if changed else 0.0
+    if not far and not (changed and now <= CHANGED_DROP * then and z >= CHANGED_Z):
         return [Finding("near-reference", "info", f"acceptance {_pct(now)}{over} is in line with {_pct(then)} from {ref.label}",
                         f"{ref.figure}; {ref.why}", "tune K from the curve", 0.2)]
-    if ref.kind == "local" and ref.changed:
+    if changed:
         return [Finding(
             "drafter-config-changed", "error",
             f"the same drafter weights reached {_pct(then)}{over} in run {ref.run}; now {_pct(now)}, and its config changed: {'; '.join(ref.changed)}",
@@ -283,7 +285,8 @@ def _reference_findings(ref: ReferenceMatch, rate: float, per_position: list[flo
 
 
 def _fall_z(now: float, then: float, n_now: float, n_then: float) -> float:
-    """Two-proportion z of ``now`` below ``then`` over ``n_now`` and ``n_then`` drafted positions (0 without counts)."""
+    """Two-proportion z of ``now`` below ``then`` over ``n_now`` and ``n_then`` drafted tokens (0 without counts):
+    a run against its reference, or a category against the others."""
     if n_now <= 0 or n_then <= 0:
         return 0.0
     p = (now * n_now + then * n_then) / (n_now + n_then)
@@ -298,9 +301,7 @@ def _z(a: Arm, others: list[Arm]) -> float:
     if n1 <= 0 or n2 <= 0 or a.accepted is None or any(o.accepted is None for o in others):
         return 0.0
     x2 = sum(o.accepted or 0.0 for o in others)
-    p1, p2, p = a.accepted / n1, x2 / n2, (a.accepted + x2) / (n1 + n2)
-    se = (p * (1 - p) * (1 / n1 + 1 / n2)) ** 0.5
-    return (p2 - p1) / se if se > 0 else 0.0
+    return _fall_z(a.accepted / n1, x2 / n2, n1, n2)
 
 
 def _k_change(k: int, current: int | None) -> str:
