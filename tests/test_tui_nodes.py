@@ -30,6 +30,7 @@ from servelab.tui.app import ServelabApp
 from servelab.tui.screens.confirm import ConfirmScreen
 from servelab.tui.screens.experiments import ExperimentsScreen
 from servelab.tui.routes import run_screen_for
+from servelab.tui.screens import nodes_run
 from servelab.tui.screens.nodes_run import NodesRunScreen
 from servelab.tui.screens.preflight import PreflightScreen
 from servelab.tui.screens.runs import RunsScreen
@@ -50,9 +51,16 @@ def shown_lines(screen: NodesRunScreen) -> list[str]:
     return [index.text(i) for i in range(index.line_count)]
 
 
-async def test_a_two_node_sglang_run_is_one_run_with_rank_rows_node_filter_and_the_first_failure(tui_folder: TuiFolder, tmp_path: Path) -> None:
+async def test_a_two_node_sglang_run_is_one_run_with_rank_rows_node_filter_and_the_first_failure(
+    tui_folder: TuiFolder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The head (TP0, on local) is up and serving; the worker (TP1, on another host's folder) dies of
-    its gloo link, exit code 1. Opened from the worker's own run id."""
+    its gloo link, exit code 1. Opened from the worker's own run id, once the worker has ended.
+
+    The status poll runs once here (its period is an hour): the stage rows must follow the log as it
+    is read, not the poll, which comes before the first byte. A CI run under load once showed the root
+    cause and every line with rows still reading "n0 local" for a poll's time."""
+    monkeypatch.setattr(nodes_run, "STATUS_SECONDS", 3600.0)
     group = new_run_id("tiny-sglang-2n")
     n0, n1 = node_run_id(group, 0, 0, "server"), node_run_id(group, 1, 0, "worker")
     head_log = tmp_path / "n0-until-ready.log"  # the head's real log up to its ready line: it is still serving
@@ -65,6 +73,12 @@ async def test_a_two_node_sglang_run_is_one_run_with_rank_rows_node_filter_and_t
     record = MultiNodeRecord(group, "tiny-sglang-2n", "sglang", "native", [NodeRun(0, "local", "server", n0, True), NodeRun(1, "blackwell", "worker", n1, False)])
     (tui_folder.workdir / "runs" / n0 / GROUP_JSON).write_text(json.dumps(record.to_json()))
     n0_lines, n1_lines = log_lines(head_log), log_lines(worker_log)
+    worker_exit = tui_folder.workdir.parent / "work-blackwell" / "runs" / n1 / "exit_code"
+    for _ in range(600):  # the one poll must find the worker ended
+        if worker_exit.exists():
+            break
+        await asyncio.sleep(0.1)
+    assert worker_exit.read_text().strip() == "1"
 
     app = ServelabApp(tui_folder.folder)
     app.watch_runs = False
@@ -74,8 +88,9 @@ async def test_a_two_node_sglang_run_is_one_run_with_rank_rows_node_filter_and_t
         assert isinstance(screen, NodesRunScreen)
         await pilot_wait(pilot, lambda: "ROOT CAUSE node 1 (blackwell, worker) failed first: RuntimeError" in screen_text(app))
         await pilot_wait(pilot, lambda: len(shown_lines(screen)) == len(n0_lines) + len(n1_lines))
-        text = screen_text(app)
-        assert "n0 local TP0" in text and "n1 blackwell TP1" in text and " CRASHED " in text
+        # the stage rows read the very bytes the lines came from, not the last status poll (every 2 s)
+        assert screen.view is not None and [lv.lane.label for lv in screen.view.lanes] == ["n0 local TP0", "n1 blackwell TP1"]
+        await pilot_wait(pilot, lambda: all(s in screen_text(app) for s in ("n0 local TP0", "n1 blackwell TP1", " CRASHED ")))
         assert screen.view is not None and screen.view.state is RunState.CRASHED
         head_lane, worker_lane = screen.view.lanes
         assert head_lane.stage is not None and head_lane.stage.name == "ready"

@@ -10,6 +10,7 @@ that classifies lines in its worker process; the analyses are the nodes' own, no
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any, ClassVar
@@ -31,6 +32,7 @@ from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeRuns, MultiNode
 from servelab.engines.nodes.resolve import resolve_group_run
 from servelab.engines.nodes.view import NodeChunk, NodesLog, NodesView, filter_label, follow_chunks, next_filter
 from servelab.engines.runs import Runs
+from servelab.engines.runstate import RunState
 from servelab.tui.face import probe_of_app, request_probe, servelab_app
 from servelab.tui.navigation import Confirm, OpenSingleRun, OpenWhy, go
 from servelab.tui.widgets.gpu_rows import GpuRows
@@ -44,6 +46,10 @@ from servelab.tui.widgets.key_footer import KeyFooter
 
 STATUS_SECONDS = 2.0
 PROBE_SECONDS = 5.0
+
+
+def _lane_states(view: NodesView | None) -> list[tuple[str, RunState]]:
+    return [(lv.lane.label, lv.state) for lv in view.lanes] if view is not None else []
 
 
 class NodesRunScreen(Screen[None]):
@@ -73,6 +79,9 @@ class NodesRunScreen(Screen[None]):
         #: Each host's GPUs under its nodes' label (``engines.gpus.nodes``); None until the nodes' records are known.
         self.gpus: list[NodeGpus] | None = None
         self._shown = ("", "", "", "")
+        #: Set when the log brings news the status must judge (a lane's state changed, a node's log
+        #: ended): the status poll runs at once instead of at its next period.
+        self._news = asyncio.Event()
 
     @staticmethod
     def _fresh(run_id: str, suffix: str) -> Path:
@@ -152,6 +161,12 @@ class NodesRunScreen(Screen[None]):
                 else:
                     self._lines(self.nodes_log.log_ended(item))
                     await self._node_ended(item)
+                # the stage rows read the bytes just fed: drawn with the lines, never a status poll behind them
+                before = self.view
+                self.view = self.nodes_log.view(self.status)
+                if not isinstance(item, NodeChunk) or _lane_states(before) != _lane_states(self.view):
+                    self._news.set()  # the root cause and the group's state are the status's: ask it now
+                self._render_all()
         except (HostUnreachable, ServelabError, OSError) as exc:
             self.liveness = f"log stream lost: {exc}"
             self._render_all()
@@ -207,7 +222,9 @@ class NodesRunScreen(Screen[None]):
             self._render_all()
             if self.ended:
                 return
-            await asyncio.sleep(STATUS_SECONDS)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._news.wait(), STATUS_SECONDS)
+            self._news.clear()
 
     @work(exclusive=True, group="gpus", exit_on_error=False)
     async def _gpu_watch(self) -> None:
