@@ -237,7 +237,6 @@ async def test_dashboard_l_offers_the_rehearsal_when_the_experiment_changed_sinc
         await pilot_wait(pilot, lambda: "tiny-cpu-vllm-baseline" in shown_text(app))
         await pilot.press("l")
         await pilot_wait(pilot, lambda: isinstance(app.screen, ConfirmScreen))
-        text = shown_text(app)
-        assert "Rehearse tiny-cpu-vllm-baseline before launching?" in text
-        assert "not rehearsed since the environment changed" in text
+        # the screen, then the frame that draws it
+        await pilot_wait(pilot, lambda: all(s in shown_text(app) for s in ("Rehearse tiny-cpu-vllm-baseline before launching?", "not rehearsed since the environment changed")))
     await close_all()

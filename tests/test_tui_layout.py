@@ -185,12 +185,10 @@ async def test_the_preflight_block_shows_each_check_and_opens_on_a_failure(tui_f
     passed = sum(c.ok for c in report.checks)
     async with app.run_test(size=(80, 24)) as pilot:
         await app.push_screen(RunScreen(run_id))
-        await pilot.pause(0.5)
-        text = screen_text(app)
-        assert f"preflight: {passed} of {len(report.checks)} checks passed" in text
-        assert not app.screen.query_one(PreflightBlock).collapsed  # something failed: open
         failed = next(c for c in report.checks if not c.ok)
-        assert failed.name in text
+        summary = f"preflight: {passed} of {len(report.checks)} checks passed"
+        await wait_for(pilot, lambda: summary in screen_text(app) and failed.name in screen_text(app))  # no fixed pause: a loaded machine draws late
+        assert not app.screen.query_one(PreflightBlock).collapsed  # something failed: open
         await pilot.press("i")
         await pilot.pause()
         assert failed.name not in screen_text(app)

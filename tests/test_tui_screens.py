@@ -121,8 +121,8 @@ async def test_preflight_shows_each_check_and_refuses_a_broken_engine_python(tui
         screen = app.screen
         assert isinstance(screen, PreflightScreen)
         await wait_for(pilot, lambda: screen.outcome.startswith("✗"), timeout=120)
-        text = screen_text(app)
-        assert "host reachable" in text and "✓" in text and "✗" in text
+        # the outcome, then the frame that shows it
+        await wait_for(pilot, lambda: all(s in screen_text(app) for s in ("host reachable", "✓", "✗")))
         await pilot.press("escape")
         await pilot.pause()
         assert results == [None]
