@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 from tests.conftest import REPO
+from tests.fixtures.runlab import wait_for
 from tests.fixtures.tui import SHARED_LOGS, TuiFolder
 
 NGRAM_SERVE = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
@@ -27,9 +27,7 @@ def test_a_run_that_does_not_speculate_is_refused_in_one_line(tui_folder: TuiFol
 
 def test_an_ended_run_is_refused_in_one_line(tui_folder: TuiFolder) -> None:
     run_id = tui_folder.replay("tiny-cpu-vllm-ngram", NGRAM_SERVE)
-    deadline = time.monotonic() + 30
-    while not (tui_folder.workdir / "runs" / run_id / "exit_code").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for((tui_folder.workdir / "runs" / run_id / "exit_code").exists, 30)
     done = diagnose(tui_folder, run_id, "--json")
     assert done.returncode == 1 and done.stdout == ""
     assert "is not running" in done.stderr and "diagnose a live server" in done.stderr

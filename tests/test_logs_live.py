@@ -14,6 +14,7 @@ from servelab.engines.logs.files import analyze_bytes
 from servelab.engines.logs.live import LiveAnalyses, LiveAnalysis, current_stage
 from servelab.engines.runs import Runs
 from servelab.engines.runstate import RunState
+from tests.fixtures.runlab import wait_for
 from tests.fixtures.tui import TuiFolder
 from servelab.tui.cli import main
 
@@ -89,9 +90,7 @@ async def test_status_of_an_ended_run_is_one_shared_analysis(tui_folder: TuiFold
 def test_status_prints_the_stage_the_run_is_in(tui_folder: TuiFolder, capsys: pytest.CaptureFixture[str]) -> None:
     run_id = tui_folder.replay("tiny-cpu-vllm-baseline", KV_TOO_SMALL, exit_code=1)
     exit_code = tui_folder.workdir / "runs" / run_id / "exit_code"
-    deadline = time.monotonic() + 30
-    while not exit_code.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(exit_code.exists, 30)
     assert main(["--dir", str(tui_folder.folder), "status", run_id]) == 0
     out = capsys.readouterr().out
     assert "state     crashed" in out

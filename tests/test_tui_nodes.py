@@ -22,7 +22,7 @@ from servelab.engines.runrecords import new_run_id
 from servelab.engines.runstate import RunState
 from servelab.tui.widgets.gpu_rows import GpuRows
 from tests.fixtures.gpus import RECORDED_PID, fake_smi
-from tests.fixtures.runlab import Lab
+from tests.fixtures.runlab import Lab, wait_for
 from tests.fixtures.sshd import SshServer
 from tests.fixtures.stub_nodes import stub_group
 from tests.fixtures.tui import TuiFolder, pilot_wait, screen_text
@@ -74,10 +74,7 @@ async def test_a_two_node_sglang_run_is_one_run_with_rank_rows_node_filter_and_t
     (tui_folder.workdir / "runs" / n0 / GROUP_JSON).write_text(json.dumps(record.to_json()))
     n0_lines, n1_lines = log_lines(head_log), log_lines(worker_log)
     worker_exit = tui_folder.workdir.parent / "work-blackwell" / "runs" / n1 / "exit_code"
-    for _ in range(600):  # the one poll must find the worker ended
-        if worker_exit.exists():
-            break
-        await asyncio.sleep(0.1)
+    wait_for(worker_exit.exists, 60)  # the one poll must find the worker ended
     assert worker_exit.read_text().strip() == "1"
 
     app = ServelabApp(tui_folder.folder)

@@ -10,8 +10,7 @@ that classifies lines in its worker process; the analyses are the nodes' own, no
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from contextlib import aclosing
+from contextlib import aclosing, suppress
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -222,7 +221,7 @@ class NodesRunScreen(Screen[None]):
             self._render_all()
             if self.ended:
                 return
-            with contextlib.suppress(TimeoutError):
+            with suppress(TimeoutError):
                 await asyncio.wait_for(self._news.wait(), STATUS_SECONDS)
             self._news.clear()
 
