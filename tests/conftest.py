@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -37,18 +38,83 @@ def repo() -> Path:
     return REPO
 
 
+def under_ci() -> bool:
+    """``CI`` set to a true value, as CI runners set it: a missing part of the suite is a failure."""
+    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def missing(what: str) -> NoReturn:
+    """A part the test needs is absent: skipped on a developer's machine, a failure under CI (where
+    ``make test`` has installed everything, so an absent part is a broken set-up, not a choice)."""
+    if under_ci():
+        pytest.fail(f"{what} (CI is set: a missing part fails the run instead of skipping)", pytrace=False)
+    pytest.skip(what)
+
+
 def need_engine() -> None:
-    """Skip only when the engine environment is absent (make test always builds it)."""
+    """The engine environment and the tiny model (make test always builds them)."""
     if not ENGINE_PYTHON.exists() or not (TINY_MODEL / "config.json").exists():
-        pytest.skip("engine environment or tiny model missing: run `make engine tiny-model`")
+        missing("engine environment or tiny model missing: run `make engine tiny-model`")
 
 
 def need_sglang() -> None:
-    """Skip only when the SGLang environment is absent (make test always builds it)."""
+    """The SGLang environment and the tiny model (make test always builds them)."""
     if not SGLANG_PYTHON.exists() or not (TINY_MODEL / "config.json").exists():
-        pytest.skip("SGLang environment or tiny model missing: run `make sglang-engine tiny-model`")
+        missing("SGLang environment or tiny model missing: run `make sglang-engine tiny-model`")
 
 
-# The preflight cache of the suite lives in its own folder, never in the user's (tests that check
-# the cache itself point $SERVELAB_CACHE at their tmp_path).
+# The suite never reads or writes the user's home: servelab's folders there (its config with a
+# keymap.toml, its caches, its state, the default host workdir) are watched from the start of the
+# session to its end, and every XDG folder the suite's processes see is the suite's own, so a
+# user's keymap cannot change the keys a dashboard test presses. The preflight cache is the
+# suite's own too (tests that check the cache itself point $SERVELAB_CACHE at their tmp_path).
+# ~/.cache/servelab/envs and models are make's (the engine environments and trained models the
+# suite runs): read, never written by a test.
+def _home_folders() -> list[Path]:
+    home = Path.home()
+    env = os.environ
+    return [
+        Path(env.get("XDG_CONFIG_HOME") or home / ".config") / "servelab",
+        Path(env.get("XDG_DATA_HOME") or home / ".local" / "share") / "servelab",
+        Path(env.get("XDG_STATE_HOME") or home / ".local" / "state") / "servelab",
+        Path(env.get("XDG_CACHE_HOME") or home / ".cache") / "servelab",
+    ]
+
+
+MAKES_OWN = {"envs", "models"}
+
+
+def home_snapshot(folders: list[Path]) -> dict[str, tuple[int, int]]:
+    """Every file under servelab's home folders (make's environments and models left out): size, mtime."""
+    seen: dict[str, tuple[int, int]] = {}
+    for top in folders:
+        if not top.is_dir():
+            continue
+        for dirpath, dirnames, filenames in os.walk(top):
+            if Path(dirpath) == top:
+                dirnames[:] = [d for d in dirnames if d not in MAKES_OWN]
+            for name in filenames:
+                p = Path(dirpath) / name
+                try:
+                    st = p.lstat()
+                except OSError:
+                    continue
+                seen[str(p)] = (st.st_size, st.st_mtime_ns)
+    return seen
+
+
+USER_FOLDERS = _home_folders()
+_HOME_BEFORE = home_snapshot(USER_FOLDERS)
+_SUITE_HOME = Path(tempfile.mkdtemp(prefix="servelab-test-home-"))
+for _var, _sub in (("XDG_CONFIG_HOME", "config"), ("XDG_CACHE_HOME", "cache"), ("XDG_DATA_HOME", "data"), ("XDG_STATE_HOME", "state")):
+    os.environ[_var] = str(_SUITE_HOME / _sub)
 os.environ.setdefault("SERVELAB_CACHE", tempfile.mkdtemp(prefix="servelab-test-cache-"))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The run fails if anything under servelab's folders in the user's home changed."""
+    after = home_snapshot(USER_FOLDERS)
+    changed = sorted(k for k in _HOME_BEFORE.keys() | after.keys() if _HOME_BEFORE.get(k) != after.get(k))
+    if changed:
+        print(f"\nthe suite changed the user's home: {len(changed)} file(s), e.g. " + ", ".join(changed[:5]))
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

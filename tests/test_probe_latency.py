@@ -27,7 +27,7 @@ from servelab.engines.probe import prompts
 from servelab.engines.experiment import ProbeSettings
 from servelab.engines.probe.runner import run_probe
 from servelab.engines.probe.timer import HostTimer, RequestTimer
-from tests.conftest import ENGINE_PYTHON
+from tests.conftest import ENGINE_PYTHON, missing
 from tests.fixtures.engine import TinyServer, WireTap
 from tests.fixtures.sshd import SshServer
 
@@ -45,7 +45,7 @@ def wire_tap(port: int) -> WireTap:
     try:
         return WireTap(port)
     except PermissionError:
-        pytest.skip("watching the loopback wire needs CAP_NET_RAW (run as root, as make test does here)")
+        missing("watching the loopback wire needs CAP_NET_RAW (run as root, as make test does here)")
 
 
 async def probe(url: str, timer: RequestTimer | None = None) -> dict[str, Any]:

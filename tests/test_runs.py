@@ -344,7 +344,6 @@ async def test_launch_refuses_a_broken_definition_and_a_missing_python(lab: Lab)
 
 
 async def test_launch_runs_preflight_first_and_starts_nothing_when_it_fails(lab: Lab) -> None:
-    pytest.importorskip("servelab.engines.preflight")
     lab.experiment("unchecked")  # no model folder, and this interpreter has no vllm
     t0 = time.monotonic()
     with pytest.raises(ServelabError) as info:

@@ -10,6 +10,7 @@ import argparse
 import importlib
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -95,7 +96,21 @@ def _dashboard(args: argparse.Namespace) -> int:
     return run_app(folder=args.dir, readonly=getattr(args, "readonly", False))
 
 
+def quiet_third_party_warnings() -> None:
+    """Silence known third-party deprecation noise, by its category and its module only.
+
+    The lock pins a quiet cryptography (51 deprecates DSA, which asyncssh 2.24.1 names at import);
+    this filter keeps an install outside the lock quiet too. Nothing else is filtered.
+    """
+    try:
+        from cryptography.utils import CryptographyDeprecationWarning
+    except ImportError:  # pragma: no cover - asyncssh depends on cryptography
+        return
+    warnings.filterwarnings("ignore", category=CryptographyDeprecationWarning, module=r"asyncssh(\.|$)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    quiet_third_party_warnings()
     words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(words)
     args = parser.parse_args(words)
