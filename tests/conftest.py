@@ -112,9 +112,11 @@ os.environ.setdefault("SERVELAB_CACHE", tempfile.mkdtemp(prefix="servelab-test-c
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """The run fails if anything under servelab's folders in the user's home changed."""
+    """Under CI the run fails if anything under servelab's folders in the user's home changed; on a
+    developer's machine (where their own dashboard may write there meanwhile) it says so."""
     after = home_snapshot(USER_FOLDERS)
     changed = sorted(k for k in _HOME_BEFORE.keys() | after.keys() if _HOME_BEFORE.get(k) != after.get(k))
     if changed:
-        print(f"\nthe suite changed the user's home: {len(changed)} file(s), e.g. " + ", ".join(changed[:5]))
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print(f"\nservelab's folders in the user's home changed during the run: {len(changed)} file(s), e.g. " + ", ".join(changed[:5]))
+        if under_ci():
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
