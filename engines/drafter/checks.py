@@ -268,7 +268,7 @@ def _hidden(case: DrafterCase, rules: EngineRules) -> list[Finding]:
     wth, wev = _weights_target_hidden(case, rules, w)
     dh = d.target_hidden_size or d.hidden_size
     key = "target_hidden_size" if d.target_hidden_size else "hidden_size"
-    own = {x for x in (w.hidden if w else None, dh) if x is not None}
+    own = {w.hidden} if w is not None and w.hidden is not None else {dh} if dh is not None else set()  # the weights' width wins
     if wth is not None and wth != th and (th not in own or w is None or w.fc_in is None or w.fc_in % th):
         return [Finding(
             "hidden-size-mismatch", "error",
@@ -316,7 +316,8 @@ def _aux(case: DrafterCase, rules: EngineRules) -> list[Finding]:
     fused = w.fused(th) if w is not None and w.kind != "eagle1" and th else None
     # fc's width counts aux states only when the head is built for this target's hidden size: every
     # other shape (its own width, its config) must agree, or the width is another target's, not more ids.
-    own = {x for x in (w.hidden if w else None, case.drafter.target_hidden_size or case.drafter.hidden_size) if x is not None}
+    cfg_width = case.drafter.target_hidden_size or case.drafter.hidden_size
+    own = {w.hidden} if w is not None and w.hidden is not None else {cfg_width} if cfg_width is not None else set()
     wanted = fused if fused is not None and own <= {th} else len(used)
     if bad or len(valid) < wanted:
         what = f"taps {bad} are not layers of a {n}-layer target (valid 0..{top})" if bad else f"only {len(valid)} distinct taps for {wanted} fused states"
