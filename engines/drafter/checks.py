@@ -258,6 +258,22 @@ def _weights_target_hidden(case: DrafterCase, rules: EngineRules, w: WeightShape
     return None, ""
 
 
+def _foreign_head(case: DrafterCase, rules: EngineRules) -> tuple[int, str] | None:
+    """(target hidden, evidence) when the weights say the head was trained for another target's hidden size:
+    every shape agrees on a width that is not this target's, so fc's width is not a count of this target's states."""
+    th = case.target.hidden_size
+    if th is None or case.method not in ("eagle", "eagle3"):
+        return None
+    d = case.drafter
+    w = read_shapes(d)
+    wth, wev = _weights_target_hidden(case, rules, w)
+    dh = d.target_hidden_size or d.hidden_size
+    own = {w.hidden} if w is not None and w.hidden is not None else {dh} if dh is not None else set()  # the weights' width wins
+    if wth is not None and wth != th and (th not in own or w is None or w.fc_in is None or w.fc_in % th):
+        return wth, wev
+    return None
+
+
 def _hidden(case: DrafterCase, rules: EngineRules) -> list[Finding]:
     if case.method not in HIDDEN_METHODS or case.method == "mtp":
         return []
@@ -265,16 +281,18 @@ def _hidden(case: DrafterCase, rules: EngineRules) -> list[Finding]:
     if th is None:
         return []
     w = read_shapes(d)
-    wth, wev = _weights_target_hidden(case, rules, w)
+    wth, _ = _weights_target_hidden(case, rules, w)
     dh = d.target_hidden_size or d.hidden_size
     key = "target_hidden_size" if d.target_hidden_size else "hidden_size"
-    own = {w.hidden} if w is not None and w.hidden is not None else {dh} if dh is not None else set()  # the weights' width wins
-    if wth is not None and wth != th and (th not in own or w is None or w.fc_in is None or w.fc_in % th):
+    foreign = _foreign_head(case, rules)
+    if foreign is not None:
+        ids = d.aux_layer_ids
         return [Finding(
             "hidden-size-mismatch", "error",
-            f"the drafter's weights expect target hidden states of {wth}, the target's hidden_size is {th}: a head trained for another target",
-            f"{wev}; {d.path}/config.json {key}={dh}; {case.target.path}/config.json hidden_size={th}",
-            "use a drafter trained on this target; no config change makes these weights fit",
+            f"the drafter's weights expect target hidden states of {foreign[0]}, the target's hidden_size is {th}: a head trained for another target",
+            f"{foreign[1]}; {d.path}/config.json {key}={dh}; {case.target.path}/config.json hidden_size={th}"
+            + (f"; its aux ids {list(ids)} are that target's layers too" if ids else ""),
+            "use a drafter trained on this target; no config change (aux ids, hidden sizes) makes these weights fit",
         )]
     if wth is None and dh is not None and dh != th and not (w is not None and w.hidden == th):
         return [Finding(
@@ -293,8 +311,8 @@ def _hidden(case: DrafterCase, rules: EngineRules) -> list[Finding]:
 
 
 def _aux(case: DrafterCase, rules: EngineRules) -> list[Finding]:
-    if case.method != "eagle3":
-        return []
+    if case.method != "eagle3" or _foreign_head(case, rules) is not None:
+        return []  # a head for another target: its ids are that target's, reported with hidden-size-mismatch
     n = case.target.num_layers
     if n is None:
         return []
