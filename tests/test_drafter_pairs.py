@@ -157,3 +157,22 @@ def test_vllms_own_mtp_rewrite_is_read_for_each_family(cfg: dict[str, Any], mtp_
     assert r.supported == (mtp_type is not None)
     if mtp_type:
         assert r.model_type == mtp_type and r.n_predict == n and r.architecture and r.line > 0
+
+
+MTP_PAIRS = [p for p in PAIRS if p.method == "mtp" and p.num_tokens == 1]
+
+
+@pytest.mark.parametrize("pair", MTP_PAIRS, ids=[p.name for p in MTP_PAIRS])
+async def test_sglang_reads_its_own_nextn_rewrite_for_the_same_mtp_pairs(pair: Pair, tmp_path: Path) -> None:
+    """SGLang serves MTP as a NextN draft of the same checkpoint (configs/model_config.py _config_draft_model):
+    the MTP pairs with one token get the same verdict from SGLang 0.5.23's own source."""
+    from tests.conftest import SGLANG_PYTHON, need_sglang
+
+    need_sglang()
+    root = str(next((SGLANG_PYTHON.parent.parent / "lib").glob("python3*/site-packages")))
+    host = LocalHost(HostConfig(name="local", python=str(SGLANG_PYTHON)))
+    drafter, target = materialize(pair, tmp_path)
+    rep = await check_drafter(host, get_adapter("sglang"), python=str(SGLANG_PYTHON), method="mtp", draft_path=str(drafter),
+                              target_path=str(target), num_tokens=1, package_root=root, version="0.5.23")
+    assert codes(rep.findings, "error") == set(pair.errors), [f.line() for f in rep.findings]
+    assert rep.rules is not None and rep.rules.mtp is not None and "model_config.py" in rep.rules.mtp.evidence
