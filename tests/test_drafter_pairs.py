@@ -176,3 +176,21 @@ async def test_sglang_reads_its_own_nextn_rewrite_for_the_same_mtp_pairs(pair: P
                               target_path=str(target), num_tokens=1, package_root=root, version="0.5.23")
     assert codes(rep.findings, "error") == set(pair.errors), [f.line() for f in rep.findings]
     assert rep.rules is not None and rep.rules.mtp is not None and "model_config.py" in rep.rules.mtp.evidence
+
+
+async def test_mtp_weights_count_from_a_separate_nextn_checkpoint_or_a_file_beside_the_index(host: LocalHost, site_root: str, tmp_path: Path) -> None:
+    """The MTP weights load from the draft path: a separate NextN checkpoint (one file holding layer 61's
+    enorm/hnorm/eh_proj) serves a target whose own index dropped them; so does a file the index does not list."""
+    stripped = Pair(path=tmp_path, name="s", method="mtp", engine="vllm", drafter=None, target="target-DeepSeek-V3.json",
+                    errors=frozenset(), warnings=frozenset(), why="", target_weights={"layers": 61})
+    _, target = materialize(stripped, tmp_path / "t")
+    nextn = tmp_path / "DeepSeek-V3-NextN"
+    nextn.mkdir()
+    (nextn / "config.json").write_text((target / "config.json").read_text())
+    layer = {f"model.layers.61.{t}": ("BF16", [7168]) for t in ("enorm.weight", "hnorm.weight", "shared_head.norm.weight")}
+    (nextn / "model.safetensors").write_bytes(header_only({**layer, "model.layers.61.eh_proj.weight": ("BF16", [7168, 14336])}))
+    fs = await judge(host, site_root, stripped, nextn, target, num_tokens=1)
+    assert codes(fs, "error") == set(), [f.line() for f in fs]
+    assert "mtp-weights-missing" in codes(await judge(host, site_root, stripped, target, target, num_tokens=1), "error")
+    (target / "mtp-extra.safetensors").write_bytes((nextn / "model.safetensors").read_bytes())
+    assert codes(await judge(host, site_root, stripped, target, target, num_tokens=1), "error") == set()

@@ -230,17 +230,25 @@ async def weight_names(host: Host, folder: str) -> tuple[frozenset[str] | None, 
             raise FactsError(f"{path} is not a JSON object") from None
         wm = doc.get("weight_map")
         if isinstance(wm, dict):
-            return frozenset(str(k) for k in wm), "model.safetensors.index.json"
+            names = {str(k) for k in wm}
+            # a file the index does not list (an MTP layer shipped beside it) still loads: read its header too
+            extra = sorted(n for n in await host.listdir(folder) if n.endswith(".safetensors") and n not in set(map(str, wm.values())))
+            for name in extra:
+                try:
+                    names.update((await read_header(host, _join(folder, name))).tensors)
+                except (HeaderError, OSError):
+                    continue
+            return frozenset(names), "model.safetensors.index.json" + (f" and {', '.join(extra)}" if extra else "")
     files = [n for n in await host.listdir(folder) if n.endswith(".safetensors")]
     if not files:
         return None, "no index and no *.safetensors"
-    names: set[str] = set()
+    found: set[str] = set()
     for name in sorted(files):
         try:
-            names.update((await read_header(host, _join(folder, name))).tensors)
+            found.update((await read_header(host, _join(folder, name))).tensors)
         except (HeaderError, OSError):
             continue
-    return frozenset(names), f"{len(files)} safetensors header(s)"
+    return frozenset(found), f"{len(files)} safetensors header(s)"
 
 
 async def _with_weights(host: Host, facts: ModelFacts, target_vocab: int | None) -> ModelFacts:

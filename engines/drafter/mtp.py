@@ -14,10 +14,16 @@ _LAYER = re.compile(r"(?:^|\.)(?:mtp\.)?layers\.(\d+)\.")
 _MTP_LAYER = re.compile(r"(?:^|\.)mtp(?:_layers|\.layers)\.(\d+)\.")
 
 
+#: Tensors only an MTP (NextN) layer has: the norms of the embedding and of the hidden state, and their projection.
+MTP_MARKERS = (".enorm.", ".hnorm.", ".eh_proj.")
+
+
 def mtp_layers_present(names: frozenset[str], num_layers: int) -> set[int]:
     """Which MTP layers (0-based) the weights hold: ``layers.{N+i}`` past the decoder (DeepSeek, GLM),
-    ``mtp.layers.{i}`` / ``mtp_layers.{i}`` (Qwen3-Next, Qwen3.5, MiMo), or a bare ``mtp.`` block (one layer)."""
-    out: set[int] = set()
+    ``mtp.layers.{i}`` / ``mtp_layers.{i}`` (Qwen3-Next, Qwen3.5, MiMo), a bare ``mtp.`` block (one layer),
+    or, in a separate NextN checkpoint, one layer per distinct layer index carrying ``enorm``/``hnorm``/``eh_proj``."""
+    marked = {m.group(1) for n in names if any(k in f".{n}" for k in MTP_MARKERS) for m in [_LAYER.search(n)] if m}
+    out: set[int] = set(range(len(marked)))
     for n in names:
         m = _MTP_LAYER.search(n)
         if m:

@@ -87,9 +87,11 @@ async def check_drafter(
     target = await read_model(host, target_path)
     if method == "mtp":
         # The MTP layers live in the target's own checkpoint: its index says whether they are there.
-        names, where = await weight_names(host, target_path)
-        target = replace(target, weight_names=names, weight_names_source=where)
-        drafter = target if draft_path.rstrip("/") == target_path.rstrip("/") else await read_model(host, draft_path)
+        # The MTP weights load from the draft path (the target's own folder unless a separate NextN checkpoint is named).
+        same = draft_path.rstrip("/") == target_path.rstrip("/")
+        names, where = await weight_names(host, draft_path)
+        target = replace(target, weight_names=names, weight_names_source=where if same else f"{draft_path}: {where}")
+        drafter = target if same else await read_model(host, draft_path)
     else:
         drafter = await read_model(host, draft_path, weights=True, target_vocab=target.vocab_size)
     if package_root is None:
