@@ -194,3 +194,22 @@ async def test_mtp_weights_count_from_a_separate_nextn_checkpoint_or_a_file_besi
     assert "mtp-weights-missing" in codes(await judge(host, site_root, stripped, target, target, num_tokens=1), "error")
     (target / "mtp-extra.safetensors").write_bytes((nextn / "model.safetensors").read_bytes())
     assert codes(await judge(host, site_root, stripped, target, target, num_tokens=1), "error") == set()
+
+
+SPECULATORS = [p for p in PAIRS if p.weights.get("kind") == "speculators-eagle3" and p.healthy]
+
+
+@pytest.mark.parametrize("pair", SPECULATORS, ids=[p.name for p in SPECULATORS])
+async def test_a_speculators_head_is_refused_by_an_engine_without_the_reader(pair: Pair, tmp_path: Path) -> None:
+    """The same healthy speculators-format head that vLLM rewrites into Eagle3LlamaForCausalLM: SGLang 0.5.23's
+    config loader has no speculators reader, so it would look for the class Eagle3Speculator."""
+    from tests.conftest import SGLANG_PYTHON, need_sglang
+
+    need_sglang()
+    root = str(next((SGLANG_PYTHON.parent.parent / "lib").glob("python3*/site-packages")))
+    host = LocalHost(HostConfig(name="local", python=str(SGLANG_PYTHON)))
+    drafter, target = materialize(pair, tmp_path)
+    rep = await check_drafter(host, get_adapter("sglang"), python=str(SGLANG_PYTHON), method="eagle3", draft_path=str(drafter),
+                              target_path=str(target), num_tokens=pair.num_tokens, package_root=root, version="0.5.23")
+    (f,) = [f for f in rep.findings if f.severity == "error"]
+    assert f.code == "architecture-unsupported" and "speculators format" in f.message and "config.py" in f.evidence

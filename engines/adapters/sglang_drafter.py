@@ -18,6 +18,7 @@ from servelab.engines.adapters.sglang_mtp import nextn_map
 from servelab.engines.drafter.rules import EngineRules, MtpRule, RulesQuery, SourceReader
 
 MODELS = "sglang/srt/models"
+CONFIG_LOADER = "sglang/srt/utils/hf_transformers/config.py"
 #: The files that hold SGLang's EAGLE drafter classes (``EntryClass``).
 DRAFTER_FILES = ("llama_eagle3.py", "llama_eagle.py", "qwen2_eagle.py", "deepseek_eagle3.py")
 _ENTRY = re.compile(r"^EntryClass\s*=\s*\[?([\w\s,]+)\]?", re.M)
@@ -70,6 +71,16 @@ async def read_rules(read: SourceReader, query: RulesQuery) -> EngineRules:
             offset = 1 if "[val + 1 for val in layer_ids]" in text else 0
             conv = f"{rel}: explicit ids get {offset:+d}, defaults as they are; tap c is the output of layer c-1, taps 0..N-1"
         break
+    # Speculators-format heads: SGLang's config loader either knows the format or it does not.
+    spec_archs: dict[str, str] | None = None
+    spec_ev = ""
+    if "speculators_model_type" in query.drafter_config:
+        loader = await read(CONFIG_LOADER)
+        if loader is not None:
+            files.append(CONFIG_LOADER)
+            if "speculators" not in loader:
+                spec_archs = {}
+                spec_ev = f"{CONFIG_LOADER}: get_config has no speculators-format reader (the head's architectures are read as they are)"
     mtp: MtpRule | None = None
     if query.method == "mtp":
         text = await read(MODEL_CONFIG)
@@ -85,6 +96,7 @@ async def read_rules(read: SourceReader, query: RulesQuery) -> EngineRules:
         default_aux=("2", "num_layers // 2", "num_layers - 3"), explicit_offset=offset, default_offset=0,
         taps_after_last_layer=False, dedups_taps=False, convention_evidence=conv,
         read_flags=frozenset(flags) if flags_reader else None, flags_reader=flags_reader, files=tuple(files), mtp=mtp,
+        speculators_archs=spec_archs, speculators_evidence=spec_ev,
     )
 
 

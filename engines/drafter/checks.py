@@ -136,6 +136,13 @@ def _speculators_architecture(case: DrafterCase, rules: EngineRules) -> list[Fin
     if archs is None:
         return []
     cls = archs.get(mt)
+    if not archs:
+        arch = ", ".join(case.drafter.architectures) or "none"
+        return [Finding(
+            "architecture-unsupported", "error",
+            f"{rules.engine} {rules.version or ''} does not read the speculators format: it would look for a model class {arch}".replace("  ", " "),
+            rules.speculators_evidence, "convert the head to the flat EAGLE-3 layout (SpecForge / SafeAILab config.json) or serve it with vLLM",
+        )]
     if cls is None:
         return [Finding(
             "architecture-unsupported", "error",
