@@ -94,10 +94,10 @@ def num_tokens(case: DrafterCase, rules: EngineRules) -> list[Finding]:
                 "num-tokens-mismatch", "error", f"num_tokens {k} is above the target's {n} MTP layer(s) and not a multiple of it: {rules.engine} refuses it",
                 f"{r.evidence}; num_speculative_tokens must be divisible by n_predict={n}", f"set num_tokens to {n} or a multiple of it",
             ))
-        elif k > n:
+        elif k > n and r.reuse_warning:  # only where the engine itself warns (vLLM); SGLang's NextN steps reuse the layer by design
             out.append(Finding(
                 "num-tokens-mismatch", "warning", f"num_tokens {k} runs the target's {n} MTP layer(s) {k // n} times a step: acceptance falls past position {n}",
-                r.evidence + ("; the engine warns that it reuses the same MTP layer" if r.reuse_warning else ""), f"compare with num_tokens = {n}",
+                r.evidence + "; the engine warns that it reuses the same MTP layer", f"compare with num_tokens = {n}",
             ))
     recorded = case.drafter.recorded_tokens
     if recorded is not None and k > recorded:
