@@ -213,3 +213,37 @@ async def test_a_speculators_head_is_refused_by_an_engine_without_the_reader(pai
                               target_path=str(target), num_tokens=pair.num_tokens, package_root=root, version="0.5.23")
     (f,) = [f for f in rep.findings if f.severity == "error"]
     assert f.code == "architecture-unsupported" and "speculators format" in f.message and "config.py" in f.evidence
+
+
+SAVE_EAGLE1 = """
+import sys, torch
+h, v, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+z = lambda *s: torch.zeros(*s, dtype=torch.float16)
+sd = {"embed_tokens.weight": z(v, h), "fc.weight": z(h, 2 * h), "fc.bias": z(h),
+      "layers.0.self_attn.q_proj.weight": z(h, h), "layers.0.self_attn.k_proj.weight": z(h, h),
+      "layers.0.self_attn.v_proj.weight": z(h, h), "layers.0.self_attn.o_proj.weight": z(h, h),
+      "layers.0.post_attention_layernorm.weight": z(h)}
+torch.save(sd, out)
+"""
+
+
+async def test_an_eagle1_head_saved_by_torch_save_is_read_from_its_pickle(host: LocalHost, site_root: str, tmp_path: Path) -> None:
+    """The original EAGLE heads ship pytorch_model.bin: a real torch.save file (written by the engine's torch) is
+    read by ranged reads of its zip and a pickle that imports nothing, so its fc width says EAGLE-1 here too."""
+    import subprocess
+
+    from tests.conftest import TINY_MODEL
+
+    target = json.loads((TINY_MODEL / "config.json").read_text())
+    head = tmp_path / "eagle1-tiny"
+    head.mkdir()
+    (head / "config.json").write_text(json.dumps({**target, "num_hidden_layers": 1}))
+    subprocess.run([str(ENGINE_PYTHON), "-c", SAVE_EAGLE1, str(target["hidden_size"]), str(target["vocab_size"]), str(head / "pytorch_model.bin")],
+                   check=True, capture_output=True, timeout=300)
+    pair = Pair(path=tmp_path, name="e1", method="eagle3", engine="vllm", drafter=None, target="", errors=frozenset(), warnings=frozenset(), why="")
+    fs = await judge(host, site_root, pair, head, TINY_MODEL)
+    assert codes(fs, "error") == {"method-architecture-mismatch"}, [f.line() for f in fs]
+    (f,) = [f for f in fs if f.severity == "error"]
+    assert f"fc.weight [{target['hidden_size']}, {2 * target['hidden_size']}]" in f.evidence
+    eagle = Pair(**{**pair.__dict__, "method": "eagle"})
+    assert codes(await judge(host, site_root, eagle, head, TINY_MODEL), "error") == set()

@@ -318,8 +318,8 @@ def _hidden(case: DrafterCase, rules: EngineRules) -> list[Finding]:
 
 
 def _aux(case: DrafterCase, rules: EngineRules) -> list[Finding]:
-    if case.method != "eagle3" or _foreign_head(case, rules) is not None:
-        return []  # a head for another target: its ids are that target's, reported with hidden-size-mismatch
+    if case.method != "eagle3" or _foreign_head(case, rules) is not None or is_eagle3(case.drafter) is False:
+        return []  # a head for another target (ids of that target) or an EAGLE-1 head (no aux states): the cause is reported elsewhere
     n = case.target.num_layers
     if n is None:
         return []

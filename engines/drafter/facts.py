@@ -13,6 +13,7 @@ from typing import Any, overload
 from servelab.engines.hosts.base import Host
 from servelab.engines.json_object import json_object
 from servelab.engines.safetensors_header import HeaderError, SafetensorsHeader, decode_ints, read_header, read_tensor
+from servelab.engines.torch_checkpoint_header import read_torch_header
 
 #: Small JSON files only: a config larger than this is not a config.
 MAX_JSON = 4_000_000
@@ -252,7 +253,8 @@ async def weight_names(host: Host, folder: str) -> tuple[frozenset[str] | None, 
 
 
 async def _with_weights(host: Host, facts: ModelFacts, target_vocab: int | None) -> ModelFacts:
-    names = [n for n in await host.listdir(facts.path) if n.endswith(".safetensors")]
+    listing = await host.listdir(facts.path)
+    names = [n for n in listing if n.endswith(".safetensors")]
     problems: list[str] = []
     headers: list[SafetensorsHeader] = []
     for name in sorted(names):
@@ -260,6 +262,12 @@ async def _with_weights(host: Host, facts: ModelFacts, target_vocab: int | None)
             headers.append(await read_header(host, _join(facts.path, name)))
         except (HeaderError, OSError) as exc:
             problems.append(str(exc))
+    if not names:  # a torch.save checkpoint (the original EAGLE heads ship pytorch_model.bin)
+        for name in sorted(n for n in listing if n.endswith(".bin") and n.startswith("pytorch_model")):
+            try:
+                headers.append(await read_torch_header(host, _join(facts.path, name)))
+            except (HeaderError, OSError) as exc:
+                problems.append(str(exc))
     d2t: MapSummary | None = None
     t2d_true: int | None = None
     for h in headers:
