@@ -247,3 +247,35 @@ async def test_an_eagle1_head_saved_by_torch_save_is_read_from_its_pickle(host: 
     assert f"fc.weight [{target['hidden_size']}, {2 * target['hidden_size']}]" in f.evidence
     eagle = Pair(**{**pair.__dict__, "method": "eagle"})
     assert codes(await judge(host, site_root, eagle, head, TINY_MODEL), "error") == set()
+
+
+@pytest.mark.parametrize(("changes", "weights", "errors"), [
+    # a 4096-wide head for a 5120-wide target, as target_hidden_size says and fc [4096, 3x5120] agrees: healthy
+    ({"target_hidden_size": 5120}, {"target_hidden": 5120}, set()),
+    # target_hidden_size edited to 5000 while fc still takes 3x5120: the config contradicts the weights
+    ({"target_hidden_size": 5000}, {"target_hidden": 5120}, {"config-weights-mismatch"}),
+    # four explicit ids for an fc that fuses three states: no choice of four ids makes it load
+    ({"target_hidden_size": 5120, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 10, 20, 37]}}, {"target_hidden": 5120}, {"aux-layers-out-of-range"}),
+])
+async def test_a_narrow_head_for_a_wide_target_is_judged_by_its_fc(changes: dict[str, Any], weights: dict[str, Any], errors: set[str],
+                                                                     host: LocalHost, site_root: str, tmp_path: Path) -> None:
+    """Qwen3-8B's SpecForge head (hidden 4096) made for Qwen3-14B (hidden 5120, 40 layers) through target_hidden_size."""
+    pair = Pair(path=tmp_path, name="narrow", method="eagle3", engine="vllm", drafter="specforge-qwen3-8b-eagle3.json",
+                target="target-Qwen3-14B.json", errors=frozenset(errors), warnings=frozenset(), why="", drafter_changes=changes, weights=weights)
+    drafter, target = materialize(pair, tmp_path)
+    fs = await judge(host, site_root, pair, drafter, target, num_tokens=3)
+    assert codes(fs, "error") == errors, [f.line() for f in fs]
+    for f in fs:
+        if f.code == "aux-layers-out-of-range":
+            assert "fuses 3" in f.message and "[" not in f.fix  # no ids picked to make it load
+
+
+async def test_a_wide_heads_config_edited_to_claim_the_narrow_target_is_still_one_cause(host: LocalHost, site_root: str, tmp_path: Path) -> None:
+    """The 70B head with target_hidden_size edited to the 8B's 4096: fc [8192, 24576] could read as six 4096 states,
+    but it is exactly three of the head's own 8192: weights over words, one cause, no aux-id fix."""
+    pair = Pair(path=tmp_path, name="edited", method="eagle3", engine="vllm", drafter="specforge-llama3-70B-ealge3.json",
+                target="target-Llama-3.1-8B.json", errors=frozenset(), warnings=frozenset(), why="", drafter_changes={"target_hidden_size": 4096},
+                weights={"target_hidden": 8192})
+    drafter, target = materialize(pair, tmp_path)
+    fs = await judge(host, site_root, pair, drafter, target, num_tokens=3)
+    assert "hidden-size-mismatch" in codes(fs, "error") and not any(f.code.startswith("aux-") for f in fs), [f.line() for f in fs]

@@ -172,6 +172,14 @@ def _config_weights(case: DrafterCase, rules: EngineRules) -> list[Finding]:
             f"{d.path}/config.json hidden_size={ch}; {w.evidence}",
             f"use the config the weights were saved with (hidden_size {w.hidden}); editing the config does not change what the head was trained on",
         ))
+    ths = d.target_hidden_size
+    if w.kind == "eagle3" and ths and w.fc_in is not None and w.fc_in % ths:
+        out.append(Finding(
+            "config-weights-mismatch", "error",
+            f"the drafter's config says target_hidden_size {ths}, its fc takes {w.fc_in} inputs, not a multiple of it: the engine builds fc for {ths}-wide states",
+            f"{d.path}/config.json target_hidden_size={ths}; {w.evidence}",
+            "use the config the weights were saved with; the fc width is fixed by training",
+        ))
     cv = d.draft_vocab_size if d.draft_vocab_size is not None else d.vocab_size
     if w.kind == "eagle3" and cv is not None and w.lm_head_rows is not None and cv != w.lm_head_rows:
         key = "draft_vocab_size" if d.draft_vocab_size is not None else "vocab_size"
@@ -274,11 +282,24 @@ def _foreign_head(case: DrafterCase, rules: EngineRules) -> tuple[int, str] | No
     d = case.drafter
     w = read_shapes(d)
     wth, wev = _weights_target_hidden(case, rules, w)
-    dh = d.target_hidden_size or d.hidden_size
-    own = {w.hidden} if w is not None and w.hidden is not None else {dh} if dh is not None else set()  # the weights' width wins
-    if wth is not None and wth != th and (th not in own or w is None or w.fc_in is None or w.fc_in % th):
+    if wth is not None and wth != th and not _fc_counts_target_states(case, rules, w, th):
         return wth, wev
     return None
+
+
+def _fc_counts_target_states(case: DrafterCase, rules: EngineRules, w: WeightShapes | None, th: int) -> bool:
+    """Whether fc's input is a whole number of this target's states and the head's other shapes say it was
+    made for this width: its target_hidden_size, or (none set) its own width, the weights' before the config's.
+    fc exactly the expected count of the head's own (other) width is another target's, whatever the config says."""
+    if w is None or w.fc_in is None or w.fc_in % th:
+        return False
+    if w.hidden is not None and w.hidden != th and w.fc_in == _expected_fused(case, rules) * w.hidden:
+        return False
+    ths = case.drafter.target_hidden_size
+    if ths is not None:
+        return ths == th
+    own = w.hidden if w.hidden is not None else case.drafter.hidden_size
+    return own == th
 
 
 def _hidden(case: DrafterCase, rules: EngineRules) -> list[Finding]:
@@ -341,10 +362,17 @@ def _aux(case: DrafterCase, rules: EngineRules) -> list[Finding]:
     fused = w.fused(th) if w is not None and w.kind != "eagle1" and th else None
     # fc's width counts aux states only when the head is built for this target's hidden size: every
     # other shape (its own width, its config) must agree, or the width is another target's, not more ids.
-    cfg_width = case.drafter.target_hidden_size or case.drafter.hidden_size
-    own = {w.hidden} if w is not None and w.hidden is not None else {cfg_width} if cfg_width is not None else set()
-    wanted = fused if fused is not None and own <= {th} else len(used)
-    if bad or len(valid) < wanted:
+    wth, _ = _weights_target_hidden(case, rules, w)
+    trusted = fused is not None and th is not None and (wth == th or _fc_counts_target_states(case, rules, w, th))
+    wanted = fused if trusted and fused is not None else len(used)
+    if explicit and not bad and trusted and len(used) != wanted and w is not None:
+        out.append(Finding(
+            "aux-layers-out-of-range", "error",
+            f"the drafter lists {len(used)} aux ids {list(used)} but its fc fuses {wanted} target states: {rules.engine} builds fc for {len(used)}×{th} and cannot load its weights",
+            f"{w.evidence}; {ev}",
+            f"list exactly the {wanted} layer ids the drafter was trained with (from its training config), not ids picked to fit",
+        ))
+    elif bad or len(valid) < wanted:
         what = f"taps {bad} are not layers of a {n}-layer target (valid 0..{top})" if bad else f"only {len(valid)} distinct taps for {wanted} fused states"
         out.append(Finding(
             "aux-layers-out-of-range", "error",
