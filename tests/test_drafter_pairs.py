@@ -212,7 +212,7 @@ async def test_a_speculators_head_is_refused_by_an_engine_without_the_reader(pai
     rep = await check_drafter(host, get_adapter("sglang"), python=str(SGLANG_PYTHON), method="eagle3", draft_path=str(drafter),
                               target_path=str(target), num_tokens=pair.num_tokens, package_root=root, version="0.5.23")
     (f,) = [f for f in rep.findings if f.severity == "error"]
-    assert f.code == "architecture-unsupported" and "speculators format" in f.message and "config.py" in f.evidence
+    assert f.code == "architecture-unsupported" and "speculators-format head" in f.message and "config.py" in f.evidence
 
 
 SAVE_EAGLE1 = """
@@ -279,3 +279,15 @@ async def test_a_wide_heads_config_edited_to_claim_the_narrow_target_is_still_on
     drafter, target = materialize(pair, tmp_path)
     fs = await judge(host, site_root, pair, drafter, target, num_tokens=3)
     assert "hidden-size-mismatch" in codes(fs, "error") and not any(f.code.startswith("aux-") for f in fs), [f.line() for f in fs]
+
+
+async def test_a_speculators_type_vllm_does_not_register_is_refused(host: LocalHost, site_root: str, tmp_path: Path) -> None:
+    """speculators_model_type "eagle" (EAGLE-1 in the speculators format): vLLM 0.32's algos.py registers eagle3,
+    peagle, dflash, dflash2 and dspark only, and SpeculatorsConfig raises 'Expected one of'."""
+    pair = Pair(path=tmp_path, name="spec-eagle", method="eagle3", engine="vllm", drafter="speculators-llama31-8b-eagle3.json",
+                target="target-Llama-3.1-8B.json", errors=frozenset(), warnings=frozenset(), why="",
+                drafter_changes={"speculators_model_type": "eagle"}, weights={"kind": "speculators-eagle3"})
+    drafter, target = materialize(pair, tmp_path)
+    fs = await judge(host, site_root, pair, drafter, target, num_tokens=3)
+    (f,) = [f for f in fs if f.severity == "error"]
+    assert f.code == "architecture-unsupported" and "'eagle' is not one" in f.evidence and "algos.py" in f.evidence

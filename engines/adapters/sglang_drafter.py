@@ -100,7 +100,7 @@ async def read_rules(read: SourceReader, query: RulesQuery) -> EngineRules:
     )
 
 
-def _mtp_rule(renames: dict[str, tuple[str, int]], query: RulesQuery) -> MtpRule:
+def _mtp_rule(renames: dict[str, tuple[str, int, int | None]], query: RulesQuery) -> MtpRule:
     """SGLang's NextN draft for the target: the renamed architecture; the layer count from the target's config."""
     arch = query.target_arch or ""
     text = query.target_config.get("text_config")
@@ -108,9 +108,10 @@ def _mtp_rule(renames: dict[str, tuple[str, int]], query: RulesQuery) -> MtpRule
     n = cfg.get("num_nextn_predict_layers")
     n_predict = n if isinstance(n, int) and not isinstance(n, bool) else None
     if arch in renames:
-        new, line = renames[arch]
-        return MtpRule(supported=True, model_type=query.target_model_type, architecture=new, n_predict=n_predict,
-                       count_key="num_nextn_predict_layers", evidence=f"{MODEL_CONFIG}:{line}: _config_draft_model serves {arch} as {new}")
+        new, line, fixed = renames[arch]
+        return MtpRule(supported=True, model_type=query.target_model_type, architecture=new, n_predict=fixed if fixed is not None else n_predict,
+                       count_key="num_nextn_predict_layers", evidence=f"{MODEL_CONFIG}:{line}: _config_draft_model serves {arch} as {new}"
+                       + (f" with num_nextn_predict_layers = {fixed}" if fixed is not None else ""))
     return MtpRule(supported=False, model_type=query.target_model_type, architecture=arch or None, n_predict=None, count_key=None,
                    evidence=f"{MODEL_CONFIG}: _config_draft_model renames no {arch or '?'} to a NextN/MTP draft "
                             f"(it does for {', '.join(sorted(renames)[:6])}, ...)")

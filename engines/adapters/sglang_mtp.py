@@ -47,14 +47,24 @@ def _renamed(body: list[ast.stmt]) -> str | None:
     return None
 
 
-def nextn_map(source: str) -> dict[str, tuple[str, int]]:
-    """Target architecture -> (its NextN draft architecture, the line of the block)."""
-    out: dict[str, tuple[str, int]] = {}
+def _fixed_layers(body: list[ast.stmt]) -> int | None:
+    """``self.hf_config.num_nextn_predict_layers = 1`` in the block: SGLang sets the count itself."""
+    for st in body:
+        for node in ast.walk(st):
+            if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, int)
+                    and any(isinstance(t, ast.Attribute) and t.attr == "num_nextn_predict_layers" for t in node.targets)):
+                return int(node.value.value)
+    return None
+
+
+def nextn_map(source: str) -> dict[str, tuple[str, int, int | None]]:
+    """Target architecture -> (its NextN draft architecture, the line of the block, the layer count SGLang sets itself)."""
+    out: dict[str, tuple[str, int, int | None]] = {}
     for fn in (n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == FUNCTION):
         for node in ast.walk(fn):
             if isinstance(node, ast.If):
                 new = _renamed(node.body)
                 if new:
                     for src in _sources(node.test):
-                        out.setdefault(src, (new, node.lineno))
+                        out.setdefault(src, (new, node.lineno, _fixed_layers(node.body)))
     return out

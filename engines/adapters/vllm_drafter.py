@@ -151,8 +151,11 @@ async def read_rules(read: SourceReader, query: RulesQuery) -> EngineRules:
         m = _ARCH_MAP.search(algos or "")
         if algos is not None and m:
             files.append(SPECULATORS_ALGOS)
-            spec_archs = dict(_PAIR.findall(m.group(1)))
-            spec_ev = f"{SPECULATORS_ALGOS}: update_eagle3 maps model_type {spec_archs}"
+            registered = re.findall(r'@register_speculator\("(\w+)"\)', algos)
+            kind = str(query.drafter_config.get("speculators_model_type"))
+            spec_archs = dict(_PAIR.findall(m.group(1))) if kind in registered or not registered else {}
+            spec_ev = (f"{SPECULATORS_ALGOS}: update_eagle3 maps model_type {spec_archs}" if spec_archs else
+                       f"{SPECULATORS_ALGOS}: speculators types {registered}; {kind!r} is not one (vLLM raises 'Expected one of')")
         if read_flags is None and spec_archs:
             layer = query.drafter_config.get("transformer_layer_config") or {}
             layer_type = str(layer.get("model_type", "llama")) if isinstance(layer, dict) else "llama"

@@ -140,7 +140,7 @@ def _speculators_architecture(case: DrafterCase, rules: EngineRules) -> list[Fin
         arch = ", ".join(case.drafter.architectures) or "none"
         return [Finding(
             "architecture-unsupported", "error",
-            f"{rules.engine} {rules.version or ''} does not read the speculators format: it would look for a model class {arch}".replace("  ", " "),
+            f"{rules.engine} {rules.version or ''} does not read this speculators-format head ({case.drafter.speculators_type}): it would look for a model class {arch}".replace("  ", " "),
             rules.speculators_evidence, "convert the head to the flat EAGLE-3 layout (SpecForge / SafeAILab config.json) or serve it with vLLM",
         )]
     if cls is None:
