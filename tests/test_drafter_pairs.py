@@ -21,7 +21,7 @@ from servelab.engines.drafter.run import check_drafter
 from servelab.engines.hosts.local import LocalHost
 from servelab.engines.hostsfile import HostConfig
 from tests.conftest import ENGINE_PYTHON, need_engine
-from tests.fixtures.drafter_pairs import Pair, all_pairs, config, header_only, materialize
+from tests.fixtures.drafter_pairs import CONFIGS, Pair, all_pairs, config, header_only, materialize
 
 PAIRS = all_pairs()
 
@@ -50,16 +50,12 @@ def codes(fs: list[Finding], severity: str) -> set[str]:
 
 
 def test_thirty_pairs_in_three_batches_each_with_its_sources() -> None:
-    readme = (Path(__file__).parent / "data" / "drafters" / "pairs" / "README.md").read_text()
+    sources = json.loads((CONFIGS / "SOURCES.json").read_text())
     assert len(PAIRS) >= 30 and {p.path.parent.name for p in PAIRS} >= {"batch1", "batch2", "batch3"}
     for p in PAIRS:
         for name in filter(None, (p.drafter, p.target)):
-            assert f"`{name}`" in readme or any(part in readme for part in _source_names(name)), f"{name} has no source in README.md"
-
-
-def _source_names(name: str) -> list[str]:
-    stem = name.removesuffix(".json")
-    return [f"`{stem.split('-', 1)[0]}-*.json`", stem.removeprefix("target-"), stem.removeprefix("eagle1-") + ".json"]
+            assert sources.get(name, "").startswith("https://"), f"{name} has no source URL in configs/SOURCES.json"
+    assert set(sources) == {f.name for f in CONFIGS.glob("*.json")} - {"SOURCES.json"}
 
 
 @pytest.mark.parametrize("pair", PAIRS, ids=[f"{p.path.parent.name}/{p.name}" for p in PAIRS])
