@@ -287,3 +287,20 @@ async def test_a_speculators_type_vllm_does_not_register_is_refused(host: LocalH
     fs = await judge(host, site_root, pair, drafter, target, num_tokens=3)
     (f,) = [f for f in fs if f.severity == "error"]
     assert f.code == "architecture-unsupported" and "'eagle' is not one" in f.evidence and "algos.py" in f.evidence
+
+
+@pytest.mark.parametrize(("layers", "keep_index", "severity"), [(62, True, "warning"), (61, True, "error"), (61, False, "warning")])
+async def test_an_absent_mtp_layer_count_is_judged_by_the_weights(layers: int, keep_index: bool, severity: str,
+                                                                    host: LocalHost, site_root: str, tmp_path: Path) -> None:
+    """num_nextn_predict_layers removed from DeepSeek-V3's config: the weights decide. They hold layer 61: a warning
+    (write the key); they hold none: an error; they cannot be read: a warning (a config class may default the key)."""
+    pair = Pair(path=tmp_path, name="absent", method="mtp", engine="vllm", drafter=None, target="target-DeepSeek-V3.json",
+                errors=frozenset(), warnings=frozenset(), why="", target_changes={"num_nextn_predict_layers": None},
+                target_weights={"layers": layers})
+    _, target = materialize(pair, tmp_path)
+    if not keep_index:
+        for f in target.glob("*.safetensors*"):
+            f.unlink()
+    fs = await judge(host, site_root, pair, target, target, num_tokens=1)
+    (f,) = [f for f in fs if f.code.startswith("mtp-")]
+    assert f.code == "mtp-layers-missing" and f.severity == severity, f.line()

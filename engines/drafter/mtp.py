@@ -52,9 +52,9 @@ def mtp(case: DrafterCase, rules: EngineRules) -> list[Finding]:
     key = r.count_key or "num_nextn_predict_layers"
     if r.n_predict is None or r.n_predict <= 0:
         zero = r.n_predict == 0
-        if not zero and held:
+        if not zero and held is None or not zero and held:  # absent, and the weights show MTP layers or cannot be read
             return [Finding("mtp-layers-missing", "warning", f"the target's config has no {key}; {rules.engine} reads the MTP layer count from it",
-                            r.evidence + held_txt, f"write {key} = {len(held)} into the target's config.json")]
+                            r.evidence + held_txt, f"write {key} = {len(held) if held else 'the MTP layers the checkpoint holds'} into the target's config.json")]
         return [Finding(
             "mtp-layers-missing", "error",
             f"the target's config records {'0' if zero else 'no'} MTP layers ({key}{' = 0' if zero else ' absent'}): {rules.engine} would build an MTP draft with no layer",
