@@ -299,8 +299,8 @@ async def test_an_absent_mtp_layer_count_is_judged_by_the_weights(layers: int, k
                 target_weights={"layers": layers})
     _, target = materialize(pair, tmp_path)
     if not keep_index:
-        for f in target.glob("*.safetensors*"):
-            f.unlink()
+        for path in target.glob("*.safetensors*"):
+            path.unlink()
     fs = await judge(host, site_root, pair, target, target, num_tokens=1)
     (f,) = [f for f in fs if f.code.startswith("mtp-")]
     assert f.code == "mtp-layers-missing" and f.severity == severity, f.line()
