@@ -320,6 +320,7 @@ async def run_preflight(
             rep = await check_drafter(
                 h, adapter, python=python, method=e.speculative.method, draft_path=draft, target_path=model,
                 max_model_len=max_len if isinstance(max_len, int) and not isinstance(max_len, bool) else None,
+                num_tokens=e.speculative.num_tokens,
                 patched_files=patched_files(load_patch_set(sourced)),
                 package_root=facts.get("root"), version=facts.get("version"),
             )

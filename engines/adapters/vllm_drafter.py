@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import re
 
-from servelab.engines.drafter.rules import EngineRules, PathRule, RulesQuery, SourceReader
+from servelab.engines.adapters.vllm_mtp import resolve as resolve_mtp
+from servelab.engines.drafter.rules import EngineRules, MtpRule, PathRule, RulesQuery, SourceReader
 
 SPEC = "vllm/config/speculative.py"
 REGISTRY = "vllm/model_executor/models/registry.py"
 EAGLE_CONFIG = "vllm/transformers_utils/configs/eagle.py"
 INTERFACES = "vllm/model_executor/models/interfaces.py"
+SPECULATORS_ALGOS = "vllm/transformers_utils/configs/speculators/algos.py"
+_ARCH_MAP = re.compile(r"eagle3_arch_map\s*=\s*\{([^}]*)\}", re.S)
+_PAIR = re.compile(r'"(\w+)"\s*:\s*"(\w+)"')
 MODELS = "vllm/model_executor/models"
 
 _PATH_RULE = re.compile(r'"([^"]+)"\s+in\s+self\.draft_model_config\.model\.lower\(\)\s*\)?\s*:\s*\n\s*self\.method\s*=\s*"(\w+)"')
@@ -137,6 +141,33 @@ async def read_rules(read: SourceReader, query: RulesQuery) -> EngineRules:
                 read_flags = frozenset(_QUOTED.findall(text))
                 flags_reader = rel
 
+    mtp = _mtp_rule(spec, query, entries) if query.method == "mtp" and spec is not None else None
+
+    # Speculators-format drafters: vLLM's reader picks the class from the layer config's model_type.
+    spec_archs: dict[str, str] | None = None
+    spec_ev = ""
+    if "speculators_model_type" in query.drafter_config:
+        algos = await read(SPECULATORS_ALGOS)
+        m = _ARCH_MAP.search(algos or "")
+        if algos is not None and m:
+            files.append(SPECULATORS_ALGOS)
+            registered = re.findall(r'@register_speculator\("(\w+)"\)', algos)
+            kind = str(query.drafter_config.get("speculators_model_type"))
+            spec_archs = dict(_PAIR.findall(m.group(1))) if kind in registered or not registered else {}
+            spec_ev = (f"{SPECULATORS_ALGOS}: update_eagle3 maps model_type {spec_archs}" if spec_archs else
+                       f"{SPECULATORS_ALGOS}: speculators types {registered}; {kind!r} is not one (vLLM raises 'Expected one of')")
+        if read_flags is None and spec_archs:
+            layer = query.drafter_config.get("transformer_layer_config") or {}
+            layer_type = str(layer.get("model_type", "llama")) if isinstance(layer, dict) else "llama"
+            entry = entries.get(spec_archs.get(layer_type, ""))
+            if entry is not None:
+                rel = _module_file(entry[0])
+                text = await read(rel)
+                if text is not None:
+                    files.append(rel)
+                    read_flags = frozenset(_QUOTED.findall(text))
+                    flags_reader = rel
+
     source = f"read from the installed vLLM {version or '?'}" + (f" ({'; '.join(notes)})" if notes else "")
     return EngineRules(
         engine="vLLM", version=version, source=source, drafter_architectures=drafters, arch_prefix=prefix,
@@ -145,7 +176,32 @@ async def read_rules(read: SourceReader, query: RulesQuery) -> EngineRules:
         default_aux=default_aux, explicit_offset=0, default_offset=0, taps_after_last_layer=after_last,
         dedups_taps=dedup, convention_evidence=f"{conv}; {aux_src}" + ("; duplicate taps collapse" if dedup else ""),
         raises_draft_positions=raises, read_flags=read_flags, flags_reader=flags_reader, files=tuple(files),
-        eagle3_target_types=whitelist,
+        eagle3_target_types=whitelist, mtp=mtp, speculators_archs=spec_archs, speculators_evidence=spec_ev,
+    )
+
+
+def _mtp_rule(spec: str, query: RulesQuery, entries: dict[str, tuple[str, str]]) -> MtpRule | None:
+    """vLLM's MTP draft for the target: its own ``hf_config_override`` walked over the target's config."""
+    try:
+        r = resolve_mtp(spec, query.target_config)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    if r is None:
+        return None
+    registered = r.architecture in entries if entries and r.architecture else None
+    where = f"{SPEC}" + (f":{r.line}" if r.line else "")
+    if r.raises:
+        ev = f"{where}: hf_config_override raises for this target: {r.raises}"
+    elif r.model_type in r.mtp_types:
+        ev = (f"{where}: hf_config_override maps model_type {query.target_model_type!r} to {r.model_type!r} ({r.architecture}), "
+              f"n_predict from {r.count_key or '?'}")
+    else:
+        ev = (f"{SPEC}: hf_config_override leaves model_type {r.model_type!r}, not one of MTPModelTypes "
+              f"({', '.join(sorted(r.mtp_types)[:6])}, ...): vLLM raises 'Unsupported speculative method: mtp'")
+    return MtpRule(
+        supported=r.supported and registered is not False, model_type=r.model_type, architecture=r.architecture,
+        n_predict=r.n_predict, count_key=r.count_key, evidence=ev + ("" if registered is not False else f"; {r.architecture} is not in {REGISTRY}"),
+        tokens_divisible="% n_predict != 0" in spec, reuse_warning="multiple times of forward on same MTP layer" in spec,
     )
 
 

@@ -6,40 +6,41 @@ every code is tested with planted faults on real public configs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from servelab.engines.drafter.case import DrafterCase
 from servelab.engines.drafter.facts import ModelFacts
 from servelab.engines.drafter.findings import Finding
+from servelab.engines.drafter.mtp import mtp, num_tokens
 from servelab.engines.drafter.rules import EngineRules
+from servelab.engines.drafter.weights import WeightShapes, read_shapes
 
 #: Methods whose drafter consumes the target's hidden states (so hidden sizes must agree).
 HIDDEN_METHODS = frozenset({"eagle", "eagle3", "mtp"})
 
 
-@dataclass(frozen=True)
-class DrafterCase:
-    """Everything one check needs: which drafter, for which target, under which method and length."""
-
-    drafter: ModelFacts
-    target: ModelFacts
-    method: str
-    draft_path: str
-    max_model_len: int | None = None
-    #: Engine files the experiment's patch set changes: a rule read from one of them is provisional.
-    patched_files: frozenset[str] = frozenset()
+__all__ = ["DrafterCase", "check", "is_eagle3"]
 
 
 def check(case: DrafterCase, rules: EngineRules) -> list[Finding]:
     """Every finding for ``case`` under ``rules``, errors first."""
     out: list[Finding] = []
-    for rule in (_unreadable, _path, _method_arch, _architecture, _vocab, _vocab_map, _hidden, _aux, _tokens, _context, _norm_flags):
+    for rule in (_unreadable, _path, _method_arch, _architecture, _config_weights, _vocab, _vocab_map, _hidden, _aux, _tokens, _context,
+                 _norm_flags, mtp, num_tokens):
         out.extend(rule(case, rules))
     order = {"error": 0, "warning": 1, "info": 2}
     return sorted(out, key=lambda f: order[f.severity])
 
 
 def is_eagle3(d: ModelFacts) -> bool | None:
-    """Whether the drafter is an EAGLE-3 head (None: cannot tell)."""
+    """Whether the drafter is an EAGLE-3 head (None: cannot tell): its weights decide, then its config."""
+    w = read_shapes(d)
+    if w is not None and w.kind is not None:
+        return w.kind == "eagle3"
+    if d.speculators_type is not None:
+        return d.speculators_type == "eagle3"
+    return _config_says_eagle3(d)
+
+
+def _config_says_eagle3(d: ModelFacts) -> bool | None:
     archs = " ".join(d.architectures).lower()
     if "eagle3" in archs or d.aux_layer_ids is not None or "midlayer.hidden_norm.weight" in d.tensor_names():
         return True
@@ -73,21 +74,28 @@ def _path(case: DrafterCase, rules: EngineRules) -> list[Finding]:
 
 
 def _method_arch(case: DrafterCase, rules: EngineRules) -> list[Finding]:
+    if case.method == "mtp":
+        return []
     e3 = is_eagle3(case.drafter)
-    archs = ", ".join(case.drafter.architectures) or "none"
+    w = read_shapes(case.drafter)
+    archs = f"config architectures {', '.join(case.drafter.architectures) or 'none'}" + (f"; {w.evidence} ({w.kind})" if w is not None and w.kind else "")
     if case.method == "eagle" and e3 is True:
-        return [Finding("method-architecture-mismatch", "error", "an EAGLE-3 drafter under method 'eagle'", f"architectures {archs}", 'set method = "eagle3"')]
+        return [Finding("method-architecture-mismatch", "error", "an EAGLE-3 drafter under method 'eagle'", archs, 'set method = "eagle3"')]
     if case.method == "eagle3" and e3 is False:
-        return [Finding("method-architecture-mismatch", "error", "an EAGLE(-1) drafter under method 'eagle3'", f"architectures {archs}", 'set method = "eagle"')]
+        return [Finding("method-architecture-mismatch", "error", "an EAGLE(-1) drafter under method 'eagle3': its fc fuses one hidden state, not several",
+                        archs, 'set method = "eagle"')]
     if case.method == "draft_model" and e3 is not None:
         which = "eagle3" if e3 else "eagle"
-        return [Finding("method-architecture-mismatch", "error", f"an EAGLE head under method 'draft_model': it cannot run on its own", f"architectures {archs}", f'set method = "{which}"')]
+        return [Finding("method-architecture-mismatch", "error", "an EAGLE head under method 'draft_model': it cannot run on its own", archs, f'set method = "{which}"')]
     return []
 
 
 def _architecture(case: DrafterCase, rules: EngineRules) -> list[Finding]:
     out: list[Finding] = []
-    if case.method in ("eagle", "eagle3") and rules.drafter_architectures is not None:
+    spec = case.drafter.speculators_type
+    if spec is not None and case.method in ("eagle", "eagle3"):
+        out.extend(_speculators_architecture(case, rules))
+    elif case.method in ("eagle", "eagle3") and rules.drafter_architectures is not None:
         for arch in case.drafter.architectures[:1]:
             cls = rules.drafter_class(arch, case.method)
             if cls not in rules.drafter_architectures:
@@ -121,6 +129,69 @@ def _architecture(case: DrafterCase, rules: EngineRules) -> list[Finding]:
     return out
 
 
+def _speculators_architecture(case: DrafterCase, rules: EngineRules) -> list[Finding]:
+    """A speculators-format head: the engine's own reader picks its class from the layer config's model_type."""
+    mt = str(case.drafter.text.get("model_type", "llama"))
+    archs = rules.speculators_archs
+    if archs is None:
+        return []
+    cls = archs.get(mt)
+    if not archs:
+        arch = ", ".join(case.drafter.architectures) or "none"
+        return [Finding(
+            "architecture-unsupported", "error",
+            f"{rules.engine} {rules.version or ''} does not read this speculators-format head ({case.drafter.speculators_type}): it would look for a model class {arch}".replace("  ", " "),
+            rules.speculators_evidence, "convert the head to the flat EAGLE-3 layout (SpecForge / SafeAILab config.json) or serve it with vLLM",
+        )]
+    if cls is None:
+        return [Finding(
+            "architecture-unsupported", "error",
+            f"{rules.engine} {rules.version or ''} reads speculators-format EAGLE-3 heads only for layer model types {sorted(archs)}; this one's is {mt!r}".replace("  ", " "),
+            rules.speculators_evidence, "use a head whose transformer_layer_config.model_type the engine maps, or an engine version that maps it",
+        )]
+    if rules.drafter_architectures is not None and cls not in rules.drafter_architectures:
+        return [Finding("architecture-unsupported", "error", f"{rules.engine} {rules.version or ''} maps this head to {cls}, which it does not register".replace("  ", " "),
+                        f"{rules.speculators_evidence}; {rules.source}", "use an engine version that registers it")]
+    return []
+
+
+def _config_weights(case: DrafterCase, rules: EngineRules) -> list[Finding]:
+    """The config against the weights: the engine builds from the config and loads the weights into it."""
+    if case.method not in ("eagle", "eagle3"):
+        return []
+    d = case.drafter
+    w = read_shapes(d)
+    if w is None:
+        return []
+    out: list[Finding] = []
+    ch = d.hidden_size
+    if ch is not None and w.hidden is not None and ch != w.hidden:
+        out.append(Finding(
+            "config-weights-mismatch", "error",
+            f"the drafter's config says hidden_size {ch}, its weights say {w.hidden}: the engine builds {ch}-wide layers and cannot load them",
+            f"{d.path}/config.json hidden_size={ch}; {w.evidence}",
+            f"use the config the weights were saved with (hidden_size {w.hidden}); editing the config does not change what the head was trained on",
+        ))
+    ths = d.target_hidden_size
+    if w.kind == "eagle3" and ths and w.fc_in is not None and w.fc_in % ths:
+        out.append(Finding(
+            "config-weights-mismatch", "error",
+            f"the drafter's config says target_hidden_size {ths}, its fc takes {w.fc_in} inputs, not a multiple of it: the engine builds fc for {ths}-wide states",
+            f"{d.path}/config.json target_hidden_size={ths}; {w.evidence}",
+            "use the config the weights were saved with; the fc width is fixed by training",
+        ))
+    cv = d.draft_vocab_size if d.draft_vocab_size is not None else d.vocab_size
+    if w.kind == "eagle3" and cv is not None and w.lm_head_rows is not None and cv != w.lm_head_rows:
+        key = "draft_vocab_size" if d.draft_vocab_size is not None else "vocab_size"
+        out.append(Finding(
+            "config-weights-mismatch", "error",
+            f"the drafter's config says {key} {cv}, its lm_head has {w.lm_head_rows} rows: the engine builds a {cv}-row head and cannot load it",
+            f"{d.path}/config.json {key}={cv}; {w.evidence}",
+            f"set draft_vocab_size to {w.lm_head_rows} (the weights' own), not a d2t for {cv} ids",
+        ))
+    return out
+
+
 def _vocab(case: DrafterCase, rules: EngineRules) -> list[Finding]:
     dv, tv = case.drafter.vocab_size, case.target.vocab_size
     if dv is None or tv is None or dv == tv:
@@ -140,7 +211,7 @@ def _vocab_map(case: DrafterCase, rules: EngineRules) -> list[Finding]:
     draft_vocab = d.draft_vocab_size
     head = d.tensor("lm_head.weight")
     if head is not None and head[1].shape:
-        draft_vocab = draft_vocab or head[1].shape[0]
+        draft_vocab = head[1].shape[0]  # the weights' own size wins over the config (config-weights-mismatch says so)
     if draft_vocab is None or tv is None or draft_vocab >= tv:
         return []
     if d.d2t is None:
@@ -178,33 +249,98 @@ def _vocab_map(case: DrafterCase, rules: EngineRules) -> list[Finding]:
     return out
 
 
+def _expected_fused(case: DrafterCase, rules: EngineRules) -> int:
+    """How many target hidden states the engine will fuse: one per aux id (explicit or default), else 3."""
+    ids = case.drafter.aux_layer_ids
+    if ids is not None:
+        return len(ids)
+    n = case.target.num_layers
+    defaults = rules.defaults(n) if n is not None else None
+    return len(defaults) if defaults else 3
+
+
+def _weights_target_hidden(case: DrafterCase, rules: EngineRules, w: WeightShapes | None) -> tuple[int | None, str]:
+    """The target hidden size the weights were trained on: fc input over the fused count (EAGLE-3), or
+    the head's own width (EAGLE-1, whose fc takes embedding + hidden)."""
+    if w is None or w.fc_in is None:
+        return None, ""
+    if w.kind == "eagle1" and w.hidden:
+        return w.hidden, f"{w.evidence}: fc takes 2×{w.hidden}"
+    if w.kind == "eagle3":
+        k = _expected_fused(case, rules)
+        if w.fc_in % k == 0:
+            return w.fc_in // k, f"{w.evidence}: fc takes {k}×{w.fc_in // k}"
+    return None, ""
+
+
+def _foreign_head(case: DrafterCase, rules: EngineRules) -> tuple[int, str] | None:
+    """(target hidden, evidence) when the weights say the head was trained for another target's hidden size:
+    every shape agrees on a width that is not this target's, so fc's width is not a count of this target's states."""
+    th = case.target.hidden_size
+    if th is None or case.method not in ("eagle", "eagle3"):
+        return None
+    d = case.drafter
+    w = read_shapes(d)
+    wth, wev = _weights_target_hidden(case, rules, w)
+    if wth is not None and wth != th and not _fc_counts_target_states(case, rules, w, th):
+        return wth, wev
+    return None
+
+
+def _fc_counts_target_states(case: DrafterCase, rules: EngineRules, w: WeightShapes | None, th: int) -> bool:
+    """Whether fc's input is a whole number of this target's states and the head's other shapes say it was
+    made for this width: its target_hidden_size, or (none set) its own width, the weights' before the config's.
+    fc exactly the expected count of the head's own (other) width is another target's, whatever the config says."""
+    if w is None or w.fc_in is None or w.fc_in % th:
+        return False
+    if w.hidden is not None and w.hidden != th and w.fc_in == _expected_fused(case, rules) * w.hidden:
+        return False
+    ths = case.drafter.target_hidden_size
+    if ths is not None:
+        return ths == th
+    own = w.hidden if w.hidden is not None else case.drafter.hidden_size
+    return own == th
+
+
 def _hidden(case: DrafterCase, rules: EngineRules) -> list[Finding]:
-    if case.method not in HIDDEN_METHODS:
+    if case.method not in HIDDEN_METHODS or case.method == "mtp":
         return []
     d, th = case.drafter, case.target.hidden_size
+    if th is None:
+        return []
+    w = read_shapes(d)
+    wth, _ = _weights_target_hidden(case, rules, w)
     dh = d.target_hidden_size or d.hidden_size
-    out: list[Finding] = []
-    if dh is not None and th is not None and dh != th:
-        key = "target_hidden_size" if d.target_hidden_size else "hidden_size"
-        out.append(Finding(
+    key = "target_hidden_size" if d.target_hidden_size else "hidden_size"
+    foreign = _foreign_head(case, rules)
+    if foreign is not None:
+        ids = d.aux_layer_ids
+        return [Finding(
+            "hidden-size-mismatch", "error",
+            f"the drafter's weights expect target hidden states of {foreign[0]}, the target's hidden_size is {th}: a head trained for another target",
+            f"{foreign[1]}; {d.path}/config.json {key}={dh}; {case.target.path}/config.json hidden_size={th}"
+            + (f"; its aux ids {list(ids)} are that target's layers too" if ids else ""),
+            "use a drafter trained on this target; no config change (aux ids, hidden sizes) makes these weights fit",
+        )]
+    if wth is None and dh is not None and dh != th and not (w is not None and w.hidden == th):
+        return [Finding(
             "hidden-size-mismatch", "error",
             f"the drafter expects target hidden states of {dh}, the target's hidden_size is {th}",
             f"{d.path}/config.json {key}={dh}; {case.target.path}/config.json hidden_size={th}",
             "use a drafter trained on this target (or set target_hidden_size if the drafter really was)",
-        ))
-    fc = d.tensor("fc.weight")
-    if fc is not None and th and len(fc[1].shape) == 2 and fc[1].shape[1] % th:
-        out.append(Finding(
+        )]
+    if w is not None and w.fc_in is not None and wth is None and w.fc_in % th:
+        return [Finding(
             "hidden-size-mismatch", "error",
-            f"fc.weight takes {fc[1].shape[1]} inputs, not a multiple of the target's hidden_size {th}",
-            f"fc.weight {fc[1].dtype}{list(fc[1].shape)}", "use a drafter trained on this target",
-        ))
-    return out
+            f"fc.weight takes {w.fc_in} inputs, not a multiple of the target's hidden_size {th}",
+            w.evidence, "use a drafter trained on this target",
+        )]
+    return []
 
 
 def _aux(case: DrafterCase, rules: EngineRules) -> list[Finding]:
-    if case.method != "eagle3":
-        return []
+    if case.method != "eagle3" or _foreign_head(case, rules) is not None or is_eagle3(case.drafter) is False:
+        return []  # a head for another target (ids of that target) or an EAGLE-1 head (no aux states): the cause is reported elsewhere
     n = case.target.num_layers
     if n is None:
         return []
@@ -221,10 +357,22 @@ def _aux(case: DrafterCase, rules: EngineRules) -> list[Finding]:
     out: list[Finding] = []
     bad = [t for t in taps if t < 0 or t > top]
     valid = [t for t in taps if 0 <= t <= top]
-    fc = case.drafter.tensor("fc.weight")
     th = case.target.hidden_size
-    wanted = fc[1].shape[1] // th if fc is not None and th and len(fc[1].shape) == 2 and fc[1].shape[1] % th == 0 else len(used)
-    if bad or len(valid) < wanted:
+    w = read_shapes(case.drafter)
+    fused = w.fused(th) if w is not None and w.kind != "eagle1" and th else None
+    # fc's width counts aux states only when the head is built for this target's hidden size: every
+    # other shape (its own width, its config) must agree, or the width is another target's, not more ids.
+    wth, _ = _weights_target_hidden(case, rules, w)
+    trusted = fused is not None and th is not None and (wth == th or _fc_counts_target_states(case, rules, w, th))
+    wanted = fused if trusted and fused is not None else len(used)
+    if explicit and not bad and trusted and len(used) != wanted and w is not None:
+        out.append(Finding(
+            "aux-layers-out-of-range", "error",
+            f"the drafter lists {len(used)} aux ids {list(used)} but its fc fuses {wanted} target states: {rules.engine} builds fc for {len(used)}×{th} and cannot load its weights",
+            f"{w.evidence}; {ev}",
+            f"list exactly the {wanted} layer ids the drafter was trained with (from its training config), not ids picked to fit",
+        ))
+    elif bad or len(valid) < wanted:
         what = f"taps {bad} are not layers of a {n}-layer target (valid 0..{top})" if bad else f"only {len(valid)} distinct taps for {wanted} fused states"
         out.append(Finding(
             "aux-layers-out-of-range", "error",

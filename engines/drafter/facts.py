@@ -13,9 +13,15 @@ from typing import Any, overload
 from servelab.engines.hosts.base import Host
 from servelab.engines.json_object import json_object
 from servelab.engines.safetensors_header import HeaderError, SafetensorsHeader, decode_ints, read_header, read_tensor
+from servelab.engines.torch_checkpoint_header import read_torch_header
 
 #: Small JSON files only: a config larger than this is not a config.
 MAX_JSON = 4_000_000
+#: A checkpoint index (model.safetensors.index.json) is read for its weight names only; DeepSeek-V3's is ~9 MB.
+MAX_INDEX = 64_000_000
+#: Top-level fields of a speculators-format config that its reader copies into the layer config
+#: (vLLM ``transformers_utils/configs/speculators/algos.py``: update_eagle3).
+SPECULATORS_KEYS = ("draft_vocab_size", "target_hidden_size", "eagle_aux_hidden_state_layer_ids", "norm_before_residual", "norm_before_fc")
 #: Tokenizer-config keys worth keeping (the rest, e.g. a chat template, is large and unused here).
 TOKENIZER_KEYS = ("bos_token", "eos_token", "pad_token", "tokenizer_class", "model_max_length")
 
@@ -67,6 +73,27 @@ class ModelFacts:
     d2t: MapSummary | None = None
     t2d_true: int | None = None
     problems: tuple[str, ...] = ()
+    #: Weight names of the checkpoint's index (or headers), read for a target served with MTP; None: not read.
+    weight_names: frozenset[str] | None = None
+    weight_names_source: str = ""
+
+    @property
+    def speculators_type(self) -> str | None:
+        """``speculators_model_type`` of a speculators-format config (its layer config is ``text``)."""
+        v = self.config.get("speculators_model_type")
+        return str(v) if isinstance(v, str) and isinstance(self.config.get("transformer_layer_config"), dict) else None
+
+    @property
+    def recorded_tokens(self) -> int | None:
+        """The tokens per step the drafter records (speculators: the default proposal method's speculative_tokens)."""
+        spec = self.config.get("speculators_config")
+        methods = spec.get("proposal_methods") if isinstance(spec, dict) else None
+        if not isinstance(methods, list) or not methods:
+            return None
+        default = spec.get("default_proposal_method") if isinstance(spec, dict) else None
+        chosen = next((m for m in methods if isinstance(m, dict) and m.get("proposal_type") == default), methods[0])
+        v = chosen.get("speculative_tokens") if isinstance(chosen, dict) else None
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
 
     @property
     def architectures(self) -> tuple[str, ...]:
@@ -175,6 +202,10 @@ async def read_model(host: Host, folder: str, *, weights: bool = False, target_v
         raise FactsError(f"{folder} has no config.json")
     nested = config.get("text_config")
     text: dict[str, Any] = nested if isinstance(nested, dict) else config
+    layer = config.get("transformer_layer_config")
+    if isinstance(layer, dict) and "speculators_model_type" in config:
+        # speculators format: the engine builds the drafter from the nested layer config plus these fields
+        text = {**layer, **{k: config[k] for k in SPECULATORS_KEYS if config.get(k) is not None}}
     generation = await read_json(host, _join(folder, "generation_config.json")) or {}
     tok_raw = await read_json(host, _join(folder, "tokenizer_config.json")) or {}
     tokenizer = {k: tok_raw[k] for k in TOKENIZER_KEYS if k in tok_raw}
@@ -184,8 +215,46 @@ async def read_model(host: Host, folder: str, *, weights: bool = False, target_v
     return await _with_weights(host, facts, target_vocab)
 
 
+async def weight_names(host: Host, folder: str) -> tuple[frozenset[str] | None, str]:
+    """The checkpoint's tensor names: the index's weight_map keys, else every safetensors header's names."""
+    path = _join(folder, "model.safetensors.index.json")
+    try:
+        raw = await host.read_bytes(path, 0, MAX_INDEX + 1)
+    except FileNotFoundError:
+        raw = None
+    except OSError as exc:
+        raise FactsError(f"cannot read {path}: {exc}") from None
+    if raw is not None:
+        try:
+            doc = json_object(raw)
+        except (ValueError, TypeError):
+            raise FactsError(f"{path} is not a JSON object") from None
+        wm = doc.get("weight_map")
+        if isinstance(wm, dict):
+            names = {str(k) for k in wm}
+            # a file the index does not list (an MTP layer shipped beside it) still loads: read its header too
+            extra = sorted(n for n in await host.listdir(folder) if n.endswith(".safetensors") and n not in set(map(str, wm.values())))
+            for name in extra:
+                try:
+                    names.update((await read_header(host, _join(folder, name))).tensors)
+                except (HeaderError, OSError):
+                    continue
+            return frozenset(names), "model.safetensors.index.json" + (f" and {', '.join(extra)}" if extra else "")
+    files = [n for n in await host.listdir(folder) if n.endswith(".safetensors")]
+    if not files:
+        return None, "no index and no *.safetensors"
+    found: set[str] = set()
+    for name in sorted(files):
+        try:
+            found.update((await read_header(host, _join(folder, name))).tensors)
+        except (HeaderError, OSError):
+            continue
+    return frozenset(found), f"{len(files)} safetensors header(s)"
+
+
 async def _with_weights(host: Host, facts: ModelFacts, target_vocab: int | None) -> ModelFacts:
-    names = [n for n in await host.listdir(facts.path) if n.endswith(".safetensors")]
+    listing = await host.listdir(facts.path)
+    names = [n for n in listing if n.endswith(".safetensors")]
     problems: list[str] = []
     headers: list[SafetensorsHeader] = []
     for name in sorted(names):
@@ -193,6 +262,12 @@ async def _with_weights(host: Host, facts: ModelFacts, target_vocab: int | None)
             headers.append(await read_header(host, _join(facts.path, name)))
         except (HeaderError, OSError) as exc:
             problems.append(str(exc))
+    if not names:  # a torch.save checkpoint (the original EAGLE heads ship pytorch_model.bin)
+        for name in sorted(n for n in listing if n.endswith(".bin") and n.startswith("pytorch_model")):
+            try:
+                headers.append(await read_torch_header(host, _join(facts.path, name)))
+            except (HeaderError, OSError) as exc:
+                problems.append(str(exc))
     d2t: MapSummary | None = None
     t2d_true: int | None = None
     for h in headers:

@@ -22,6 +22,11 @@ CODES: dict[str, str] = {
     "norm-flags-ignored": "drafter config flags this engine version does not read",
     "path-overrides-method": "the engine infers the method from the drafter's path, and this path triggers it",
     "drafter-unreadable": "a drafter or target file that should be there cannot be read",
+    "config-weights-mismatch": "the drafter's config says one shape, its weights another (both named)",
+    "mtp-unsupported": "the engine maps the target's model type to no MTP model it accepts",
+    "mtp-layers-missing": "the target's config records no MTP layer (num_nextn_predict_layers or its variant is 0 or absent)",
+    "mtp-weights-missing": "the MTP layers the config records have no tensors in the checkpoint",
+    "num-tokens-mismatch": "the tokens drafted per step do not fit what the drafter records (MTP layers, trained depth)",
 }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 #: Reads one file of the installed engine package, relative to the folder holding it
 #: (``vllm/config/speculative.py``); None when it is not there.
@@ -26,6 +27,9 @@ class RulesQuery:
     target_model_type: str | None
     drafter_arch: str | None
     method: str = "eagle3"
+    #: The target's whole config.json (the MTP rewrite reads it), and the drafter's.
+    target_config: dict[str, Any] = field(default_factory=dict)
+    drafter_config: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,23 @@ class PathRule:
 
     needle: str
     method: str
+
+
+@dataclass(frozen=True)
+class MtpRule:
+    """What the engine builds as the MTP draft of this target, read from its own config rewrite."""
+
+    #: The engine maps the target to an MTP model it accepts.
+    supported: bool
+    model_type: str | None
+    architecture: str | None
+    #: MTP layers the engine takes from the target's config (None: the config has no such key).
+    n_predict: int | None
+    count_key: str | None
+    evidence: str
+    #: The engine refuses num_tokens > n_predict unless divisible by it; and warns when it reuses one layer.
+    tokens_divisible: bool = False
+    reuse_warning: bool = False
 
 
 @dataclass(frozen=True)
@@ -74,6 +95,12 @@ class EngineRules:
     flags_reader: str = ""
     #: Engine files these rules were read from (relative to the package root's parent).
     files: tuple[str, ...] = ()
+    #: The MTP draft of this target (None: not asked, or the engine's rewrite is not readable).
+    mtp: MtpRule | None = None
+    #: Speculators-format drafters: the layer config's model_type -> the class the engine builds
+    #: (None: the engine does not read the speculators format, or its reader is not readable).
+    speculators_archs: dict[str, str] | None = None
+    speculators_evidence: str = ""
 
     def drafter_class(self, arch: str, method: str) -> str:
         """The class name the engine will look up for ``arch`` under ``method``."""

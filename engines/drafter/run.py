@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from servelab.engines.adapter import EngineAdapter
 from servelab.engines.drafter.checks import DrafterCase, check
-from servelab.engines.drafter.facts import FactsError, read_model
+from servelab.engines.drafter.facts import FactsError, read_model, weight_names
 from servelab.engines.drafter.findings import Finding, blocking
 from servelab.engines.drafter.rules import EngineRules, RulesQuery, SourceReader
 from servelab.engines.helpers import run_helper
@@ -74,6 +74,7 @@ async def check_drafter(
     draft_path: str,
     target_path: str,
     max_model_len: int | None = None,
+    num_tokens: int | None = None,
     patched_files: frozenset[str] = frozenset(),
     package_root: str | None = None,
     version: str | None = None,
@@ -84,7 +85,15 @@ async def check_drafter(
     """
     t0 = time.monotonic()
     target = await read_model(host, target_path)
-    drafter = await read_model(host, draft_path, weights=True, target_vocab=target.vocab_size)
+    if method == "mtp":
+        # The MTP layers live in the target's own checkpoint: its index says whether they are there.
+        # The MTP weights load from the draft path (the target's own folder unless a separate NextN checkpoint is named).
+        same = draft_path.rstrip("/") == target_path.rstrip("/")
+        names, where = await weight_names(host, draft_path)
+        target = replace(target, weight_names=names, weight_names_source=where if same else f"{draft_path}: {where}")
+        drafter = target if same else await read_model(host, draft_path)
+    else:
+        drafter = await read_model(host, draft_path, weights=True, target_vocab=target.vocab_size)
     if package_root is None:
         package_root, found = await package_facts(host, python, adapter.package)
         version = version or found
@@ -94,9 +103,12 @@ async def check_drafter(
         target_model_type=target.text_model_type,
         drafter_arch=drafter.architectures[0] if drafter.architectures else None,
         method=method,
+        target_config=target.config,
+        drafter_config=drafter.config,
     )
     rules = await adapter.drafter_rules(source_reader(host, package_root), query)
-    case = DrafterCase(drafter=drafter, target=target, method=method, draft_path=draft_path, max_model_len=max_model_len, patched_files=patched_files)
+    case = DrafterCase(drafter=drafter, target=target, method=method, draft_path=draft_path, max_model_len=max_model_len,
+                       patched_files=patched_files, num_tokens=num_tokens)
     return DrafterReport(findings=check(case, rules), rules=rules, seconds=time.monotonic() - t0)
 
 

@@ -26,6 +26,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--engine", choices=sorted(ENGINE_MODULES), default="vllm")
     p.add_argument("--method", choices=METHODS, default="eagle3")
     p.add_argument("--max-model-len", type=int, metavar="N", help="the context length the server will be started with")
+    p.add_argument("--num-tokens", type=int, metavar="K", help="tokens drafted per step (num_speculative_tokens)")
     p.add_argument("--host", default="local", help="a host of hosts.toml (default: local)")
     p.add_argument("--json", action="store_true", help='print {"findings": [...]}')
     p.set_defaults(func=cmd_drafter)
@@ -44,7 +45,8 @@ def cmd_drafter(args: argparse.Namespace) -> int:
 
         try:
             host = open_host(cfg)
-            return await check_drafter(host, adapter, python=cfg.python, method=args.method, draft_path=draft, target_path=target, max_model_len=args.max_model_len)
+            return await check_drafter(host, adapter, python=cfg.python, method=args.method, draft_path=draft, target_path=target, max_model_len=args.max_model_len,
+                                       num_tokens=args.num_tokens)
         finally:
             await close_all()
 
