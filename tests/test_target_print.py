@@ -1,0 +1,110 @@
+"""The target fingerprint (``engines/helpers/weightprint.py``): from the weights, not the path; cheap
+whatever the checkpoint's size; kept by size, mtime and inode; a file replaced in place is read again."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import shutil
+import struct
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servelab.engines.helpers import weightprint
+from servelab.engines.hostsfile import HostConfig
+from servelab.engines.hosts.registry import close_all, open_host
+from servelab.engines.safetensors_header import encode
+from servelab.engines.target_print import target_identity
+from servelab.engines.values import TargetIdentity
+
+
+def make(folder: Path, seed: int, shards: int = 3, layers: int = 4, width: int = 64, tokenizer: str = "tok-a") -> Path:
+    """A target of ``shards`` files; the weights drawn from ``seed`` (the same architecture for any seed)."""
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    names = [f"model.layers.{i}.mlp.weight" for i in range(layers)] + ["model.embed_tokens.weight", "lm_head.weight"]
+    per = -(-len(names) // shards)
+    for s in range(shards):
+        part = {n: ("F32", [width, width], bytes(rng.getrandbits(8) for _ in range(width * width * 4))) for n in names[s * per:(s + 1) * per]}
+        (folder / f"model-{s + 1:05d}-of-{shards:05d}.safetensors").write_bytes(encode(part))
+    (folder / "config.json").write_text('{"hidden_size": %d, "num_hidden_layers": %d}' % (width, layers))
+    (folder / "tokenizer.json").write_text('{"model": "%s"}' % tokenizer)
+    return folder
+
+
+def fp(folder: Path) -> dict[str, object]:
+    return weightprint.fingerprint(str(folder))
+
+
+def test_the_fingerprint_is_the_weights_not_the_path(tmp_path: Path) -> None:
+    a = make(tmp_path / "a", seed=1)
+    copy = shutil.copytree(a, tmp_path / "elsewhere" / "copy")
+    other = make(tmp_path / "b", seed=2)
+    assert fp(a)["fingerprint"] == fp(copy)["fingerprint"]
+    ta, tb = TargetIdentity.of(fp(a)), TargetIdentity.of(fp(other))
+    assert ta is not None and tb is not None and ta.fingerprint != tb.fingerprint
+    assert tb.differs(ta) == ["weights"]
+    assert tb.change(ta) == "same architecture (tensor names, shapes, dtypes), config.json, tokenizer; other weights"
+    retok = TargetIdentity.of(fp(make(tmp_path / "c", seed=1, tokenizer="tok-b")))
+    assert retok is not None and retok.differs(ta) == ["tokenizer"]
+    wider = TargetIdentity.of(fp(make(tmp_path / "d", seed=1, width=32)))
+    assert wider is not None and "layout" in wider.differs(ta)
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.integers(1, 12), st.integers(2, 16), st.sampled_from([16, 64, 128]))
+def test_what_it_reads_does_not_grow_with_the_weights(shards: int, layers: int, width: int) -> None:
+    """At most the headers of SAMPLED_SHARDS shards, 8 bytes of the others, two slices of
+    SAMPLED_TENSORS tensors and the small files, whatever the shards hold."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        folder = make(Path(d) / "t", seed=3, shards=min(shards, layers + 2), layers=layers, width=width)
+        files = sorted(p for p in folder.iterdir() if p.suffix == ".safetensors")
+        header_bytes = sorted((struct.unpack("<Q", p.read_bytes()[:8])[0] + 8 for p in files), reverse=True)
+        small = sum(p.stat().st_size for p in folder.iterdir() if p.suffix != ".safetensors")
+        bound = sum(header_bytes[:weightprint.SAMPLED_SHARDS]) + 8 * len(files) + 2 * weightprint.SLICE * weightprint.SAMPLED_TENSORS + small
+        got = fp(folder)
+        assert int(got["bytes_read"]) <= bound  # type: ignore[call-overload]
+        total = sum(p.stat().st_size for p in folder.iterdir())
+        if width >= 128 and layers >= 8:
+            assert int(got["bytes_read"]) < total / 2  # type: ignore[call-overload]
+
+
+def test_the_cache_answers_by_size_mtime_and_inode(tmp_path: Path) -> None:
+    a = make(tmp_path / "a", seed=1)
+    cache = str(tmp_path / "cache.json")
+    first = weightprint.cached_fingerprint(str(a), cache)
+    again = weightprint.cached_fingerprint(str(a), cache)
+    assert not first["cached"] and again["cached"] and again["bytes_read"] == 0 and again["fingerprint"] == first["fingerprint"]
+    # the target upgraded in place: same names, same sizes, other weights (a new file over the old)
+    b = make(tmp_path / "b", seed=2)
+    for p in b.iterdir():
+        tmp = a / (p.name + ".new")
+        shutil.copyfile(p, tmp)
+        os.replace(tmp, a / p.name)
+    swapped = weightprint.cached_fingerprint(str(a), cache)
+    assert not swapped["cached"] and swapped["fingerprint"] == fp(b)["fingerprint"] != first["fingerprint"]
+
+
+def test_through_the_host_a_folder_that_is_no_checkpoint_is_none(tmp_path: Path) -> None:
+    a = make(tmp_path / "a", seed=1)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "model.safetensors").write_bytes(b"\xff" * 16)
+
+    async def go() -> list[TargetIdentity | None]:
+        host = open_host(HostConfig(name="local", workdir=str(tmp_path / "work")))
+        try:
+            return [await target_identity(host, os.environ.get("PYTHON", "python3"), str(p))
+                    for p in (a, tmp_path / "empty", tmp_path / "bad", tmp_path / "missing")]
+        finally:
+            await close_all()
+
+    got = asyncio.run(go())
+    assert got[0] is not None and got[0].fingerprint == fp(a)["fingerprint"]
+    assert got[1:] == [None, None, None]
+    assert (tmp_path / "work" / ".servelab" / "weightprint-cache.json").exists()
