@@ -22,6 +22,7 @@ CODES: dict[str, str] = {
     "norm-flags-ignored": "drafter config flags this engine version does not read",
     "path-overrides-method": "the engine infers the method from the drafter's path, and this path triggers it",
     "drafter-unreadable": "a drafter or target file that should be there cannot be read",
+    "target-provenance-mismatch": "the drafter's training record (model card base_model, training args, a recorded target fingerprint) names another target",
 }
 
 
