@@ -108,3 +108,42 @@ def test_through_the_host_a_folder_that_is_no_checkpoint_is_none(tmp_path: Path)
     assert got[0] is not None and got[0].fingerprint == fp(a)["fingerprint"]
     assert got[1:] == [None, None, None]
     assert (tmp_path / "work" / ".servelab" / "weightprint-cache.json").exists()
+
+
+def test_the_drafter_check_compares_the_training_record_with_the_served_target(tmp_path: Path) -> None:
+    """The record as envs/tiny/build.py writes it (model card base_model, training_args.json with the
+    target's fingerprint): the trained-for target passes at any path; other weights at the same
+    path, or a new one, are a warning naming both fingerprints."""
+    from servelab.engines.diagnosis.identity import provenance_of
+    from servelab.engines.drafter.run import provenance_findings
+
+    target = make(tmp_path / "m" / "target", seed=1)
+    head = tmp_path / "m" / "eagle3"
+    head.mkdir()
+    (head / "README.md").write_text("---\nbase_model: ../target\n---\n")
+    trained_for = str(fp(target)["fingerprint"])
+    (head / "training_args.json").write_text('{"target_model_path": "../target", "target_fingerprint": "%s"}' % trained_for)
+    copy = shutil.copytree(target, tmp_path / "copy" / "target")
+    variant = make(tmp_path / "m" / "target-variant", seed=2)
+    python = os.environ.get("PYTHON", "python3")
+
+    async def go() -> list[object]:
+        host = open_host(HostConfig(name="local", workdir=str(tmp_path / "work")))
+        try:
+            out: list[object] = [await provenance_findings(host, python, str(head), str(p), "llama") for p in (target, copy, variant)]
+            for p in target, variant:
+                out.append(await provenance_of(host, python, str(head), str(p), await target_identity(host, python, str(p))))
+            for p in variant.iterdir():  # the variant swapped in place over the trained-for target
+                shutil.copyfile(p, target / (p.name + ".new"))
+                os.replace(target / (p.name + ".new"), target / p.name)
+            out.append(await provenance_findings(host, python, str(head), str(target), "llama"))
+            return out
+        finally:
+            await close_all()
+
+    same, moved, other, prov_same, prov_other, in_place = asyncio.run(go())
+    assert same == [] and moved == []
+    assert isinstance(other, list) and [f.code for f in other] == ["target-provenance-mismatch"] and other[0].severity == "warning"
+    assert trained_for in other[0].evidence and str(fp(variant)["fingerprint"]) in other[0].evidence
+    assert isinstance(in_place, list) and [f.code for f in in_place] == ["target-provenance-mismatch"]
+    assert getattr(prov_same, "matches") is True and getattr(prov_other, "matches") is False
