@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import shutil
 import struct
 from pathlib import Path
@@ -16,23 +15,9 @@ from hypothesis import strategies as st
 from servelab.engines.helpers import weightprint
 from servelab.engines.hostsfile import HostConfig
 from servelab.engines.hosts.registry import close_all, open_host
-from servelab.engines.safetensors_header import encode
 from servelab.engines.target_print import target_identity
 from servelab.engines.values import TargetIdentity
-
-
-def make(folder: Path, seed: int, shards: int = 3, layers: int = 4, width: int = 64, tokenizer: str = "tok-a") -> Path:
-    """A target of ``shards`` files; the weights drawn from ``seed`` (the same architecture for any seed)."""
-    rng = random.Random(seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    names = [f"model.layers.{i}.mlp.weight" for i in range(layers)] + ["model.embed_tokens.weight", "lm_head.weight"]
-    per = -(-len(names) // shards)
-    for s in range(shards):
-        part = {n: ("F32", [width, width], bytes(rng.getrandbits(8) for _ in range(width * width * 4))) for n in names[s * per:(s + 1) * per]}
-        (folder / f"model-{s + 1:05d}-of-{shards:05d}.safetensors").write_bytes(encode(part))
-    (folder / "config.json").write_text('{"hidden_size": %d, "num_hidden_layers": %d}' % (width, layers))
-    (folder / "tokenizer.json").write_text('{"model": "%s"}' % tokenizer)
-    return folder
+from tests.fixtures.targets import make
 
 
 def fp(folder: Path) -> dict[str, object]:

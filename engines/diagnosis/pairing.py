@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from servelab.engines.diagnosis.curve import DEAD_START_BELOW, comparable, fall_z
-from servelab.engines.diagnosis.model import Finding, Measurements
+from servelab.engines.diagnosis.model import Finding, Measurements, OtherTarget, Provenance
 
 if TYPE_CHECKING:
-    from servelab.engines.diagnosis.rules import RunFacts
+    from servelab.engines.values import TargetIdentity
 
 #: A run on other target weights that drafted at least this well at position 1 shows the drafter is trained.
 TRAINED_START = 0.1
@@ -39,7 +39,18 @@ def _same_path(a: str, b: str) -> bool:
     return os.path.normpath(a) == os.path.normpath(b)
 
 
-def target_changed(facts: RunFacts, rate: float, per_position: list[float], drafts: float | None,
+@dataclass(frozen=True)
+class PairFacts:
+    """What the pairing rules read: the served target's path and fingerprint, the drafter's best run
+    on other target weights, its training record."""
+
+    model: str
+    target: TargetIdentity | None
+    other_target: OtherTarget | None
+    provenance: Provenance | None
+
+
+def target_changed(facts: PairFacts, rate: float, per_position: list[float], drafts: float | None,
                    far: float, drop: float, z_bar: float) -> Finding | None:
     """The same drafter weights fell on other target weights: below ``far`` of what they reached there,
     or below ``drop`` of it at ``z_bar`` standard errors of both runs' drafts. None otherwise."""
@@ -88,7 +99,7 @@ class Candidate:
     score: float
 
 
-def candidates(facts: RunFacts, m: Measurements) -> list[Candidate]:
+def candidates(facts: PairFacts, m: Measurements) -> list[Candidate]:
     """Trained for another target, untrained, a tokenizer or template mismatch: most likely first
     (ties keep that order, the commonest first)."""
     ot, p = facts.other_target, facts.provenance

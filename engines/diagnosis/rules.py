@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from servelab.engines.diagnosis.curve import DEAD_START_BELOW, comparable, fall_z as _fall_z, read_shape
 from servelab.engines.diagnosis.degenerate import DEGENERATE_BELOW, is_degenerate
 from servelab.engines.diagnosis.model import Arm, Finding, Measurements, OtherTarget, Provenance, ReferenceMatch, StaticCheck, StepCost, rank
-from servelab.engines.diagnosis.pairing import candidates, target_changed
+from servelab.engines.diagnosis.pairing import PairFacts, candidates, target_changed
 from servelab.engines.values import TargetIdentity
 
 #: Acceptance at least this high is what a figure "to praise" looks like.
@@ -57,6 +57,10 @@ class RunFacts:
     other_target: OtherTarget | None = None
     #: What the drafter's training record says it was trained for (None: it records nothing).
     provenance: Provenance | None = None
+
+    @property
+    def pair(self) -> PairFacts:
+        return PairFacts(self.model, self.target, self.other_target, self.provenance)
 
 
 def _pct(x: float | None) -> str:
@@ -135,7 +139,7 @@ def diagnose(facts: RunFacts, m: Measurements, cost: StepCost, ref: ReferenceMat
                 evidence += "; drafter checks: " + ", ".join(c.code for c in faults)
                 nxt = faults[0].fix
             else:
-                ranked = candidates(facts, m)
+                ranked = candidates(facts.pair, m)
                 message = (f"{where} - the drafter checks find no mapping, vocab, aux-layer or token error: an untrained or unrelated drafter; "
                            "candidates, most likely first: " + ", ".join(c.cause for c in ranked))
                 evidence += "; drafter checks: " + ("no errors; warnings to rule out: " + ", ".join(c.code for c in doubts) if doubts else "clean")
@@ -228,7 +232,7 @@ def diagnose(facts: RunFacts, m: Measurements, cost: StepCost, ref: ReferenceMat
                                c.fix, 4.6 if c.severity == "error" else 2.6))
 
     # -- the pairing: the same drafter did better on other target weights ---------------------------
-    paired = target_changed(facts, rate, o.per_position, o.drafts, FAR_BELOW_REFERENCE, CHANGED_DROP, CHANGED_Z)
+    paired = target_changed(facts.pair, rate, o.per_position, o.drafts, FAR_BELOW_REFERENCE, CHANGED_DROP, CHANGED_Z)
     if paired is not None:
         out.append(paired)
     # -- the reference -----------------------------------------------------------------------------
