@@ -118,6 +118,11 @@ def test_the_training_record_is_read_as_the_drafters_write_it() -> None:
     by_name = RecordedTarget([("README.md base_model", "moonshotai/Kimi-K2.5")])
     assert judge(by_name, "/d/eagle", "/models/Kimi-K2.5", None, None)[0] is True
     assert judge(by_name, "/d/eagle", "/models/Kimi-K2.6", None, None)[0] is False
+    for served in ("/hf/hub/models--moonshotai--Kimi-K2.5/snapshots/0123abcd", "/m/moonshotai/Kimi-K2.5/", "/m/kimi_k2.5"):
+        assert judge(by_name, "/d/eagle", served, None, None)[0] is True, served
+    assert judge(by_name, "/d/eagle", "/hf/hub/models--Qwen--Qwen3-8B/snapshots/0123abcd", None, None)[0] is False
+    instruct = RecordedTarget([("README.md base_model", "meta-llama/Llama-3.1-8B-Instruct")])
+    assert judge(instruct, "/d/eagle", "/models/Llama-3.1-8B", None, None)[0] is False
     rel = RecordedTarget([("training_args.json target_model_path", "../target")])
     assert judge(rel, "/m/eagle3", "/m/target", None, None)[0] is True
     assert judge(rel, "/m/eagle3", "/m/target-variant", None, None)[0] is False

@@ -103,6 +103,29 @@ def _stem(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "", os.path.basename(os.path.normpath(name.rstrip("/"))).lower())
 
 
+def _path_stems(path: str) -> set[str]:
+    """The stems of every component of the served path, a Hugging Face cache's ``models--org--name`` split too
+    (``.../models--moonshotai--Kimi-K2.5/snapshots/<sha>`` is ``Kimi-K2.5``)."""
+    out: set[str] = set()
+    for part in os.path.normpath(path).split(os.sep):
+        for piece in [part, *part.split("--")]:
+            stem = _stem(piece)
+            if len(stem) >= 3:
+                out.add(stem)
+    return out
+
+
+def names_target(value: str, draft_path: str, target_path: str) -> bool:
+    """A recorded name is the served target: the same folder (a relative name resolved from the drafter's),
+    or its last component among the served path's components (an org/name hub id, a cache snapshot).
+    Never by containment: ``Llama-3.1-8B`` is not ``Llama-3.1-8B-Instruct``, nor ``target`` ``target-variant``."""
+    resolved = os.path.normpath(os.path.join(draft_path, value)) if value.startswith(".") else os.path.normpath(value)
+    if resolved == os.path.normpath(target_path):
+        return True
+    name = _stem(value)
+    return bool(name) and name in _path_stems(target_path)
+
+
 def judge(rec: RecordedTarget, draft_path: str, target_path: str, target: TargetIdentity | None,
           target_model_type: str | None) -> tuple[bool | None, str]:
     """(True: the record names this target; False: another; None: it cannot be told) and why, in words."""
@@ -114,10 +137,8 @@ def judge(rec: RecordedTarget, draft_path: str, target_path: str, target: Target
         return False, f"config.json target_model_type = {rec.model_type}; the served target is a {target_model_type}"
     if not rec.names:
         return None, "the drafter records no target"
-    here = os.path.normpath(target_path)
     for where, value in rec.names:
-        resolved = os.path.normpath(os.path.join(draft_path, value)) if value.startswith(".") else value
-        if os.path.normpath(resolved) == here or _stem(value) == _stem(target_path):
+        if names_target(value, draft_path, target_path):
             return True, f"{where} = {value}"
     where, value = rec.names[0]
     return False, f"{where} = {value}; the served target is {target_path}"
