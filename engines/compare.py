@@ -216,9 +216,11 @@ IDENTITY_ROWS: tuple[tuple[str, str], ...] = (
     ("engine", "engine"),
     ("engine version", "engine_version"),
     ("model", "model"),
+    ("target weights", "target_fingerprint"),
     ("served model", "served_model"),
     ("spec method", "spec_method"),
     ("drafter", "drafter"),
+    ("drafter weights", "drafter_fingerprint"),
     ("k (draft tokens)", "num_speculative_tokens"),
     ("tensor parallel", "tensor_parallel"),
     ("data parallel", "data_parallel"),
@@ -492,22 +494,25 @@ def render(comp: Comparison, fmt: str = "table", diff_only: bool = False) -> str
         return "\n".join(out) + "\n"
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
+    # Text, never markup: advice names config sections ("[speculative] num_tokens = 2") that rich would read as tags
     table = Table(box=None, header_style="bold", show_lines=False)
     table.add_column("")
     for run in comp.runs:
-        table.add_column(run, overflow="fold")
+        table.add_column(Text(run), overflow="fold")
     last_kind = None
     for r in rows:
         if last_kind is not None and r.kind != last_kind:
             table.add_section()
         last_kind = r.kind
-        table.add_row(r.label, *r.values)
-    console = Console(file=io.StringIO(), width=max(120, 40 + 34 * len(comp.runs)), force_terminal=False, color_system=None)
+        table.add_row(Text(r.label), *(Text(v) for v in r.values))
+    console = Console(file=io.StringIO(), width=max(120, 40 + 34 * len(comp.runs)), force_terminal=False, color_system=None,
+                      markup=False, highlight=False)
     console.print(table)
     console.print("Verdict:")
     for line in comp.verdict:
-        console.print(f"  - {line}", soft_wrap=True)
+        console.print(Text(f"  - {line}"), soft_wrap=True)
     return console.file.getvalue()  # type: ignore[attr-defined,no-any-return]
 
 

@@ -24,7 +24,7 @@ from servelab.engines.hostsfile import HostConfig
 from servelab.engines.logs.values import Analysis
 from servelab.engines.runstate import RunState
 from servelab.engines.slurm.states import JobView
-from servelab.engines.values import LaunchSpec
+from servelab.engines.values import LaunchSpec, TargetIdentity
 
 if TYPE_CHECKING:
     from servelab.engines.catalog import Catalog
@@ -103,6 +103,15 @@ class RunRecord:
     stop_signal: str | None = None
     #: Nodes of the job (a multi-node experiment's srun tasks, one per node; the head is rank 0).
     slurm_node_count: int = 1
+    #: The served target by its weights, not its path (``TargetIdentity.to_dict()``; empty when the
+    #: folder is not a readable safetensors checkpoint, e.g. a hub id the engine downloads).
+    target: dict[str, str] = field(default_factory=dict)
+    #: The drafter's weights fingerprint (``diagnosis/identity.py``; "" without a readable drafter).
+    drafter_fingerprint: str = ""
+
+    @property
+    def target_identity(self) -> TargetIdentity | None:
+        return TargetIdentity.of(self.target)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -40,6 +40,9 @@ from servelab.engines.logs.values import Analysis
 from servelab.engines.logs.live import LiveAnalyses
 from servelab.engines.nodes.resolve import resolve_run
 from servelab.engines.preflight import run_preflight
+from servelab.engines.diagnosis.identity import drafter_identity
+from servelab.engines.target_print import target_identity
+from servelab.engines.values import TargetIdentity
 from servelab.engines.runstate import RunState
 from servelab.engines.slurm import jobs as slurm_jobs
 from servelab.engines.slurm.states import JobView
@@ -153,6 +156,9 @@ class Runs:
         h = open_host(cfg)
         run_dir = f"{runs_root(cfg)}/{run_id}"
         e = exp.experiment
+        model = self.catalog.host_path(exp, e.model, cfg)
+        target, drafter = await weights_identities(h, cfg, model, self.catalog.host_path(exp, e.speculative.draft_model, cfg)
+                                                   if e.speculative.draft_model and not rehearsal else None)
         rec = RunRecord(
             id=run_id,
             experiment=exp.name,
@@ -161,7 +167,7 @@ class Runs:
             argv=list(spec.argv),
             env=dict(spec.env),
             port=port,
-            model=self.catalog.host_path(exp, e.model, cfg),
+            model=model,
             run_dir=run_dir,
             log_path=f"{run_dir}/{LOG_NAME}",
             started_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -169,6 +175,8 @@ class Runs:
             identity=exp.identity_hash(),
             patches=patch_record,
             rehearsal=rehearsal,
+            target=target.to_dict() if target is not None else {},
+            drafter_fingerprint=drafter,
         )
         try:
             await h.write_bytes(f"{run_dir}/experiment.toml", exp.text.encode("utf-8"))
@@ -639,3 +647,11 @@ def _check_artifact(name: str, *, reading: bool = False) -> None:
 
 def _dump(data: dict[str, Any]) -> bytes:
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+async def weights_identities(h: Host, cfg: HostConfig, model: str, drafter: str | None) -> tuple[TargetIdentity | None, str]:
+    """What a run serves by its weights: the target's fingerprint (on the host, cached there) and the
+    drafter's; None / "" for what is not a readable safetensors folder (a hub id, a rehearsal's dummy)."""
+    target = await target_identity(h, cfg.python, model, timeout=30.0)
+    ident = await drafter_identity(h, drafter) if drafter else None
+    return target, ident.fingerprint if ident is not None else ""

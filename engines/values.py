@@ -186,3 +186,44 @@ class PromptSet:
 
     def __len__(self) -> int:
         return len(self.prompts)
+
+
+#: The parts of a target fingerprint, in the order a change is named.
+TARGET_PARTS: tuple[tuple[str, str], ...] = (("layout", "architecture (tensor names, shapes, dtypes)"), ("config", "config.json"),
+                                             ("tokenizer", "tokenizer"), ("weights", "weights"))
+
+
+@dataclass(frozen=True)
+class TargetIdentity(AsDict):
+    """Which target weights a run served, from the weights, not the path (``engines/helpers/weightprint.py``).
+
+    ``fingerprint`` covers the parts: ``layout`` (shard sizes, header lengths, tensor names, shapes,
+    dtypes), ``weights`` (fixed small slices of fixed tensors), ``config`` and ``tokenizer`` (file hashes).
+    """
+
+    fingerprint: str
+    layout: str = ""
+    weights: str = ""
+    config: str = ""
+    tokenizer: str = ""
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any] | None) -> TargetIdentity | None:
+        """From a JSON object (run.json, diagnosis.json, the helper's answer); None without a fingerprint."""
+        if not data or not isinstance(data.get("fingerprint"), str) or not data["fingerprint"]:
+            return None
+        return cls(**{k: str(data.get(k) or "") for k in ("fingerprint", "layout", "weights", "config", "tokenizer")})
+
+    def differs(self, other: TargetIdentity) -> list[str]:
+        """The parts that differ from ``other`` (their names), in TARGET_PARTS' order."""
+        return [name for name, _ in TARGET_PARTS if getattr(self, name) != getattr(other, name)]
+
+    def change(self, other: TargetIdentity) -> str:
+        """``same architecture, config and tokenizer, other weights``: what differs from ``other``, in words."""
+        words = dict(TARGET_PARTS)
+        diff = self.differs(other)
+        same = [words[n] for n, _ in TARGET_PARTS if n not in diff]
+        if not diff:
+            return "the same target weights" if self.fingerprint == other.fingerprint else "another target"
+        other_txt = "other " + ", ".join(words[n] for n in diff)
+        return (f"same {', '.join(same)}; " if same else "") + other_txt

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from servelab.engines.compare import Speedup, build, engine_verdict, render, speedup
 from servelab.engines.errors import ServelabError
@@ -145,3 +148,29 @@ def test_peak_gpu_memory_is_a_figure_to_weigh(peaks: dict[str, Any], shown: str,
     row = next(r for r in comp.rows if r.label == "peak GPU memory, all GPUs (MiB)")
     assert row.values == ["80000", shown] and row.better == "lower"
     assert row.best() == best
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["speculative", "engine_args", "probe", "bold", "red", "/", "link=x"]), min_size=1, max_size=3),
+       st.text(alphabet="abc =\"0123", max_size=12))
+def test_the_table_keeps_bracketed_advice_as_written(sections: list[str], tail: str) -> None:
+    """Advice names config sections (``[speculative] num_tokens = 2``): the table prints them verbatim,
+    as the JSON does, never as markup (a ``[bold]`` or ``[/]`` of a log line included)."""
+    spec = probe("spec-1", 150.0, 1.0, method="ngram", acc_len=2.5)
+    comp = build([BASE, spec], {"spec-1": speedup(spec[1], BASE[1], BASE[0])})
+    advice = "next: " + "; ".join(f"[{s}] key{tail}" for s in sections)
+    comp = dataclasses.replace(comp, verdict=[*comp.verdict, advice])
+    table = render(comp, "table")
+    assert advice in json.loads(render(comp, "json"))["verdict"]
+    assert " ".join(advice.split()) in " ".join(table.split())
+
+
+def test_both_fingerprints_are_identity_rows() -> None:
+    a, b = probe("spec-1", 150.0, method="eagle3"), probe("spec-2", 150.0, method="eagle3")
+    a[1]["identity"].update(target_fingerprint="aaaa1111", drafter_fingerprint="d00d")
+    b[1]["identity"].update(target_fingerprint="bbbb2222", drafter_fingerprint="d00d")
+    comp = build([a, b], {})
+    rows = {r.label: r.values for r in comp.rows}
+    assert rows["target weights"] == ["aaaa1111", "bbbb2222"] and rows["drafter weights"] == ["d00d", "d00d"]
+    diff = {r["label"] for r in json.loads(render(comp, "json", diff_only=True))["rows"] if r["kind"] == "identity"}
+    assert "target weights" in diff and "drafter weights" not in diff

@@ -523,3 +523,27 @@ async def test_a_stop_between_two_gpu_samples_records_the_peak_it_reached(lab: L
     status = await runs.status(rec.id)
     assert status.record.gpu_peak_mib == {"0": 8804}
     assert status.record.gpu_first_alloc_s is not None and 0.5 <= status.record.gpu_first_alloc_s < 60
+
+
+async def test_run_json_records_the_target_by_its_weights(lab: Lab) -> None:
+    """The target as served, by fingerprint: the folder's weights at launch, a replaced folder another
+    fingerprint at the same path, and no fingerprint (never a failed launch) for what is no checkpoint."""
+    from servelab.engines.helpers.weightprint import fingerprint
+    from tests.fixtures.targets import make
+
+    lab.experiment("fp", env={"STUB_LINES": "5", "STUB_EXIT": "0"})
+    runs = lab.runs()
+    absent = await runs.launch("fp", skip_preflight=True)
+    assert absent.target == {} and absent.target_identity is None
+    model = make(lab.folder / "no-model", seed=1)
+    first = await runs.launch("fp", skip_preflight=True)
+    saved = json.loads((Path(first.run_dir) / "run.json").read_text())
+    assert saved["target"]["fingerprint"] == fingerprint(str(model))["fingerprint"] == first.target["fingerprint"]
+    other = make(lab.folder / "other", seed=2)
+    for p in other.iterdir():
+        os.replace(p, model / p.name)
+    second = await runs.launch("fp", skip_preflight=True)
+    assert second.target_identity is not None and first.target_identity is not None
+    assert second.target_identity.differs(first.target_identity) == ["weights"]
+    for rec in (absent, first, second):
+        wait_for(lambda rec=rec: (Path(rec.run_dir) / "exit_code").exists(), 30)

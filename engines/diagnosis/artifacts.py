@@ -6,13 +6,14 @@ import json
 from typing import TYPE_CHECKING
 
 from servelab.engines.adapter import get_adapter
-from servelab.engines.diagnosis.identity import drafter_identity
+from servelab.engines.diagnosis.identity import drafter_identity, provenance_of
+from servelab.engines.target_print import target_identity
 from servelab.engines.diagnosis.local import reference_for
 from servelab.engines.diagnosis.measure import Progress, SuiteSettings
 from servelab.engines.diagnosis.model import Diagnosis
 from servelab.engines.diagnosis.static import drafter_checks
 from servelab.engines.diagnosis.stored import DIAGNOSIS_JSON
-from servelab.engines.diagnosis.suite import Baseline, diagnose_server
+from servelab.engines.diagnosis.suite import Baseline, Pairing, diagnose_server
 from servelab.engines.errors import ServelabError
 from servelab.engines.probe.artifacts import load_probe, run_experiment
 from servelab.engines.probe.prompts import load as load_prompts
@@ -117,11 +118,15 @@ async def diagnose_run(runs: RunsAPI, run_id: str, *, progress: Progress | None 
     draft = drafter_path(runs, rec, exp.speculative.draft_model)
     static = await drafter_checks(runs.host(rec.host), runs.catalog.host(rec.host).python, exp, rec.model, draft)
     identity = await drafter_identity(runs.host(rec.host), draft) if draft and static is not None else None
-    reference = await reference_for(runs, rec, exp, identity)
+    python = runs.catalog.host(rec.host).python
+    # what the run loaded (run.json, at launch); a run from before target fingerprints: the folder now
+    target = rec.target_identity or await target_identity(runs.host(rec.host), python, rec.model)
+    reference, other = await reference_for(runs, rec, exp, identity, target)
+    provenance = await provenance_of(runs.host(rec.host), python, draft, rec.model, target) if draft and static is not None else None
     diag = await diagnose_server(
         await runs.base_url(at), exp, prompts, run=run_id, model_path=rec.model, drafter_path=draft, settings=settings,
         baseline=Baseline(plain, base_run, measured, note), static=static, progress=progress,
-        reference=reference, drafter=identity,
+        reference=reference, drafter=identity, pairing=Pairing(target, other, provenance),
     )
     await runs.write_artifact(at, DIAGNOSIS_JSON, (json.dumps(diag.to_dict(), indent=2) + "\n").encode("utf-8"))
     return diag

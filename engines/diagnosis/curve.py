@@ -75,3 +75,13 @@ def marginal_break_even(per_position: list[float], per_draft: float) -> int | No
         if p < per_draft:
             return i + 1
     return None
+
+
+def fall_z(now: float, then: float, n_now: float, n_then: float) -> float:
+    """Two-proportion z of ``now`` below ``then`` over ``n_now`` and ``n_then`` drafted tokens (0 without counts):
+    a run against its reference, or a category against the others."""
+    if n_now <= 0 or n_then <= 0:
+        return 0.0
+    p = (now * n_now + then * n_then) / (n_now + n_then)
+    se = (p * (1 - p) * (1 / n_now + 1 / n_then)) ** 0.5
+    return (then - now) / se if se > 0 else 0.0

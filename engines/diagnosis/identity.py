@@ -17,10 +17,12 @@ from servelab.engines.drafter.facts import FactsError, read_model
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.safetensors_header import HeaderError
-from servelab.engines.diagnosis.model import DrafterIdentity
+from servelab.engines.diagnosis.model import DrafterIdentity, Provenance
+from servelab.engines.drafter.provenance import judge, recorded_target
 
 if TYPE_CHECKING:
     from servelab.engines.hosts.base import Host
+    from servelab.engines.values import TargetIdentity
 
 #: Bytes of each tensor that go into the fingerprint.
 SAMPLE_BYTES = 256
@@ -60,3 +62,17 @@ async def drafter_identity(host: Host, folder: str) -> DrafterIdentity | None:
         return DrafterIdentity(h.hexdigest()[:16], settings_of(facts.config, facts.tensor_names()))
     except (FactsError, HeaderError, ServelabError, HostUnreachable, OSError):
         return None
+
+
+async def provenance_of(host: Host, python: str, draft: str, target_path: str, target: TargetIdentity | None) -> Provenance | None:
+    """What the drafter's training record says it was trained for, judged against the served target
+    (None when it records nothing or cannot be read)."""
+    try:
+        rec = await recorded_target(host, draft)
+        if rec.empty:
+            return None
+        facts = await read_model(host, target_path)
+    except (FactsError, ServelabError, HostUnreachable, OSError):
+        return None
+    matches, why = judge(rec, draft, target_path, target, facts.text_model_type)
+    return Provenance([f"{where} = {value}" for where, value in rec.names], rec.fingerprint, matches, why)

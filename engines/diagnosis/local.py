@@ -1,9 +1,13 @@
 """Which reference a run is held against, nearest first.
 
-1. ``local``: the best earlier diagnosed run of the same drafter weights (by fingerprint) on the
-   same target and engine, from servelab's own history. Published figures do not apply to a drafter
-   trained in-house; its own best run does. Compared over the positions both runs drafted, so a
-   run at another K is still comparable; the settings that changed since are kept with it.
+1. ``local``: the best earlier diagnosed run of the same pair, the drafter weights (by their
+   fingerprint) on the same target weights (by theirs, not the path), on the same engine, from
+   servelab's own history. Published figures do not apply to a drafter trained in-house; its own
+   best run does. Compared over the positions both runs drafted, so a run at another K is still
+   comparable; the settings that changed since are kept with it. Runs of the same drafter on other
+   target weights (another folder, or the same folder with its weights replaced) are evidence
+   about the pairing (:class:`OtherTarget`), never a reference. A run recorded before target
+   fingerprints is told by its path.
 2. ``stated``: the experiment's own ``expected_acceptance`` and ``expected_source``.
 3. ``published``: the closest published figure for the drafter's family (``reference.py``).
 """
@@ -12,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from servelab.engines.diagnosis.model import Diagnosis, DrafterIdentity, ReferenceMatch
+from servelab.engines.diagnosis.model import Diagnosis, DrafterIdentity, OtherTarget, ReferenceMatch
 from servelab.engines.diagnosis.reference import closest
 from servelab.engines.diagnosis.stored import load_diagnosis
 from servelab.engines.errors import ServelabError
@@ -20,6 +24,7 @@ from servelab.engines.errors import ServelabError
 if TYPE_CHECKING:
     from servelab.engines.experiment import Experiment
     from servelab.engines.runrecords import RunRecord, RunsAPI
+    from servelab.engines.values import TargetIdentity
 
 
 def _pos1(d: Diagnosis) -> float:
@@ -27,11 +32,11 @@ def _pos1(d: Diagnosis) -> float:
     return pp[0] if pp else (d.measurements.overall.rate or 0.0)
 
 
-async def earlier_runs(runs: RunsAPI, rec: RunRecord, identity: DrafterIdentity) -> list[Diagnosis]:
-    """Stored diagnoses of other runs of this target and engine that served the same weights."""
-    out: list[Diagnosis] = []
+async def earlier_runs(runs: RunsAPI, rec: RunRecord, identity: DrafterIdentity) -> list[tuple[RunRecord, Diagnosis]]:
+    """Stored diagnoses of other runs on this engine that served the same drafter weights, on any target."""
+    out: list[tuple[RunRecord, Diagnosis]] = []
     for other in await runs.list():
-        if other.id == rec.id or other.engine != rec.engine or other.model != rec.model:
+        if other.id == rec.id or other.engine != rec.engine:
             continue
         try:
             d = await load_diagnosis(runs, other.id)
@@ -41,8 +46,36 @@ async def earlier_runs(runs: RunsAPI, rec: RunRecord, identity: DrafterIdentity)
             continue
         if d.measurements.overall.rate is None:
             continue
-        out.append(d)
+        out.append((other, d))
     return out
+
+
+def same_target(model: str, target: TargetIdentity | None, other: RunRecord, d: Diagnosis) -> bool:
+    """The earlier run served these target weights: by fingerprint when both runs have one, else by path."""
+    theirs = d.target or other.target_identity
+    if target is not None and theirs is not None:
+        return theirs.fingerprint == target.fingerprint
+    return other.model == model
+
+
+def by_pair(model: str, target: TargetIdentity | None, earlier: list[tuple[RunRecord, Diagnosis]]) -> tuple[list[Diagnosis], list[tuple[RunRecord, Diagnosis]]]:
+    """(references: the same pair; evidence: the same drafter on other target weights)."""
+    refs = [d for r, d in earlier if same_target(model, target, r, d)]
+    other = [(r, d) for r, d in earlier if not same_target(model, target, r, d)]
+    return refs, other
+
+
+def other_target(identity: DrafterIdentity, evidence: list[tuple[RunRecord, Diagnosis]]) -> OtherTarget | None:
+    """The best run of these weights on another target (by position-1 acceptance), settings unchanged first."""
+    if not evidence:
+        return None
+    unchanged = [(r, d) for r, d in evidence if d.drafter is not None and not identity.changed(d.drafter)] or evidence
+    r, best = max(sorted(unchanged, key=lambda rd: rd[1].date), key=lambda rd: _pos1(rd[1]))
+    o = best.measurements.overall
+    assert o.rate is not None
+    return OtherTarget(run=best.run, date=best.date, target_path=r.model, target=best.target or r.target_identity, rate=o.rate,
+                       per_position=list(o.per_position), drafts=o.drafts, k=best.k,
+                       changed=identity.changed(best.drafter) if best.drafter is not None else [])
 
 
 def local_match(identity: DrafterIdentity, earlier: list[Diagnosis]) -> ReferenceMatch | None:
@@ -56,7 +89,7 @@ def local_match(identity: DrafterIdentity, earlier: list[Diagnosis]) -> Referenc
     return ReferenceMatch(
         applies=True, label=f"this drafter's run {best.run}", figure=f"{o.rate:.0%} acceptance at K={best.k} on {best.date[:10]} (per position {curve})",
         low=o.rate, high=o.rate, source=f"servelab history: run {best.run} ({best.experiment})",
-        why=f"the best of {len(earlier)} earlier diagnosed run(s) of the same weights on this target and engine"
+        why=f"the best of {len(earlier)} earlier diagnosed run(s) of the same drafter weights on these target weights and engine"
         + (f"; changed since: {'; '.join(changed)}" if changed else ""),
         kind="local", run=best.run, per_position=list(o.per_position), changed=changed, drafts=o.drafts,
     )
@@ -73,10 +106,16 @@ def stated_match(exp: Experiment) -> ReferenceMatch | None:
     )
 
 
-async def reference_for(runs: RunsAPI, rec: RunRecord, exp: Experiment, identity: DrafterIdentity | None) -> ReferenceMatch:
+async def reference_for(runs: RunsAPI, rec: RunRecord, exp: Experiment, identity: DrafterIdentity | None,
+                        target: TargetIdentity | None = None) -> tuple[ReferenceMatch, OtherTarget | None]:
+    """The reference (by pair: these drafter weights on these target weights) and, apart, this
+    drafter's best run on other target weights."""
+    evidence: OtherTarget | None = None
     if identity is not None:
-        found = local_match(identity, await earlier_runs(runs, rec, identity))
+        refs, other = by_pair(rec.model, target, await earlier_runs(runs, rec, identity))
+        evidence = other_target(identity, other)
+        found = local_match(identity, refs)
         if found is not None:
-            return found
+            return found, evidence
     s = exp.speculative
-    return stated_match(exp) or closest(exp.model, s.draft_model, exp.engine, s.num_tokens, s.method)
+    return stated_match(exp) or closest(exp.model, s.draft_model, exp.engine, s.num_tokens, s.method), evidence

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from servelab.engines.values import AsDict
+from servelab.engines.values import AsDict, TargetIdentity
 
 Severity = Literal["error", "warning", "info"]
 #: Order in which severities are ranked (first = most important).
@@ -111,6 +111,41 @@ class DrafterIdentity(AsDict):
 
 
 @dataclass(frozen=True)
+class OtherTarget(AsDict):
+    """The best earlier diagnosed run of the same drafter weights on other target weights: evidence
+    about the pairing, never a reference (a drafter is trained on one target's hidden states).
+
+    ``target``: that run's target fingerprint (None: recorded before fingerprints, told apart by its path);
+    ``changed``: the drafter settings that differ since (``key: before -> now``).
+    """
+
+    run: str
+    date: str
+    target_path: str
+    target: TargetIdentity | None
+    rate: float
+    per_position: list[float] = field(default_factory=list)
+    drafts: float | None = None
+    k: int | None = None
+    changed: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Provenance(AsDict):
+    """What the drafter's own files say it was trained for (``drafter/provenance.py``), against the served target.
+
+    ``names``: the target as the training recorded it (a path or hub id) and where (``README.md base_model``,
+    ``training_args.json target_model_path``, ...); ``fingerprint``: the target fingerprint the training
+    recorded, when it did; ``matches``: True / False against the served target, None when it cannot be told.
+    """
+
+    names: list[str] = field(default_factory=list)
+    fingerprint: str = ""
+    matches: bool | None = None
+    why: str = ""
+
+
+@dataclass(frozen=True)
 class ReferenceMatch(AsDict):
     """Where this run stands against a reference (or why none applies).
 
@@ -155,6 +190,12 @@ class Diagnosis:
     static: list[StaticCheck] | None = None
     #: The drafter's weights fingerprint and its config settings (None: no readable checkpoint).
     drafter: DrafterIdentity | None = None
+    #: The served target's fingerprint (None: not a readable safetensors folder): references are by pair.
+    target: TargetIdentity | None = None
+    #: This drafter's best run on other target weights (evidence about the pairing; None: none known).
+    other_target: OtherTarget | None = None
+    #: What the drafter's files say it was trained for (None: they say nothing).
+    provenance: Provenance | None = None
 
     @property
     def top(self) -> Finding | None:
@@ -209,4 +250,13 @@ def from_dict(data: dict[str, Any]) -> Diagnosis:
         seconds=float(data["seconds"]),
         static=None if data.get("static") is None else [StaticCheck(**c) for c in data["static"]],
         drafter=None if not data.get("drafter") else DrafterIdentity(**data["drafter"]),
+        target=TargetIdentity.of(data.get("target")),
+        other_target=_other_target(data.get("other_target")),
+        provenance=None if not data.get("provenance") else Provenance(**data["provenance"]),
     )
+
+
+def _other_target(d: dict[str, Any] | None) -> OtherTarget | None:
+    if not d:
+        return None
+    return OtherTarget(**{**d, "target": TargetIdentity.of(d.get("target"))})

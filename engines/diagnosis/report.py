@@ -62,4 +62,17 @@ def lines(d: Diagnosis) -> list[str]:
         out.append("  drafter checks: " + (", ".join(f"{c.severity} {c.code}" for c in d.static) or "clean"))
     r = d.reference
     out.append(f"  reference: {r.figure} ({r.why}; {r.source})" if r.applies else f"  reference: {r.why}")
+    t = d.target
+    drafter = f"; drafter weights {d.drafter.fingerprint}" if d.drafter is not None else ""
+    out.append(f"  target weights: {t.fingerprint} (layout {t.layout}, weights {t.weights}, config {t.config}, tokenizer {t.tokenizer}){drafter}"
+               if t is not None else f"  target weights: not fingerprinted (not a readable safetensors folder){drafter}")
+    o = d.other_target
+    if o is not None:
+        fp = o.target.fingerprint if o.target is not None else "unknown"
+        out.append(f"  this drafter on other target weights: {o.rate:.0%} in run {o.run} (target {fp} at {o.target_path}, "
+                   f"per position {' / '.join(f'{p:.2f}' for p in o.per_position) or '-'}): evidence, not a reference")
+    p = d.provenance
+    if p is not None:
+        verdict = {True: "names this target", False: "names another target", None: "cannot be told"}[p.matches]
+        out.append(f"  training record: {'; '.join(p.names) or p.fingerprint} - {verdict} ({p.why})")
     return out

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from servelab.engines.diagnosis.curve import DEAD_START_BELOW, comparable, read_shape
+from servelab.engines.diagnosis.curve import DEAD_START_BELOW, comparable, fall_z as _fall_z, read_shape
 from servelab.engines.diagnosis.degenerate import DEGENERATE_BELOW, is_degenerate
-from servelab.engines.diagnosis.model import Arm, Finding, Measurements, ReferenceMatch, StaticCheck, StepCost, rank
+from servelab.engines.diagnosis.model import Arm, Finding, Measurements, OtherTarget, Provenance, ReferenceMatch, StaticCheck, StepCost, rank
+from servelab.engines.diagnosis.pairing import PairFacts, candidates, target_changed
+from servelab.engines.values import TargetIdentity
 
 #: Acceptance at least this high is what a figure "to praise" looks like.
 PRAISE_FROM = 0.3
@@ -36,7 +38,7 @@ ACCEPTANCE_WARNINGS = frozenset({"norm-flags-ignored"})
 #: cause named, and the reference gap ranks under it. K is not one: a reference is compared at
 #: the same positions (local) or at the experiment's K (stated, published).
 CAUSES = frozenset({"draft-equals-target", "position-one-near-zero", "template-gap", "thinking-gap", "category-gap",
-                    "temperature-drop", "drafter-config-changed", "degenerate-output"})
+                    "temperature-drop", "drafter-config-changed", "degenerate-output", "target-changed"})
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,16 @@ class RunFacts:
     drafter: str | None
     #: What the drafter checks found (None: they did not run).
     static: tuple[StaticCheck, ...] | None = None
+    #: The served target's fingerprint (None: unknown).
+    target: TargetIdentity | None = None
+    #: The same drafter's best run on other target weights (None: none known).
+    other_target: OtherTarget | None = None
+    #: What the drafter's training record says it was trained for (None: it records nothing).
+    provenance: Provenance | None = None
+
+    @property
+    def pair(self) -> PairFacts:
+        return PairFacts(self.model, self.target, self.other_target, self.provenance)
 
 
 def _pct(x: float | None) -> str:
@@ -127,9 +139,13 @@ def diagnose(facts: RunFacts, m: Measurements, cost: StepCost, ref: ReferenceMat
                 evidence += "; drafter checks: " + ", ".join(c.code for c in faults)
                 nxt = faults[0].fix
             else:
-                message = f"{where} - the drafter checks find no mapping, vocab, aux-layer or token error: an untrained or unrelated drafter"
+                ranked = candidates(facts.pair, m)
+                message = (f"{where} - the drafter checks find no mapping, vocab, aux-layer or token error: an untrained or unrelated drafter; "
+                           "candidates, most likely first: " + ", ".join(c.cause for c in ranked))
                 evidence += "; drafter checks: " + ("no errors; warnings to rule out: " + ", ".join(c.code for c in doubts) if doubts else "clean")
-                nxt = "[speculative] draft_model = a drafter trained on this target's outputs (e.g. SpecForge on the target's own generations)"
+                evidence += "".join(f"; {i}. {c.cause}: {c.evidence} (tells it apart: {c.tells})" for i, c in enumerate(ranked, 1))
+                nxt = ("[speculative] draft_model = a drafter trained on this target's outputs (e.g. SpecForge on the target's own "
+                       f"generations); to tell the causes apart first: {ranked[0].tells}")
             out.append(Finding("position-one-near-zero", "error", message, evidence, nxt, 4.0))
 
     # -- K too high ------------------------------------------------------------------------------
@@ -215,6 +231,10 @@ def diagnose(facts: RunFacts, m: Measurements, cost: StepCost, ref: ReferenceMat
             out.append(Finding(c.code, c.severity, f"the drafter checks: {c.message}", f"servelab drafter {facts.drafter or 'DRAFT'} --target {facts.model}",
                                c.fix, 4.6 if c.severity == "error" else 2.6))
 
+    # -- the pairing: the same drafter did better on other target weights ---------------------------
+    paired = target_changed(facts.pair, rate, o.per_position, o.drafts, FAR_BELOW_REFERENCE, CHANGED_DROP, CHANGED_Z)
+    if paired is not None:
+        out.append(paired)
     # -- the reference -----------------------------------------------------------------------------
     out.extend(_reference_findings(ref, rate, o.per_position, facts, out, o.drafts))
     # -- the step cost -----------------------------------------------------------------------------
@@ -282,16 +302,6 @@ def _reference_findings(ref: ReferenceMatch, rate: float, per_position: list[flo
     nxt = (f"servelab drafter {facts.drafter or 'DRAFT'} --target {facts.model} first; then the template and thinking A/B above"
            if ref.kind == "published" else "train the drafter longer or on data like the served prompts, and compare with the reference run")
     return [Finding("below-reference", "warning", message, f"{ref.figure}; {ref.why}; {ref.source}", nxt, 0.9 if named else 1.8)]
-
-
-def _fall_z(now: float, then: float, n_now: float, n_then: float) -> float:
-    """Two-proportion z of ``now`` below ``then`` over ``n_now`` and ``n_then`` drafted tokens (0 without counts):
-    a run against its reference, or a category against the others."""
-    if n_now <= 0 or n_then <= 0:
-        return 0.0
-    p = (now * n_now + then * n_then) / (n_now + n_then)
-    se = (p * (1 - p) * (1 / n_now + 1 / n_then)) ** 0.5
-    return (then - now) / se if se > 0 else 0.0
 
 
 def _z(a: Arm, others: list[Arm]) -> float:

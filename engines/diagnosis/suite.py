@@ -16,12 +16,12 @@ import httpx
 from servelab.engines.adapter import get_adapter
 from servelab.engines.diagnosis.cost import step_cost
 from servelab.engines.diagnosis.measure import Progress, SuiteSettings, measure
-from servelab.engines.diagnosis.model import Diagnosis, DrafterIdentity, ReferenceMatch, StaticCheck
+from servelab.engines.diagnosis.model import Diagnosis, DrafterIdentity, OtherTarget, Provenance, ReferenceMatch, StaticCheck
 from servelab.engines.diagnosis.reference import closest
 from servelab.engines.diagnosis.rules import RunFacts, diagnose
 from servelab.engines.errors import ServelabError
 from servelab.engines.probe.metrics import latency_between
-from servelab.engines.values import PromptSet
+from servelab.engines.values import PromptSet, TargetIdentity
 
 if TYPE_CHECKING:
     from servelab.engines.experiment import Experiment
@@ -35,6 +35,16 @@ async def _scrape(base_url: str) -> str | None:
     except httpx.HTTPError:
         return None
     return r.text if r.status_code == 200 else None
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """The drafter and target as a pair: the served target's fingerprint, this drafter's best run on
+    other target weights, and what the drafter's training record says it was trained for."""
+
+    target: TargetIdentity | None = None
+    other_target: OtherTarget | None = None
+    provenance: Provenance | None = None
 
 
 @dataclass(frozen=True)
@@ -61,12 +71,15 @@ async def diagnose_server(
     progress: Progress | None = None,
     reference: ReferenceMatch | None = None,
     drafter: DrafterIdentity | None = None,
+    pairing: Pairing | None = None,
 ) -> Diagnosis:
     """Measure, model the step cost, find the reference, rank the findings.
 
     ``static``: what the drafter checks found (None when they did not run). ``reference``: the one
     to hold the run against (``local.reference_for``); the closest published figure when None.
     ``drafter``: the drafter's identity, kept in the diagnosis for later runs' local reference.
+    ``pairing``: the served target's fingerprint, the drafter's best run on other target weights and
+    its training record (kept in the diagnosis; the pairing finding and the dead-start causes read them).
     """
     t0 = time.monotonic()
     s = exp.speculative
@@ -81,10 +94,11 @@ async def diagnose_server(
     b = baseline or Baseline()
     cost = step_cost(meas.overall, s.num_tokens, b.plain_ms, b.run, b.measured_speedup, b.note if b.plain_ms is None else "", server_step_ms=server_step)
     ref = reference or closest(exp.model, s.draft_model, exp.engine, s.num_tokens, s.method)
-    findings = diagnose(RunFacts(s.method, s.num_tokens, model_path, drafter_path, static), meas, cost, ref)
+    p = pairing or Pairing()
+    findings = diagnose(RunFacts(s.method, s.num_tokens, model_path, drafter_path, static, p.target, p.other_target, p.provenance), meas, cost, ref)
     return Diagnosis(
         run=run, experiment=exp.name, engine=exp.engine, method=s.method, k=s.num_tokens,
         date=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), measurements=meas, cost=cost, reference=ref,
         findings=findings, seconds=round(time.monotonic() - t0, 1), static=None if static is None else list(static),
-        drafter=drafter,
+        drafter=drafter, target=p.target, other_target=p.other_target, provenance=p.provenance,
     )

@@ -27,6 +27,7 @@ CODES: dict[str, str] = {
     "mtp-layers-missing": "the target's config records no MTP layer (num_nextn_predict_layers or its variant is 0 or absent)",
     "mtp-weights-missing": "the MTP layers the config records have no tensors in the checkpoint",
     "num-tokens-mismatch": "the tokens drafted per step do not fit what the drafter records (MTP layers, trained depth)",
+    "target-provenance-mismatch": "the drafter's training record (model card base_model, training args, a recorded target fingerprint) names another target",
 }
 
 

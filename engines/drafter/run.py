@@ -11,7 +11,9 @@ from servelab.engines.drafter.checks import DrafterCase, check
 from servelab.engines.drafter.facts import FactsError, read_model, weight_names
 from servelab.engines.drafter.findings import Finding, blocking
 from servelab.engines.drafter.rules import EngineRules, RulesQuery, SourceReader
+from servelab.engines.drafter.provenance import judge, recorded_target
 from servelab.engines.helpers import run_helper
+from servelab.engines.target_print import target_identity
 from servelab.engines.hosts.base import Host
 
 #: Engine source files are read whole; none of the ones the rules need is near this size.
@@ -109,7 +111,25 @@ async def check_drafter(
     rules = await adapter.drafter_rules(source_reader(host, package_root), query)
     case = DrafterCase(drafter=drafter, target=target, method=method, draft_path=draft_path, max_model_len=max_model_len,
                        patched_files=patched_files, num_tokens=num_tokens)
-    return DrafterReport(findings=check(case, rules), rules=rules, seconds=time.monotonic() - t0)
+    findings = check(case, rules)
+    findings += await provenance_findings(host, python, draft_path, target_path, target.text_model_type)
+    return DrafterReport(findings=findings, rules=rules, seconds=time.monotonic() - t0)
+
+
+async def provenance_findings(host: Host, python: str, draft_path: str, target_path: str, target_model_type: str | None) -> list[Finding]:
+    """A warning when the drafter's training record names another target than the one served."""
+    rec = await recorded_target(host, draft_path)
+    if rec.empty:
+        return []
+    served = await target_identity(host, python, target_path) if rec.fingerprint else None
+    matches, why = judge(rec, draft_path, target_path, served, target_model_type)
+    if matches is not False:
+        return []
+    return [Finding(
+        "target-provenance-mismatch", "warning",
+        "the drafter was trained for another target than the one served: its draft tokens will rarely be accepted",
+        why, "serve the target the record names, or [speculative] draft_model = a drafter trained on this target's hidden states",
+    )]
 
 
 __all__ = ["DrafterReport", "FactsError", "check_drafter", "package_facts", "source_reader"]

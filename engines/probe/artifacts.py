@@ -80,6 +80,10 @@ def identity(exp: Experiment, rec: RunRecord, gpus: list[str], nodes: list[dict[
         "host": rec.host,
         "gpus": gpus,
         "gpu_peak_mib": dict(rec.gpu_peak_mib),
+        # the weights themselves, not their paths: a target replaced in place reads as another target
+        "target_fingerprint": rec.target.get("fingerprint", ""),
+        "target": dict(rec.target),
+        "drafter_fingerprint": rec.drafter_fingerprint,
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
     if nodes:

@@ -11,7 +11,13 @@ Writes, atomically (a half-built folder never looks complete):
 - ``draft/``: a 2-layer draft model trained on the same continuations;
 - with ``--variants``, ``variants/<cause>/``: heads with exactly one planted cause each
   (``under-trained``, ``raw-only``, ``code-only``, ``aux-shifted``, ``no-d2t``, ``aux-norm``);
-  temperature and K are serving settings and live in the experiments, not here;
+  temperature and K are serving settings and live in the experiments, not here; and
+  ``target-variant/``: a second target, the same architecture, tokenizer and templates, other
+  weights (another seed, VARIANT_TARGET_STEPS steps: cheap), to serve the heads on a target they
+  were not trained for;
+- beside every drafter, its training record as real drafters keep it: a model card (``README.md``,
+  ``base_model``) and ``training_args.json`` (SpecForge's ``target_model_path``, and the target's
+  fingerprint as ``servelab drafter`` computes it, ``target_fingerprint``);
 - ``build.json``: what was built, from what, how long each part took, and the offline per-position
   acceptance of each head on the target's greedy output.
 
@@ -32,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent.parent / "engines")]
+sys.path[:0] = [str(HERE), str(HERE.parent.parent / "engines"), str(HERE.parent.parent / "engines" / "helpers")]
 
 import torch  # noqa: E402
 
@@ -42,6 +48,7 @@ import draft as draft_mod  # noqa: E402
 import eagle3  # noqa: E402
 import evaluate  # noqa: E402
 import target as target_mod  # noqa: E402
+import weightprint  # noqa: E402  (stdlib: the target fingerprint servelab computes on a host)
 
 SEED = 20261
 #: The aux layers the heads are trained on (id j: the residual stream after j of the 4 layers).
@@ -49,6 +56,9 @@ AUX_IDS = (1, 2, 3)
 #: What the aux-shifted variant's config claims instead.
 SHIFTED_AUX_IDS = (0, 1, 2)
 HEAD_STEPS = 300
+#: The second target's steps and seed: only its weights need to differ (a third of the target's cost).
+VARIANT_TARGET_STEPS = 150
+VARIANT_TARGET_SEED = SEED + 50
 UNDER_TRAINED_STEPS = 25
 DRAFT_STEPS = 300
 #: Openings continued by the target, per (domain, form).
@@ -59,6 +69,17 @@ EVAL_PROMPTS = 4
 
 def log(msg: str) -> None:
     print(msg, flush=True)
+
+
+def record_training(folder: Path, target: Path, **args: Any) -> None:
+    """The drafter's training record, in the places real drafters keep it: the model card's
+    ``base_model`` and the training arguments beside the weights (``drafter/provenance.py`` reads them)."""
+    fp = weightprint.fingerprint(str(target))["fingerprint"]
+    rel = os.path.relpath(target, folder)
+    (folder / "README.md").write_text(f"---\nbase_model: {rel}\nlibrary_name: servelab-tiny\n---\n\n"
+                                      f"A drafter for the tiny target ({rel}), trained by envs/tiny/build.py.\n")
+    record = {"target_model_path": rel, "target_fingerprint": fp, **args}
+    (folder / "training_args.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
 def _save_llama(folder: Path, model: Any, tok: Any, greedy: bool) -> None:
@@ -151,6 +172,7 @@ def build(out: Path, variants: bool) -> dict[str, Any]:
     log(f"eagle3 head: {HEAD_STEPS} steps, TTT {eagle3.TTT}, aux ids {list(AUX_IDS)}, draft vocab {len(vocab)}")
     good, under = eagle3.train(model, data["all"], vocab, eagle3.TrainSpec(HEAD_STEPS, SEED + 2, AUX_IDS, snapshot_at=UNDER_TRAINED_STEPS), log=log)
     eagle3.write(out / "eagle3", eagle3.config(tcfg, AUX_IDS, len(vocab)), good)
+    record_training(out / "eagle3", out / "target", steps=HEAD_STEPS, seed=SEED + 2, data="all")
     heads["eagle3"] = (good, False)
     times["eagle3"] = time.monotonic() - t
 
@@ -158,12 +180,14 @@ def build(out: Path, variants: bool) -> dict[str, Any]:
     log(f"draft model: {DRAFT_STEPS} steps")
     dm = draft_mod.train(tok, data["all"], DRAFT_STEPS, SEED + 3, log=log)
     _save_llama(out / "draft", dm, tok, greedy=True)
+    record_training(out / "draft", out / "target", steps=DRAFT_STEPS, seed=SEED + 3, data="all")
     times["draft"] = time.monotonic() - t
 
     if variants:
         v = out / "variants"
         assert under is not None
         eagle3.write(v / "under-trained", eagle3.config(tcfg, AUX_IDS, len(vocab)), under)
+        record_training(v / "under-trained", out / "target", steps=UNDER_TRAINED_STEPS, seed=SEED + 2, data="all")
         heads["under-trained"] = (under, False)
         for name, part, aux_norm in (("raw-only", "raw", False), ("code-only", "code", False), ("aux-norm", "all", True)):
             t = time.monotonic()
@@ -171,10 +195,19 @@ def build(out: Path, variants: bool) -> dict[str, Any]:
             w, _ = eagle3.train(model, data[part], vocab, eagle3.TrainSpec(HEAD_STEPS, SEED + 2, AUX_IDS, aux_norm=aux_norm), log=log)
             extra = {"use_aux_norm": True} if aux_norm else None
             eagle3.write(v / name, eagle3.config(tcfg, AUX_IDS, len(vocab), extra), w)
+            record_training(v / name, out / "target", steps=HEAD_STEPS, seed=SEED + 2, data=part)
             heads[name] = (w, aux_norm)
             times[name] = time.monotonic() - t
         eagle3.write(v / "aux-shifted", eagle3.config(tcfg, SHIFTED_AUX_IDS, len(vocab)), good)
         eagle3.write(v / "no-d2t", eagle3.config(tcfg, AUX_IDS, len(vocab)), {k: x for k, x in good.items() if k not in ("d2t", "t2d")})
+        for name in ("aux-shifted", "no-d2t"):
+            record_training(v / name, out / "target", steps=HEAD_STEPS, seed=SEED + 2, data="all")
+        t = time.monotonic()
+        log(f"target variant: {VARIANT_TARGET_STEPS} steps, seed {VARIANT_TARGET_SEED} (same architecture and tokenizer, other weights)")
+        other = target_mod.train_llama(tok, target_mod.ARCH, st.pick(("prose", "code"), ("raw", "chat")), VARIANT_TARGET_STEPS,
+                                       VARIANT_TARGET_SEED, log=log)
+        _save_llama(out / "target-variant", other, tok, greedy=True)
+        times["target-variant"] = time.monotonic() - t
 
     t = time.monotonic()
     cfg = model.config

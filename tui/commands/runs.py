@@ -274,6 +274,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         stop = f", stopped by servelab with {st.record.stop_signal}" if st.record.stop_signal else ""
         print(f"{st.record.id}  {st.record.status}  (host {st.record.host}, pid {st.record.pid or '-'}, alive {'yes' if st.alive else 'no'}, exit code {code}{stop})")
         print(f"log       {st.record.log_path}")
+        target = st.record.target.get("fingerprint") or "- (not a readable safetensors folder)"
+        print(f"{'weights':<9} target {target} ({st.record.model})" + (f", drafter {st.record.drafter_fingerprint}" if st.record.drafter_fingerprint else ""))
         if st.job is not None:  # a Slurm job: Slurm's view, in the core's words
             where = f", nodes {st.job.node_list}, head {st.record.head_node} at {st.record.head_address}" if st.job.node_list else ""
             print(f"{'slurm':<9} job {st.job.job_id}: {st.job.words}{where}")
