@@ -21,6 +21,8 @@ import csv
 import io
 import json
 import math
+import shutil
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -382,15 +384,7 @@ def verdict(
                 f"judging speculation{acc_txt}{caveat}{diagnosed}"
             )
         else:
-            if v == "helps":
-                rule = f"speedup {sp.value:.2f}x, noise band {low:.2f}-{high:.2f}x, is above {HELPS_ABOVE:.2f}x beyond the band"
-            elif v == "hurts":
-                rule = f"speedup {sp.value:.2f}x, noise band {low:.2f}-{high:.2f}x, is below {HURTS_BELOW:.2f}x beyond the band"
-            else:
-                rule = (
-                    f"speedup {sp.value:.2f}x, noise band {low:.2f}-{high:.2f}x, is neither above {HELPS_ABOVE:.2f}x "
-                    f"nor below {HURTS_BELOW:.2f}x beyond the band"
-                )
+            rule = f"speedup {sp.value:.2f}x (noise band {low:.2f}-{high:.2f}x); {speed_words(sp.value, low, high)}"
             lines.append(f"{run}: speculation {str(v).upper()} vs {sp.baseline_run}: {rule}{acc_txt}{caveat}{diagnosed}")
         if "output_throughput" in s.unstable:
             lines.append(f"{run}: output tok/s is unstable (MAD > 10 % of median): repeat the probe before deciding")
@@ -398,6 +392,20 @@ def verdict(
     if not lines:
         lines.append(no_verdict_reason(columns, speedups))
     return lines
+
+
+def speed_words(value: float, low: float, high: float) -> str:
+    """What a speedup and its band say, in plain words and without a double negative."""
+    gain, loss = f"{HELPS_ABOVE:.2f}x", f"{HURTS_BELOW:.2f}x"
+    if low > HELPS_ABOVE:
+        return f"faster: even the band's low end is above the {gain} that calls it a gain"
+    if high < HURTS_BELOW:
+        return f"slower: even the band's high end is below {loss}"
+    if value >= HELPS_ABOVE:
+        return f"faster, but the band reaches below the {gain} that would call it a gain"
+    if value >= HURTS_BELOW:
+        return f"faster by less than the {gain} that would call it a gain"
+    return f"slower, but the band reaches above {loss}, so it may be no loss"
 
 
 def no_verdict_reason(columns: Sequence[tuple[str, SummaryLike]], speedups: Mapping[str, Speedup]) -> str:
@@ -458,8 +466,18 @@ def engine_verdict(columns: Sequence[tuple[str, SummaryLike]]) -> list[str]:
 
 
 # -- output formats -------------------------------------------------------------------------------
-def render(comp: Comparison, fmt: str = "table", diff_only: bool = False) -> str:
-    """The comparison as table (rich), markdown, json or csv."""
+def wrap_verdict(lines: Sequence[str], width: int) -> list[str]:
+    """Each verdict line as a bullet wrapped at ``width`` columns between words (never cut)."""
+    out: list[str] = []
+    for line in lines:
+        out.extend(textwrap.wrap(line, width=max(width, 20), initial_indent="  - ", subsequent_indent="    ",
+                                 break_long_words=False, break_on_hyphens=False) or ["  -"])
+    return out
+
+
+def render(comp: Comparison, fmt: str = "table", diff_only: bool = False, width: int | None = None) -> str:
+    """The comparison as table (rich), markdown, json or csv; ``width``: the table's verdict wraps at
+    it (default: the terminal's width)."""
     if fmt not in FORMATS:
         raise ServelabError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
     rows = [r for r in comp.rows if not (diff_only and r.kind == "identity" and not r.differs)]
@@ -505,10 +523,9 @@ def render(comp: Comparison, fmt: str = "table", diff_only: bool = False) -> str
         table.add_row(r.label, *r.values)
     console = Console(file=io.StringIO(), width=max(120, 40 + 34 * len(comp.runs)), force_terminal=False, color_system=None)
     console.print(table)
-    console.print("Verdict:")
-    for line in comp.verdict:
-        console.print(f"  - {line}", soft_wrap=True)
-    return console.file.getvalue()  # type: ignore[attr-defined,no-any-return]
+    out: str = console.file.getvalue()  # type: ignore[attr-defined]
+    wrap_at = width if width is not None else shutil.get_terminal_size((80, 24)).columns
+    return out + "Verdict:\n" + "".join(f"{line}\n" for line in wrap_verdict(comp.verdict, wrap_at))
 
 
 # -- from the runs' folders -----------------------------------------------------------------------

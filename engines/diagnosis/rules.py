@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from servelab.engines.diagnosis.curve import DEAD_START_BELOW, comparable, read_shape
 from servelab.engines.diagnosis.degenerate import DEGENERATE_BELOW, is_degenerate
+from servelab.engines.diagnosis.reference import reference_words
 from servelab.engines.diagnosis.model import Arm, Finding, Measurements, ReferenceMatch, StaticCheck, StepCost, rank
 
 #: Acceptance at least this high is what a figure "to praise" looks like.
@@ -271,7 +272,7 @@ def _reference_findings(ref: ReferenceMatch, rate: float, per_position: list[flo
         )]
     named = [f.code for f in found if f.code in CAUSES or f.severity == "error" or f.code in ACCEPTANCE_WARNINGS]
     what = {"local": f"this drafter reached {_pct(then)}{over} ({ref.figure})", "stated": f"{ref.label}: {_pct(then)} ({ref.source})",
-            "published": f"{_pct(ref.low)}-{_pct(ref.high)} published for {ref.label}"}.get(ref.kind, ref.label)
+            "published": reference_words(ref)}.get(ref.kind, ref.label)
     if named:
         message = f"acceptance {_pct(now)}{over} against {what}: explained by {', '.join(dict.fromkeys(named))} above"
     elif ref.kind == "published":
