@@ -523,9 +523,9 @@ def render(comp: Comparison, fmt: str = "table", diff_only: bool = False, width:
         table.add_row(r.label, *r.values)
     console = Console(file=io.StringIO(), width=max(120, 40 + 34 * len(comp.runs)), force_terminal=False, color_system=None)
     console.print(table)
-    out: str = console.file.getvalue()  # type: ignore[attr-defined]
+    text: str = console.file.getvalue()  # type: ignore[attr-defined]
     wrap_at = width if width is not None else shutil.get_terminal_size((80, 24)).columns
-    return out + "Verdict:\n" + "".join(f"{line}\n" for line in wrap_verdict(comp.verdict, wrap_at))
+    return text + "Verdict:\n" + "".join(f"{line}\n" for line in wrap_verdict(comp.verdict, wrap_at))
 
 
 # -- from the runs' folders -----------------------------------------------------------------------
