@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 
 from servelab.engines.diagnosis.degenerate import is_degenerate
+from servelab.engines.diagnosis.explain import cost_model
 from servelab.engines.diagnosis.model import Diagnosis, Finding, ReferenceMatch
 from servelab.engines.diagnosis.reference import reference_words
 
@@ -40,6 +41,8 @@ CAUSES: dict[str, str] = {
     "step-cost": "the step cost and acceptance set the speedup (see the diagnosis for the estimate)",
     "healthy": "no fault found",
     "slower-than-baseline": "slower than no speculation",
+    "step-cost-dominates": "a speculative step costs more than the tokens it yields",
+    "acceptance-dominates": "the drafter agrees too rarely for its cheap steps to pay",
 }
 #: The looping-output note when acceptance stayed low anyway (severity info).
 _LOOPS_YET_LOW = "the output loops, yet the drafter disagrees even on it"
@@ -114,6 +117,11 @@ def diagnosis_clause(diag: Diagnosis, acceptance: str | None = None) -> str:
     if diag.k:
         acc += f" at K={diag.k}"
     parts.append(acc)
+    model = cost_model(diag.measurements, diag.cost, diag.k)
+    if model is not None and model.loses:
+        parts.append(f"why: {model.reason()}")
+        if model.fixes:
+            parts.append("acceptance fixes, by effect: " + ", ".join(w.text for w in model.fixes))
     top = top_finding(diag)
     if top is not None:
         parts.append(f"likely cause: {cause(top, diag.reference)}")
