@@ -25,6 +25,11 @@ while the request was timed (``/proc/thread-self/schedstat``; null where the ker
 a client that waits for a CPU reads late, and the kernel merges the chunks that queue up meanwhile
 into one read stamped with the latest arrival, so the figures are only as good as this is small.
 servelab turns the events into figures (engines/probe/client.py) so both routes share one timing rule.
+
+``host``: the host's conditions just before and just after the batch (``load`` average, the ``cpus``,
+busy and total jiffies from ``/proc/stat``, and the CPU jiffies of this client and of the server's
+session ``watch_sid``, the run's pid, when the request names one), so servelab can say what else used
+the CPU during this round.
 """
 
 from __future__ import annotations
@@ -235,7 +240,45 @@ def claim_cpu(realtime: bool, cpus: list[int] | None) -> str:
     return ", ".join(said)
 
 
+def _proc_jiffies(stat: bytes) -> tuple[int, int]:
+    """(session id, utime + stime) from a /proc/PID/stat line."""
+    rest = stat[stat.rfind(b")") + 2 :].split()
+    return int(rest[3]), int(rest[11]) + int(rest[12])
+
+
+def host_sample(watch_sid: int | None) -> dict[str, Any]:
+    """The host's load average, its busy/total CPU jiffies, this process's and the watched session's."""
+    out: dict[str, Any] = {"t": time.time(), "cpus": os.cpu_count()}
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            out["load"] = [float(x) for x in f.read().split()[:3]]
+        with open("/proc/stat", "rb") as f:
+            cpu = [int(x) for x in f.readline().split()[1:]]
+        out["total"], out["busy"] = sum(cpu[:8]), sum(cpu[:8]) - cpu[3] - (cpu[4] if len(cpu) > 4 else 0)
+        with open("/proc/self/stat", "rb") as f:
+            out["self"] = _proc_jiffies(f.read())[1]
+    except (OSError, ValueError, IndexError):
+        return out
+    if watch_sid:
+        server = 0
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    sid, jiffies = _proc_jiffies(f.read())
+            except (OSError, ValueError, IndexError):
+                continue
+            if sid == watch_sid or int(name) == watch_sid:
+                server += jiffies
+        out["server"] = server
+    return out
+
+
 def run(request: dict[str, Any]) -> dict[str, Any]:
+    watch = request.get("watch_sid")
+    watch_sid = int(watch) if isinstance(watch, int) and watch > 0 else None
+    before = host_sample(watch_sid)
     priority = claim_cpu(bool(request.get("realtime", True)), [int(c) for c in request.get("cpus") or []] or None)
     url, path = str(request["url"]), str(request.get("path", "/v1/chat/completions"))
     bodies = list(request["bodies"])
@@ -262,7 +305,8 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         t.start()
     for t in threads:
         t.join()
-    return {"duration_s": time.perf_counter() - t0, "priority": priority, "records": records}
+    duration = time.perf_counter() - t0
+    return {"duration_s": duration, "priority": priority, "records": records, "host": {"before": before, "after": host_sample(watch_sid)}}
 
 
 def main() -> int:
