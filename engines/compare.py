@@ -31,6 +31,9 @@ from servelab.engines.diagnosis.verdict import NOT_MEANINGFUL, diagnosis_clause,
 from servelab.engines.errors import ServelabError
 from servelab.engines.loadtime import load_seconds
 from servelab.engines.probe.stats import MAD_TO_SIGMA, UNSTABLE_RATIO
+from servelab.engines.probe.conditions import gap
+from servelab.engines.probe.paired import PairedResult, load_paired
+from servelab.engines.probe.artifacts import load_probe
 from servelab.engines.probe.summary import ProbeSummary
 
 if TYPE_CHECKING:
@@ -101,6 +104,10 @@ class Speedup:
     cross_host: str = ""
     #: The share of distinct output bigrams when the run's diagnosis found its output looping.
     looping: float | None = None
+    #: The gap in time and host conditions between the two probes (``conditions.gap``; "" when none is known).
+    gap: str = ""
+    #: The paired measurement of this run against the same baseline (``servelab ab``), when one was made.
+    paired: PairedResult | None = None
 
     @property
     def verdict(self) -> str | None:
@@ -125,7 +132,7 @@ def speedup(run: SummaryLike, base: SummaryLike, base_run: str) -> Speedup:
         return Speedup(None, baseline_run=base_run, reason="no output throughput to compare")
     value = r / b
     rel = math.sqrt((rd / r) ** 2 + (bd / b) ** 2)
-    return Speedup(value, MAD_TO_SIGMA * rel * value, base_run, "")
+    return Speedup(value, MAD_TO_SIGMA * rel * value, base_run, "", gap=gap(ProbeSummary.of(base), ProbeSummary.of(run)))
 
 
 @dataclass
@@ -253,6 +260,9 @@ METRIC_ROWS: tuple[tuple[str, str, int, float, str | None], ...] = (
     ("ITL per chunk p50 (ms)", "median_itl_ms", 2, 1.0, "lower"),
     ("tokens per chunk", "mean_tokens_per_chunk", 2, 1.0, "higher"),
     ("requests ended by EOS", "eos_fraction", 2, 1.0, None),
+    # What else the host did while each probe ran (median over its rounds).
+    ("host load, 1 min", "host_load1", 1, 1.0, None),
+    ("other processes' CPU (cores)", "host_other_cores", 2, 1.0, None),
 )
 
 
@@ -377,6 +387,7 @@ def verdict(
         v = sp.verdict
         low, high = sp.value - (sp.band or 0), sp.value + (sp.band or 0)
         caveat = f"; CAVEAT: {sp.cross_host}, so hardware and load may differ" if sp.cross_host else ""
+        caveat += unpaired_note(run, sp)
         if v == NOT_MEANINGFUL:
             lines.append(
                 f"{run}: speedup vs {sp.baseline_run} {NOT_MEANINGFUL}: {sp.value:.2f}x was measured on repetitive output "
@@ -386,12 +397,26 @@ def verdict(
         else:
             rule = f"speedup {sp.value:.2f}x (noise band {low:.2f}-{high:.2f}x); {speed_words(sp.value, low, high)}"
             lines.append(f"{run}: speculation {str(v).upper()} vs {sp.baseline_run}: {rule}{acc_txt}{caveat}{diagnosed}")
+        if sp.paired is not None:
+            value, low, high = sp.paired.band
+            lines.append(sp.paired.line(speed_words(value, low, high)))
         if "output_throughput" in s.unstable:
             lines.append(f"{run}: output tok/s is unstable (MAD > 10 % of median): repeat the probe before deciding")
     lines.extend(engine_verdict(columns))
     if not lines:
         lines.append(no_verdict_reason(columns, speedups))
     return lines
+
+
+def unpaired_note(run: str, sp: Speedup) -> str:
+    """What an unpaired speedup rests on, never silently: the gap between its probes, and the paired
+    measurement that removes it."""
+    offer = f"servelab ab {sp.baseline_run} {run}"
+    if sp.paired is not None:
+        return f"; unpaired probes{': ' + sp.gap if sp.gap else ''} (the paired measurement follows)"
+    if sp.gap:
+        return f"; UNPAIRED: {sp.gap}, so part of the difference may be the host's: measure them paired ({offer})"
+    return f"; unpaired probes, each band from its own repeats ({offer} pairs them)"
 
 
 def speed_words(value: float, low: float, high: float) -> str:
@@ -486,7 +511,8 @@ def render(comp: Comparison, fmt: str = "table", diff_only: bool = False, width:
             "runs": comp.runs,
             "rows": [{"label": r.label, "kind": r.kind, "values": dict(zip(comp.runs, r.values, strict=True))} for r in rows],
             "speedups": {
-                run: {"value": sp.value, "band": sp.band, "baseline_run": sp.baseline_run, "verdict": sp.verdict, "reason": sp.reason}
+                run: {"value": sp.value, "band": sp.band, "baseline_run": sp.baseline_run, "verdict": sp.verdict, "reason": sp.reason,
+                      "gap": sp.gap, "paired": sp.paired.to_dict() | {"speedup": sp.paired.band} if sp.paired is not None else None}
                 for run, sp in comp.speedups.items()
             },
             "verdict": comp.verdict,
@@ -600,8 +626,19 @@ async def compare_runs(runs: RunsAPI, run_ids: Sequence[str], baseline_run: str 
             continue
         sp = await baseline_speedup(runs, run_id, summary, baseline_run)
         if sp is not None:
-            speedups[run_id] = sp
+            speedups[run_id] = await with_paired(runs, resolved[run_id], sp, summary)
     return build(columns, speedups, await run_diagnoses(runs, run_ids, resolved))
+
+
+async def with_paired(runs: RunsAPI, run: ResolvedRun, sp: Speedup, summary: ProbeSummary) -> Speedup:
+    """``sp`` with the run's paired measurement (``ab.json``) when it was made against a run of the same
+    baseline experiment with the same prompts and max_tokens."""
+    paired = await load_paired(runs, run)
+    if paired is None or paired.prompt_set_hash != summary.figure("prompt_set_hash") or paired.max_tokens != summary.max_tokens:
+        return sp
+    base_exp = summary.baseline_experiment
+    same_base = paired.base_run == sp.baseline_run or (bool(base_exp) and paired.base_run.startswith(f"{base_exp}-"))
+    return replace(sp, paired=paired) if same_base else sp
 
 
 async def run_diagnoses(runs: RunsAPI, run_ids: Sequence[str], resolved: Mapping[str, ResolvedRun] | None = None) -> dict[str, Diagnosis]:

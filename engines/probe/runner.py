@@ -152,6 +152,13 @@ class _Repeat:
     conditions: RoundConditions
 
 
+async def time_round(
+    timer: RequestTimer, model: str, prompts: PromptSet, max_tokens: int, concurrency: int, extra: dict[str, Any], timeout_s: float
+) -> _Repeat:
+    """One round of the prompt set, timed by ``timer`` (the probe's repeat; ``servelab ab``'s round)."""
+    return await _time_repeat(timer, model, prompts, max_tokens, concurrency, extra, timeout_s)
+
+
 async def _time_repeat(
     timer: RequestTimer, model: str, prompts: PromptSet, max_tokens: int, concurrency: int, extra: dict[str, Any], timeout_s: float
 ) -> _Repeat:
