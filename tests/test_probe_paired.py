@@ -24,7 +24,7 @@ def test_interval_by_hand() -> None:
     value, low, high = ratio_interval([1.1, 1.2, 1.3])
     assert value == pytest.approx(math.exp(0.18000), abs=1e-4)
     assert low == pytest.approx(math.exp(0.18000 - 0.20757), abs=1e-3) and high == pytest.approx(math.exp(0.18000 + 0.20757), abs=1e-3)
-    assert ratio_interval([1.5]) == (pytest.approx(1.5), pytest.approx(1.5), pytest.approx(1.5))
+    assert ratio_interval([1.5]) == pytest.approx((1.5, 1.5, 1.5))
 
 
 @given(st.lists(st.floats(0.2, 5.0), min_size=2, max_size=20), st.floats(0.5, 2.0))
