@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from servelab.engines import fairness
 from servelab.engines.diagnosis.verdict import NOT_MEANINGFUL, diagnosis_clause, looping_share, suite_acceptance
 from servelab.engines.errors import ServelabError
 from servelab.engines.loadtime import load_seconds
@@ -295,6 +296,9 @@ def build(columns: Sequence[tuple[str, SummaryLike]], speedups: dict[str, Speedu
         fmt = _nodes if key == "nodes" else _fmt
         vals = [fmt(s.identity.get(key)) for s in sums]
         rows.append(Row(label, vals, "identity"))
+    settings = [s.identity.get("resolved_settings") or {} for s in sums]
+    for key in dict.fromkeys(k for st in settings for k in st):  # what each server said it resolved
+        rows.append(Row(f"resolved: {fairness.label(key)}", [str(st.get(key, "-")) for st in settings], "identity"))
     rows.append(Row("max_tokens", [_fmt(s.max_tokens) for s in sums], "identity"))
     rows.append(Row("concurrency", [_fmt(s.max_concurrency) for s in sums], "identity"))
     rows.append(Row("repeats", [_fmt(s.repeats) for s in sums], "identity"))
@@ -460,6 +464,10 @@ def engine_verdict(columns: Sequence[tuple[str, SummaryLike]]) -> list[str]:
         why = mismatches(first, other)
         if why:
             return [f"engines: no verdict across engines: {run} vs {columns[0][0]}: " + ", ".join(why)]
+        unfair = fairness.not_comparable(ProbeSummary.of(first).identity.get("resolved_settings") or {},
+                                         ProbeSummary.of(other).identity.get("resolved_settings") or {})
+        if unfair and ProbeSummary.of(other).engine != ProbeSummary.of(first).engine:
+            return [f"engines: {columns[0][0]} vs {run}: {unfair}; servelab compare {columns[0][0]} {run} --align writes the aligned twin"]
     best: dict[str, tuple[str, ProbeSummary, float]] = {}
     for engine, items in by_engine.items():
         scored = [(run, s, score) for run, s in items if (score := conservative(s)) is not None]

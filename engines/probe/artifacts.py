@@ -21,6 +21,8 @@ from servelab.engines.errors import ServelabError
 from servelab.engines.experiment import Experiment
 from servelab.engines.logs.values import Stage, stage_seconds, start_to_ready_s
 from servelab.engines.probe.prompts import load as load_prompts
+from servelab.engines.fairness import resolved_settings
+from servelab.engines.runrecords import LOG_NAME
 from servelab.engines.gpus.sample import GpuSampleError, sample_host
 from servelab.engines.helpers import HelperError
 from servelab.engines.probe.conditions import RoundConditions
@@ -121,6 +123,8 @@ async def probe_run(runs: RunsAPI, run: str | ResolvedRun, *, progress: Progress
     ident = identity(exp, rec, await gpu_names(runs, rec.host), group.identity() if group is not None else None)
     if group is not None:
         ident["group"] = group.id
+    log = await runs.read_artifact(head, LOG_NAME)
+    ident["resolved_settings"] = resolved_settings(get_adapter(exp.engine).settings, log) if log else {}
     base_url = await runs.base_url(head)
     # The timed requests are sent from the server's own host, never through the tunnel.
     host = head.host

@@ -9,6 +9,7 @@ import shutil
 import sys
 from typing import Any
 
+from servelab.engines.align import write_twins
 from servelab.engines.catalog import load_catalog
 from servelab.engines.compare import FORMATS, compare_runs, render, speed_words, wrap_verdict
 from servelab.engines.probe.paired import AB_JSON, measure
@@ -41,6 +42,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--format", choices=FORMATS, default="table")
     p.add_argument("--diff-only", action="store_true", help="identity rows only where the runs differ")
     p.add_argument("--baseline-run", metavar="RUN", help="measure speedups against this probed run (any host; the verdict marks a cross-host pair)")
+    p.add_argument("--align", action="store_true",
+                   help="write <experiment>-aligned.toml for each run whose resolved settings make it not comparable with the first run")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("ab", help="paired measurement: time CAND against BASE in interleaved rounds (A B B A ...), speedup from per-pair ratios")
@@ -115,7 +118,14 @@ def cmd_probe(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     async def body(runs: Runs) -> str:
         comp = await compare_runs(runs, args.runs, baseline_run=args.baseline_run)
-        return render(comp, args.format, diff_only=args.diff_only)
+        out = render(comp, args.format, diff_only=args.diff_only)
+        if args.align:
+            twins = await write_twins(runs, args.runs)
+            for t in twins:
+                print(f"wrote {t.path}: {t.run} was {t.why}" + (f"; not aligned: {'; '.join(t.left)}" if t.left else ""), file=sys.stderr)
+            if not twins:
+                print("nothing to align: no run's resolved settings make it not comparable with the first", file=sys.stderr)
+        return out
 
     out = _run(args, body)
     sys.stdout.write(out)
