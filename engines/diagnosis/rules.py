@@ -275,7 +275,7 @@ def _reference_findings(ref: ReferenceMatch, rate: float, per_position: list[flo
             4.5,
         )]
     named = [f.code for f in found if f.code in CAUSES or f.severity == "error" or f.code in ACCEPTANCE_WARNINGS]
-    what = {"local": f"this drafter reached {_pct(then)}{over} ({ref.figure})", "stated": f"{ref.label}: {_pct(then)} ({ref.source})",
+    what = {"local": f"{_pct(then)}{over} reached by this drafter in the earlier local run {ref.run} ({ref.figure})", "stated": f"{ref.label}: {_pct(then)} ({ref.source})",
             "published": reference_words(ref)}.get(ref.kind, ref.label)
     if named:
         message = f"acceptance {_pct(now)}{over} against {what}: explained by {', '.join(dict.fromkeys(named))} above"
