@@ -426,12 +426,15 @@ def unpaired_note(run: str, sp: Speedup) -> str:
 def speed_words(value: float, low: float, high: float) -> str:
     """What a speedup and its band say, in plain words and without a double negative."""
     gain, loss = f"{HELPS_ABOVE:.2f}x", f"{HURTS_BELOW:.2f}x"
+    value = round(value, 2)  # as the sentence shows it: "1.00x" is never "slower"
     if low > HELPS_ABOVE:
         return f"faster: even the band's low end is above the {gain} that calls it a gain"
     if high < HURTS_BELOW:
         return f"slower: even the band's high end is below {loss}"
     if value >= HELPS_ABOVE:
         return f"faster, but the band reaches below the {gain} that would call it a gain"
+    if value == HURTS_BELOW:
+        return "about as fast as the baseline, within its band"
     if value >= HURTS_BELOW:
         return f"faster by less than the {gain} that would call it a gain"
     return f"slower, but the band reaches above {loss}, so it may be no loss"

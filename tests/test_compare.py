@@ -154,7 +154,7 @@ def test_speed_words_match_the_verdict_without_a_double_negative(value: float, b
     sp = Speedup(value, band, "b")
     words = speed_words(value, value - band, value + band)
     assert "neither" not in words and " nor " not in words and "beyond" not in words
-    assert words.startswith({"helps": "faster:", "hurts": "slower:"}.get(str(sp.verdict), ("faster,", "faster by", "slower,")))  # type: ignore[arg-type]
+    assert words.startswith({"helps": "faster:", "hurts": "slower:"}.get(str(sp.verdict), ("faster,", "faster by", "slower,", "about as fast")))  # type: ignore[arg-type]
     if sp.verdict == "inconclusive" and value >= HELPS_ABOVE:
         assert words == f"faster, but the band reaches below the {HELPS_ABOVE:.2f}x that would call it a gain"
 

@@ -40,8 +40,8 @@ def test_other_cores_stay_within_the_machine(total: int, busy: int, me: int, ser
     assert c.other_cores is not None and 0.0 <= c.other_cores <= 2.0
 
 
-def probe_at(date: str, load: float, other: float) -> ProbeSummary:
-    return ProbeSummary({"date": date, "host_conditions": [{"load1": load, "other_cores": other, "cpus": 2}] * 3})
+def probe_at(date: str, load: float, other: float, runnable: float | None = None) -> ProbeSummary:
+    return ProbeSummary({"date": date, "host_conditions": [{"load1": load, "other_cores": other, "cpus": 2, "runnable": runnable}] * 3})
 
 
 def test_a_gap_in_time_and_load_is_named() -> None:
@@ -49,6 +49,9 @@ def test_a_gap_in_time_and_load_is_named() -> None:
     assert gap(base, run) == "probed 14 min apart; host load 0.5 against 2.1; other processes used 0.1 against 1.3 cores"
     assert gap(base, probe_at("20261206-013000", 0.6, 0.1)) == ""  # a minute apart, same conditions: nothing to say
     assert gap(base, probe_at("20261206-023000", 0.6, 0.1)) == "probed 61 min apart"
+    # a saturated host: the load average and the others' CPU barely move, the queue of tasks does
+    busy = probe_at("20261206-012900", 6.0, 1.5, 4.0), probe_at("20261206-013000", 6.3, 1.6, 6.2)
+    assert gap(*busy) == "probed 60 s apart; 4.0 against 6.2 tasks wanting a CPU"
     old = ProbeSummary({"date": "20261206-023000"})  # a file made before conditions were kept
     assert gap(base, old) == "probed 61 min apart; no host conditions recorded for the run"
 
@@ -79,6 +82,7 @@ async def test_the_timed_client_counts_a_burner_as_another_process_unless_it_is_
     bodies = [{"model": "m"}] * 8  # ~0.8 s of streams: enough jiffies to see a core
     seen_as_other = from_samples((await local_timer(slow_server, sys.executable).time_batch(bodies, 1, 10)).host)
     assert seen_as_other.other_cores is not None and seen_as_other.other_cores > 0.3
+    assert seen_as_other.runnable is not None and seen_as_other.runnable >= 1  # the burner wanted a CPU all along
     timer = local_timer(slow_server, sys.executable)
     timer.watch_sid = burner.pid
     seen_as_server = from_samples((await timer.time_batch(bodies, 1, 10)).host)

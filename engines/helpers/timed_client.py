@@ -29,7 +29,8 @@ servelab turns the events into figures (engines/probe/client.py) so both routes 
 ``host``: the host's conditions just before and just after the batch (``load`` average, the ``cpus``,
 busy and total jiffies from ``/proc/stat``, and the CPU jiffies of this client and of the server's
 session ``watch_sid``, the run's pid, when the request names one), so servelab can say what else used
-the CPU during this round.
+the CPU during this round; ``runnable``: the mean count of runnable tasks on the host while the batch
+ran (``procs_running``, sampled every 0.1 s, the sampler itself left out).
 """
 
 from __future__ import annotations
@@ -275,10 +276,51 @@ def host_sample(watch_sid: int | None) -> dict[str, Any]:
     return out
 
 
+def _procs_running() -> int | None:
+    try:
+        with open("/proc/stat", "rb") as f:
+            for line in f:
+                if line.startswith(b"procs_running "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+class _RunQueue:
+    """Samples the host's runnable tasks every ``every`` seconds while a batch runs (a load average
+    reacts over a minute; this is the round's own)."""
+
+    def __init__(self, every: float = 0.1) -> None:
+        self.every = every
+        self.samples: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            n = _procs_running()
+            if n is not None:
+                self.samples.append(n)
+
+    def __enter__(self) -> _RunQueue:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def mean(self) -> float | None:
+        # the sampler itself is running when it reads: one less is what else wanted a CPU
+        return sum(self.samples) / len(self.samples) - 1 if self.samples else None
+
+
 def run(request: dict[str, Any]) -> dict[str, Any]:
     watch = request.get("watch_sid")
     watch_sid = int(watch) if isinstance(watch, int) and watch > 0 else None
     before = host_sample(watch_sid)
+    queue = _RunQueue()
     priority = claim_cpu(bool(request.get("realtime", True)), [int(c) for c in request.get("cpus") or []] or None)
     url, path = str(request["url"]), str(request.get("path", "/v1/chat/completions"))
     bodies = list(request["bodies"])
@@ -301,12 +343,14 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
                 records[i] = {"start_s": 0.0, "status": None, "error": f"{type(exc).__name__}: {exc}", "events": [], "kernel_stamps": False, "cpu_wait_ms": None}
 
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(slots, len(bodies)) or 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with queue:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     duration = time.perf_counter() - t0
-    return {"duration_s": duration, "priority": priority, "records": records, "host": {"before": before, "after": host_sample(watch_sid)}}
+    host = {"before": before, "after": host_sample(watch_sid), "runnable": queue.mean()}
+    return {"duration_s": duration, "priority": priority, "records": records, "host": host}
 
 
 def main() -> int:

@@ -5,6 +5,10 @@ requests: the load average, the CPU every process used, the server's session and
 What is left is what *other* processes used during the round, in cores. Beside it, the GPU sampler's
 utilisation and memory where the host has GPUs, and the other servelab runs alive on the host.
 
+The timed client also counts the host's runnable tasks every 0.1 s during the round: a load average
+reacts over a minute, and on a saturated host the CPU others use is capped by the cores, while the
+queue of tasks wanting a CPU keeps growing with each new burner.
+
 Two probes taken apart (``gap``) are compared on the time between them and on these conditions:
 "probed 14 min apart; host load 0.5 against 2.1; other processes 0.1 against 1.3 cores".
 """
@@ -20,6 +24,8 @@ from servelab.engines.values import AsDict
 
 #: Conditions differ when the load average moved by this much (absolute) and by a quarter of the larger.
 LOAD_GAP = 0.5
+#: ... or the runnable tasks during the rounds moved by this many (and a quarter of the larger) ...
+RUNNABLE_GAP = 1.0
 #: ... or other processes' CPU moved by this many cores.
 OTHER_CPU_GAP = 0.3
 #: Probes further apart than this (seconds) are named as apart even when their conditions agree.
@@ -32,6 +38,8 @@ class RoundConditions(AsDict):
     (its whole session) and the timed client, averaged over the round."""
 
     load1: float | None = None
+    #: The mean count of runnable tasks on the host during the round (sampled every 0.1 s).
+    runnable: float | None = None
     cpus: int | None = None
     other_cores: float | None = None
     server_cores: float | None = None
@@ -64,7 +72,9 @@ def from_samples(host: dict[str, Any] | None) -> RoundConditions:
         other = max(0.0, busy - mine) / total * cpus
         if deltas["server"] is not None:
             server = deltas["server"] / total * cpus
-    return RoundConditions(load1, cpus, other, server)
+    runnable = host.get("runnable")
+    runnable = float(runnable) if isinstance(runnable, (int, float)) and not isinstance(runnable, bool) else None
+    return RoundConditions(load1, runnable, cpus, other, server)
 
 
 def summary_conditions(summary: ProbeSummary) -> list[RoundConditions]:
@@ -103,6 +113,10 @@ def load_of(summary: ProbeSummary) -> float | None:
     return _median([c.load1 for c in summary_conditions(summary) if c.load1 is not None])
 
 
+def runnable_of(summary: ProbeSummary) -> float | None:
+    return _median([c.runnable for c in summary_conditions(summary) if c.runnable is not None])
+
+
 def other_cpu_of(summary: ProbeSummary) -> float | None:
     return _median([c.other_cores for c in summary_conditions(summary) if c.other_cores is not None])
 
@@ -123,12 +137,16 @@ def gap(base: ProbeSummary, run: ProbeSummary) -> str:
     seconds = abs((b - a).total_seconds()) if a is not None and b is not None else None
     la, lb = load_of(base), load_of(run)
     oa, ob = other_cpu_of(base), other_cpu_of(run)
+    ra, rb = runnable_of(base), runnable_of(run)
     load_differs = la is not None and lb is not None and abs(la - lb) >= LOAD_GAP and abs(la - lb) >= 0.25 * max(la, lb)
     other_differs = oa is not None and ob is not None and abs(oa - ob) >= OTHER_CPU_GAP
-    if seconds is not None and (seconds > TIME_GAP_S or load_differs or other_differs):
+    queue_differs = ra is not None and rb is not None and abs(ra - rb) >= RUNNABLE_GAP and abs(ra - rb) >= 0.25 * max(ra, rb)
+    if seconds is not None and (seconds > TIME_GAP_S or load_differs or other_differs or queue_differs):
         parts.append(f"probed {_apart(seconds)} apart")
     if load_differs:
         parts.append(f"host load {la:.1f} against {lb:.1f}")
+    if queue_differs:
+        parts.append(f"{ra:.1f} against {rb:.1f} tasks wanting a CPU")
     if other_differs:
         parts.append(f"other processes used {oa:.1f} against {ob:.1f} cores")
     if la is None or lb is None:
