@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -105,7 +105,6 @@ class PairedResult(AsDict):
     note: str = ""
     format: str = FORMAT
     cross_host: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ratios(self) -> list[float]:
