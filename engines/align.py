@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from servelab.engines.adapter import get_adapter
 from servelab.engines.errors import ServelabError
-from servelab.engines.fairness import aligned_twin, not_comparable
+from servelab.engines.fairness import aligned_twin, need_tokens, not_comparable
 
 if TYPE_CHECKING:
     from servelab.engines.runrecords import RunsAPI
@@ -39,7 +39,8 @@ async def write_twins(runs: RunsAPI, run_ids: list[str]) -> list[Twin]:
     out: list[Twin] = []
     for run_id, probe in zip(run_ids[1:], probes[1:], strict=True):
         mine = probe.identity.get("resolved_settings") or {}
-        why = not_comparable(mine, first)
+        need = need_tokens(probes[0].max_concurrency, [first, mine], probes[0].max_tokens)
+        why = not_comparable(mine, first, need)
         if not why:
             continue
         target = await runs.resolve(run_id)
@@ -52,7 +53,7 @@ async def write_twins(runs: RunsAPI, run_ids: list[str]) -> list[Twin]:
                 raise ServelabError(f"run {run_id}: its experiment {exp_name} is neither in the catalog nor in the run's folder") from None
             source = raw.decode("utf-8")
         name = f"{exp_name}-aligned"
-        text, left = aligned_twin(source, get_adapter(str(probe.engine)).settings, mine, first, name)
+        text, left = aligned_twin(source, get_adapter(str(probe.engine)).settings, mine, first, name, need)
         path = Path(runs.catalog.folder) / f"{name}.toml"
         path.write_text(text, encoding="utf-8")
         out.append(Twin(run_id, path, why, left))

@@ -467,8 +467,10 @@ def engine_verdict(columns: Sequence[tuple[str, SummaryLike]]) -> list[str]:
         why = mismatches(first, other)
         if why:
             return [f"engines: no verdict across engines: {run} vs {columns[0][0]}: " + ", ".join(why)]
-        unfair = fairness.not_comparable(ProbeSummary.of(first).identity.get("resolved_settings") or {},
-                                         ProbeSummary.of(other).identity.get("resolved_settings") or {})
+        fa, fo = ProbeSummary.of(first), ProbeSummary.of(other)
+        sa, so = fa.identity.get("resolved_settings") or {}, fo.identity.get("resolved_settings") or {}
+        need = fairness.need_tokens(fa.max_concurrency, [sa, so], fa.max_tokens)
+        unfair = fairness.not_comparable(sa, so, need)
         if unfair and ProbeSummary.of(other).engine != ProbeSummary.of(first).engine:
             return [f"engines: {columns[0][0]} vs {run}: {unfair}; servelab compare {columns[0][0]} {run} --align writes the aligned twin"]
     best: dict[str, tuple[str, ProbeSummary, float]] = {}

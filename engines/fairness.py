@@ -50,7 +50,10 @@ COMMON: tuple[Setting, ...] = (
     Setting("kv_cache_dtype", "KV cache dtype", "the KV cache's precision", True),
     Setting("memory_fraction", "memory fraction", "the memory given to the engine (its tokens are what count)", False),
     Setting("attention_backend", "attention backend", "the attention kernels", False),
+    Setting("device", "device", "where the model runs", False),
 )
+#: Settings that mean nothing on a CPU (no CUDA graphs there, whatever the flag says).
+GPU_ONLY = frozenset({"eager"})
 _BY_KEY = {s.key: s for s in COMMON}
 
 
@@ -104,20 +107,50 @@ def _same(a: str, b: str) -> bool:
     return x == y or (min(x, y) > 0 and max(x, y) / min(x, y) <= SAME_WITHIN)
 
 
-def differences(a: dict[str, str], b: dict[str, str]) -> list[Difference]:
-    """Settings both servers state with different values (a vLLM default against a stated value is not known to differ)."""
+def _holds(value: str, need: int | None) -> bool:
+    try:
+        return need is not None and float(value) >= need
+    except ValueError:
+        return False
+
+
+def differences(a: dict[str, str], b: dict[str, str], need_tokens: int | None = None) -> list[Difference]:
+    """Settings both servers state with different values (a vLLM default against a stated value is not known to differ).
+
+    ``need_tokens``: the KV tokens the measurement can use at most (its concurrency x the longest
+    request); two KV caches that both hold it cannot move its figures, so that difference is shown
+    but does not move. A setting that means nothing on a CPU (``GPU_ONLY``) never moves there."""
+    on_cpu = "cpu" in (a.get("device"), b.get("device"))
     out = []
     for s in COMMON:
         va, vb = a.get(s.key), b.get(s.key)
         if va is None or vb is None or {va, vb} & UNSTATED or _same(va, vb):
             continue
-        out.append(Difference(s, va, vb))
+        moves = s.moves and not (on_cpu and s.key in GPU_ONLY)
+        if s.key == "kv_cache_tokens" and _holds(va, need_tokens) and _holds(vb, need_tokens):
+            moves = False
+        out.append(Difference(s if moves == s.moves else Setting(s.key, s.label, s.meaning, moves), va, vb))
     return out
 
 
-def not_comparable(a: dict[str, str], b: dict[str, str]) -> str:
+def need_tokens(concurrency: int | None, settings: list[dict[str, str]], max_tokens: int | None) -> int | None:
+    """The most KV tokens a probe can hold at once: its concurrency x the longest request either server
+    accepts (else max_tokens plus a generous prompt, 2048 tokens)."""
+    if not concurrency:
+        return None
+    lens = []
+    for st in settings:
+        try:
+            lens.append(int(float(st.get("max_len", ""))))
+        except ValueError:
+            continue
+    longest = max(lens) if lens else (max_tokens or 0) + 2048
+    return int(concurrency) * longest
+
+
+def not_comparable(a: dict[str, str], b: dict[str, str], need: int | None = None) -> str:
     """``not comparable: KV cache (tokens) differs (...)`` when a throughput-moving setting differs, else ""."""
-    moving = [d for d in differences(a, b) if d.setting.moves]
+    moving = [d for d in differences(a, b, need) if d.setting.moves]
     return "not comparable: " + "; ".join(d.words() for d in moving) if moving else ""
 
 
@@ -125,7 +158,8 @@ def label(key: str) -> str:
     return _BY_KEY[key].label if key in _BY_KEY else key
 
 
-def aligned_twin(experiment_toml: str, grammar: SettingsGrammar, mine: dict[str, str], target: dict[str, str], name: str) -> tuple[str, list[str]]:
+def aligned_twin(experiment_toml: str, grammar: SettingsGrammar, mine: dict[str, str], target: dict[str, str], name: str,
+                 need: int | None = None) -> tuple[str, list[str]]:
     """The experiment's text with each throughput-moving setting that differs from ``target`` set to
     ``target``'s value in ``[engine_args]`` (``name``: the twin's, said in its description); with the differences it cannot align
     (the engine has no argument for them)."""
@@ -133,7 +167,7 @@ def aligned_twin(experiment_toml: str, grammar: SettingsGrammar, mine: dict[str,
     args = doc.setdefault("engine_args", tomlkit.table())
     keys = dict(grammar.engine_args)
     left: list[str] = []
-    for d in differences(mine, target):
+    for d in differences(mine, target, need):
         if not d.setting.moves:
             continue
         arg = keys.get(d.setting.key)

@@ -37,9 +37,15 @@ def summary(engine: str, settings: dict[str, str], tput: float) -> dict[str, Any
 
 
 def test_a_kv_mismatch_is_not_comparable_naming_the_setting_and_each_sides_tokens() -> None:
+    # as recorded: both KV caches hold the probe's 1 x 2048 tokens, so only the maximum length moves its figures
     lines = engine_verdict([("v-1", summary("vllm", VLLM, 100.0)), ("s-1", summary("sglang", SGLANG, 150.0))])
-    assert len(lines) == 1 and "not comparable: KV cache (tokens) differs (1874688 vs 2048: the tokens the KV cache holds" in lines[0]
-    assert "maximum length differs (512 vs 2048" in lines[0] and "WARRANTED" not in lines[0]
+    assert len(lines) == 1 and "not comparable: maximum length differs (512 vs 2048" in lines[0] and "KV cache" not in lines[0]
+    # a KV cache deliberately too small for one request of the longest length: named with each side's tokens
+    small = {**SGLANG, "kv_cache_tokens": "256", "max_len": "512"}
+    lines = engine_verdict([("v-1", summary("vllm", VLLM, 100.0)), ("s-1", summary("sglang", small, 150.0))])
+    assert lines[0].endswith("not comparable: KV cache (tokens) differs (1874688 vs 256: the tokens the KV cache holds, how many "
+                             "requests fit at once); servelab compare v-1 s-1 --align writes the aligned twin"), lines
+    assert "WARRANTED" not in lines[0]
     comp = build([("v-1", summary("vllm", VLLM, 100.0)), ("s-1", summary("sglang", SGLANG, 150.0))], {})
     row = next(r for r in comp.rows if r.label == "resolved: KV cache (tokens)")
     assert row.values == ["1874688", "2048"] and row.differs
@@ -48,13 +54,20 @@ def test_a_kv_mismatch_is_not_comparable_naming_the_setting_and_each_sides_token
 def test_the_aligned_twin_removes_the_finding() -> None:
     sg = get_adapter("sglang")
     source = (REPO / "experiments" / "tiny-cpu-sglang-baseline.toml").read_text()
-    text, left = aligned_twin(source, sg.settings, SGLANG, VLLM, "tiny-cpu-sglang-baseline-aligned")
+    small = {**SGLANG, "kv_cache_tokens": "256"}
+    text, left = aligned_twin(source, sg.settings, small, VLLM, "tiny-cpu-sglang-baseline-aligned", need=512)
     args = tomllib.loads(text)["engine_args"]
     assert args["max-total-tokens"] == 1874688 and args["context-length"] == 512 and left == []
     # what the twin asks for, read back through the same names, is comparable with the partner
     keys = {arg: key for key, arg in sg.settings.engine_args}
-    asked = {**SGLANG, **{keys[a]: str(v).lower() if not isinstance(v, bool) else ("yes" if v else "no") for a, v in args.items() if a in keys}}
-    assert not_comparable(asked, VLLM) == ""
+    asked = {**small, **{keys[a]: str(v).lower() if not isinstance(v, bool) else ("yes" if v else "no") for a, v in args.items() if a in keys}}
+    assert not_comparable(small, VLLM, 512) != "" and not_comparable(asked, VLLM, 512) == ""
+
+
+def test_cuda_graphs_mean_nothing_on_a_cpu() -> None:
+    gpu = {"eager": "yes"}
+    assert "eager mode" in not_comparable(gpu, {"eager": "no"})
+    assert not_comparable({**gpu, "device": "cpu"}, {"eager": "no"}) == ""
 
 
 values = st.sampled_from(["1", "2", "512", "2048", "yes", "no", "auto", "default", "float16"])
