@@ -89,8 +89,8 @@ class CostModel:
         return "acceptance" if cheap and best is None else "step-cost"
 
     def arithmetic(self) -> str:
-        """``1.50 tokens per step / 1.95x step cost = 0.77x (measured 0.71x)``."""
-        meas = f" (measured {self.measured:.2f}x)" if self.measured is not None else ""
+        """``1.50 tokens per verify step / 1.95x step cost = 0.77x, measured 0.71x``."""
+        meas = f", measured {self.measured:.2f}x" if self.measured is not None else ""
         return f"{self.tokens_per_step:.2f} tokens per verify step / {self.step_ratio:.2f}x step cost = {self.estimated:.2f}x{meas}"
 
     def reason(self) -> str:

@@ -311,11 +311,11 @@ def _with_cost_model(found: list[Finding], model: CostModel) -> list[Finding]:
             f = replace(f, evidence=f"{f.evidence}; {what_if.text} at the measured step cost ({model.step_ratio:.2f}x)", weight=weight)
         out.append(f)
     if model.loses and model.first == "step-cost":
-        out.append(Finding("step-cost-dominates", "warning", f"speculation loses to its step cost: {model.reason()}",
+        out.append(Finding("step-cost-dominates", "warning", f"speculation loses to its {model.reason()}",
                            "; ".join(["acceptance fixes measured: " + ", ".join(w.text for w in model.fixes)] if model.fixes else
                                      ["no better acceptance was measured"]), CHEAPER_STEP, FIRST_REASON))
     elif lead and best is None:
-        out.append(Finding("acceptance-dominates", "warning", f"speculation loses to its acceptance: {model.reason()}",
+        out.append(Finding("acceptance-dominates", "warning", f"speculation loses to its {model.reason()}",
                            f"a draft token costs {model.per_draft or 0.0:.2f} of a plain step: cheap; the drafter agrees too rarely",
                            "[speculative] draft_model = a drafter trained on this target's outputs", FIRST_REASON))
     return out
