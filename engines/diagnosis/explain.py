@@ -135,7 +135,8 @@ def _fixes(m: Measurements, model: CostModel) -> list[WhatIf]:
             if lifted > rate:
                 found.append(("category-gap", f"{worst.name} at the others' {mid:.0%}: overall", lifted))
     out = [WhatIf(code, label, r, model.at_rate(r)) for code, label, r in found]
-    return sorted(out, key=lambda w: -w.speedup)
+    # a fix that would not move the speedup as shown (two decimals) is no fix to rank
+    return sorted((w for w in out if round(w.speedup, 2) > round(model.estimated, 2)), key=lambda w: -w.speedup)
 
 
 def cost_model(m: Measurements, cost: StepCost, k: int | None) -> CostModel | None:
