@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from servelab.engines.values import AcceptanceWindow, Inexpressible, LatencyHistograms, LaunchSpec, NodePlan, NodeTarget, PromptSet, RendezvousGrammar
+from servelab.engines.values import AcceptanceWindow, Inexpressible, LatencyHistograms, LaunchSpec, NodePlan, NodeTarget, PromptSet, RendezvousGrammar, SettingsGrammar
 
 if TYPE_CHECKING:
     import httpx
@@ -75,6 +75,8 @@ class EngineAdapter(Protocol):
     sampling_defaults_arg: str
     #: The server's own TTFT / inter-token latency histograms in ``/metrics`` (None: it has none).
     latency_histograms: LatencyHistograms | None
+    #: Where the log says the settings the engine resolved, in common terms (``engines.fairness``).
+    settings: SettingsGrammar
     #: ``[engine_args]`` a campaign adds to every load so that ``/metrics`` carries what its
     #: records are replayed from (the acceptance counters); the definition's own values win.
     metrics_args: tuple[tuple[str, Any], ...]

@@ -21,14 +21,20 @@ import csv
 import io
 import json
 import math
+import shutil
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from servelab.engines import fairness
 from servelab.engines.diagnosis.verdict import NOT_MEANINGFUL, diagnosis_clause, looping_share, suite_acceptance
 from servelab.engines.errors import ServelabError
 from servelab.engines.loadtime import load_seconds
 from servelab.engines.probe.stats import MAD_TO_SIGMA, UNSTABLE_RATIO
+from servelab.engines.probe.conditions import gap
+from servelab.engines.probe.paired import PairedResult, load_paired
+from servelab.engines.probe.artifacts import load_probe
 from servelab.engines.probe.summary import ProbeSummary
 
 if TYPE_CHECKING:
@@ -99,6 +105,10 @@ class Speedup:
     cross_host: str = ""
     #: The share of distinct output bigrams when the run's diagnosis found its output looping.
     looping: float | None = None
+    #: The gap in time and host conditions between the two probes (``conditions.gap``; "" when none is known).
+    gap: str = ""
+    #: The paired measurement of this run against the same baseline (``servelab ab``), when one was made.
+    paired: PairedResult | None = None
 
     @property
     def verdict(self) -> str | None:
@@ -123,7 +133,7 @@ def speedup(run: SummaryLike, base: SummaryLike, base_run: str) -> Speedup:
         return Speedup(None, baseline_run=base_run, reason="no output throughput to compare")
     value = r / b
     rel = math.sqrt((rd / r) ** 2 + (bd / b) ** 2)
-    return Speedup(value, MAD_TO_SIGMA * rel * value, base_run, "")
+    return Speedup(value, MAD_TO_SIGMA * rel * value, base_run, "", gap=gap(ProbeSummary.of(base), ProbeSummary.of(run)))
 
 
 @dataclass
@@ -253,6 +263,9 @@ METRIC_ROWS: tuple[tuple[str, str, int, float, str | None], ...] = (
     ("ITL per chunk p50 (ms)", "median_itl_ms", 2, 1.0, "lower"),
     ("tokens per chunk", "mean_tokens_per_chunk", 2, 1.0, "higher"),
     ("requests ended by EOS", "eos_fraction", 2, 1.0, None),
+    # What else the host did while each probe ran (median over its rounds).
+    ("host load, 1 min", "host_load1", 1, 1.0, None),
+    ("other processes' CPU (cores)", "host_other_cores", 2, 1.0, None),
 )
 
 
@@ -285,6 +298,9 @@ def build(columns: Sequence[tuple[str, SummaryLike]], speedups: dict[str, Speedu
         fmt = _nodes if key == "nodes" else _fmt
         vals = [fmt(s.identity.get(key)) for s in sums]
         rows.append(Row(label, vals, "identity"))
+    settings = [s.identity.get("resolved_settings") or {} for s in sums]
+    for key in dict.fromkeys(k for st in settings for k in st):  # what each server said it resolved
+        rows.append(Row(f"resolved: {fairness.label(key)}", [str(st.get(key, "-")) for st in settings], "identity"))
     rows.append(Row("max_tokens", [_fmt(s.max_tokens) for s in sums], "identity"))
     rows.append(Row("concurrency", [_fmt(s.max_concurrency) for s in sums], "identity"))
     rows.append(Row("repeats", [_fmt(s.repeats) for s in sums], "identity"))
@@ -377,6 +393,7 @@ def verdict(
         v = sp.verdict
         low, high = sp.value - (sp.band or 0), sp.value + (sp.band or 0)
         caveat = f"; CAVEAT: {sp.cross_host}, so hardware and load may differ" if sp.cross_host else ""
+        caveat += unpaired_note(run, sp)
         if v == NOT_MEANINGFUL:
             lines.append(
                 f"{run}: speedup vs {sp.baseline_run} {NOT_MEANINGFUL}: {sp.value:.2f}x was measured on repetitive output "
@@ -384,22 +401,45 @@ def verdict(
                 f"judging speculation{acc_txt}{caveat}{diagnosed}"
             )
         else:
-            if v == "helps":
-                rule = f"speedup {sp.value:.2f}x, noise band {low:.2f}-{high:.2f}x, is above {HELPS_ABOVE:.2f}x beyond the band"
-            elif v == "hurts":
-                rule = f"speedup {sp.value:.2f}x, noise band {low:.2f}-{high:.2f}x, is below {HURTS_BELOW:.2f}x beyond the band"
-            else:
-                rule = (
-                    f"speedup {sp.value:.2f}x, noise band {low:.2f}-{high:.2f}x, is neither above {HELPS_ABOVE:.2f}x "
-                    f"nor below {HURTS_BELOW:.2f}x beyond the band"
-                )
+            rule = f"speedup {sp.value:.2f}x (noise band {low:.2f}-{high:.2f}x); {speed_words(sp.value, low, high)}"
             lines.append(f"{run}: speculation {str(v).upper()} vs {sp.baseline_run}: {rule}{acc_txt}{caveat}{diagnosed}")
+        if sp.paired is not None:
+            value, low, high = sp.paired.band
+            lines.append(sp.paired.line(speed_words(value, low, high)))
         if "output_throughput" in s.unstable:
             lines.append(f"{run}: output tok/s is unstable (MAD > 10 % of median): repeat the probe before deciding")
     lines.extend(engine_verdict(columns))
     if not lines:
         lines.append(no_verdict_reason(columns, speedups))
     return lines
+
+
+def unpaired_note(run: str, sp: Speedup) -> str:
+    """What an unpaired speedup rests on, never silently: the gap between its probes, and the paired
+    measurement that removes it."""
+    offer = f"servelab ab {sp.baseline_run} {run}"
+    if sp.paired is not None:
+        return f"; unpaired probes{': ' + sp.gap if sp.gap else ''} (the paired measurement follows)"
+    if sp.gap:
+        return f"; UNPAIRED: {sp.gap}, so part of the difference may be the host's: measure them paired ({offer})"
+    return f"; unpaired probes, each band from its own repeats ({offer} pairs them)"
+
+
+def speed_words(value: float, low: float, high: float) -> str:
+    """What a speedup and its band say, in plain words and without a double negative."""
+    gain, loss = f"{HELPS_ABOVE:.2f}x", f"{HURTS_BELOW:.2f}x"
+    value = round(value, 2)  # as the sentence shows it: "1.00x" is never "slower"
+    if low > HELPS_ABOVE:
+        return f"faster: even the band's low end is above the {gain} that calls it a gain"
+    if high < HURTS_BELOW:
+        return f"slower: even the band's high end is below {loss}"
+    if value >= HELPS_ABOVE:
+        return f"faster, but the band reaches below the {gain} that would call it a gain"
+    if value == HURTS_BELOW:
+        return "about as fast as the baseline, within its band"
+    if value >= HURTS_BELOW:
+        return f"faster by less than the {gain} that would call it a gain"
+    return f"slower, but the band reaches above {loss}, so it may be no loss"
 
 
 def no_verdict_reason(columns: Sequence[tuple[str, SummaryLike]], speedups: Mapping[str, Speedup]) -> str:
@@ -429,6 +469,12 @@ def engine_verdict(columns: Sequence[tuple[str, SummaryLike]]) -> list[str]:
         why = mismatches(first, other)
         if why:
             return [f"engines: no verdict across engines: {run} vs {columns[0][0]}: " + ", ".join(why)]
+        fa, fo = ProbeSummary.of(first), ProbeSummary.of(other)
+        sa, so = fa.identity.get("resolved_settings") or {}, fo.identity.get("resolved_settings") or {}
+        need = fairness.need_tokens(fa.max_concurrency, [sa, so], fa.max_tokens)
+        unfair = fairness.not_comparable(sa, so, need)
+        if unfair and ProbeSummary.of(other).engine != ProbeSummary.of(first).engine:
+            return [f"engines: {columns[0][0]} vs {run}: {unfair}; servelab compare {columns[0][0]} {run} --align writes the aligned twin"]
     best: dict[str, tuple[str, ProbeSummary, float]] = {}
     for engine, items in by_engine.items():
         scored = [(run, s, score) for run, s in items if (score := conservative(s)) is not None]
@@ -460,8 +506,18 @@ def engine_verdict(columns: Sequence[tuple[str, SummaryLike]]) -> list[str]:
 
 
 # -- output formats -------------------------------------------------------------------------------
-def render(comp: Comparison, fmt: str = "table", diff_only: bool = False) -> str:
-    """The comparison as table (rich), markdown, json or csv."""
+def wrap_verdict(lines: Sequence[str], width: int) -> list[str]:
+    """Each verdict line as a bullet wrapped at ``width`` columns between words (never cut)."""
+    out: list[str] = []
+    for line in lines:
+        out.extend(textwrap.wrap(line, width=max(width, 20), initial_indent="  - ", subsequent_indent="    ",
+                                 break_long_words=False, break_on_hyphens=False) or ["  -"])
+    return out
+
+
+def render(comp: Comparison, fmt: str = "table", diff_only: bool = False, width: int | None = None) -> str:
+    """The comparison as table (rich), markdown, json or csv; ``width``: the table's verdict wraps at
+    it (default: the terminal's width)."""
     if fmt not in FORMATS:
         raise ServelabError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})")
     rows = [r for r in comp.rows if not (diff_only and r.kind == "identity" and not r.differs)]
@@ -470,7 +526,8 @@ def render(comp: Comparison, fmt: str = "table", diff_only: bool = False) -> str
             "runs": comp.runs,
             "rows": [{"label": r.label, "kind": r.kind, "values": dict(zip(comp.runs, r.values, strict=True))} for r in rows],
             "speedups": {
-                run: {"value": sp.value, "band": sp.band, "baseline_run": sp.baseline_run, "verdict": sp.verdict, "reason": sp.reason}
+                run: {"value": sp.value, "band": sp.band, "baseline_run": sp.baseline_run, "verdict": sp.verdict, "reason": sp.reason,
+                      "gap": sp.gap, "paired": sp.paired.to_dict() | {"speedup": sp.paired.band} if sp.paired is not None else None}
                 for run, sp in comp.speedups.items()
             },
             "verdict": comp.verdict,
@@ -510,10 +567,9 @@ def render(comp: Comparison, fmt: str = "table", diff_only: bool = False) -> str
     console = Console(file=io.StringIO(), width=max(120, 40 + 34 * len(comp.runs)), force_terminal=False, color_system=None,
                       markup=False, highlight=False)
     console.print(table)
-    console.print("Verdict:")
-    for line in comp.verdict:
-        console.print(Text(f"  - {line}"), soft_wrap=True)
-    return console.file.getvalue()  # type: ignore[attr-defined,no-any-return]
+    text: str = console.file.getvalue()  # type: ignore[attr-defined]
+    wrap_at = width if width is not None else shutil.get_terminal_size((80, 24)).columns
+    return text + "Verdict:\n" + "".join(f"{line}\n" for line in wrap_verdict(comp.verdict, wrap_at))
 
 
 # -- from the runs' folders -----------------------------------------------------------------------
@@ -588,8 +644,19 @@ async def compare_runs(runs: RunsAPI, run_ids: Sequence[str], baseline_run: str 
             continue
         sp = await baseline_speedup(runs, run_id, summary, baseline_run)
         if sp is not None:
-            speedups[run_id] = sp
+            speedups[run_id] = await with_paired(runs, resolved[run_id], sp, summary)
     return build(columns, speedups, await run_diagnoses(runs, run_ids, resolved))
+
+
+async def with_paired(runs: RunsAPI, run: ResolvedRun, sp: Speedup, summary: ProbeSummary) -> Speedup:
+    """``sp`` with the run's paired measurement (``ab.json``) when it was made against a run of the same
+    baseline experiment with the same prompts and max_tokens."""
+    paired = await load_paired(runs, run)
+    if paired is None or paired.prompt_set_hash != summary.figure("prompt_set_hash") or paired.max_tokens != summary.max_tokens:
+        return sp
+    base_exp = summary.baseline_experiment
+    same_base = paired.base_run == sp.baseline_run or (bool(base_exp) and paired.base_run.startswith(f"{base_exp}-"))
+    return replace(sp, paired=paired) if same_base else sp
 
 
 async def run_diagnoses(runs: RunsAPI, run_ids: Sequence[str], resolved: Mapping[str, ResolvedRun] | None = None) -> dict[str, Diagnosis]:

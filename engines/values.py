@@ -227,3 +227,23 @@ class TargetIdentity(AsDict):
             return "the same target weights" if self.fingerprint == other.fingerprint else "another target"
         other_txt = "other " + ", ".join(words[n] for n in diff)
         return (f"same {', '.join(same)}; " if same else "") + other_txt
+
+
+@dataclass(frozen=True)
+class SettingsGrammar:
+    """Where an engine's log says the settings it resolved, and their names in common terms.
+
+    ``args_line``: a regex whose group 1 is the engine's arguments as a Python literal dict (read with
+    ``ast.literal_eval``, never run); ``resolved``: regexes whose named groups are common keys (the
+    figures the engine works out itself, e.g. ``kv_cache_tokens``); ``names``: (engine argument,
+    common key, inverted) for each argument that has a common meaning (``disable_radix_cache`` is
+    prefix caching inverted); ``engine_args``: (common key, ``[engine_args]`` key) to set a value;
+    ``states_defaults``: whether the arguments line lists every argument (SGLang) or only those
+    that differ from the defaults (vLLM: an argument it does not list is "default").
+    """
+
+    args_line: str
+    resolved: tuple[str, ...]
+    names: tuple[tuple[str, str, bool], ...]
+    engine_args: tuple[tuple[str, str], ...]
+    states_defaults: bool

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servelab.engines.compare import Speedup, build, engine_verdict, render, speedup
+from servelab.engines.compare import HELPS_ABOVE, Speedup, build, engine_verdict, render, speed_words, speedup
 from servelab.engines.errors import ServelabError
 
 
@@ -80,7 +80,7 @@ def test_verdict_states_rule_and_numbers() -> None:
     spec = probe("eagle3-1", 66.0, 1.0, method="eagle3", acc_len=1.45)
     comp = build([BASE, spec], {"eagle3-1": speedup(spec[1], BASE[1], BASE[0])})
     line = next(v for v in comp.verdict if v.startswith("eagle3-1"))
-    assert "speculation HURTS vs base-1" in line and "0.66x" in line and "below 1.00x beyond the band" in line
+    assert "speculation HURTS vs base-1" in line and "0.66x" in line and "slower: even the band's high end is below 1.00x" in line
     assert "acceptance length 1.45" in line
     row = next(r for r in comp.rows if r.label == "speedup vs baseline")
     assert row.values[0] == "- (no baseline)" and row.values[1].startswith("0.66x")
@@ -174,3 +174,25 @@ def test_both_fingerprints_are_identity_rows() -> None:
     assert rows["target weights"] == ["aaaa1111", "bbbb2222"] and rows["drafter weights"] == ["d00d", "d00d"]
     diff = {r["label"] for r in json.loads(render(comp, "json", diff_only=True))["rows"] if r["kind"] == "identity"}
     assert "target weights" in diff and "drafter weights" not in diff
+
+
+@given(st.floats(0.2, 3.0), st.floats(0.0, 0.8))
+def test_speed_words_match_the_verdict_without_a_double_negative(value: float, band: float) -> None:
+    sp = Speedup(value, band, "b")
+    words = speed_words(value, value - band, value + band)
+    assert "neither" not in words and " nor " not in words and "beyond" not in words
+    assert words.startswith({"helps": "faster:", "hurts": "slower:"}.get(str(sp.verdict), ("faster,", "faster by", "slower,", "about as fast")))  # type: ignore[arg-type]
+    if sp.verdict == "inconclusive" and value >= HELPS_ABOVE:
+        assert words == f"faster, but the band reaches below the {HELPS_ABOVE:.2f}x that would call it a gain"
+
+
+def test_the_issue_example_reads_as_one_sentence_wrapped_at_80_columns() -> None:
+    spec = probe("tiny-cpu-vllm-ngram-20261206-014300-abcd", 124.0, 10.0, method="ngram")
+    comp = build([BASE, spec], {spec[0]: speedup(spec[1], BASE[1], BASE[0])})
+    line = next(v for v in comp.verdict if v.startswith(spec[0]))
+    # by hand: 124/100 = 1.24; band 1.4826 x sqrt((10/124)^2 + (1/100)^2) x 1.24 = 0.149
+    assert "INCONCLUSIVE" in line and "1.24x (noise band 1.09-1.39x); faster, but the band reaches below the 1.10x" in line
+    table = render(comp, "table", width=80)
+    tail = table.split("Verdict:\n", 1)[1].splitlines()
+    assert all(len(t) <= 80 for t in tail) and len(tail) > len(comp.verdict)  # wrapped, not cut
+    assert " ".join(t.strip().removeprefix("- ") for t in tail) == " ".join(comp.verdict)  # every word kept, in order

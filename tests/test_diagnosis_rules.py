@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from servelab.engines.diagnosis.model import Diagnosis, StepCost, from_dict
+from servelab.engines.diagnosis.model import Diagnosis, ReferenceMatch, StepCost, from_dict
 from servelab.engines.diagnosis.reference import closest
 from servelab.engines.diagnosis.rules import RunFacts, diagnose
 from servelab.engines.diagnosis.verdict import verdict_line
@@ -76,7 +76,22 @@ def test_far_below_the_published_family_and_the_compare_sentence() -> None:
     d = Diagnosis("run-1", "kimi", "vllm", "eagle3", 3, "now", m, cost, ref, f, 12.0)
     line = verdict_line("run-1", "hurts", 0.66, d)
     assert line.startswith("run-1: hurts: 0.66x; acceptance 15% against ")
-    assert "published for this family" in line and "likely cause: " in line and "next: " in line
+    assert "65% published by lightseekorg (Hugging Face model card) for kimi-k2.5-eagle3" in line and "likely cause: " in line and "next: " in line
+
+
+def test_every_reference_says_what_it_is() -> None:
+    o = arm("overall", 0.15, [0.3, 0.1, 0.05])
+    m = meas(o)
+    local = ReferenceMatch(True, "this drafter's run r-0", "41% acceptance at K=3", 0.41, 0.41, "servelab history: run r-0 (x)", "best",
+                           kind="local", run="r-0", per_position=[0.6, 0.4, 0.2])
+    stated = ReferenceMatch(True, "the figure x states", "40% expected", 0.40, 0.40, "team notes", "expected", kind="stated")
+    for ref, words in ((local, "41% reached by this drafter in the earlier local run r-0"), (stated, "40% stated in the experiment (source: team notes)")):
+        d = Diagnosis("run-1", "x", "vllm", "eagle3", 3, "now", m, NO_COST_D, ref, diagnose(FACTS, m, NO_COST_D, ref), 1.0)
+        line = verdict_line("run-1", "hurts", 0.66, d)
+        assert words in line and "published" not in line, line
+
+
+NO_COST_D = StepCost(None, None, None, None, None, None, None, None, {}, "no baseline")
 
 
 def test_no_speculation_is_one_error() -> None:

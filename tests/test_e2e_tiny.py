@@ -21,27 +21,12 @@ from servelab.engines.hosts.registry import close_all
 from servelab.engines.logs.analyzer import LogAnalyzer
 from servelab.engines.probe.artifacts import PROBE_JSON, REQUESTS_JSONL, load_probe, probe_when_ready
 from servelab.engines.runs import Runs
-from tests.conftest import ENGINE_PYTHON, EXPERIMENTS, REPO, TINY_MODEL, need_engine
-from tests.fixtures.engine import free_port
+from tests.conftest import REPO, need_engine
+from tests.fixtures.tinyfolder import BASELINE, NGRAM, make_folder
 from tests.fixtures.procs import marked
 
 pytestmark = pytest.mark.engine
-BASELINE, NGRAM = "tiny-cpu-vllm-baseline", "tiny-cpu-vllm-ngram"
 READY_TIMEOUT_S = 480.0
-
-
-def make_folder(root: Path) -> Path:
-    """A copy of the bundled tiny experiments with absolute paths, free ports and a temp workdir."""
-    folder = root / "experiments"
-    folder.mkdir()
-    hosts = f'[hosts.local]\npython = {json.dumps(str(ENGINE_PYTHON))}\nworkdir = {json.dumps(str(root / "work"))}\n'
-    (folder / "hosts.toml").write_text(hosts)
-    for name in (BASELINE, NGRAM):
-        text = (EXPERIMENTS / f"{name}.toml").read_text()
-        text = re.sub(r"(?m)^model = .*$", f"model = {json.dumps(str(TINY_MODEL))}", text)
-        text = re.sub(r"(?m)^port = .*$", f"port = {free_port()}", text)
-        (folder / f"{name}.toml").write_text(text)
-    return folder
 
 
 async def watch_until_ready(runs: Runs, run_id: str) -> list[str]:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
 
@@ -21,45 +19,10 @@ from servelab.engines.experiment import ProbeSettings
 from servelab.engines.probe.runner import CPU_WAIT_NOTE_MS, run_probe
 from servelab.engines.probe.timer import TimedBatch, local_timer, parse_answer
 from tests.fixtures.engine import free_port
+from tests.fixtures.slowstream import GAP_S, SlowStream
 from tests.fixtures.fake_sglang import FakeSglangServer
 
 PROMPT = Prompt("p", "math", ({"role": "user", "content": "hi"},))
-GAP_S = 0.03
-
-
-def sse(obj: object) -> bytes:
-    return f"data: {json.dumps(obj)}\n\n".encode()
-
-
-def chunk(delta: dict[str, str], finish: str | None = None) -> bytes:
-    return sse({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-
-
-class SlowStream(BaseHTTPRequestHandler):
-    """A chunked SSE stream: role + first token at once, then one token every GAP_S, then usage."""
-
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args: object) -> None:
-        return None
-
-    def _send(self, data: bytes) -> None:
-        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-        self.wfile.flush()
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers["Content-Length"]))
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        self._send(chunk({"role": "assistant", "content": ""}) + chunk({"content": "a"}))
-        for piece in ("", "b", "c"):  # "" : a byte token held back, still a step
-            time.sleep(GAP_S)
-            self._send(chunk({"content": piece}))
-        self._send(chunk({"content": ""}, "length"))
-        self._send(sse({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 5}}) + b"data: [DONE]\n\n")
-        self.wfile.write(b"0\r\n\r\n")
 
 
 @pytest.fixture

@@ -59,7 +59,7 @@ async def test_compare_verdict_carries_the_likely_cause(tui_folder: TuiFolder) -
         line = next(v for v in screen.comparison.verdict if "likely cause" in v)  # type: ignore[union-attr]
         # One line: the speed verdict (the output loops, but acceptance stayed 0%: nothing inflated it), then the diagnosis.
         assert line.startswith(f"{spec}: speculation HURTS vs {base}: speedup 0.61x")
-        assert "diagnosis: acceptance 0% by the diagnosis suite (the probe measured none) (no published reference applies) at K=3" in line
+        assert "diagnosis: acceptance 0% by the diagnosis suite (the probe measured none) (no reference applies) at K=3" in line
         assert "next: servelab drafter" in line
         await pilot.press("y")
         await until(pilot, lambda: isinstance(app.screen, WhyScreen) and "position-one-near-zero" in body_text(app.screen))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from servelab.engines.adapter import ArgValidation, engine_args_problems, render_flags
-from servelab.engines.values import Acceptance, Inexpressible, LatencyHistograms, LaunchSpec, NodePlan, NodeProcess, NodeTarget, PromptSet, RendezvousGrammar
+from servelab.engines.values import Acceptance, Inexpressible, LatencyHistograms, LaunchSpec, NodePlan, NodeProcess, NodeTarget, PromptSet, RendezvousGrammar, SettingsGrammar
 from servelab.engines.experiment import Experiment
 from servelab.engines.nodes.plan import host_port, multinode_problems, rendezvous_of, with_env
 from servelab.engines.logs.grammar import UVICORN_ANSWERED, UVICORN_SERVED, BarRule, Evidence, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
@@ -201,6 +201,23 @@ class SglangAdapter:
     grammar = GRAMMAR
     max_len_arg = "context-length"
     sampling_defaults_arg = "preferred-sampling-params"
+    # SGLang logs every server argument, then the token pool and limits it worked out.
+    settings = SettingsGrammar(
+        args_line=r"server_args=(\{.*\})\s*$",
+        resolved=(r"max_total_num_tokens=(?P<kv_cache_tokens>\d+)", r"max_running_requests=(?P<max_batch>\d+)",
+                  r"context_len=(?P<max_len>\d+)"),
+        names=(("max_running_requests", "max_batch", False), ("chunked_prefill_size", "max_batched_tokens", False),
+               ("context_length", "max_len", False), ("disable_cuda_graph", "eager", False),
+               ("disable_radix_cache", "prefix_caching", True), ("dtype", "dtype", False), ("quantization", "quantization", False),
+               ("kv_cache_dtype", "kv_cache_dtype", False), ("mem_fraction_static", "memory_fraction", False),
+               ("attention_backend", "attention_backend", False), ("max_total_tokens", "kv_cache_tokens", False),
+               ("device", "device", False)),
+        engine_args=(("kv_cache_tokens", "max-total-tokens"), ("max_batch", "max-running-requests"),
+                     ("max_batched_tokens", "chunked-prefill-size"), ("max_len", "context-length"), ("eager", "disable-cuda-graph"),
+                     ("dtype", "dtype"), ("quantization", "quantization"), ("kv_cache_dtype", "kv-cache-dtype"),
+                     ("memory_fraction", "mem-fraction-static")),
+        states_defaults=True,
+    )
 
     def problems(self, exp: Experiment) -> list[Inexpressible]:
         out = engine_args_problems(exp.engine_args, MANAGED_FLAGS)

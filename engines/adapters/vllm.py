@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from servelab.engines.adapter import ArgValidation, engine_args_problems
-from servelab.engines.values import Acceptance, Inexpressible, LatencyHistograms, LaunchSpec, NodePlan, NodeProcess, NodeTarget, PromptSet, RendezvousGrammar
+from servelab.engines.values import Acceptance, Inexpressible, LatencyHistograms, LaunchSpec, NodePlan, NodeProcess, NodeTarget, PromptSet, RendezvousGrammar, SettingsGrammar
 from servelab.engines.experiment import Experiment
 from servelab.engines.nodes.plan import multinode_problems, rendezvous_of, with_env
 from servelab.engines.nodes.ray import ray_env, ray_node_process
@@ -243,6 +243,20 @@ class VllmAdapter:
     grammar = GRAMMAR
     max_len_arg = "max-model-len"
     sampling_defaults_arg = "override-generation-config"
+    # vLLM logs the arguments that differ from its defaults, then the KV cache it could allocate.
+    settings = SettingsGrammar(
+        args_line=r"non-default args: (\{.*\})\s*$",
+        resolved=(r"KV cache size: (?P<kv_cache_tokens>[\d,]+) tokens",),
+        names=(("max_num_seqs", "max_batch", False), ("max_num_batched_tokens", "max_batched_tokens", False),
+               ("max_model_len", "max_len", False), ("enforce_eager", "eager", False),
+               ("enable_chunked_prefill", "chunked_prefill", False), ("enable_prefix_caching", "prefix_caching", False),
+               ("dtype", "dtype", False), ("quantization", "quantization", False), ("kv_cache_dtype", "kv_cache_dtype", False),
+               ("gpu_memory_utilization", "memory_fraction", False), ("attention_backend", "attention_backend", False)),
+        engine_args=(("max_batch", "max-num-seqs"), ("max_batched_tokens", "max-num-batched-tokens"), ("max_len", "max-model-len"),
+                     ("eager", "enforce-eager"), ("dtype", "dtype"), ("quantization", "quantization"),
+                     ("kv_cache_dtype", "kv-cache-dtype"), ("memory_fraction", "gpu-memory-utilization")),
+        states_defaults=False,
+    )
 
     # -- command line -------------------------------------------------------------------------
     def problems(self, exp: Experiment) -> list[Inexpressible]:

@@ -8,6 +8,7 @@ than comparing it with something it is not.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from servelab.engines.diagnosis.model import ReferenceMatch
@@ -80,3 +81,34 @@ def closest(model: str, drafter: str | None, engine: str, k: int | None, method:
     if k is not None and best.k != k:
         why += f"; published at K={best.k}, this run drafts K={k}"
     return ReferenceMatch(True, best.family, figure, low, high, " ".join(sorted({r.source for r in rows})), why)
+
+
+def publisher(source: str) -> str:
+    """Who published a figure, from its source addresses: ``vllm-project/vllm (PR #35966)``,
+    ``lightseekorg (Hugging Face model card)``, else the site's name."""
+    names: list[str] = []
+    for url in source.split():
+        m = re.match(r"https?://(?:www\.)?github\.com/([^/]+)/([^/]+)(?:/(pull|issues)/(\d+))?", url)
+        if m:
+            names.append(f"{m.group(1)}/{m.group(2)}" + (f" ({'PR' if m.group(3) == 'pull' else 'issue'} #{m.group(4)})" if m.group(4) else ""))
+            continue
+        m = re.match(r"https?://(?:www\.)?huggingface\.co/([^/]+)", url)
+        if m:
+            names.append(f"{m.group(1)} (Hugging Face model card)")
+            continue
+        m = re.match(r"https?://(?:www\.)?([^/]+)", url)
+        names.append(m.group(1) if m else url)
+    return " and ".join(dict.fromkeys(names)) or "an unnamed source"
+
+
+def reference_words(ref: ReferenceMatch) -> str:
+    """The reference's figure and what it is: ``41% reached by this drafter in the earlier local run R``,
+    ``40% stated in the experiment (source)``, ``50-60% published by X for FAMILY``; "" when none applies."""
+    if not (ref.applies and ref.low is not None and ref.high is not None):
+        return ""
+    span = f"{ref.low:.0%}" if abs(ref.high - ref.low) < 0.005 else f"{ref.low:.0%}-{ref.high:.0%}"
+    if ref.kind == "local":
+        return f"{span} reached by this drafter in the earlier local run {ref.run or ref.label}"
+    if ref.kind == "stated":
+        return f"{span} stated in the experiment" + (f" (source: {ref.source})" if ref.source else " (no source given)")
+    return f"{span} published by {publisher(ref.source)} for {ref.label}"

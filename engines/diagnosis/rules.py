@@ -3,10 +3,12 @@ setting to try next; the causes and their signatures are those of the research n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from servelab.engines.diagnosis.curve import DEAD_START_BELOW, comparable, fall_z as _fall_z, read_shape
+from servelab.engines.diagnosis.explain import CostModel, WhatIf, cost_model
 from servelab.engines.diagnosis.degenerate import DEGENERATE_BELOW, is_degenerate
+from servelab.engines.diagnosis.reference import reference_words
 from servelab.engines.diagnosis.model import Arm, Finding, Measurements, OtherTarget, Provenance, ReferenceMatch, StaticCheck, StepCost, rank
 from servelab.engines.diagnosis.pairing import PairFacts, candidates, target_changed
 from servelab.engines.values import TargetIdentity
@@ -251,6 +253,9 @@ def diagnose(facts: RunFacts, m: Measurements, cost: StepCost, ref: ReferenceMat
     elif cost.note:
         out.append(Finding("step-cost-unknown", "info", "the cost of a draft step is not measured", cost.note,
                            "probe the baseline experiment with the same prompts, then diagnose again", 0.0))
+    model = cost_model(m, cost, facts.k)
+    if model is not None:
+        out = _with_cost_model(out, model)
     if not out or all(f.severity == "info" for f in out):
         if rate >= PRAISE_FROM and not is_degenerate(share):
             out.append(Finding("healthy", "info", f"acceptance {_pct(rate)} with a {shape.shape} curve: no fault found", shape.text,
@@ -290,8 +295,8 @@ def _reference_findings(ref: ReferenceMatch, rate: float, per_position: list[flo
             4.5,
         )]
     named = [f.code for f in found if f.code in CAUSES or f.severity == "error" or f.code in ACCEPTANCE_WARNINGS]
-    what = {"local": f"this drafter reached {_pct(then)}{over} ({ref.figure})", "stated": f"{ref.label}: {_pct(then)} ({ref.source})",
-            "published": f"{_pct(ref.low)}-{_pct(ref.high)} published for {ref.label}"}.get(ref.kind, ref.label)
+    what = {"local": f"{_pct(then)}{over} reached by this drafter in the earlier local run {ref.run} ({ref.figure})", "stated": f"{ref.label}: {_pct(then)} ({ref.source})",
+            "published": reference_words(ref)}.get(ref.kind, ref.label)
     if named:
         message = f"acceptance {_pct(now)}{over} against {what}: explained by {', '.join(dict.fromkeys(named))} above"
     elif ref.kind == "published":
@@ -302,6 +307,38 @@ def _reference_findings(ref: ReferenceMatch, rate: float, per_position: list[flo
     nxt = (f"servelab drafter {facts.drafter or 'DRAFT'} --target {facts.model} first; then the template and thinking A/B above"
            if ref.kind == "published" else "train the drafter longer or on data like the served prompts, and compare with the reference run")
     return [Finding("below-reference", "warning", message, f"{ref.figure}; {ref.why}; {ref.source}", nxt, 0.9 if named else 1.8)]
+
+
+#: Above every warning but a drafter fault: when speculation loses, the factor that cost the most leads.
+FIRST_REASON = 3.5
+CHEAPER_STEP = ("a cheaper speculative step: [speculative] num_tokens lower, a smaller drafter, "
+                "or the drafter without eager mode (CUDA graphs)")
+
+
+def _with_cost_model(found: list[Finding], model: CostModel) -> list[Finding]:
+    """Each acceptance finding with the speedup its fix would give, ranked by it; when speculation
+    loses, the factor that cost the most first (``explain.CostModel.first``)."""
+    by_code: dict[str, WhatIf] = {}
+    for w in model.fixes:
+        by_code.setdefault(w.code, w)
+    best = model.fixes[0] if model.fixes else None
+    lead = model.loses and model.first == "acceptance"
+    out: list[Finding] = []
+    for f in found:
+        what_if = by_code.get(f.code)
+        if what_if is not None and f.severity != "info":
+            weight = FIRST_REASON if lead and what_if is best else 1.2 + max(0.0, what_if.speedup - model.estimated)
+            f = replace(f, evidence=f"{f.evidence}; {what_if.text} at the measured step cost ({model.step_ratio:.2f}x)", weight=weight)
+        out.append(f)
+    if model.loses and model.first == "step-cost":
+        out.append(Finding("step-cost-dominates", "warning", f"speculation loses to its {model.reason()}",
+                           "; ".join(["acceptance fixes measured: " + ", ".join(w.text for w in model.fixes)] if model.fixes else
+                                     ["no better acceptance was measured"]), CHEAPER_STEP, FIRST_REASON))
+    elif lead and best is None:
+        out.append(Finding("acceptance-dominates", "warning", f"speculation loses to its {model.reason()}",
+                           f"a draft token costs {model.per_draft or 0.0:.2f} of a plain step: cheap; the drafter agrees too rarely",
+                           "[speculative] draft_model = a drafter trained on this target's outputs", FIRST_REASON))
+    return out
 
 
 def _z(a: Arm, others: list[Arm]) -> float:

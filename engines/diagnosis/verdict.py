@@ -1,7 +1,10 @@
 """The diagnosis in compare's words, and the one decision it makes with the speed verdict.
 
-"hurts: 0.66x; acceptance 15.0% against 50-60% published for this family at K=3; likely cause: ...;
-next: ..."
+"hurts: 0.66x; acceptance 15.0% against 50-60% published by vllm-project/vllm (PR #35966) for
+kimi-k2.5-eagle3 at K=3; likely cause: ...; next: ..."
+
+Every reference says what it is (:func:`reference_words`): an earlier local run (named), a figure
+stated in the experiment, or a published one (by whom).
 
 - :func:`looping_share`: whether the diagnosis found the output looping; a speedup measured on
   such output is :data:`NOT_MEANINGFUL`, never "helps" (compare's ``Speedup.verdict`` asks this);
@@ -16,7 +19,9 @@ from __future__ import annotations
 import re
 
 from servelab.engines.diagnosis.degenerate import is_degenerate
-from servelab.engines.diagnosis.model import Diagnosis, Finding
+from servelab.engines.diagnosis.explain import cost_model
+from servelab.engines.diagnosis.model import Diagnosis, Finding, ReferenceMatch
+from servelab.engines.diagnosis.reference import reference_words
 
 #: The verdict on a speedup measured on looping output.
 NOT_MEANINGFUL = "not meaningful on this output"
@@ -31,11 +36,13 @@ CAUSES: dict[str, str] = {
     "speculation-not-paying": "no K pays for its drafts here",
     "temperature-drop": "acceptance falls at the serving temperature",
     "temperature-untested": "the probe at the serving temperature failed",
-    "below-reference": "acceptance far below the figure published for this family: a configuration fault before drafter quality",
-    "near-reference": "acceptance in line with the figure published for this family",
+    "below-reference": "acceptance far below its reference",
+    "near-reference": "acceptance in line with its reference",
     "step-cost": "the step cost and acceptance set the speedup (see the diagnosis for the estimate)",
     "healthy": "no fault found",
     "slower-than-baseline": "slower than no speculation",
+    "step-cost-dominates": "a speculative step costs more than the tokens it yields",
+    "acceptance-dominates": "the drafter agrees too rarely for its cheap steps to pay",
 }
 #: The looping-output note when acceptance stayed low anyway (severity info).
 _LOOPS_YET_LOW = "the output loops, yet the drafter disagrees even on it"
@@ -52,12 +59,23 @@ def looping_share(diag: Diagnosis | None) -> float | None:
     return share if is_degenerate(share) else None
 
 
-def cause(f: Finding) -> str:
-    """The finding's cause, figure-free: its own message when that has no figure, else its code's words."""
+#: What falling far below each kind of reference points at.
+_BELOW: dict[str, str] = {
+    "published": "acceptance far below the published figure: a configuration fault before drafter quality",
+    "stated": "acceptance far below the figure the experiment states",
+    "local": "acceptance far below this drafter's own earlier run",
+}
+
+
+def cause(f: Finding, ref: ReferenceMatch | None = None) -> str:
+    """The finding's cause, figure-free: its own message when that has no figure, else its code's words
+    (a reference finding's words name the kind of reference ``ref`` is)."""
     if f.code == "degenerate-output" and f.severity == "info":
         return _LOOPS_YET_LOW
     if not any(ch.isdigit() for ch in f.message):
         return f.message
+    if f.code == "below-reference" and ref is not None and ref.kind in _BELOW:
+        return _BELOW[ref.kind]
     return CAUSES.get(f.code, f"see finding {f.code} in the diagnosis")
 
 
@@ -94,18 +112,19 @@ def diagnosis_clause(diag: Diagnosis, acceptance: str | None = None) -> str:
         acceptance = suite_acceptance(diag, named=False)
     parts: list[str] = []
     acc = f"acceptance {acceptance}"
-    ref = diag.reference
-    if ref.applies and ref.low is not None and ref.high is not None:
-        span = f"{ref.low:.0%}" if abs(ref.high - ref.low) < 0.005 else f"{ref.low:.0%}-{ref.high:.0%}"
-        acc += f" against {span} published for this family ({ref.label})"
-    else:
-        acc += " (no published reference applies)"
+    words = reference_words(diag.reference)
+    acc += f" against {words}" if words else " (no reference applies)"
     if diag.k:
         acc += f" at K={diag.k}"
     parts.append(acc)
+    model = cost_model(diag.measurements, diag.cost, diag.k)
+    if model is not None and model.loses:
+        parts.append(f"why: {model.reason()}")
+        if model.fixes:
+            parts.append("acceptance fixes, by effect: " + ", ".join(w.text for w in model.fixes))
     top = top_finding(diag)
     if top is not None:
-        parts.append(f"likely cause: {cause(top)}")
+        parts.append(f"likely cause: {cause(top, diag.reference)}")
         nxt = recommendation(top, diag.k)
         if nxt is not None:
             parts.append(f"next: {nxt}")

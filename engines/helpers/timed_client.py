@@ -25,6 +25,12 @@ while the request was timed (``/proc/thread-self/schedstat``; null where the ker
 a client that waits for a CPU reads late, and the kernel merges the chunks that queue up meanwhile
 into one read stamped with the latest arrival, so the figures are only as good as this is small.
 servelab turns the events into figures (engines/probe/client.py) so both routes share one timing rule.
+
+``host``: the host's conditions just before and just after the batch (``load`` average, the ``cpus``,
+busy and total jiffies from ``/proc/stat``, and the CPU jiffies of this client and of the server's
+session ``watch_sid``, the run's pid, when the request names one), so servelab can say what else used
+the CPU during this round; ``runnable``: the mean count of runnable tasks on the host while the batch
+ran (``procs_running``, sampled every 0.1 s, the sampler itself left out).
 """
 
 from __future__ import annotations
@@ -235,7 +241,86 @@ def claim_cpu(realtime: bool, cpus: list[int] | None) -> str:
     return ", ".join(said)
 
 
+def _proc_jiffies(stat: bytes) -> tuple[int, int]:
+    """(session id, utime + stime) from a /proc/PID/stat line."""
+    rest = stat[stat.rfind(b")") + 2 :].split()
+    return int(rest[3]), int(rest[11]) + int(rest[12])
+
+
+def host_sample(watch_sid: int | None) -> dict[str, Any]:
+    """The host's load average, its busy/total CPU jiffies, this process's and the watched session's."""
+    out: dict[str, Any] = {"t": time.time(), "cpus": os.cpu_count()}
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            out["load"] = [float(x) for x in f.read().split()[:3]]
+        with open("/proc/stat", "rb") as f:
+            cpu = [int(x) for x in f.readline().split()[1:]]
+        out["total"], out["busy"] = sum(cpu[:8]), sum(cpu[:8]) - cpu[3] - (cpu[4] if len(cpu) > 4 else 0)
+        with open("/proc/self/stat", "rb") as f:
+            out["self"] = _proc_jiffies(f.read())[1]
+    except (OSError, ValueError, IndexError):
+        return out
+    if watch_sid:
+        server = 0
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    sid, jiffies = _proc_jiffies(f.read())
+            except (OSError, ValueError, IndexError):
+                continue
+            if sid == watch_sid or int(name) == watch_sid:
+                server += jiffies
+        out["server"] = server
+    return out
+
+
+def _procs_running() -> int | None:
+    try:
+        with open("/proc/stat", "rb") as f:
+            for line in f:
+                if line.startswith(b"procs_running "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+class _RunQueue:
+    """Samples the host's runnable tasks every ``every`` seconds while a batch runs (a load average
+    reacts over a minute; this is the round's own)."""
+
+    def __init__(self, every: float = 0.1) -> None:
+        self.every = every
+        self.samples: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            n = _procs_running()
+            if n is not None:
+                self.samples.append(n)
+
+    def __enter__(self) -> _RunQueue:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def mean(self) -> float | None:
+        # the sampler itself is running when it reads: one less is what else wanted a CPU
+        return sum(self.samples) / len(self.samples) - 1 if self.samples else None
+
+
 def run(request: dict[str, Any]) -> dict[str, Any]:
+    watch = request.get("watch_sid")
+    watch_sid = int(watch) if isinstance(watch, int) and watch > 0 else None
+    before = host_sample(watch_sid)
+    queue = _RunQueue()
     priority = claim_cpu(bool(request.get("realtime", True)), [int(c) for c in request.get("cpus") or []] or None)
     url, path = str(request["url"]), str(request.get("path", "/v1/chat/completions"))
     bodies = list(request["bodies"])
@@ -258,11 +343,14 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
                 records[i] = {"start_s": 0.0, "status": None, "error": f"{type(exc).__name__}: {exc}", "events": [], "kernel_stamps": False, "cpu_wait_ms": None}
 
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(slots, len(bodies)) or 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return {"duration_s": time.perf_counter() - t0, "priority": priority, "records": records}
+    with queue:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    duration = time.perf_counter() - t0
+    host = {"before": before, "after": host_sample(watch_sid), "runnable": queue.mean()}
+    return {"duration_s": duration, "priority": priority, "records": records, "host": host}
 
 
 def main() -> int:

@@ -10,6 +10,7 @@ import datetime as dt
 import json
 import re
 import tomllib
+from dataclasses import replace
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,12 @@ from servelab.engines.errors import ServelabError
 from servelab.engines.experiment import Experiment
 from servelab.engines.logs.values import Stage, stage_seconds, start_to_ready_s
 from servelab.engines.probe.prompts import load as load_prompts
-from servelab.engines.probe.runner import ProbeResult, Progress, run_probe
+from servelab.engines.fairness import resolved_settings
+from servelab.engines.runrecords import LOG_NAME
+from servelab.engines.gpus.sample import GpuSampleError, sample_host
+from servelab.engines.helpers import HelperError
+from servelab.engines.probe.conditions import RoundConditions
+from servelab.engines.probe.runner import ConditionsProbe, ProbeResult, Progress, run_probe
 from servelab.engines.probe.summary import ProbeSummary
 from servelab.engines.probe.timer import HostTimer
 from servelab.engines.runstate import RunState
@@ -121,10 +127,12 @@ async def probe_run(runs: RunsAPI, run: str | ResolvedRun, *, progress: Progress
     ident = identity(exp, rec, await gpu_names(runs, rec.host), group.identity() if group is not None else None)
     if group is not None:
         ident["group"] = group.id
+    log = await runs.read_artifact(head, LOG_NAME)
+    ident["resolved_settings"] = resolved_settings(get_adapter(exp.engine).settings, log) if log else {}
     base_url = await runs.base_url(head)
     # The timed requests are sent from the server's own host, never through the tunnel.
     host = head.host
-    timer = HostTimer(host, host.config.python, f"http://127.0.0.1:{rec.port}")
+    timer = HostTimer(host, host.config.python, f"http://127.0.0.1:{rec.port}", watch_sid=rec.pid)
     result = await run_probe(
         base_url,
         prompts,
@@ -136,6 +144,7 @@ async def probe_run(runs: RunsAPI, run: str | ResolvedRun, *, progress: Progress
         ready_timeout_s=ready_timeout_s,
         progress=progress,
         timer=timer,
+        conditions=host_conditions(runs, rec, bool(ident.get("gpus"))),
     )
     # Stage timings are final once the server is ready, so read them after the probe.
     after = await runs.status(head)
@@ -152,6 +161,28 @@ async def probe_run(runs: RunsAPI, run: str | ResolvedRun, *, progress: Progress
     await runs.write_artifact(head, PROBE_JSON, result.summary_json().encode("utf-8"))
     await runs.write_artifact(head, REQUESTS_JSONL, result.requests_jsonl().encode("utf-8"))
     return result
+
+
+def host_conditions(runs: RunsAPI, rec: RunRecord, gpus: bool) -> ConditionsProbe:
+    """Each round's conditions completed on the run's host: the GPU sampler's mean utilisation and
+    total memory in use (where the host has GPUs), and the other servelab runs alive there."""
+
+    async def complete(cond: RoundConditions) -> RoundConditions:
+        others = sorted(r.id for r in await runs.list(rec.host) if r.id != rec.id and not r.status.is_terminal)
+        util = mem = None
+        if gpus:
+            try:
+                sample = await sample_host(runs.host(rec.host))
+            except (HelperError, GpuSampleError):
+                sample = None
+            if sample is not None and sample.gpus:
+                utils = [g.util_pct for g in sample.gpus if g.util_pct is not None]
+                mems = [g.memory_used_mib for g in sample.gpus if g.memory_used_mib is not None]
+                util = sum(utils) / len(utils) if utils else None
+                mem = sum(mems) if mems else None
+        return replace(cond, gpu_util_pct=util, gpu_mem_mib=mem, other_runs=others)
+
+    return complete
 
 
 async def load_probe(runs: RunsAPI, run: str | ResolvedRun) -> ProbeSummary | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -25,6 +25,7 @@ import httpx
 from servelab.engines.errors import ServelabError
 from servelab.engines.experiment import ProbeSettings
 from servelab.engines.probe.client import RequestResult, chat_body, result_from_events, stream_chat
+from servelab.engines.probe.conditions import RoundConditions, from_samples
 from servelab.engines.probe.metrics import NoAcceptance, ServerLatency, latency_between
 from servelab.engines.values import Acceptance, AcceptanceWindow, LatencyHistograms, Prompt, PromptSet
 from servelab.engines.probe.stats import mean, median, percentile, summarise
@@ -49,10 +50,12 @@ REPEAT_FIGURES: tuple[str, ...] = (
     "spec_decode_acceptance_rate", "spec_decode_acceptance_length",
     "spec_decode_num_drafts", "spec_decode_draft_tokens", "spec_decode_accepted_tokens",
     "server_mean_ttft_ms", "server_mean_itl_ms", "server_requests",
-    "client_mean_cpu_wait_ms",
+    "client_mean_cpu_wait_ms", "host_load1", "host_other_cores",
 )
 
 Progress = Callable[[str], None]
+#: What a round's conditions add beyond the timed client's /proc samples (the GPU sampler, other runs alive).
+ConditionsProbe = Callable[[RoundConditions], Awaitable[RoundConditions]]
 #: A timed client that waited longer than this for a CPU per request gets it said in ``latency_source``.
 CPU_WAIT_NOTE_MS = 2.0
 
@@ -146,6 +149,14 @@ class _Repeat:
     duration_s: float
     kernel_clock: bool
     priority: str
+    conditions: RoundConditions
+
+
+async def time_round(
+    timer: RequestTimer, model: str, prompts: PromptSet, max_tokens: int, concurrency: int, extra: dict[str, Any], timeout_s: float
+) -> _Repeat:
+    """One round of the prompt set, timed by ``timer`` (the probe's repeat; ``servelab ab``'s round)."""
+    return await _time_repeat(timer, model, prompts, max_tokens, concurrency, extra, timeout_s)
 
 
 async def _time_repeat(
@@ -160,7 +171,7 @@ async def _time_repeat(
         res = result_from_events(p, rec.events, start=rec.start_s, error=rec.error)
         res.client_cpu_wait_ms = rec.cpu_wait_ms
         results.append(res)
-    return _Repeat(results, batch.duration_s, all(rec.kernel_stamps for rec in batch.records), batch.priority)
+    return _Repeat(results, batch.duration_s, all(rec.kernel_stamps for rec in batch.records), batch.priority, from_samples(batch.host))
 
 
 async def scrape_metrics(http: httpx.AsyncClient) -> str | None:
@@ -278,6 +289,7 @@ async def run_probe(
     request_timeout_s: float = 300.0,
     progress: Progress | None = None,
     timer: RequestTimer | None = None,
+    conditions: ConditionsProbe | None = None,
 ) -> ProbeResult:
     """Probe a running server. ``adapter`` reads acceptance and the server's latency histograms the
     engine's way (None: neither). ``timer`` sends the timed requests (default: a separate process on
@@ -285,6 +297,7 @@ async def run_probe(
     plan = ProbePlan(
         base_url, prompts, settings, adapter=adapter, experiment=experiment, identity=identity, label=label,
         ready_timeout_s=ready_timeout_s, request_timeout_s=request_timeout_s, progress=progress, timer=timer or local_timer(base_url),
+        conditions=conditions,
     )
     try:
         return await _run_probe(plan)
@@ -307,6 +320,8 @@ class ProbePlan:
     ready_timeout_s: float = 600.0
     request_timeout_s: float = 300.0
     progress: Progress | None = None
+    #: Adds the GPU sampler's figures and the other runs alive to each round's conditions.
+    conditions: ConditionsProbe | None = None
 
 
 async def _run_probe(plan: ProbePlan) -> ProbeResult:
@@ -329,6 +344,7 @@ async def _run_probe(plan: ProbePlan) -> ProbeResult:
         rows: list[dict[str, Any]] = []
         kernel_clock = True
         priorities: set[str] = set()
+        round_conditions: list[dict[str, Any]] = []
         for rep in range(settings.repeats):
             window: AcceptanceWindow = (
                 adapter.read_acceptance(http, experiment, prompts, settings.max_tokens)
@@ -351,6 +367,9 @@ async def _run_probe(plan: ProbePlan) -> ProbeResult:
             agg = aggregate(results, duration, acceptance)
             latency = latency_between(hist, before, after) if hist is not None and before is not None and after is not None else None
             agg.update(server_figures(latency))
+            cond = await plan.conditions(timed.conditions) if plan.conditions is not None else timed.conditions
+            agg["host_load1"], agg["host_other_cores"] = cond.load1, cond.other_cores
+            round_conditions.append(cond.to_dict())
             agg["repeat"] = rep
             repeats.append(agg)
             for res in results:
@@ -397,6 +416,7 @@ async def _run_probe(plan: ProbePlan) -> ProbeResult:
         "server_latency_source": next((r["server_latency_source"] for r in repeats if r.get("server_latency_source")), None),
         **combined,
         "per_category": per_category(rows),
+        "host_conditions": round_conditions,
         "per_repeat": repeats,
         "identity": ident,
     }

@@ -42,6 +42,8 @@ class TimedBatch:
     records: list[TimedRecord]
     #: The scheduling the client got on its host, in words (``real-time priority (SCHED_FIFO 1)``).
     priority: str = ""
+    #: The host's conditions just before and after the batch (``timed_client.host_sample``), as sent.
+    host: dict[str, Any] = field(default_factory=dict)
 
 
 class RequestTimer(Protocol):
@@ -61,8 +63,10 @@ class HostTimer:
     plain client, for comparison (bench/probe_vs_server.py).
     """
 
-    def __init__(self, host: Host, python: str, url: str, *, realtime: bool = True, cpus: list[int] | None = None) -> None:
+    def __init__(self, host: Host, python: str, url: str, *, realtime: bool = True, cpus: list[int] | None = None,
+                 watch_sid: int | None = None) -> None:
         self.host = host
+        self.watch_sid = watch_sid
         self.python = python
         self.url = url
         self.realtime = realtime
@@ -72,7 +76,7 @@ class HostTimer:
     async def time_batch(self, bodies: list[dict[str, Any]], concurrency: int, timeout_s: float) -> TimedBatch:
         request = {
             "url": self.url, "path": "/v1/chat/completions", "bodies": bodies, "concurrency": concurrency,
-            "timeout": timeout_s, "realtime": self.realtime, "cpus": self.cpus,
+            "timeout": timeout_s, "realtime": self.realtime, "cpus": self.cpus, "watch_sid": self.watch_sid,
         }
         budget = timeout_s * max(1, -(-len(bodies) // max(1, concurrency))) + 60.0
         try:
@@ -104,4 +108,6 @@ def parse_answer(answer: dict[str, Any], expected: int, host: str) -> TimedBatch
         wait = r.get("cpu_wait_ms")
         records.append(TimedRecord(float(r.get("start_s") or 0.0), r.get("error"), events, bool(r.get("kernel_stamps")),
                                    float(wait) if isinstance(wait, (int, float)) else None))
-    return TimedBatch(float(answer.get("duration_s") or 0.0), records, str(answer.get("priority") or ""))
+    host_samples = answer.get("host")
+    return TimedBatch(float(answer.get("duration_s") or 0.0), records, str(answer.get("priority") or ""),
+                      host_samples if isinstance(host_samples, dict) else {})

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import shutil
 import sys
 from typing import Any
 
+from servelab.engines.align import write_twins
 from servelab.engines.catalog import load_catalog
-from servelab.engines.compare import FORMATS, compare_runs, render
+from servelab.engines.compare import FORMATS, compare_runs, render, speed_words, wrap_verdict
+from servelab.engines.probe.paired import AB_JSON, measure
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.hosts.registry import close_all
@@ -38,7 +42,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--format", choices=FORMATS, default="table")
     p.add_argument("--diff-only", action="store_true", help="identity rows only where the runs differ")
     p.add_argument("--baseline-run", metavar="RUN", help="measure speedups against this probed run (any host; the verdict marks a cross-host pair)")
+    p.add_argument("--align", action="store_true",
+                   help="write <experiment>-aligned.toml for each run whose resolved settings make it not comparable with the first run")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("ab", help="paired measurement: time CAND against BASE in interleaved rounds (A B B A ...), speedup from per-pair ratios")
+    p.add_argument("base", metavar="BASE", help="the baseline: a run id, or an experiment (its latest run; launched when it does not serve)")
+    p.add_argument("cand", metavar="CAND", help="the candidate: a run id or an experiment, likewise")
+    p.add_argument("--pairs", type=int, default=6, help="pairs of rounds (default 6); each round sends the candidate's [probe] prompts once")
+    p.add_argument("--json", action="store_true", help="print ab.json instead of the verdict")
+    p.set_defaults(func=cmd_ab)
 
 
 def _run(args: argparse.Namespace, body: Any) -> Any:
@@ -105,10 +118,37 @@ def cmd_probe(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     async def body(runs: Runs) -> str:
         comp = await compare_runs(runs, args.runs, baseline_run=args.baseline_run)
-        return render(comp, args.format, diff_only=args.diff_only)
+        out = render(comp, args.format, diff_only=args.diff_only)
+        if args.align:
+            twins = await write_twins(runs, args.runs)
+            for t in twins:
+                print(f"wrote {t.path}: {t.run} was {t.why}" + (f"; not aligned: {'; '.join(t.left)}" if t.left else ""), file=sys.stderr)
+            if not twins:
+                print("nothing to align: no run's resolved settings make it not comparable with the first", file=sys.stderr)
+        return out
 
     out = _run(args, body)
     sys.stdout.write(out)
     return 0
 
 
+
+
+def cmd_ab(args: argparse.Namespace) -> int:
+    def say(msg: str) -> None:
+        print(f"ab: {msg}", file=sys.stderr, flush=True)
+
+    async def body(runs: Runs) -> str:
+        result = await measure(runs, args.base, args.cand, pairs=args.pairs, progress=say)
+        if args.json:
+            return json.dumps(result.to_dict(), indent=1) + "\n"
+        value, low, high = result.band
+        lines = [result.line(speed_words(value, low, high))]
+        for r in result.rounds:
+            lines.append(f"  pair {r.pair + 1} ({' '.join(r.order)}): {r.base_tput:.1f} vs {r.cand_tput:.1f} output tok/s = {r.ratio:.2f}x; "
+                         f"host load {r.base.load1 if r.base.load1 is not None else '-'} / {r.cand.load1 if r.cand.load1 is not None else '-'}")
+        lines.append(f"saved {AB_JSON} in {result.cand_run}'s folder; 'servelab compare {result.cand_run}' shows it beside the unpaired verdict")
+        return "\n".join(wrap_verdict(lines[:1], shutil.get_terminal_size((80, 24)).columns)) + "\n" + "\n".join(lines[1:]) + "\n"
+
+    sys.stdout.write(_run(args, body))
+    return 0

@@ -18,6 +18,7 @@ from servelab.engines.compare import Comparison, compare_runs, render
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.history import latest_probed
+from servelab.engines.probe.paired import measure
 from servelab.tui.face import servelab_app
 from servelab.tui.navigation import OpenWhy, go
 from servelab.tui.widgets.key_footer import KeyFooter
@@ -41,6 +42,7 @@ class CompareScreen(Screen[None]):
         Binding("d", "toggle_diff", "Diff only", id="compare.diff-only"),
         Binding("m", "export_markdown", "Markdown", id="compare.export"),
         Binding("y", "why", "Why?", tooltip="diagnose: why it is slow or failed", id="compare.why"),
+        Binding("a", "paired", "Paired A/B", tooltip="time the runs against their baseline in interleaved rounds (servelab ab)", id="compare.paired"),
     ]
 
     def __init__(self, experiments: list[str] | None = None, run_ids: list[str] | None = None) -> None:
@@ -127,6 +129,31 @@ class CompareScreen(Screen[None]):
         self.app.copy_to_clipboard(text)
         self._fill()
         self.notify(f"Markdown copied to the clipboard and saved to {path}", timeout=6)
+
+    def action_paired(self) -> None:
+        """``servelab ab`` for each run with a speedup against a baseline run, then the comparison again."""
+        comp = self.comparison
+        if comp is None:
+            return
+        pairs = [(sp.baseline_run, run) for run, sp in comp.speedups.items() if sp.baseline_run]
+        if not pairs:
+            self.notify("no run here has a baseline run to pair with", severity="warning")
+            return
+        self._measure_pairs(pairs)
+
+    @work(exclusive=True, group="compare-ab", exit_on_error=False)
+    async def _measure_pairs(self, pairs: list[tuple[str, str]]) -> None:
+        runs = servelab_app(self).runs()
+        status = self.query_one("#compare-verdict", Static)
+        try:
+            for base, cand in pairs:
+                status.update(Text(f"measuring {cand} against {base} in interleaved rounds…", style="bold"))
+                await measure(runs, base, cand, progress=lambda msg: status.update(Text(f"ab: {msg}")))
+            self.run_ids = list(self.comparison.runs) if self.comparison is not None else self.run_ids
+        except (ServelabError, HostUnreachable, OSError) as exc:
+            status.update(Text(str(exc), style="bold red"))
+            return
+        self._load()
 
     def action_why(self) -> None:
         if self.comparison is None:
