@@ -311,6 +311,8 @@ def _reference_findings(ref: ReferenceMatch, rate: float, per_position: list[flo
 
 #: Above every warning but a drafter fault: when speculation loses, the factor that cost the most leads.
 FIRST_REASON = 3.5
+#: The cost model's findings: why the speedup is what it is. The acceptance causes follow them.
+SPEEDUP_REASONS = frozenset({"step-cost-dominates", "acceptance-dominates"})
 CHEAPER_STEP = ("a cheaper speculative step: [speculative] num_tokens lower, a smaller drafter, "
                 "or the drafter without eager mode (CUDA graphs)")
 
