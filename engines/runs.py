@@ -39,6 +39,7 @@ from servelab.engines.hostsfile import HostConfig
 from servelab.engines.logs.values import Analysis
 from servelab.engines.logs.live import LiveAnalyses
 from servelab.engines.nodes.resolve import resolve_run
+from servelab.engines.owner import me
 from servelab.engines.preflight import run_preflight
 from servelab.engines.runstate import RunState
 from servelab.engines.slurm import jobs as slurm_jobs
@@ -137,10 +138,24 @@ class Runs:
             )
         cfg = self.catalog.host(host or exp.experiment.host)
         patch_record = {} if skip_preflight else await self._preflight(exp, cfg, progress)
+        if rehearsal and cfg.slurm is None:  # a port of its own: it may run beside a live run of the experiment
+            exp = exp.model_copy(update={"experiment": exp.experiment.model_copy(update={"port": await self.free_port(cfg, exp.experiment.port)})})
         spec = self.catalog.launch_spec(exp, cfg)
         if rehearsal:
             spec = get_adapter(exp.experiment.engine).rehearsal_spec(exp.experiment, spec)
         return await self.start_spec(exp, cfg, spec, new_run_id(exp.name), exp.experiment.port, patch_record, rehearsal=rehearsal)
+
+    async def free_port(self, cfg: HostConfig, after: int) -> int:
+        """The first port above ``after`` on the host that nothing listens on and no live run holds
+        (runctl ``free-port``): where a rehearsal serves beside the experiment's live run."""
+        h = open_host(cfg)
+        try:
+            answer = await self._ctl(h, "free-port", runs_root(cfg), str(after))
+        except HostUnreachable as exc:
+            raise ServelabError(str(exc)) from None
+        if "port" not in answer:
+            raise ServelabError(f"{cfg.name}: {answer.get('error', 'no free port')}")
+        return int(answer["port"])
 
     async def start_spec(
         self, exp: SourcedExperiment, cfg: HostConfig, spec: LaunchSpec, run_id: str, port: int, patch_record: dict[str, Any],
@@ -153,6 +168,7 @@ class Runs:
         h = open_host(cfg)
         run_dir = f"{runs_root(cfg)}/{run_id}"
         e = exp.experiment
+        who = me()
         rec = RunRecord(
             id=run_id,
             experiment=exp.name,
@@ -169,6 +185,9 @@ class Runs:
             identity=exp.identity_hash(),
             patches=patch_record,
             rehearsal=rehearsal,
+            launched_by=who.user,
+            launched_from=who.machine,
+            servelab_instance=who.instance,
         )
         try:
             await h.write_bytes(f"{run_dir}/experiment.toml", exp.text.encode("utf-8"))
@@ -308,7 +327,7 @@ class Runs:
         if exp is None:
             return None
         hosts = list(dict.fromkeys([exp.experiment.host, *exp.experiment.hosts]))
-        found = [r for h in hosts for r in await self.list(h) if r.experiment == ref]
+        found = [r for h in hosts for r in await self.list(h) if r.experiment == ref and not r.rehearsal]  # a rehearsal is never the latest run
         return max(found, key=lambda r: (r.started_at, r.id)).id if found else None
 
     async def find(self, run_id: str) -> tuple[Host, RunRecord]:

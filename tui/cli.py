@@ -27,6 +27,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "servelab.tui.commands.campaign",
     "servelab.tui.commands.drafter",
     "servelab.tui.commands.gpus",
+    "servelab.tui.commands.history",
 )
 
 
@@ -54,6 +55,7 @@ COMMAND_MODULE: dict[str, str] = {
     "campaign": "servelab.tui.commands.campaign",
     "drafter": "servelab.tui.commands.drafter",
     "gpus": "servelab.tui.commands.gpus",
+    "history": "servelab.tui.commands.history",
 }
 
 

@@ -18,6 +18,8 @@ lives, in one round trip, with no shell involved:
   were seen holding while it ran (the supervisor samples them), never another program's or another
   user's. Prints JSON (what would be / was removed).
 - ``holders PORT``: who listens on a port. Prints JSON.
+- ``free-port RUNS_ROOT FROM``: the first port above FROM that nothing listens on and no live
+  servelab run of the folder was given (a rehearsal's own port beside a live run). Prints JSON.
 """
 
 from __future__ import annotations
@@ -649,13 +651,27 @@ def cmd_cleanup(root: str, apply: bool, only: str | None = None) -> dict[str, An
     return {"processes": processes, "shm": shm, "applied": apply}
 
 
+def free_port(root: str, start: int, tries: int = 200) -> dict[str, Any]:
+    """The first port above ``start`` that nothing listens on and no live run of ``root`` holds."""
+    taken = set()
+    for run_dir in run_dirs(root):
+        state = run_state(run_dir)
+        if state is not None and state["alive"] and state.get("port"):
+            taken.add(int(state["port"]))
+    for port in range(start + 1, min(start + 1 + tries, 65536)):
+        if port not in taken and not listening_inodes(port):
+            return {"port": port}
+    return {"error": "no free port in %d..%d" % (start + 1, start + tries)}
+
+
 def main(argv: list[str]) -> int:
-    return hostlib.run_command(argv, 2, "usage: runctl.py start|status|stop|cleanup|holders ...", {
+    return hostlib.run_command(argv, 2, "usage: runctl.py start|status|stop|cleanup|holders|free-port ...", {
         "start": lambda a: cmd_start(a[2]),
         "status": lambda a: cmd_status(a[2], a[3:]),
         "stop": lambda a: cmd_stop(a[2], float(a[3]), "--leader-first" in a[4:]),
         "cleanup": _cleanup,
         "holders": lambda a: {"holders": [{"pid": p, "command": c} for p, c in port_holders(int(a[2]))]},
+        "free-port": lambda a: free_port(a[2], int(a[3])),
     })
 
 
