@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from servelab.engines.adapter import get_adapter
-from servelab.engines.values import LaunchSpec
+from servelab.engines.values import LaunchSpec, StopPlan
 from servelab.engines.catalog import Catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.experiment import SourcedExperiment
@@ -575,7 +575,8 @@ class Runs:
     # -- stop and cleanup -------------------------------------------------------------------------
     async def stop(self, run: RunRef, grace: float = 10.0, *, leader_first: bool = False) -> RunStatus:
         """SIGTERM to the run's process group, SIGKILL after ``grace``; only this run's processes.
-        ``leader_first``: SIGTERM its leader alone first (a daemon that stops its children itself)."""
+        ``leader_first``: SIGTERM its leader alone first (a daemon that stops its children itself).
+        The engine's adapter may ask for both (``stop_plan``: SGLang's leader first, 30 s at least)."""
         h, rec = await self._at(run)
         if rec.slurm_job:  # the job is the unit that stops: scancel of the job servelab submitted
             try:
@@ -588,6 +589,11 @@ class Runs:
             return RunStatus(record=stopped, alive=job.alive, exit_code=stopped.exit_code, job=job)
         if rec.pid is None:
             raise ServelabError(f"run {rec.id} has no process (status {rec.status})")
+        try:  # the engine's own shutdown path and least grace (a run of no engine, a Ray daemon: the plain stop)
+            plan = get_adapter(rec.engine).stop_plan
+        except KeyError:
+            plan = StopPlan()
+        grace, leader_first = max(grace, plan.min_grace_s), leader_first or plan.leader_first
         try:
             answer = await self._ctl(h, "stop", rec.run_dir, f"{grace:g}", *(["--leader-first"] if leader_first else []), timeout=grace + 60)
         except HostUnreachable as exc:

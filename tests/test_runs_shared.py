@@ -149,3 +149,38 @@ def test_engine_state_only_moves_forward_as_a_live_log_grows(cuts: list[int]) ->
     assert state_at(len(_LINES)) is EngineState.SERVING
     ended = RunRecord(id="r", experiment="e", engine="vllm", host="local", argv=[], env={}, port=1, model="m", run_dir="/x", log_path="/x/l", status=RunState.STOPPED)
     assert engine_state(RunStatus(ended, alive=False, exit_code=143)) is EngineState.ENDED
+
+
+@pytest.mark.parametrize("kill", ["0", "1"])
+async def test_a_semaphore_made_while_the_engine_shuts_down_goes_with_its_stop_and_nothing_else(lab: Lab, kill: str) -> None:
+    """An engine that makes a ``sem.mp-*`` file in /dev/shm only after SIGTERM (SGLang's children
+    leave one, then die by SIGKILL: ``kill`` 1) lives less than a supervisor sample: the stop notes it
+    while the run dies and removes it; a file of the same name shape the run did not make stays."""
+    import re
+
+    lab.experiment("dying", env={"STUB_TERM_SHM": "1", "STUB_TERM_S": "0.4", "STUB_TERM_KILL": kill, "STUB_INTERVAL": "0.2"})
+    stranger = Path(f"/dev/shm/sem.mp-servelabstranger{os.getpid()}")
+    stranger.write_bytes(b"\0" * 32)  # the user's own, made by no run
+    runs = lab.runs()
+    rec = await runs.launch("dying", skip_preflight=True)
+    try:
+        wait_for(lambda: b"line 00000001" in Path(rec.log_path).read_bytes())
+        st = await runs.stop(rec.id, grace=5)
+        made = re.search(rb"STUB term shm (\S+)", Path(rec.log_path).read_bytes())
+        assert made is not None
+        path = made.group(1).decode()
+        assert st.status is RunState.STOPPED and path in st.cleaned
+        assert not Path(path).exists() and stranger.exists()
+        assert await runs.cleanup(dry_run=True) == []
+    finally:
+        stranger.unlink()
+
+
+def test_each_engine_has_its_own_stop_plan_and_sglang_gets_time_before_any_sigkill() -> None:
+    from servelab.engines.adapter import all_adapters, get_adapter
+
+    plans = {a.name: a.stop_plan for a in all_adapters()}
+    assert set(plans) >= {"vllm", "sglang"}
+    sglang = get_adapter("sglang").stop_plan
+    assert sglang.leader_first and sglang.min_grace_s >= 20  # its own shutdown path first, then the group
+    assert not get_adapter("vllm").stop_plan.leader_first

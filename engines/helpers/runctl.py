@@ -511,6 +511,18 @@ def cmd_stop(run_dir: str, grace: float, leader_first: bool = False) -> dict[str
         note_stop(run_dir, "SIGTERM")
     before = members(rec["id"])
     deadline = time.monotonic() + grace
+    # What the run's processes hold in /dev/shm is noted while they die too: what an engine makes
+    # during its shutdown (a semaphore of a child it then kills) goes with the run's cleanup below.
+    owned: set[str] = set()
+    sid = rec.get("pgid") or rec["pid"]
+
+    def note() -> None:
+        try:
+            note_owned_shm(run_dir, sid, owned)
+        except OSError:
+            pass
+
+    note()
     if leader_first and alive(rec.get("pid"), rec.get("start_time")) and has_marker(rec["pid"], rec["id"]):
         try:
             os.kill(rec["pid"], signal.SIGTERM)
@@ -518,11 +530,13 @@ def cmd_stop(run_dir: str, grace: float, leader_first: bool = False) -> dict[str
             pass
         half = time.monotonic() + grace / 2
         while members(rec["id"]) and time.monotonic() < half:
-            time.sleep(0.1)
+            note()
+            time.sleep(0.05)
     signal_run(rec, signal.SIGTERM)
     left = members(rec["id"])
     while left and time.monotonic() < deadline:
-        time.sleep(0.1)
+        note()
+        time.sleep(0.05)
         left = members(rec["id"])
     killed = []
     if left:
@@ -592,10 +606,17 @@ def session_pids(sid: int) -> list[int]:
 
 
 def note_owned_shm(run_dir: str, sid: int, owned: set[str]) -> None:
-    """Add what the run's processes hold in /dev/shm now to ``shm-owned.json`` (only when it grew)."""
+    """Add what the run's processes hold in /dev/shm now to ``shm-owned.json`` (only when it grew).
+    The supervisor samples while the run lives and the stop while it dies (a semaphore made during
+    shutdown, ``sem.mp-*``, lives less than a sample): both add to the file, neither drops the other's."""
     held = {p for p in shm_held(session_pids(sid)) if os.path.basename(p).startswith(ENGINE_SHM_PREFIXES)}
     if not held <= owned:
         owned |= held
+        try:
+            with open(os.path.join(run_dir, SHM_OWNED), "rb") as f:
+                owned |= set(json.loads(f.read().decode() or "[]"))
+        except (OSError, ValueError):
+            pass
         write_atomic(os.path.join(run_dir, SHM_OWNED), json.dumps(sorted(owned)).encode())
 
 
