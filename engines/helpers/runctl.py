@@ -514,14 +514,11 @@ def cmd_stop(run_dir: str, grace: float, leader_first: bool = False) -> dict[str
     # What the run's processes hold in /dev/shm is noted while they die too: what an engine makes
     # during its shutdown (a semaphore of a child it then kills) goes with the run's cleanup below.
     owned: set[str] = set()
-    sid = rec.get("pgid") or rec["pid"]
-
     def note() -> None:
         try:
-            note_owned_shm(run_dir, sid, owned)
+            note_owned_shm(run_dir, rec.get("pgid") or rec["pid"], owned)
         except OSError:
             pass
-
     note()
     if leader_first and alive(rec.get("pid"), rec.get("start_time")) and has_marker(rec["pid"], rec["id"]):
         try:
@@ -606,17 +603,12 @@ def session_pids(sid: int) -> list[int]:
 
 
 def note_owned_shm(run_dir: str, sid: int, owned: set[str]) -> None:
-    """Add what the run's processes hold in /dev/shm now to ``shm-owned.json`` (only when it grew).
-    The supervisor samples while the run lives and the stop while it dies (a semaphore made during
-    shutdown, ``sem.mp-*``, lives less than a sample): both add to the file, neither drops the other's."""
+    """Add what the run's processes hold in /dev/shm now to ``shm-owned.json`` (only when it grew); the
+    supervisor samples while the run lives, the stop while it dies: neither drops the other's."""
     held = {p for p in shm_held(session_pids(sid)) if os.path.basename(p).startswith(ENGINE_SHM_PREFIXES)}
     if not held <= owned:
         owned |= held
-        try:
-            with open(os.path.join(run_dir, SHM_OWNED), "rb") as f:
-                owned |= set(json.loads(f.read().decode() or "[]"))
-        except (OSError, ValueError):
-            pass
+        owned |= set(read_json(os.path.join(run_dir, SHM_OWNED)) or [])
         write_atomic(os.path.join(run_dir, SHM_OWNED), json.dumps(sorted(owned)).encode())
 
 
