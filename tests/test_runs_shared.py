@@ -184,3 +184,32 @@ def test_each_engine_has_its_own_stop_plan_and_sglang_gets_time_before_any_sigki
     sglang = get_adapter("sglang").stop_plan
     assert sglang.leader_first and sglang.min_grace_s >= 20  # its own shutdown path first, then the group
     assert not get_adapter("vllm").stop_plan.leader_first
+
+
+def test_servelab_rehearse_runs_beside_the_live_run_and_prints_its_result_on_stdout(lab: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The live run holds the experiment's port; ``servelab rehearse`` starts on a port of its own,
+    reaches ready, answers one generation, stops: its result on stdout, its progress on stderr; the
+    live run still serves and is still the experiment's latest."""
+    monkeypatch.setenv(preflight_cache.ENV_CACHE, str(tmp_path / "cache"))
+    up = tmp_path / "up.log"  # the real log cut after its ready line: a server up and idle
+    text = SERVE_LOG.read_bytes()
+    up.write_bytes(text[: text.index(b"Application startup complete.") + 30])
+    port = lab.experiment("srv", env={"STUB_HTTP": "1", "STUB_LOG": str(up), "STUB_INTERVAL": "0.2"})
+    launched = json.loads(servelab(lab, "launch", "srv", "--json", "--skip-preflight").stdout)
+    try:
+        wait_for(lambda: _listens(port))
+        out = subprocess.run(
+            [sys.executable, "-m", "servelab.tui.cli", "--dir", str(lab.folder), "rehearse", "srv", "--skip-preflight", "--timeout", "60"],
+            capture_output=True, text=True, cwd=REPO, env=dict(os.environ), stdin=subprocess.DEVNULL, timeout=120,
+        )
+        assert "cannot launch" not in out.stderr
+        assert out.returncode == 0, (out.stdout, out.stderr)
+        assert out.stdout.splitlines()[0].startswith("rehearsal of srv") and "generation: ok" in out.stdout, out.stdout
+        assert "started after" in out.stderr and "generation: ok" not in out.stderr
+        assert json.loads(servelab(lab, "status", launched["run"], "--json").stdout)["alive"]
+        listed = json.loads(servelab(lab, "runs", "--json").stdout)["runs"]
+        rehearsals = [r for r in listed if r["rehearsal"]]
+        assert len(rehearsals) == 1 and rehearsals[0]["port"] != port and rehearsals[0]["ended"] == "stopped · SIGTERM"
+        assert json.loads(servelab(lab, "status", "srv", "--json").stdout)["run"] == launched["run"]
+    finally:
+        servelab(lab, "stop", launched["run"], "--grace", "2")
