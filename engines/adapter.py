@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from servelab.engines.values import AcceptanceWindow, Inexpressible, LatencyHistograms, LaunchSpec, NodePlan, NodeTarget, PromptSet, RendezvousGrammar, SettingsGrammar
+from servelab.engines.values import AcceptanceWindow, Inexpressible, LatencyHistograms, LaunchSpec, NodePlan, NodeTarget, PromptSet, RendezvousGrammar, SettingsGrammar, StopPlan
 
 if TYPE_CHECKING:
     import httpx
@@ -67,6 +67,8 @@ class EngineAdapter(Protocol):
     log_signatures: tuple[str, ...]
     #: How this engine's log reads: stages, ready/crash lines, wrappers, figures (see engines/logs).
     grammar: LogGrammar
+    #: How its server is stopped: leader first or not, and the least time before any SIGKILL.
+    stop_plan: StopPlan
     #: The ``[engine_args]`` key that sets the maximum context length (the drafter checks compare it).
     max_len_arg: str
     #: The ``[engine_args]`` key whose JSON object sets the server's default sampling parameters

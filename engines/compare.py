@@ -594,7 +594,7 @@ async def baseline_speedup(runs: RunsAPI, run_id: str, summary: ProbeSummary, ba
         return None
     same_host = host if host in runs.catalog.hosts.names() else None
     listed = await runs.list(same_host)
-    candidates = sorted((r for r in listed if r.experiment == base_exp), key=lambda r: (r.started_at, r.id), reverse=True)
+    candidates = sorted((r for r in listed if r.experiment == base_exp and not r.rehearsal), key=lambda r: (r.started_at, r.id), reverse=True)
     first_reason = ""
     for rec in candidates:
         probe = await load_probe(runs, rec.id)
@@ -609,7 +609,7 @@ async def baseline_speedup(runs: RunsAPI, run_id: str, summary: ProbeSummary, ba
     where = f" on {same_host}" if same_host else ""
     elsewhere: dict[str, str] = {}
     if same_host is not None:  # say what the other hosts hold, so the user can choose one knowingly
-        for rec in sorted((r for r in await runs.list() if r.experiment == base_exp and r.host != same_host), key=lambda r: (r.started_at, r.id), reverse=True):
+        for rec in sorted((r for r in await runs.list() if r.experiment == base_exp and not r.rehearsal and r.host != same_host), key=lambda r: (r.started_at, r.id), reverse=True):
             if rec.host not in elsewhere and await load_probe(runs, rec.id) is not None:
                 elsewhere[rec.host] = rec.id
     down = f"; {', '.join(sorted(runs.unreachable))} could not be asked" if runs.unreachable else ""

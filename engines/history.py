@@ -4,7 +4,11 @@
 - :func:`display_state`: the one word a run's state is shown as (the log's word while it runs);
 - :func:`headline`: a run's header, that word with what its process does, from one look;
 - :func:`earlier_stage_seconds`: median stage durations of earlier loads, for ETAs;
-- :func:`latest_probed`: the newest run of each experiment that has a probe to compare.
+- :func:`latest_probed`: the newest run of each experiment that has a probe to compare;
+- :func:`engine_state`: what a live run's engine does (loading, ready, serving);
+- :func:`run_history`: one experiment's runs over time with who, when and their figures.
+
+A rehearsal (dummy weights) is never an experiment's latest run nor a source of load estimates.
 
 These are decisions about runs, so they live in the core; ``tui/`` only draws what they return.
 """
@@ -24,7 +28,7 @@ from servelab.engines.probe.artifacts import load_probe
 from servelab.engines.probe.summary import ProbeSummary
 from servelab.engines.runrecords import RunRecord, RunStatus
 from servelab.engines.runrecords import RunsAPI
-from servelab.engines.runstate import RunState
+from servelab.engines.runstate import EngineState, RunState
 
 
 @dataclass
@@ -119,11 +123,20 @@ def headline(status: RunStatus | None, log_state: RunState, *, blamed: bool = Fa
         if state.is_terminal:  # the log says it ended (a stop's shutdown lines) while its process still dies
             return Headline(state, f"{'stopping' if rec.stop_signal else 'shutting down'} · pid {rec.pid}")
         return Headline(state, f"alive · pid {rec.pid}")
-    if rec.status is RunState.STOPPED and rec.stop_signal:
-        return Headline(state, f"stopped · {rec.stop_signal}")
-    if status.exit_code is not None:
-        return Headline(state, f"{rec.status} · exit code {status.exit_code}")
-    return Headline(state, str(rec.status))
+    return Headline(state, ended_words(rec, status.exit_code))
+
+
+def ended_words(rec: RunRecord, exit_code: int | None = None) -> str:
+    """How a run ended, in the one wording every screen and command uses: ``stopped · SIGTERM`` for a
+    stop servelab asked for (the last signal it sent, whatever code the dying engine exited with:
+    SGLang's own SIGKILL of its tree reads ``-9``), ``exited · exit code 1`` for an exit of its own,
+    else the state alone (``lost``)."""
+    if rec.status is RunState.STOPPED:
+        return f"stopped · {rec.stop_signal or 'SIGTERM'}"
+    code = exit_code if exit_code is not None else rec.exit_code
+    if code is not None:
+        return f"{rec.status} · exit code {code}"
+    return str(rec.status)
 
 
 async def probe_of(runs: RunsAPI, run_id: str) -> ProbeSummary | None:
@@ -146,8 +159,9 @@ async def latest_runs(runs: RunsAPI, live: Mapping[str, Analysis] | None = None)
         return {}, {"hosts": str(exc)}
     unreachable = dict(runs.unreachable)  # this listing's: another may run while the figures are read
     newest: dict[str, RunRecord] = {}
-    for rec in records:  # oldest first: the last one wins
-        newest[rec.experiment] = rec
+    for rec in records:  # oldest first: the last one wins; a rehearsal (dummy weights) is never the latest run
+        if not rec.rehearsal:
+            newest[rec.experiment] = rec
     known = dict(live or {})
     results = await asyncio.gather(*(_one(runs, rec, known.get(rec.id) or _held(runs, rec)) for rec in newest.values()), return_exceptions=True)
     for res in results:
@@ -178,7 +192,7 @@ async def _one(runs: RunsAPI, rec: RunRecord, analysis: Analysis | None) -> Late
 
 async def earlier_stage_seconds(runs: RunsAPI, rec: RunRecord, limit: int = 3) -> dict[str, float]:
     """Median seconds per stage over the newest ``limit`` probed runs of the same model and host."""
-    same = [r for r in await runs.list(rec.host) if r.id != rec.id and r.model == rec.model and r.host == rec.host]
+    same = [r for r in await runs.list(rec.host) if r.id != rec.id and r.model == rec.model and r.host == rec.host and not r.rehearsal]
     durations: dict[str, list[float]] = {}
     found = 0
     for other in sorted(same, key=lambda r: (r.started_at, r.id), reverse=True):
@@ -203,6 +217,8 @@ async def load_estimates(runs: RunsAPI, hosts: Iterable[str], limit: int = 3) ->
     missed: dict[str, str] = {}
     for host in sorted(set(hosts)):
         for rec in await runs.list(host):
+            if rec.rehearsal:  # dummy weights load in a fraction of the real time
+                continue
             by_key.setdefault((rec.host, rec.model), []).append(rec)
         missed.update(runs.unreachable)  # each list() starts its own account
     runs.unreachable = missed
@@ -226,7 +242,7 @@ async def latest_probed(runs: RunsAPI, experiments: list[str]) -> tuple[list[str
     chosen: list[str] = []
     missing: list[str] = []
     for name in experiments:
-        mine = sorted((r for r in records if r.experiment == name), key=lambda r: (r.started_at, r.id), reverse=True)
+        mine = sorted((r for r in records if r.experiment == name and not r.rehearsal), key=lambda r: (r.started_at, r.id), reverse=True)
         for rec in mine:
             if await load_probe(runs, rec.id) is not None:
                 chosen.append(rec.id)
@@ -238,3 +254,74 @@ async def latest_probed(runs: RunsAPI, experiments: list[str]) -> tuple[list[str
 
 def _num(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def engine_state(status: RunStatus) -> EngineState:
+    """What the run's engine does now, from its liveness and log: ``serving`` once the log shows
+    tokens generated after ready, ``ready``, ``loading`` (any start-up stage), ``starting`` before
+    the first stage; ``ended`` when its process is gone."""
+    if not status.alive or status.record.status.is_terminal:
+        return EngineState.ENDED
+    a = status.analysis
+    if a is None:
+        return EngineState.UNKNOWN
+    if a.state is RunState.READY or a.was_ready:
+        served = any((p.generation_tps or 0) > 0 for p in a.throughput_series)
+        return EngineState.SERVING if served else EngineState.READY
+    if a.state is RunState.LOADING:
+        return EngineState.LOADING
+    if a.state.is_terminal:  # its log says it ended while the process still dies
+        return EngineState.ENDED
+    return EngineState.STARTING
+
+
+@dataclass
+class HistoryRow:
+    """One run of an experiment as ``servelab history`` lists it."""
+
+    run_id: str
+    started_at: str
+    host: str
+    owner: str  # ``user@machine``, "" for a run recorded before owners were
+    rehearsal: bool
+    state: RunState
+    load_s: float | None
+    acceptance_rate: float | None  # percent
+    acceptance_length: float | None
+    output_throughput: float | None  # tok/s
+    speedup: float | None
+    verdict: str | None  # helps | hurts | inconclusive | not meaningful, None without a baseline
+    verdict_reason: str = ""
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "run": self.run_id, "started_at": self.started_at, "host": self.host, "launched_by": self.owner, "rehearsal": self.rehearsal,
+            "state": str(self.state), "load_s": self.load_s, "acceptance_rate": self.acceptance_rate,
+            "acceptance_length": self.acceptance_length, "output_throughput": self.output_throughput, "speedup": self.speedup,
+            "verdict": self.verdict, "verdict_reason": self.verdict_reason,
+        }
+
+
+async def run_history(runs: RunsAPI, experiment: str) -> list[HistoryRow]:
+    """Every run of ``experiment`` on its hosts, oldest first, rehearsals included and marked, each
+    with its owner, load time, probe figures and verdict against the baseline (as the list shows)."""
+    records = [r for r in await runs.list() if r.experiment == experiment]
+
+    async def one(rec: RunRecord) -> HistoryRow:
+        analysis = _held(runs, rec)
+        probe = await probe_of(runs, rec.id)
+        row = HistoryRow(rec.id, rec.started_at, rec.host, rec.owner.label, rec.rehearsal, display_state(rec.status, rec.exit_code, analysis),
+                         load_seconds(analysis, probe, rec.started_local), None, None, None, None, None)
+        if probe is not None:
+            row.acceptance_rate, row.acceptance_length = _num(probe.acceptance_rate), _num(probe.acceptance_length)
+            row.output_throughput = _num(probe.output_throughput)
+            try:
+                sp = await baseline_speedup(runs, rec.id, probe)
+            except ServelabError as exc:
+                row.verdict_reason = str(exc)
+                sp = None
+            if sp is not None:
+                row.speedup, row.verdict, row.verdict_reason = sp.value, sp.verdict, sp.reason
+        return row
+
+    return list(await asyncio.gather(*(one(r) for r in records)))

@@ -40,7 +40,7 @@ from servelab.engines.checkpoint_check import CheckpointCheck, check_checkpoint
 from servelab.engines.errors import ServelabError
 from servelab.engines.experiment import SourcedExperiment
 from servelab.engines.helpers import HelperError, run_helper
-from servelab.engines.hosts.base import HostUnreachable
+from servelab.engines.hosts.base import HostUnreachable, place_of
 from servelab.engines.hosts.registry import open_host
 from servelab.engines.hostsfile import HostConfig
 from servelab.engines.logs.values import Analysis, stage_seconds
@@ -141,8 +141,11 @@ def _where(sourced: SourcedExperiment, cfg: HostConfig | None) -> str:
 
 
 def _cache_key(sourced: SourcedExperiment, cfg: HostConfig | None) -> str:
-    """The latest good rehearsal is kept per experiment and host (a multi-node one per its hosts)."""
-    return preflight_cache.digest(KIND, sourced.name, _where(sourced, cfg))
+    """The latest good rehearsal is kept per experiment definition (its file: a copy of the folder
+    elsewhere is another experiment) and host, as the machine and work folder it names (a host
+    entry of the same name in another hosts.toml is another host); a multi-node one per its hosts."""
+    where: object = place_of(cfg) if cfg is not None and not sourced.experiment.spans_hosts else _where(sourced, cfg)
+    return preflight_cache.digest(KIND, sourced.name, str(sourced.path.resolve()), where)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from servelab.engines.hosts.base import Host, host_workdir
 from servelab.engines.hosts.seen import HostSeen
 from servelab.engines.hostsfile import HostConfig
 from servelab.engines.logs.values import Analysis
+from servelab.engines.owner import Owner
 from servelab.engines.runstate import RunState
 from servelab.engines.slurm.states import JobView
 from servelab.engines.values import LaunchSpec, TargetIdentity
@@ -112,6 +113,20 @@ class RunRecord:
     @property
     def target_identity(self) -> TargetIdentity | None:
         return TargetIdentity.of(self.target)
+    #: Who launched it (``engines/owner``): the user and machine servelab ran as and on, and the id
+    #: of that servelab process; "" for a run recorded before owners were.
+    launched_by: str = ""
+    launched_from: str = ""
+    servelab_instance: str = ""
+
+    @property
+    def owner(self) -> Owner:
+        return Owner(self.launched_by, self.launched_from, self.servelab_instance)
+
+    @property
+    def kind_word(self) -> str:
+        """``rehearsal`` for a rehearsal, "" for a run: the mark every listing shows."""
+        return "rehearsal" if self.rehearsal else ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -161,6 +176,10 @@ class RunStatus:
                 "alive": self.alive,
                 "exit_code": self.exit_code,
                 "stop_signal": self.record.stop_signal,
+                "rehearsal": self.record.rehearsal,
+                "launched_by": self.record.launched_by,
+                "launched_from": self.record.launched_from,
+                "servelab_instance": self.record.servelab_instance,
                 "port": self.record.port,
                 "started_at": self.record.started_at,
                 "log_path": self.record.log_path,

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from servelab.engines.adapter import get_adapter
-from servelab.engines.values import LaunchSpec
+from servelab.engines.values import LaunchSpec, StopPlan
 from servelab.engines.catalog import Catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.experiment import SourcedExperiment
@@ -39,6 +39,7 @@ from servelab.engines.hostsfile import HostConfig
 from servelab.engines.logs.values import Analysis
 from servelab.engines.logs.live import LiveAnalyses
 from servelab.engines.nodes.resolve import resolve_run
+from servelab.engines.owner import me
 from servelab.engines.preflight import run_preflight
 from servelab.engines.diagnosis.identity import drafter_identity
 from servelab.engines.target_print import target_identity
@@ -140,10 +141,24 @@ class Runs:
             )
         cfg = self.catalog.host(host or exp.experiment.host)
         patch_record = {} if skip_preflight else await self._preflight(exp, cfg, progress)
+        if rehearsal and cfg.slurm is None:  # a port of its own: it may run beside a live run of the experiment
+            exp = exp.model_copy(update={"experiment": exp.experiment.model_copy(update={"port": await self.free_port(cfg, exp.experiment.port)})})
         spec = self.catalog.launch_spec(exp, cfg)
         if rehearsal:
             spec = get_adapter(exp.experiment.engine).rehearsal_spec(exp.experiment, spec)
         return await self.start_spec(exp, cfg, spec, new_run_id(exp.name), exp.experiment.port, patch_record, rehearsal=rehearsal)
+
+    async def free_port(self, cfg: HostConfig, after: int) -> int:
+        """The first port above ``after`` on the host that nothing listens on and no live run holds
+        (runctl ``free-port``): where a rehearsal serves beside the experiment's live run."""
+        h = open_host(cfg)
+        try:
+            answer = await self._ctl(h, "free-port", runs_root(cfg), str(after))
+        except HostUnreachable as exc:
+            raise ServelabError(str(exc)) from None
+        if "port" not in answer:
+            raise ServelabError(f"{cfg.name}: {answer.get('error', 'no free port')}")
+        return int(answer["port"])
 
     async def start_spec(
         self, exp: SourcedExperiment, cfg: HostConfig, spec: LaunchSpec, run_id: str, port: int, patch_record: dict[str, Any],
@@ -159,6 +174,7 @@ class Runs:
         model = self.catalog.host_path(exp, e.model, cfg)
         target, drafter = await weights_identities(h, cfg, model, self.catalog.host_path(exp, e.speculative.draft_model, cfg)
                                                    if e.speculative.draft_model and not rehearsal else None)
+        who = me()
         rec = RunRecord(
             id=run_id,
             experiment=exp.name,
@@ -177,6 +193,9 @@ class Runs:
             rehearsal=rehearsal,
             target=target.to_dict() if target is not None else {},
             drafter_fingerprint=drafter,
+            launched_by=who.user,
+            launched_from=who.machine,
+            servelab_instance=who.instance,
         )
         try:
             await h.write_bytes(f"{run_dir}/experiment.toml", exp.text.encode("utf-8"))
@@ -316,7 +335,7 @@ class Runs:
         if exp is None:
             return None
         hosts = list(dict.fromkeys([exp.experiment.host, *exp.experiment.hosts]))
-        found = [r for h in hosts for r in await self.list(h) if r.experiment == ref]
+        found = [r for h in hosts for r in await self.list(h) if r.experiment == ref and not r.rehearsal]  # a rehearsal is never the latest run
         return max(found, key=lambda r: (r.started_at, r.id)).id if found else None
 
     async def find(self, run_id: str) -> tuple[Host, RunRecord]:
@@ -564,7 +583,8 @@ class Runs:
     # -- stop and cleanup -------------------------------------------------------------------------
     async def stop(self, run: RunRef, grace: float = 10.0, *, leader_first: bool = False) -> RunStatus:
         """SIGTERM to the run's process group, SIGKILL after ``grace``; only this run's processes.
-        ``leader_first``: SIGTERM its leader alone first (a daemon that stops its children itself)."""
+        ``leader_first``: SIGTERM its leader alone first (a daemon that stops its children itself).
+        The engine's adapter may ask for both (``stop_plan``: SGLang's leader first, 30 s at least)."""
         h, rec = await self._at(run)
         if rec.slurm_job:  # the job is the unit that stops: scancel of the job servelab submitted
             try:
@@ -577,6 +597,11 @@ class Runs:
             return RunStatus(record=stopped, alive=job.alive, exit_code=stopped.exit_code, job=job)
         if rec.pid is None:
             raise ServelabError(f"run {rec.id} has no process (status {rec.status})")
+        try:  # the engine's own shutdown path and least grace (a run of no engine, a Ray daemon: the plain stop)
+            plan = get_adapter(rec.engine).stop_plan
+        except KeyError:
+            plan = StopPlan()
+        grace, leader_first = max(grace, plan.min_grace_s), leader_first or plan.leader_first
         try:
             answer = await self._ctl(h, "stop", rec.run_dir, f"{grace:g}", *(["--leader-first"] if leader_first else []), timeout=grace + 60)
         except HostUnreachable as exc:

@@ -108,6 +108,19 @@ def is_terminal(state: RunState | str) -> bool:
     return RunState.parse(state).is_terminal
 
 
+class EngineState(StrEnum):
+    """What a live run's engine is doing, from its log (``history.engine_state``): ``starting``,
+    ``loading``, ``ready`` (up, no generation seen yet), ``serving`` (it has generated tokens);
+    ``ended`` once its process is gone, ``unknown`` when the log could not be read."""
+
+    STARTING = "starting"
+    LOADING = "loading"
+    READY = "ready"
+    SERVING = "serving"
+    ENDED = "ended"
+    UNKNOWN = "unknown"
+
+
 class StageState(StrEnum):
     """A startup stage's state (``Stage.status``). The string values are the ones ``--json`` carries."""
 

@@ -26,6 +26,17 @@ class AsDict:
 
 
 @dataclass(frozen=True)
+class StopPlan:
+    """How an engine is stopped (each adapter's ``stop_plan``): ``leader_first``, SIGTERM to its
+    main process alone first, for an engine that shuts its own children down in order (half the
+    grace), then to the run's process group; SIGKILL only after ``min_grace_s`` at least (a shorter
+    ``--grace`` is raised to it)."""
+
+    leader_first: bool = False
+    min_grace_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class LaunchSpec:
     """The exact argv and extra environment that start an engine. Never passed through a shell."""
 

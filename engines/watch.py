@@ -1,6 +1,9 @@
 """The run watcher: follows every running run for the app, so the operator hears (bell) when one is ready or crashes.
 
-Textual-free: the dashboard (``tui/app.py``) starts it and turns its announcements into bells and notices.
+Textual-free: the dashboard (``tui/app.py``) starts it and turns its announcements into bells, notices
+and the probe on ready. Only the dashboard's own user's runs that are not rehearsals are announced
+(``engines.owner.acts_on``): a colleague's run or a rehearsal is followed (views refresh on it) but
+never belled, toasted or probed.
 
 Each running run is polled through ``Runs.status``, whose analysis is the run's one shared
 :class:`~engines.logs.live.LiveAnalysis`: a run open on its screen is fed by that screen's log
@@ -20,6 +23,7 @@ from servelab.engines.errors import ServelabError
 from servelab.engines.history import display_state
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.logs.values import Analysis
+from servelab.engines.owner import Owner, acts_on, me
 from servelab.engines.runrecords import RunStatus
 from servelab.engines.runs import Runs
 from servelab.engines.runstate import RunState
@@ -40,10 +44,17 @@ OnChange = Callable[[str], None]
 
 
 class RunWatcher:
-    """Announces each run's ready and crash once."""
+    """Announces each run's ready and crash once: runs of its owner's user that are not rehearsals."""
 
-    def __init__(self, runs: Callable[[], Runs], announce: Announce, on_error: OnError, on_change: OnChange | None = None) -> None:
+    def __init__(
+        self, runs: Callable[[], Runs], announce: Announce, on_error: OnError, on_change: OnChange | None = None, *, owner: Owner | None = None
+    ) -> None:
         self._runs = runs
+        #: Whose dashboard this is: only its own user's runs, rehearsals left out, are announced
+        #: (``engines.owner.acts_on``); everyone's still refresh the views (``on_change``).
+        self.owner = owner if owner is not None else me()
+        #: Runs followed but never announced (another user's, or a rehearsal).
+        self._silent: set[str] = set()
         self._announce = announce
         self._on_error = on_error
         self._on_change = on_change
@@ -76,6 +87,8 @@ class RunWatcher:
                 records = []
             for rec in records:
                 if rec.status.is_active and rec.id not in self._watching:
+                    if not acts_on(rec, self.owner):
+                        self._silent.add(rec.id)
                     self._start(runs, rec.id, rec.experiment, rec.engine)
                 elif not rec.status.is_active and rec.id not in seen_ended:
                     seen_ended.add(rec.id)
@@ -162,7 +175,7 @@ class RunWatcher:
         if (run_id, event) in self._announced:
             return
         self._announced.add((run_id, event))
-        if not quiet:
+        if not quiet and run_id not in self._silent:
             self._announce(run_id, experiment, event, detail)
 
     def cancel(self) -> None:

@@ -68,8 +68,8 @@ def need_sglang() -> None:
 # session to its end, and every XDG folder the suite's processes see is the suite's own, so a
 # user's keymap cannot change the keys a dashboard test presses. The preflight cache is the
 # suite's own too (tests that check the cache itself point $SERVELAB_CACHE at their tmp_path).
-# ~/.cache/servelab/envs and models are make's (the engine environments and trained models the
-# suite runs): read, never written by a test.
+# ~/.cache/servelab/envs, models and mypy-* are make's (the engine environments and trained models
+# the suite runs, mypy's cache): read, never written by a test.
 def _home_folders() -> list[Path]:
     home = Path.home()
     env = os.environ
@@ -92,7 +92,7 @@ def home_snapshot(folders: list[Path]) -> dict[str, tuple[int, int]]:
             continue
         for dirpath, dirnames, filenames in os.walk(top):
             if Path(dirpath) == top:
-                dirnames[:] = [d for d in dirnames if d not in MAKES_OWN]
+                dirnames[:] = [d for d in dirnames if d not in MAKES_OWN and not d.startswith("mypy-")]
             for name in filenames:
                 p = Path(dirpath) / name
                 try:

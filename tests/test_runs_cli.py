@@ -126,13 +126,13 @@ def test_runs_never_breaks_a_run_id_piped_or_on_a_narrow_terminal(lab: Lab) -> N
     piped = servelab(lab, "runs", env={"COLUMNS": "80"})  # a pipe: whole rows whatever the width
     assert piped.returncode == 0, piped.stderr
     header, row = piped.stdout.splitlines()
-    assert header.split() == ["RUN", "HOST", "STATUS", "PID", "EXIT", "PORT", "STARTED"]
+    assert header.split() == ["RUN", "HOST", "STATUS", "ENGINE", "PID", "ENDED", "PORT", "STARTED", "BY"]
     assert row.split()[0] == run_id and len(row) > 80
     assert [line for line in piped.stdout.splitlines() if run_id in line] == [row]  # grep finds the whole row
 
     from servelab.tui.commands.runs import runs_table
 
-    cells = [[run_id, "local", "running", "12345", "-", "8000", "2026-12-01T07:30:00+00:00"]]
+    cells = [[run_id, "local", "running", "loading", "12345", "-", "8000", "2026-12-01T07:30:00+00:00", "alice@box"]]
     narrow = runs_table(cells, terminal=True, width=80)
     assert max(len(line) for line in narrow.splitlines()) <= 80
     assert any(run_id in line for line in narrow.splitlines())  # the id stays on one line; other columns fold

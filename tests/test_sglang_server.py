@@ -9,6 +9,7 @@ and locally, with nothing of either run left (scheduler, detokenizer and re-pare
 from __future__ import annotations
 
 import asyncio
+import os
 import json
 import subprocess
 import sys
@@ -167,7 +168,16 @@ def test_stop_ends_the_whole_group_over_ssh_and_locally_with_nothing_left(sglang
         finally:
             await close_all()
 
+    from servelab.engines.helpers.runctl import shm_in_use
+
+    shm_before = set(os.listdir("/dev/shm"))
     assert asyncio.run(stop()) == [False, False, False]
+    # #36: nothing of the runs' own left in /dev/shm: no file made since that no live process holds
+    made = {f"/dev/shm/{n}" for n in set(os.listdir("/dev/shm")) - shm_before if n.startswith("sem.mp-")}
+    assert not made - shm_in_use(), made
+    # SGLang's own shutdown path (its adapter's stop plan: leader first) ends it before any SIGKILL
+    for run_id in (local, remote):
+        assert stopped[run_id][0].record.stop_signal == "SIGTERM", (run_id, stopped[run_id][0].record.stop_signal)
     # #22: a stop reads as a stop, whatever SGLang prints while dying ("scheduler_0 ... crashed with
     # exit code -15", "Sleeping 5 seconds before crash diagnostics") or exits with (its own SIGKILL, -9)
     for run_id, (st, after) in stopped.items():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 
 import pytest
@@ -118,3 +119,44 @@ async def test_a_listing_that_fails_is_reported_once_and_the_watcher_keeps_listi
     run_id, announced, failed = await _watch_replay(tui_folder, runs)
     assert [(rid, str(exc)) for rid, exc in failed] == [("", "listing broke once")]
     assert [(rid, event) for rid, _exp, event, _detail in announced] == [(run_id, "ready")]
+
+
+def _own(tui_folder: TuiFolder, run_id: str, **fields: object) -> None:
+    """Set owner fields in a replayed run's run.json (as a launch by that user would have written them)."""
+    path = tui_folder.workdir / "runs" / run_id / "run.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+
+
+async def test_a_dashboard_announces_only_its_own_users_runs_and_never_a_rehearsal(tui_folder: TuiFolder, fast_watch: None) -> None:
+    """Alice's run and Alice's rehearsal turn ready under two watchers, Alice's and Bob's: Alice's
+    announces her run alone (bell, toast, probe on ready hang on it); Bob's announces nothing, yet
+    follows both (his views still refresh on them)."""
+    from servelab.engines.owner import Owner
+
+    gate = tui_folder.workdir / "go"
+    run = tui_folder.replay("tiny-cpu-vllm-ngram", NGRAM_SERVE, rate=400, hold_s=30.0, gate=gate)
+    rehearsal = tui_folder.replay("tiny-cpu-vllm-ngram", NGRAM_SERVE, rate=400, hold_s=30.0, gate=gate, port=18998)
+    _own(tui_folder, run, launched_by="alice", launched_from="m1")
+    _own(tui_folder, rehearsal, launched_by="alice", launched_from="m1", rehearsal=True)
+    heard: dict[str, list[tuple[str, str, str, str]]] = {"alice": [], "bob": []}
+
+    def announce(who: str) -> Callable[[str, str, str, str], None]:
+        return lambda *event: heard[who].append(event)
+
+    watchers = {
+        who: RunWatcher(lambda: Runs(load_catalog(tui_folder.folder)), announce(who), lambda rid, exc: None, owner=Owner(who, "m2"))
+        for who in heard
+    }
+    tasks = [asyncio.create_task(w.run_forever()) for w in watchers.values()]
+    try:
+        await _until(lambda: all(w.has_seen(run) and w.has_seen(rehearsal) for w in watchers.values()))
+        gate.touch()
+        await _until(lambda: all(w.analyses.get(r) is not None and w.analyses[r].was_ready for w in watchers.values() for r in (run, rehearsal)))
+        await _until(lambda: bool(heard["alice"]))
+    finally:
+        for t in tasks:
+            t.cancel()
+        for w in watchers.values():
+            w.cancel()
+    assert heard["alice"] == [(run, "tiny-cpu-vllm-ngram", "ready", "")]
+    assert heard["bob"] == []

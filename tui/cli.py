@@ -28,6 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "servelab.tui.commands.campaign",
     "servelab.tui.commands.drafter",
     "servelab.tui.commands.gpus",
+    "servelab.tui.commands.history",
 )
 
 
@@ -49,12 +50,14 @@ COMMAND_MODULE: dict[str, str] = {
     "rehearse": "servelab.tui.commands.rehearse",
     "probe": "servelab.tui.commands.probe",
     "compare": "servelab.tui.commands.probe",
+    "ab": "servelab.tui.commands.probe",
     "diagnose": "servelab.tui.commands.diagnose",
     "preflight": "servelab.tui.commands.preflight",
     "patches": "servelab.tui.commands.preflight",
     "campaign": "servelab.tui.commands.campaign",
     "drafter": "servelab.tui.commands.drafter",
     "gpus": "servelab.tui.commands.gpus",
+    "history": "servelab.tui.commands.history",
 }
 
 

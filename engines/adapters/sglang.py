@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from servelab.engines.adapter import ArgValidation, engine_args_problems, render_flags
-from servelab.engines.values import Acceptance, Inexpressible, LatencyHistograms, LaunchSpec, NodePlan, NodeProcess, NodeTarget, PromptSet, RendezvousGrammar, SettingsGrammar
+from servelab.engines.values import (
+    Acceptance, Inexpressible, LatencyHistograms, LaunchSpec, NodePlan, NodeProcess, NodeTarget, PromptSet, RendezvousGrammar, SettingsGrammar, StopPlan,
+)
 from servelab.engines.experiment import Experiment
 from servelab.engines.nodes.plan import host_port, multinode_problems, rendezvous_of, with_env
 from servelab.engines.logs.grammar import UVICORN_ANSWERED, UVICORN_SERVED, BarRule, Evidence, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
@@ -306,6 +308,11 @@ class SglangAdapter:
 
     # -- several nodes ------------------------------------------------------------------------
     #: SGLang joins nodes itself (``--nnodes/--node-rank/--dist-init-addr``); it has no Ray mode.
+    #: SGLang's own shutdown path: SIGTERM to the launch_server process alone, whose handler stops
+    #: the HTTP server and reaps its scheduler and detokenizer itself (``Engine.shutdown`` ->
+    #: ``kill_process_tree``); the group's SIGTERM only after half the grace, SIGKILL after 30 s at
+    #: least. SIGTERM to the whole group at once had its children die under it and the stop end in SIGKILL.
+    stop_plan = StopPlan(leader_first=True, min_grace_s=30.0)
     multinode_backends = ("native",)
 
     def node_plans(self, exp: Experiment, targets: list[NodeTarget]) -> list[NodePlan]:

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from servelab.engines.adapter import ArgValidation, engine_args_problems
-from servelab.engines.values import Acceptance, Inexpressible, LatencyHistograms, LaunchSpec, NodePlan, NodeProcess, NodeTarget, PromptSet, RendezvousGrammar, SettingsGrammar
+from servelab.engines.values import (
+    Acceptance, Inexpressible, LatencyHistograms, LaunchSpec, NodePlan, NodeProcess, NodeTarget, PromptSet, RendezvousGrammar, SettingsGrammar, StopPlan,
+)
 from servelab.engines.experiment import Experiment
 from servelab.engines.nodes.plan import multinode_problems, rendezvous_of, with_env
 from servelab.engines.nodes.ray import ray_env, ray_node_process
@@ -364,6 +366,8 @@ class VllmAdapter:
 
     # -- several nodes ------------------------------------------------------------------------
     #: ``[multinode] backend`` values vLLM has: a Ray cluster, or its own ``--nnodes`` (0.11+).
+    #: vLLM stops on SIGTERM to its whole group (API server and engine core together).
+    stop_plan = StopPlan()
     multinode_backends = ("ray", "native")
 
     def node_plans(self, exp: Experiment, targets: list[NodeTarget]) -> list[NodePlan]:

@@ -18,6 +18,8 @@ lives, in one round trip, with no shell involved:
   were seen holding while it ran (the supervisor samples them), never another program's or another
   user's. Prints JSON (what would be / was removed).
 - ``holders PORT``: who listens on a port. Prints JSON.
+- ``free-port RUNS_ROOT FROM``: the first port above FROM that nothing listens on and no live
+  servelab run of the folder was given (a rehearsal's own port beside a live run). Prints JSON.
 """
 
 from __future__ import annotations
@@ -509,6 +511,15 @@ def cmd_stop(run_dir: str, grace: float, leader_first: bool = False) -> dict[str
         note_stop(run_dir, "SIGTERM")
     before = members(rec["id"])
     deadline = time.monotonic() + grace
+    # What the run's processes hold in /dev/shm is noted while they die too: what an engine makes
+    # during its shutdown (a semaphore of a child it then kills) goes with the run's cleanup below.
+    owned: set[str] = set()
+    def note() -> None:
+        try:
+            note_owned_shm(run_dir, rec.get("pgid") or rec["pid"], owned)
+        except OSError:
+            pass
+    note()
     if leader_first and alive(rec.get("pid"), rec.get("start_time")) and has_marker(rec["pid"], rec["id"]):
         try:
             os.kill(rec["pid"], signal.SIGTERM)
@@ -516,11 +527,13 @@ def cmd_stop(run_dir: str, grace: float, leader_first: bool = False) -> dict[str
             pass
         half = time.monotonic() + grace / 2
         while members(rec["id"]) and time.monotonic() < half:
-            time.sleep(0.1)
+            note()
+            time.sleep(0.05)
     signal_run(rec, signal.SIGTERM)
     left = members(rec["id"])
     while left and time.monotonic() < deadline:
-        time.sleep(0.1)
+        note()
+        time.sleep(0.05)
         left = members(rec["id"])
     killed = []
     if left:
@@ -590,10 +603,12 @@ def session_pids(sid: int) -> list[int]:
 
 
 def note_owned_shm(run_dir: str, sid: int, owned: set[str]) -> None:
-    """Add what the run's processes hold in /dev/shm now to ``shm-owned.json`` (only when it grew)."""
+    """Add what the run's processes hold in /dev/shm now to ``shm-owned.json`` (only when it grew); the
+    supervisor samples while the run lives, the stop while it dies: neither drops the other's."""
     held = {p for p in shm_held(session_pids(sid)) if os.path.basename(p).startswith(ENGINE_SHM_PREFIXES)}
     if not held <= owned:
         owned |= held
+        owned |= set(read_json(os.path.join(run_dir, SHM_OWNED)) or [])
         write_atomic(os.path.join(run_dir, SHM_OWNED), json.dumps(sorted(owned)).encode())
 
 
@@ -649,13 +664,27 @@ def cmd_cleanup(root: str, apply: bool, only: str | None = None) -> dict[str, An
     return {"processes": processes, "shm": shm, "applied": apply}
 
 
+def free_port(root: str, start: int, tries: int = 200) -> dict[str, Any]:
+    """The first port above ``start`` that nothing listens on and no live run of ``root`` holds."""
+    taken = set()
+    for run_dir in run_dirs(root):
+        state = run_state(run_dir)
+        if state is not None and state["alive"] and state.get("port"):
+            taken.add(int(state["port"]))
+    for port in range(start + 1, min(start + 1 + tries, 65536)):
+        if port not in taken and not listening_inodes(port):
+            return {"port": port}
+    return {"error": "no free port in %d..%d" % (start + 1, start + tries)}
+
+
 def main(argv: list[str]) -> int:
-    return hostlib.run_command(argv, 2, "usage: runctl.py start|status|stop|cleanup|holders ...", {
+    return hostlib.run_command(argv, 2, "usage: runctl.py start|status|stop|cleanup|holders|free-port ...", {
         "start": lambda a: cmd_start(a[2]),
         "status": lambda a: cmd_status(a[2], a[3:]),
         "stop": lambda a: cmd_stop(a[2], float(a[3]), "--leader-first" in a[4:]),
         "cleanup": _cleanup,
         "holders": lambda a: {"holders": [{"pid": p, "command": c} for p, c in port_holders(int(a[2]))]},
+        "free-port": lambda a: free_port(a[2], int(a[3])),
     })
 
 

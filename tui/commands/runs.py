@@ -16,9 +16,11 @@ from servelab.engines.catalog import load_catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.loadtime import load_seconds, load_text
 from servelab.engines.logs.live import current_stage
-from servelab.engines.runrecords import KnownRun, NoSuchRun
+from servelab.engines.history import accept_text, ended_words, engine_state, probe_of
+from servelab.engines.hosts.base import HostUnreachable
+from servelab.engines.runrecords import KnownRun, Located, NoSuchRun
 from servelab.engines.runs import CHUNK, Runs
-from servelab.engines.runstate import RunState
+from servelab.engines.runstate import EngineState, RunState
 from servelab.tui.commands.hostloop import run_on_hosts
 
 T = TypeVar("T")
@@ -176,13 +178,20 @@ async def _print_nodes(runs: Runs, ref: str, *, as_json: bool) -> int:
     return 0
 
 
-def _row(known: KnownRun) -> dict[str, Any]:
+def _row(known: KnownRun, engine: EngineState | None = None) -> dict[str, Any]:
     rec = known.record
     return {
         "run": rec.id,
         "experiment": rec.experiment,
         "host": rec.host,
         "status": rec.status,
+        # what its engine does (loading, ready, serving; ended): the log's word for a live run
+        "engine_state": engine if engine is not None else (EngineState.ENDED if rec.status.is_terminal else EngineState.UNKNOWN),
+        "ended": ended_words(rec) if rec.status.is_terminal else None,
+        "rehearsal": rec.rehearsal,
+        "launched_by": rec.launched_by,
+        "launched_from": rec.launched_from,
+        "servelab_instance": rec.servelab_instance,
         "pid": rec.pid,
         "exit_code": rec.exit_code,
         "port": rec.port,
@@ -193,13 +202,19 @@ def _row(known: KnownRun) -> dict[str, Any]:
     }
 
 
-RUNS_COLUMNS = ("RUN", "HOST", "STATUS", "PID", "EXIT", "PORT", "STARTED")
+RUNS_COLUMNS = ("RUN", "HOST", "STATUS", "ENGINE", "PID", "ENDED", "PORT", "STARTED", "BY")
 
 
 def _cells(r: dict[str, Any]) -> list[str]:
     exit_code = "-" if r["exit_code"] is None else str(r["exit_code"])
     status = f"{r['status']}?" if r["last_known"] else str(r["status"])  # ? = last known: its host did not answer
-    return [r["run"], r["host"], status, str(r["pid"] or "-"), exit_code, str(r["port"]), r["started_at"]]
+    if r["rehearsal"]:
+        status += " (rehearsal)"
+    engine = "-" if r["engine_state"] in (EngineState.ENDED, EngineState.UNKNOWN) else str(r["engine_state"])
+    if r["ended"]:  # how it ended, in the one wording (history.ended_words): "stopped · SIGTERM", "exited · exit code 1"
+        exit_code = r["ended"]
+    who = r["launched_by"] + (f"@{r['launched_from']}" if r["launched_from"] else "") if r["launched_by"] else "-"
+    return [r["run"], r["host"], status, engine, str(r["pid"] or "-"), exit_code, str(r["port"]), r["started_at"], who]
 
 
 def runs_table(rows: list[list[str]], *, terminal: bool, width: int | None = None) -> str:
@@ -230,7 +245,7 @@ def runs_table(rows: list[list[str]], *, terminal: bool, width: int | None = Non
 def cmd_runs(args: argparse.Namespace) -> int:
     async def body(runs: Runs) -> int:
         known = await runs.list_known(args.host)
-        rows = [_row(k) for k in known]
+        rows = [_row(k, await _engine_state(runs, k)) for k in known]
         if args.json:
             print(json.dumps({"runs": rows, "unreachable": runs.unreachable}, indent=2))
         else:
@@ -246,10 +261,23 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return _with_runs(args, body)
 
 
+async def _engine_state(runs: Runs, known: KnownRun) -> EngineState | None:
+    """A live run's engine state from its log (one look); None for an ended or stale run."""
+    rec = known.record
+    if known.stale or not rec.status.is_active or rec.slurm_job:
+        return None
+    try:
+        return engine_state(await runs.status(Located(runs.host(rec.host), rec)))
+    except (ServelabError, HostUnreachable, OSError):
+        return EngineState.UNKNOWN
+
+
 async def _run_of(runs: Runs, ref: str) -> str:
     """A run id, or an experiment's name standing for its latest run (said on stderr)."""
     run_id = await runs.latest_of(ref)
     if run_id is None:
+        if any(e.name == ref for e in runs.catalog.experiments):
+            raise ServelabError(f"no runs of {ref} yet (start one: servelab launch {ref})")
         return ref  # neither: the look-up below gives its own one-line error
     if run_id != ref:
         print(f"servelab: {ref} is an experiment: its latest run is {run_id}", file=sys.stderr, flush=True)
@@ -267,15 +295,27 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"servelab: {run_id} is a multi-node run: each node's status follows (as `servelab nodes`)", file=sys.stderr, flush=True)
             return await _print_nodes(runs, run_id, as_json=args.json)
         data = st.to_json()
+        state = engine_state(st)
+        probe = await probe_of(runs, st.record.id)
+        data["engine_state"] = state
+        data["ended"] = ended_words(st.record) if st.record.status.is_terminal else None
+        data["probe"] = dict(probe) if probe is not None else None  # the probe's figures (probe.json's summary)
         if args.json:
             print(json.dumps(data, indent=2, default=str))
             return 0
-        code = "-" if st.exit_code is None else str(st.exit_code)
-        stop = f", stopped by servelab with {st.record.stop_signal}" if st.record.stop_signal else ""
-        print(f"{st.record.id}  {st.record.status}  (host {st.record.host}, pid {st.record.pid or '-'}, alive {'yes' if st.alive else 'no'}, exit code {code}{stop})")
-        print(f"log       {st.record.log_path}")
-        target = st.record.target.get("fingerprint") or "- (not a readable safetensors folder)"
-        print(f"{'weights':<9} target {target} ({st.record.model})" + (f", drafter {st.record.drafter_fingerprint}" if st.record.drafter_fingerprint else ""))
+        r = st.record
+        what = f"{r.status}" + (" (rehearsal)" if r.rehearsal else "")
+        how = f"engine {state}, pid {r.pid or '-'}" if st.alive else ended_words(r) if r.status.is_terminal else f"pid {r.pid or '-'}"
+        print(f"{r.id}  {what}  (host {r.host}, {how})")
+        if r.launched_by:
+            print(f"{'by':<9} {r.owner.label} (servelab {r.servelab_instance or '-'})")
+        print(f"log       {r.log_path}")
+        if probe is not None:
+            tps = probe.output_throughput
+            acc = accept_text(_num(probe.acceptance_rate), _num(probe.acceptance_length))
+            print(f"{'probe':<9} " + ", ".join(x for x in (f"{tps:.1f} tok/s" if tps is not None else "", f"acceptance {acc}" if acc else "") if x))
+        target = r.target.get("fingerprint") or "- (not a readable safetensors folder)"
+        print(f"{'weights':<9} target {target} ({r.model})" + (f", drafter {r.drafter_fingerprint}" if r.drafter_fingerprint else ""))
         if st.job is not None:  # a Slurm job: Slurm's view, in the core's words
             where = f", nodes {st.job.node_list}, head {st.record.head_node} at {st.record.head_address}" if st.job.node_list else ""
             print(f"{'slurm':<9} job {st.job.job_id}: {st.job.words}{where}")
@@ -389,11 +429,10 @@ def cmd_stop(args: argparse.Namespace) -> int:
                 print(f"servelab: {problem}", file=sys.stderr)
             print(f"{group.id}: {len(report.stopped)} of {len(group.nodes)} node processes stopped in {report.seconds:.1f} s")
             return 1 if report.problems else 0
-        code = "-" if st.exit_code is None else str(st.exit_code)
         if st.status is RunState.STOPPED:  # the signal servelab sent, whatever code the engine died with
-            print(f"{st.record.id}: stopped · {st.record.stop_signal or 'SIGTERM'}" + (f" (removed {len(st.cleaned)} /dev/shm file(s) of its own)" if st.cleaned else ""))
+            print(f"{st.record.id}: {ended_words(st.record)}" + (f" (removed {len(st.cleaned)} /dev/shm file(s) of its own)" if st.cleaned else ""))
         else:
-            print(f"{st.record.id}: had already {st.status} (exit code {code})")
+            print(f"{st.record.id}: had already ended: {ended_words(st.record)}")
         return 0
 
     return _with_runs(args, body)
@@ -426,3 +465,7 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     done = _with_runs(args, apply)
     print(f"removed {len(done)} item(s)")
     return 0
+
+
+def _num(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None

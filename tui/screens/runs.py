@@ -12,6 +12,7 @@ from textual.widgets import DataTable, Header, Static
 
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
+from servelab.engines.history import ended_words
 from servelab.engines.hosts.seen import HostSeen
 from servelab.engines.nodes.group import RunsRow, runs_rows
 from servelab.engines.nodes.run import MultiNodeRuns
@@ -30,9 +31,7 @@ def _cells(row: RunsRow) -> list[Text]:
     """A run's row: id, status, hosts, start, pid (a gone host's runs greyed, with since when)."""
     k = row.head
     rec = k.record
-    pid = f"pid {rec.pid}" if rec.status is RunState.RUNNING else (f"exit {rec.exit_code}" if rec.exit_code is not None else "-")
-    if rec.status is RunState.STOPPED and rec.stop_signal:  # servelab's stop: its signal, not the dying engine's code
-        pid = rec.stop_signal
+    pid = f"pid {rec.pid}" if rec.status is RunState.RUNNING else ended_words(rec) if rec.status.is_terminal else "-"  # the one wording
     if row.nodes:
         running = sum(1 for n in row.nodes if n.record.status is RunState.RUNNING)
         pid = f"{running}/{len(row.nodes)} running"
@@ -40,7 +39,8 @@ def _cells(row: RunsRow) -> list[Text]:
     if gone is not None and gone.down is not None:  # the last known state, greyed; the host line above says when it was checked
         status = Text(f"{row.status}?", style="dim")
         return [Text(row.id, style="dim"), status, Text(row.hosts, style="yellow"), Text(rec.started_at.replace("T", " ")[:19], style="dim"), Text(pid, style="dim")]
-    return [Text(row.id), Text(row.status, style=row.status.style), Text(row.hosts), Text(rec.started_at.replace("T", " ")[:19]), Text(pid)]
+    mark = f" ({rec.kind_word})" if rec.kind_word else ""  # a rehearsal is marked wherever it is listed
+    return [Text(row.id), Text(row.status + mark, style=row.status.style), Text(row.hosts), Text(rec.started_at.replace("T", " ")[:19]), Text(pid)]
 
 
 class RunsScreen(ListScreen[RunsRow]):

@@ -12,7 +12,8 @@ token per chunk, STUB_TOKEN_S apart, usage last) and a plain POST /v1/completion
 STUB_DIE_AFTER_REQUESTS + 1 (an engine crashing mid-probe). STUB_LOG: a file whose lines it prints
 first, verbatim (a recorded engine log, or its cut: the stages a real engine would print).
 On SIGTERM: STUB_TERM_LOG, a file whose lines it prints then (a recorded engine's shutdown lines),
-STUB_TERM_S (s, 0) it takes to die, and STUB_TERM_KILL (1: it ends by SIGKILLing itself, as SGLang's
+STUB_TERM_S (s, 0) it takes to die, STUB_TERM_SHM (1: it makes and maps a /dev/shm ``sem.mp-*`` file
+then, held until it dies), and STUB_TERM_KILL (1: it ends by SIGKILLing itself, as SGLang's
 kill_process_tree does: exit code -9); else it exits 143.
 """
 
@@ -125,6 +126,13 @@ def _on_term(*_: object) -> None:
         with open(os.environ["STUB_TERM_LOG"], "rb") as f:
             sys.stdout.buffer.write(f.read())
         sys.stdout.flush()
+    if os.environ.get("STUB_TERM_SHM") == "1":  # a semaphore made during shutdown, as SGLang's children leave one
+        path = f"/dev/shm/sem.mp-servelabstub{os.getpid()}"
+        with open(path, "w+b") as f:
+            f.write(b"\0" * 32)
+            f.flush()
+            _HELD.append(mmap.mmap(f.fileno(), 32))
+        print("STUB term shm " + path, flush=True)
     time.sleep(float(os.environ.get("STUB_TERM_S", "0")))
     if os.environ.get("STUB_TERM_KILL") == "1":
         os.kill(os.getpid(), signal.SIGKILL)
