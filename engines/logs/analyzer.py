@@ -123,6 +123,8 @@ class LogAnalyzer:
         self._ready_line: int | None = None
         self._up_line: int | None = None  # the HTTP server said it is up (before the engine's ready line)
         self._serving_error_line: int | None = None  # an error only raised while serving
+        self._served = False  # an answered request or figures: the server was serving
+        self._never_up = False  # the HTTP server could not bind: a ready line before that was premature
         self._shutdown = False
         self._shutdown_line: int | None = None  # first line of an orderly stop
         self._exit_code: int | None = None
@@ -415,8 +417,8 @@ class LogAnalyzer:
                 # another process's line is told from its prefix alone (what parse_header reads first)
                 close = seg.find(") ")
                 k = seg.find(" pid=", 1, close) if close != -1 else -1
-                if k != -1 and seg[1:k] not in self._open_tb:
-                    return
+                if k != -1 and seg[1:k] not in self._open_tb and seg[close + 2 : close + 3] != "(":
+                    return  # (a stack of prefixes is read whole: its innermost process wrote the line)
             hdr = self._parse(seg.strip("`") if seg[:1] == "`" else seg)
             process = hdr[0]
             owner = self._tb.raw_owner
@@ -469,12 +471,12 @@ class LogAnalyzer:
         if rules is not None:
             for r in rules:
                 if msg.startswith(r.needle):
-                    self._apply(r, number, process, msg)
+                    self._apply(r, number, process, msg, level)
         for r in self._anywhere:
             if r.needle in msg:
-                self._apply(r, number, process, msg)
+                self._apply(r, number, process, msg, level)
 
-    def _apply(self, r: Rule, number: int, process: str, msg: str) -> None:
+    def _apply(self, r: Rule, number: int, process: str, msg: str, level: str = "") -> None:
         kind = r.kind
         ts = self._last_ts
         timeline = self._timeline
@@ -525,6 +527,10 @@ class LogAnalyzer:
                 self._shutdown_line = number
         elif kind == FATAL:
             f = r.extra
+            if f.levels and level not in f.levels:
+                return
+            if f.startup:
+                self._never_up = True
             if r.regex is not None:
                 m = r.regex.search(msg)
                 if m is None:
@@ -532,7 +538,7 @@ class LogAnalyzer:
                 gd = m.groupdict()
                 if f.rank is not None:
                     message = (gd.get("message") or msg).strip()
-                    self._tb.add_evidence(number, process, gd.get("exception") or f.exception or None, message, msg, f.rank, f.weak, gd.get("where"))
+                    self._tb.add_evidence(number, process, gd.get("exception") or f.exception or None, message, msg, f.rank, f.weak, gd.get("where"), f.kind)
                     return
                 self._tb.add_error(number, process, gd.get("exception") or f.exception or "Error", (gd.get("message") or msg).strip(), [msg])
             else:
@@ -560,6 +566,7 @@ class LogAnalyzer:
     def _serving(self, number: int) -> None:
         """Serving figures or an answered request mean the server was up, even when its ready line is
         not in the log (an excerpt, a rotated log)."""
+        self._served = True
         if self._ready_line is None:
             self._mark_ready(number, self._last_ts)
 
@@ -607,10 +614,13 @@ class LogAnalyzer:
         # only raised while serving, its HTTP server was up
         fatal, first_fatal, last_fatal = tb.fatal_state()
         serving_error = self._serving_error_line is not None or tb.serving_line is not None
-        ready = self._ready_line is not None or (serving_error and not fatal)
+        ready_line = self._ready_line
+        if self._never_up and not self._served and not serving_error:
+            ready_line = None  # it said it started, then could not bind: a crash at start-up
+        ready = ready_line is not None or (serving_error and not fatal)
         # a stop that was asked for (SIGTERM, shutdown) before anything failed: errors after it are its echo
         stopped = self._shutdown_line is not None and (not fatal or self._shutdown_line <= first_fatal)
-        crashed = fatal and not stopped and (not ready or last_fatal > (self._ready_line or 0))
+        crashed = fatal and not stopped and (not ready or last_fatal > (ready_line or 0))
         if stopped:
             cause = None
         if self._exited and not crashed and not ready and self._exit_code not in (0,) and not self._shutdown:

@@ -139,6 +139,13 @@ class FatalRule:
     #: after ``terminate called after throwing``): the text after ``then`` on the very next line
     #: completes the message.
     then: str = ""
+    #: The line counts only at these log levels (empty: any); an exception's repr on an ERROR record.
+    levels: tuple[str, ...] = ()
+    #: The line means the HTTP server never came up (it could not bind): a ready line before it
+    #: was premature, unless the log shows the server serving.
+    startup: bool = False
+    #: What the evidence is, in words, for the answer ("a native crash", "killed by a signal", ...).
+    kind: str = ""
 
 
 @dataclass(frozen=True)
@@ -310,6 +317,15 @@ def parse_header(text: str) -> Header:
         if pid != -1:
             process = text[1:pid]
             rest = text[close + 2 :]
+            # a process that relays another's output stacks the prefixes ("(APIServer pid=1)
+            # (EngineCore_DP0 pid=2) (Worker_TP0 pid=3) msg"): the innermost one wrote the line
+            while rest[:1] == "(":
+                close = rest.find(") ")
+                pid = rest.find(" pid=", 1, close) if close != -1 else -1
+                if pid == -1:
+                    break
+                process = rest[1:pid]
+                rest = rest[close + 2 :]
     elif c == "[" and text.startswith("[rank"):
         # PyTorch's per-rank prefix "[rank3]: msg" (torchrun, Ray driver workers)
         close = text.find("]:", 5)

@@ -17,7 +17,18 @@ from dataclasses import dataclass, field, replace
 from servelab.engines.logs.grammar import LogGrammar
 from servelab.engines.logs.values import RootCause
 
-__all__ = ["TracebackTracker", "EXCEPTION_LINE"]
+__all__ = ["EVIDENCE_WORDS", "TracebackTracker", "EXCEPTION_LINE"]
+
+#: The answer's evidence, in words, by the kind of a fatal rule (``FatalRule.kind``; "" a fatal record).
+EVIDENCE_WORDS = {
+    "traceback": "the innermost exception of the earliest failing traceback",
+    "traceback cut": "a traceback cut off before its exception line",
+    "": "no traceback: a fatal record",
+    "native crash": "no traceback: a native crash report",
+    "process death": "no traceback: a process died (a launcher or the engine named its exit)",
+    "killed by signal 9": "no traceback: killed by signal 9 (the OOM killer is the usual sender)",
+    "error line": "no traceback: an error-level line naming the error",
+}
 
 #: ``Type: message`` at the start of a line (dotted module paths allowed).
 EXCEPTION_LINE = re.compile(
@@ -210,20 +221,23 @@ class TracebackTracker:
     def add_marker(self, number: int, process: str, message: str, is_wrapper: bool) -> None:
         """A fatal line without its own exception ("WorkerProc failed to start.")."""
         self._mark_fatal(number)
-        cause = RootCause(None, message, process, number, [message])
+        cause = RootCause(None, message, process, number, [message], evidence=EVIDENCE_WORDS[""])
         self._push(_Candidate(cause, self._tier(process), WRAPPER if is_wrapper else INCOMPLETE, marker=True))
 
     def add_error(self, number: int, process: str, exception: str, message: str, excerpt: list[str]) -> None:
         """A fatal error line that states its own cause (pydantic's ``Value error, ...``)."""
         self._mark_fatal(number)
-        self._push(_Candidate(RootCause(exception, message, process, number, excerpt), self._tier(process), COMPLETE))
+        cause = RootCause(exception, message, process, number, excerpt, evidence=EVIDENCE_WORDS[""])
+        self._push(_Candidate(cause, self._tier(process), COMPLETE))
 
-    def add_evidence(self, number: int, process: str, exception: str | None, message: str, line: str, rank: int, weak: bool, where: str | None) -> None:
+    def add_evidence(
+        self, number: int, process: str, exception: str | None, message: str, line: str, rank: int, weak: bool, where: str | None, kind: str = ""
+    ) -> None:
         """Fatal evidence without a traceback (a device assertion, NCCL's watchdog): ranked below any
         traceback with its exception line, above one cut before it. ``weak``: not fatal on its own."""
         if not weak:
             self._mark_fatal(number)
-        cause = RootCause(exception, message, process, number, [line.strip()], where)
+        cause = RootCause(exception, message, process, number, [line.strip()], where, evidence=EVIDENCE_WORDS.get(kind, EVIDENCE_WORDS[""]))
         self._push(_Candidate(cause, self._tier(process), EVIDENCE, rank=rank, weak=weak))
 
     def complete_evidence(self, number: int, needle: str, text: str, line: str) -> None:
@@ -424,7 +438,10 @@ class TracebackTracker:
                 return None, None, False
             where = _where(b.engine_where or b.where or "")
             last_frame = f" (last frame: {where})" if where else ""
-            cause = RootCause(None, f"the traceback is cut off before its exception line{last_frame}", b.process, b.start_line, excerpt, where)
+            cause = RootCause(
+                None, f"the traceback is cut off before its exception line{last_frame}", b.process, b.start_line, excerpt, where,
+                evidence=EVIDENCE_WORDS["traceback cut"],
+            )
             return _Candidate(cause, tier, INCOMPLETE), b.start_line, False
         chosen: _Exc | None = None
         harvested: str | None = None
@@ -445,13 +462,16 @@ class TracebackTracker:
         if chosen is not None:
             message = "\n".join(chosen.lines)
             excerpt = excerpt + [f"{chosen.type}: {message}"]
-            cause = RootCause(chosen.type, message, b.process, chosen.line, excerpt[-EXCERPT_LINES:], _where(chosen.where or ""))
+            cause = RootCause(
+                chosen.type, message, b.process, chosen.line, excerpt[-EXCERPT_LINES:], _where(chosen.where or ""), evidence=EVIDENCE_WORDS["traceback"]
+            )
             return _Candidate(cause, tier, COMPLETE), first.line, False
         last = b.exceptions[-1]
         if harvested:
             context = self._context(all_text[-1])
             cause = RootCause(
-                last.type, harvested, b.process, last.line, (excerpt + all_text)[-EXCERPT_LINES:], _where(last.where or ""), harvested=True, context=context
+                last.type, harvested, b.process, last.line, (excerpt + all_text)[-EXCERPT_LINES:], _where(last.where or ""), harvested=True, context=context,
+                evidence=EVIDENCE_WORDS["traceback"],
             )
             return _Candidate(cause, tier, HARVESTED), first.line, True
         cause = RootCause(last.type, "\n".join(last.lines), b.process, last.line, (excerpt + all_text)[-EXCERPT_LINES:], _where(last.where or ""))

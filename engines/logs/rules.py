@@ -22,6 +22,15 @@ STAGE, BAR, READY, SHUTDOWN, FATAL, METRIC, SETTING, WARN, SERVED, UP, SERVING_E
 #: the run is ready, evidence that it was up tells nothing new).
 LATE = (SERVED, METRIC, UP, SERVING_ERROR)
 
+#: The kinds of evidence a root cause rests on, in words (strongest first); see ``RootCause.evidence``.
+TRACEBACK = "traceback"
+FATAL_RECORD = "fatal record"
+NATIVE = "native crash"
+DEATH = "process death"
+KILLED = "killed by signal 9"
+ERROR_LINE = "error line"
+#: An exception's repr: ``TypeName('message')``.
+_REPR = r"(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception))\((?P<q>['\"])(?P<message>.*?)(?P=q)\)"
 #: Fatal evidence without a traceback that any engine on CUDA / NCCL / PyTorch prints, strongest
 #: first (``rank``); engine-specific phrases live in each adapter's grammar. A traceback whose
 #: exception line is in the window still wins over them; they win over a traceback cut before it.
@@ -64,7 +73,27 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     ),
     # a worker killed by a signal: "Worker VllmWorkerProcess pid 214281 died, exit code: -11" (not SIGTERM /
     # SIGINT, -15 / -2: the worker was told to stop, as on Ctrl-C)
-    FatalRule("died, exit code", r"(?P<message>\S+(?: pid \d+)? died, exit code:? -(?!15\b|2\b)\d+)", rank=4, anywhere=True),
+    FatalRule("died, exit code", r"(?P<message>\S+(?: pid \d+)? died, exit code:? -(?!15\b|2\b)\d+)", rank=4, anywhere=True, kind=DEATH),
+    # CPython's faulthandler on a native crash: "Fatal Python error: Segmentation fault" (then the
+    # thread stacks, "Thread 0x... (most recent call first):", which are not a traceback)
+    FatalRule("Fatal Python error: ", r"(?P<message>Fatal Python error: .+)", rank=0, anywhere=True, kind=NATIVE),
+    # the shell's report of a child killed by SIGKILL (the kernel's OOM killer is the usual sender)
+    FatalRule("Killed", r"^(?P<message>Killed)\s*$", rank=4, kind=KILLED),
+    # a launcher naming a dead child: "Process ApiServer_0 (PID: 359) died with exit code 1",
+    # "worker exited with exit code 136"; "Engine core proc EngineCore_DP0 died unexpectedly"
+    FatalRule(" with exit code ", r"(?P<message>\S+(?: \((?:PID|pid)[:=] ?\d+\))? (?:died|exited) with exit code:? -?\d+)", rank=4, anywhere=True, kind=DEATH),
+    FatalRule("died unexpectedly", r"(?P<message>\S+ died unexpectedly)", rank=4, anywhere=True, kind=DEATH),
+    # uvicorn cannot bind its port (both engines): the server never came up, even after uvicorn's
+    # "Application startup complete" (printed before it binds):
+    # "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8080): address already in use"
+    FatalRule("ERROR:    [Errno ", r"ERROR:\s+(?P<message>\[Errno \d+\] .+)$", "OSError", rank=5, startup=True, kind=ERROR_LINE),
+    # a device runtime's own error record inside a log line (torch_npu / CANN on Ascend):
+    # "[ERROR] 2025-06-03-14:54:23 (PID:8648, Device:0, RankID:-1) ERR00100 PTA call acl api failed."
+    FatalRule("[ERROR] ", r"\[ERROR\] \S+ \(PID:\s?\d+[^)]*\) (?P<message>.+?)\s*$", rank=3, anywhere=True),
+    # an exception's repr on an error record, before its traceback or without one:
+    # "ERROR engine.start: nixlBackendError('NIXL_ERR_BACKEND')"
+    FatalRule("Error('", _REPR, rank=6, anywhere=True, levels=("ERROR", "CRITICAL", "FATAL"), kind=ERROR_LINE),
+    FatalRule('Error("', _REPR, rank=6, anywhere=True, levels=("ERROR", "CRITICAL", "FATAL"), kind=ERROR_LINE),
 )
 #: Lines worth a hint when nothing else explains a failure, wherever they are in the line: NCCL's own
 #: warnings ("NCCL WARN socketStartConnect: Connect to ... failed") and PyTorch's barrier report that

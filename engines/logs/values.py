@@ -49,6 +49,8 @@ class RootCause:
     harvested: bool = False
     #: Where the wrapper says it happened ("during CUDA graph capture"), when the message was harvested.
     context: str | None = None
+    #: What the cause rests on, in words ("traceback", "no traceback: killed by signal 9 (...)").
+    evidence: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -58,6 +60,7 @@ class RootCause:
             "line": self.line,
             "where": self.where,
             "context": self.context,
+            "evidence": self.evidence,
             "excerpt": list(self.excerpt),
         }
 
