@@ -79,6 +79,8 @@ def render(a: Analysis) -> str:
         proc = f" in {rc.process}" if rc.process else ""
         where = f" at {rc.where}" if rc.where else ""
         lines.append(f"root cause: {what}{proc}, line {rc.line}{where}")
+        if rc.evidence:
+            lines.append(f"evidence: {rc.evidence}")
         for m in rc.message.splitlines()[:12]:
             lines.append(f"  {m}")
     elif a.state is RunState.CRASHED:
