@@ -142,7 +142,9 @@ GRAMMAR = LogGrammar(
         Wrapper("Worker failed with error", r"Worker failed with error '(?P<inner>.*)', please check"),
         Wrapper("EngineCore failed to start"),
         Wrapper("vLLM server process exited before becoming ready"),
-        Wrapper("EngineCore encountered an issue. See stack trace"),
+        # EngineDeadError: the output handler (or a request) found the engine core dead, which it
+        # reads only once the engine is up (a failure while starting is "initialization failed")
+        Wrapper("EngineCore encountered an issue. See stack trace", serving=True),
     ),
     fatal=(
         FatalRule("WorkerProc failed to start"),

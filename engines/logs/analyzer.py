@@ -144,6 +144,7 @@ class LogAnalyzer:
         self._settings: dict[str, float] = {}
         self._notable: deque[str] = deque(maxlen=NOTABLE_LINES)
         self._finished = False
+        self._engine_output = False  # a line in the engine's own shape, a rule's line or a traceback
         # a capture tool's line prefix, learnt and stripped before anything else reads a line;
         # ``_prefix`` is None once the log is known to have none (or has ended)
         self._norm = PrefixNormalizer()
@@ -463,6 +464,8 @@ class LogAnalyzer:
                 timeline.stages[0].started_at = ts
                 self._eager = False
         taken = self._tb.feed(number, process, level, ts, msg, tag)
+        if (taken or level or ts) and not self._engine_output:
+            self._engine_output = True
         if taken and TB_START not in msg:
             return
         if msg[:2] == "^M":
@@ -477,6 +480,7 @@ class LogAnalyzer:
                 self._apply(r, number, process, msg, level)
 
     def _apply(self, r: Rule, number: int, process: str, msg: str, level: str = "") -> None:
+        self._engine_output = True
         kind = r.kind
         ts = self._last_ts
         timeline = self._timeline
@@ -655,8 +659,10 @@ class LogAnalyzer:
         elif crashed:
             wrapper = tb.wrapper_only()
             if wrapper is not None:
+                first = (wrapper.message.splitlines() or [""])[0][:80]
+                said = f"{wrapper.exception}: {first}" if wrapper.exception else first
                 hint = (
-                    f"only a wrapper was logged ({wrapper.exception}: {wrapper.message.splitlines()[0][:80]}): "
+                    f"only a wrapper was logged ({said}): "
                     "the real error was printed earlier or by another process; look further up the full log"
                 )
         if hint is None and self._notable:
@@ -675,5 +681,6 @@ class LogAnalyzer:
             exit_code=self._exit_code,
             failed_stage=failed_stage,
             prefix=self._norm.value(),
+            engine_output=self._engine_output,
         )
 

@@ -109,6 +109,8 @@ class Wrapper:
     needle: str
     harvest: str | None = None
     context: str = ""
+    #: Raised only once the engine served (vLLM's EngineDeadError): the run had been up.
+    serving: bool = False
 
 
 @dataclass(frozen=True)
@@ -230,7 +232,9 @@ class LogGrammar:
 
 # -- header parsing -------------------------------------------------------------------------------
 
-_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_LEVELS = ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL", "FATAL")
+#: Characters of a logger's or a tracing target's name ("engine.start", "tokenizer_manager.sigterm_handler").
+_TARGET_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
 _BARE_PROCS = ("EngineCore", "Worker", "RayWorkerWrapper", "VllmWorker", "APIServer")
 #: A container runtime's prefix: Docker's "2026-07-08T22:40:03.166647879Z " and the CRI (Kubernetes)
 #: form "2025-07-25T07:53:08.21748708+08:00 stdout F ".
@@ -278,11 +282,18 @@ def _split_dated(text: str) -> Header | None:
 
 def _split_level(rest: str) -> tuple[str, str, str, str]:
     """``LEVEL MM-DD HH:MM:SS [file.py:N] msg`` (vLLM's logger header) -> (level, ts, msg, tag)."""
+    if rest[:1] == " " and rest[1:2] != " " and rest[1:2].isupper():
+        rest = rest[1:]  # a launcher's "ts  WARN ..." (its level padded to five characters)
     sp = rest.find(" ")
     if sp < 4 or rest[:sp] not in _LEVELS:
         return "", "", rest, ""
     level = rest[:sp]
     after = rest[sp + 1 :]
+    colon = after.find(": ", 0, 64)
+    if colon > 2 and after[0] != " " and "." in after[:colon] and _TARGET_CHARS.issuperset(after[:colon]):
+        # "LEVEL target: msg" (a tracing target or a Python logger's name, as Dynamo and KServe print
+        # them): the message is what follows the name
+        return level, "", after[colon + 2 :], after[:colon]
     # timestamp "MM-DD HH:MM:SS" (14 chars), then " [file:N] " (V0 builds print "file:N] ")
     if len(after) >= 15 and after[2] == "-" and after[5] == " " and after[8] == ":":
         ts = after[:14]

@@ -53,7 +53,9 @@ _FRAMES, _EXC, _AFTER, _CHAIN = range(4)
 #: text, fatal evidence without a traceback (a device assertion, NCCL's watchdog...), a traceback
 #: cut before its exception line or a one-line marker, a wrapper alone (never the cause).
 COMPLETE, HARVESTED, EVIDENCE, INCOMPLETE, WRAPPER = range(5)
-_ERROR_LEVELS = ("ERROR", "CRITICAL")
+_ERROR_LEVELS = ("ERROR", "CRITICAL", "FATAL")
+#: Exceptions that are a stop's echo, never a cause: a task cancelled while the server shuts down.
+ECHO_EXCEPTIONS = ("CancelledError",)
 #: An ERROR record that is only "Type: message" counts as an exception line when its type looks like one.
 _EXC_SUFFIXES = ("Error", "ption", "rrupt", "ilure")
 #: The state of a traceback that is reading its frames (the analyzer's frame runs apply only then).
@@ -120,10 +122,15 @@ class TracebackTracker:
         self._g = grammar
         self._pkg = f"/{grammar.engine}/"
         self._wrappers = grammar.wrappers
+        self._serving_wrappers = tuple(w.needle for w in grammar.wrappers if w.serving)
         self._open: dict[str, _Block] = {}
         self._raw_owner: str | None = None
         self._cands: dict[tuple[int, int, int, str, bool], _Candidate] = {}
         self._wrapped_procs: set[str] = set()
+        #: process -> the line of its last error record that only wraps ("Failed to start model
+        #: server: Engine core initialization failed. See root cause above"): a traceback that starts
+        #: right after it is that record's own (logger.exception), cut or not a cause
+        self._wrapper_marks: dict[str, int] = {}
         self._tier_cache: dict[str, int] = {}
         #: ", in NAME" for the grammar's serving frames: a traceback through one failed while serving.
         self.serving_frame_needles = tuple(f", in {n}" for n in grammar.serving_frames)
@@ -235,6 +242,13 @@ class TracebackTracker:
     ) -> None:
         """Fatal evidence without a traceback (a device assertion, NCCL's watchdog): ranked below any
         traceback with its exception line, above one cut before it. ``weak``: not fatal on its own."""
+        if self._wrapper(message) is not None:
+            # the record quotes an exception that only wraps ("Failed to start model server: Engine
+            # core initialization failed. See root cause above"): the traceback logged with it is that
+            # wrapper's own (unlike "EngineCore failed to start.", logged with the real one's)
+            self.add_marker(number, process, message, True)
+            self._wrapper_marks[process] = number
+            return
         if not weak:
             self._mark_fatal(number)
         cause = RootCause(exception, message, process, number, [line.strip()], where, evidence=EVIDENCE_WORDS.get(kind, EVIDENCE_WORDS[""]))
@@ -316,6 +330,8 @@ class TracebackTracker:
                 continue
             if c.kind == INCOMPLETE and c.cause.process in wrapped and c.cause.exception is None:
                 continue  # multiprocessing's re-print of a wrapper it already reported
+            if c.kind == INCOMPLETE and not c.marker and self._wrapper_marks.get(c.cause.process, -9) + 1 == c.cause.line:
+                continue  # the wrapper record's own traceback
             if best is None or (c.kind, c.rank, c.tier, c.cause.line) < (best.kind, best.rank, best.tier, best.cause.line):
                 best = c
         if best is None:
@@ -421,6 +437,12 @@ class TracebackTracker:
         c, line, wrapped = self._candidate(b)
         if line is not None:
             self._mark_fatal(line)
+        if self.serving_line is None and self._serving_wrappers:
+            for e in b.exceptions:
+                text = f"{e.type}: {chr(10).join(e.lines)}"
+                if any(w in text for w in self._serving_wrappers):
+                    self._served_at(e.line)
+                    break
         if wrapped:
             self._wrapped_procs.add(b.process)
         if c is not None:
@@ -447,7 +469,7 @@ class TracebackTracker:
         harvested: str | None = None
         for e in b.exceptions:
             text = "\n".join(e.lines)
-            inner = self._wrapper(f"{e.type}: {text}")
+            inner = "" if e.type.rsplit(".", 1)[-1] in ECHO_EXCEPTIONS else self._wrapper(f"{e.type}: {text}")
             if inner is None:
                 chosen = e
                 break

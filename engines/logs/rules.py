@@ -29,6 +29,12 @@ NATIVE = "native crash"
 DEATH = "process death"
 KILLED = "killed by signal 9"
 ERROR_LINE = "error line"
+#: A launcher naming a dead child: "Process ApiServer_0 (PID: 359) died with exit code 1", "worker
+#: exited with exit code 136", "Rank 0 scheduler is dead. Exit code: -6 (SIGABRT)".
+_DEATH = (
+    r"(?P<message>\S+(?: \((?:PID|pid)[:=] ?\d+\))? (?:died|exited|is dead|crashed)\.? (?:with )?[Ee]xit code:? "
+    r"(?!-?(?:0|2|15)\b)-?\d+(?: \(SIG[A-Z]+\))?)"
+)
 #: An exception's repr: ``TypeName('message')``.
 _REPR = r"(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception))\((?P<q>['\"])(?P<message>.*?)(?P=q)\)"
 #: Fatal evidence without a traceback that any engine on CUDA / NCCL / PyTorch prints, strongest
@@ -81,7 +87,9 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     FatalRule("Killed", r"^(?P<message>Killed)\s*$", rank=4, kind=KILLED),
     # a launcher naming a dead child: "Process ApiServer_0 (PID: 359) died with exit code 1",
     # "worker exited with exit code 136"; "Engine core proc EngineCore_DP0 died unexpectedly"
-    FatalRule(" with exit code ", r"(?P<message>\S+(?: \((?:PID|pid)[:=] ?\d+\))? (?:died|exited) with exit code:? -?\d+)", rank=4, anywhere=True, kind=DEATH),
+    # (a stop's own code, 0 / 2 / 15 / -2 / -15, is not a death: the process was told to stop)
+    FatalRule(" exit code", _DEATH, rank=4, anywhere=True, kind=DEATH),
+    FatalRule(" Exit code", _DEATH, rank=4, anywhere=True, kind=DEATH),
     FatalRule("died unexpectedly", r"(?P<message>\S+ died unexpectedly)", rank=4, anywhere=True, kind=DEATH),
     # uvicorn cannot bind its port (both engines): the server never came up, even after uvicorn's
     # "Application startup complete" (printed before it binds):
@@ -90,6 +98,10 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     # a device runtime's own error record inside a log line (torch_npu / CANN on Ascend):
     # "[ERROR] 2025-06-03-14:54:23 (PID:8648, Device:0, RankID:-1) ERR00100 PTA call acl api failed."
     FatalRule("[ERROR] ", r"\[ERROR\] \S+ \(PID:\s?\d+[^)]*\) (?P<message>.+?)\s*$", rank=3, anywhere=True),
+    # a launcher's own statement of why the server did not start (KServe's model server):
+    # "kserve ERROR [__main__.py:<module>():254] Failed to start model server: integer division or modulo by zero"
+    # (when what follows is only a wrapper, "See root cause above", it counts as that wrapper)
+    FatalRule("Failed to start ", r"Failed to start [\w .-]{1,40}: (?P<message>.+?)\s*$", rank=6, anywhere=True, kind=ERROR_LINE),
     # an exception's repr on an error record, before its traceback or without one:
     # "ERROR engine.start: nixlBackendError('NIXL_ERR_BACKEND')"
     FatalRule("Error('", _REPR, rank=6, anywhere=True, levels=("ERROR", "CRITICAL", "FATAL"), kind=ERROR_LINE),

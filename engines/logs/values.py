@@ -256,6 +256,9 @@ class Analysis:
     failed_stage: str | None = None
     #: The capture tool's line prefix that was stripped (None: the lines had none).
     prefix: LinePrefix | None = None
+    #: False when no line was the engine's (an empty log, a launcher's or a trainer's output only):
+    #: the state then says nothing about the engine.
+    engine_output: bool = True
 
     def stage(self, name: str) -> Stage:
         for s in self.stages:
@@ -278,4 +281,5 @@ class Analysis:
             "exit_code": self.exit_code,
             "failed_stage": self.failed_stage,
             "prefix": self.prefix.to_json() if self.prefix else None,
+            "engine_output": self.engine_output,
         }
