@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import zlib
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,65 +23,9 @@ from servelab.engines.logs.lines import LineSplitter
 from servelab.engines.logs.prefix import LINE_START
 from servelab.engines.logs.files import _grammar, analyze_bytes, guess_engine
 from servelab.engines.logs.values import Analysis
-from tests.conftest import REPO, SHARED_LOGS
+from tests.conftest import REPO
+from tests.fixtures.capture_prefixes import LOGS, PLATFORM, STYLES, prefixed
 from tests.fixtures.heldout import PREFIXED, load_heldout
-
-LOGS = sorted(SHARED_LOGS.rglob("*.log")) + sorted((REPO / "tests" / "data" / "logs").rglob("*.log"))
-
-
-def _stream(i: int) -> int:
-    return zlib.crc32(i.to_bytes(4, "little")) % 3  # lines of two services interleave unevenly
-
-
-def _compose1(i: int) -> bytes:
-    return b"vllm-1  | "
-
-
-def _compose2(i: int) -> bytes:
-    # docker compose pads the service names to one width
-    return b"sglang-router-1  | " if _stream(i) == 0 else b"vllm-1           | "
-
-
-def _viewer_pipe(i: int) -> bytes:
-    return b"  | "
-
-
-def _viewer_box(i: int) -> bytes:
-    return "│ ".encode()
-
-
-def _journald(i: int) -> bytes:
-    day = (i // 3600) % 28 + 1
-    return f"Dec {day:2d} 12:{i // 60 % 60:02d}:{i % 60:02d} gpu-3 vllm[2211]: ".encode()
-
-
-def _kubectl(i: int) -> bytes:
-    return f"2026-12-01T12:{i // 60 % 60:02d}:{i % 60:02d}.{i * 7919 % 10**9:09d}Z ".encode()
-
-
-STYLES: dict[str, Callable[[int], bytes]] = {
-    "compose": _compose1,
-    "compose-2-streams": _compose2,
-    "viewer-pipe": _viewer_pipe,
-    "viewer-box": _viewer_box,
-    "journald": _journald,
-    "kubectl": _kubectl,
-}
-PLATFORM = "platform-line"
-
-
-def prefixed(data: bytes, style: str) -> bytes:
-    """``data`` as the capture tool writes it: a prefix on every line (split at ``\\n``), or a
-    timestamp-and-pod line after every line."""
-    lines = data.split(b"\n")
-    last = lines.pop() if lines and lines[-1] == b"" else None
-    if style == PLATFORM:
-        out = [b"%s\n2026-12-01T12:%02d:%02d.%06dZ pod/vllm-0-7d9f4c" % (ln, i // 60 % 60, i % 60, i) for i, ln in enumerate(lines)]
-    else:
-        pre = STYLES[style]
-        out = [pre(i) + ln for i, ln in enumerate(lines)]
-    return b"\n".join(out) + (b"\n" if last is not None else b"")
-
 
 def facts(a: Analysis) -> dict[str, Any]:
     """What must not change with the capture tool."""

@@ -26,6 +26,8 @@ from servelab.engines.logs.prefix import PrefixNormalizer
 from servelab.engines.logs.rootcause import TB_START, TracebackTracker
 from servelab.engines.logs.rules import (
     BAR,
+    DEATH,
+    KILLED,
     FATAL,
     LATE,
     METRIC,
@@ -425,6 +427,8 @@ class LogAnalyzer:
             owner = self._tb.raw_owner
             if not process and owner is not None and not hdr[2]:
                 process = owner
+            elif process not in self._open_tb and not hdr[2]:
+                process = self._tb.owner_of(process) or process
             if process not in self._open_tb and (scanned or not self._pre.matches(seg)):
                 return
             self._line(self._number, seg, hdr)
@@ -480,8 +484,9 @@ class LogAnalyzer:
                 self._apply(r, number, process, msg, level)
 
     def _apply(self, r: Rule, number: int, process: str, msg: str, level: str = "") -> None:
-        self._engine_output = True
         kind = r.kind
+        if kind != FATAL or r.extra.kind not in (DEATH, KILLED):
+            self._engine_output = True  # (a launcher's word that a process died is not the engine's line)
         ts = self._last_ts
         timeline = self._timeline
         if kind == STAGE or kind == BAR:

@@ -345,6 +345,13 @@ def parse_header(text: str) -> Header:
             process = text[1:close]
             if rest[:1] == " ":
                 rest = rest[1:]
+            if rest[:5] != "[rank" and rest[:1] in "([2":
+                # the rank's own process prefix or engine header after PyTorch's: both name the
+                # writer ("EngineCore_DP0@rank1"), so two ranks' copies of one process stay apart
+                nested = parse_header(rest)
+                if nested.process or nested.ts or nested.level:
+                    who = f"{nested.process}@{process}" if nested.process else process
+                    return Header(who, nested.level, nested.ts, nested.msg, nested.tag)
             level, ts, msg, tag = _split_level(rest)
             return Header(process, level, ts, msg, tag)
     elif c == "[":

@@ -87,6 +87,7 @@ class _Block:
     expect_code: bool = False
     chained: bool = False
     callers: int = 0  # bit i: a frame of the grammar's serving call i's caller was seen
+    preface: str = ""  # the error record of the same logger call right before it (logger.exception(e))
 
 
 @dataclass
@@ -131,6 +132,8 @@ class TracebackTracker:
         #: server: Engine core initialization failed. See root cause above"): a traceback that starts
         #: right after it is that record's own (logger.exception), cut or not a cause
         self._wrapper_marks: dict[str, int] = {}
+        #: process -> (line, (level, tag, ts), message) of its last error record outside a traceback
+        self._last_error: dict[str, tuple[int, tuple[str, str, str], str]] = {}
         self._tier_cache: dict[str, int] = {}
         #: ", in NAME" for the grammar's serving frames: a traceback through one failed while serving.
         self.serving_frame_needles = tuple(f", in {n}" for n in grammar.serving_frames)
@@ -161,6 +164,14 @@ class TracebackTracker:
         """The process whose traceback continues in unprefixed lines (SGLang ranks)."""
         return self._raw_owner
 
+    def owner_of(self, rank: str) -> str | None:
+        """The open traceback of ``rank``'s own process ("TP6@rank1" for "rank1"), if one is open."""
+        suffix = "@" + rank
+        for p in self._open:
+            if p.endswith(suffix):
+                return p
+        return None
+
     @property
     def package_marker(self) -> str:
         return self._pkg
@@ -171,6 +182,14 @@ class TracebackTracker:
         if not proc and self._raw_owner is not None and not ts:
             proc = self._raw_owner
         block = self._open.get(proc)
+        if block is None and proc and not ts and self._open:
+            # a rank's raw continuation line ("[rank1]:   File ...") of its own process's traceback
+            # ("[rank1]:[ts TP6] ... Traceback"): the traceback is "TP6@rank1"
+            owner = self.owner_of(proc)
+            if owner is not None:
+                proc, block = owner, self._open[owner]
+        if proc in self._last_error and not (level in _ERROR_LEVELS and tag) and TB_START not in msg:
+            del self._last_error[proc]  # another line of the process came between
         if block is not None:
             if self._continue(block, number, level, ts, msg, tag):
                 block.last = number
@@ -188,8 +207,14 @@ class TracebackTracker:
             self._close(proc)
         if TB_START in msg:
             raw = (process == "" and proc != "") or (bool(proc) and not tag and not msg.startswith(TB_START))
-            self._start(proc, number, level, msg, raw).tag = tag
+            b = self._start(proc, number, level, msg, raw)
+            b.tag = tag
+            last = self._last_error.get(proc)
+            if last is not None and last[1] == (level, tag, ts) and msg.startswith(TB_START):
+                b.preface = last[2]  # logger.exception(e): the record before its traceback is str(e)
             return True
+        if level in _ERROR_LEVELS and tag:
+            self._last_error[proc] = (number, (level, tag, ts), msg.strip())
         stripped = msg.lstrip()
         if stripped.startswith('File "') and ", line " in stripped:
             # a traceback whose first lines are missing (excerpt, or lost to another stream)
@@ -459,6 +484,12 @@ class TracebackTracker:
             if self._benign(excerpt):
                 return None, None, False
             where = _where(b.engine_where or b.where or "")
+            said = b.preface
+            if said and not said.endswith((".", ":")) and "xception" not in said and self._wrapper(said) is None:
+                # the record the traceback was logged with is the exception's own text (V0's
+                # logger.exception(e)): it says what the cut traceback does not
+                cause = RootCause(None, said, b.process, b.start_line - 1, [said, *excerpt][-EXCERPT_LINES:], where, evidence=EVIDENCE_WORDS["error line"])
+                return _Candidate(cause, tier, INCOMPLETE), b.start_line - 1, False
             last_frame = f" (last frame: {where})" if where else ""
             cause = RootCause(
                 None, f"the traceback is cut off before its exception line{last_frame}", b.process, b.start_line, excerpt, where,

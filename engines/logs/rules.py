@@ -36,7 +36,14 @@ _DEATH = (
     r"(?!-?(?:0|2|15)\b)-?\d+(?: \(SIG[A-Z]+\))?)"
 )
 #: An exception's repr: ``TypeName('message')``.
-_REPR = r"(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception))\((?P<q>['\"])(?P<message>.*?)(?P=q)\)"
+#: (a repr printed with ``\n`` escapes or cut by the terminal ends at the first escape or at the line's end)
+_REPR = r"(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception))\((?P<q>['\"])(?P<message>.+?)(?:(?P=q)\)|\\n|\s*$)"
+#: A C++ runtime's own record (glog / c10: PyTorch, NCCL process groups), error or fatal level:
+#: "[rank0]:[E219 12:14:43.351647859 ProcessGroupNCCL.cpp:1595] [PG ID 2 ...] Process group watchdog
+#: thread terminated with exception: CUDA error: an illegal memory access was encountered"
+_CPP_RECORD = r"\[[{lvl}]\d{{3,4}} \d\d:\d\d:\d\d\.\d+ (?:\d+ )?(?P<where>[\w.-]+\.(?:cpp|cc|cu|h|hpp):\d+)\] (?:\[[^\]]*\] )*"
+_CPP_E = _CPP_RECORD.format(lvl="E").replace("{{", "{").replace("}}", "}")
+_CPP_F = _CPP_RECORD.format(lvl="F").replace("{{", "{").replace("}}", "}")
 #: Fatal evidence without a traceback that any engine on CUDA / NCCL / PyTorch prints, strongest
 #: first (``rank``); engine-specific phrases live in each adapter's grammar. A traceback whose
 #: exception line is in the window still wins over them; they win over a traceback cut before it.
@@ -84,7 +91,7 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     # thread stacks, "Thread 0x... (most recent call first):", which are not a traceback)
     FatalRule("Fatal Python error: ", r"(?P<message>Fatal Python error: .+)", rank=0, anywhere=True, kind=NATIVE),
     # the shell's report of a child killed by SIGKILL (the kernel's OOM killer is the usual sender)
-    FatalRule("Killed", r"^(?P<message>Killed)\s*$", rank=4, kind=KILLED),
+    FatalRule("Killed", r"^(?P<message>Killed)\s*$", rank=4, anywhere=True, kind=KILLED),
     # a launcher naming a dead child: "Process ApiServer_0 (PID: 359) died with exit code 1",
     # "worker exited with exit code 136"; "Engine core proc EngineCore_DP0 died unexpectedly"
     # (a stop's own code, 0 / 2 / 15 / -2 / -15, is not a death: the process was told to stop)
@@ -98,6 +105,17 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     # a device runtime's own error record inside a log line (torch_npu / CANN on Ascend):
     # "[ERROR] 2025-06-03-14:54:23 (PID:8648, Device:0, RankID:-1) ERR00100 PTA call acl api failed."
     FatalRule("[ERROR] ", r"\[ERROR\] \S+ \(PID:\s?\d+[^)]*\) (?P<message>.+?)\s*$", rank=3, anywhere=True),
+    # a C++ runtime's fatal-level record, or an error-level one that says what failed ("...: CUDA
+    # error: ..."): its own failure, with no Python exception (an error record that only points
+    # elsewhere, "received errors ... check rank 0 logs", or retries a socket, is not a cause)
+    FatalRule(".cpp:", _CPP_F + r"(?P<message>.+)$", rank=2, anywhere=True),
+    FatalRule(".cpp:", _CPP_E + r"(?P<message>.*?\b(?:[Ee]xception|[Ee]rror|[Ff]ailed)\b: .*)$", rank=3, anywhere=True),
+    # Kubernetes' and launchers' words for a dead container: "Crashed container in pod: vllm-0",
+    # "Back-off restarting failed container", "OOMKilled", "CrashLoopBackOff"
+    FatalRule("rashed container", r"(?P<message>[Cc]rashed container\b.*?)\s*$", rank=4, anywhere=True, kind=DEATH),
+    FatalRule("restarting failed container", r"(?P<message>[Bb]ack-off restarting failed container.*?)\s*$", rank=4, anywhere=True, kind=DEATH),
+    FatalRule("OOMKilled", r"(?P<message>.*\bOOMKilled\b.*?)\s*$", rank=4, anywhere=True, kind=KILLED),
+    FatalRule("CrashLoopBackOff", r"(?P<message>.*\bCrashLoopBackOff\b.*?)\s*$", rank=4, anywhere=True, kind=DEATH),
     # a launcher's own statement of why the server did not start (KServe's model server):
     # "kserve ERROR [__main__.py:<module>():254] Failed to start model server: integer division or modulo by zero"
     # (when what follows is only a wrapper, "See root cause above", it counts as that wrapper)
