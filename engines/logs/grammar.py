@@ -289,11 +289,6 @@ def _split_level(rest: str) -> tuple[str, str, str, str]:
         return "", "", rest, ""
     level = rest[:sp]
     after = rest[sp + 1 :]
-    colon = after.find(": ", 0, 64)
-    if colon > 2 and after[0] != " " and "." in after[:colon] and _TARGET_CHARS.issuperset(after[:colon]):
-        # "LEVEL target: msg" (a tracing target or a Python logger's name, as Dynamo and KServe print
-        # them): the message is what follows the name
-        return level, "", after[colon + 2 :], after[:colon]
     # timestamp "MM-DD HH:MM:SS" (14 chars), then " [file:N] " (V0 builds print "file:N] ")
     if len(after) >= 15 and after[2] == "-" and after[5] == " " and after[8] == ":":
         ts = after[:14]
@@ -301,6 +296,11 @@ def _split_level(rest: str) -> tuple[str, str, str, str]:
         if close != -1:
             return level, ts, after[close + 2 :], after[15:close].lstrip("[")
         return level, ts, after[15:], ""
+    colon = after.find(": ", 0, 64)
+    if colon > 2 and after[0] != " " and "." in after[:colon] and _TARGET_CHARS.issuperset(after[:colon]):
+        # "LEVEL target: msg" (a tracing target or a Python logger's name, as Dynamo and KServe print
+        # them): the message is what follows the name
+        return level, "", after[colon + 2 :], after[:colon]
     return level, "", after, ""
 
 
