@@ -42,8 +42,7 @@ _REPR = r"(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception))\((?P<q>['\"])(?P<mes
 #: "[rank0]:[E219 12:14:43.351647859 ProcessGroupNCCL.cpp:1595] [PG ID 2 ...] Process group watchdog
 #: thread terminated with exception: CUDA error: an illegal memory access was encountered"
 _CPP_RECORD = r"\[[{lvl}]\d{{3,4}} \d\d:\d\d:\d\d\.\d+ (?:\d+ )?(?P<where>[\w.-]+\.(?:cpp|cc|cu|h|hpp):\d+)\] (?:\[[^\]]*\] )*"
-_CPP_E = _CPP_RECORD.format(lvl="E").replace("{{", "{").replace("}}", "}")
-_CPP_F = _CPP_RECORD.format(lvl="F").replace("{{", "{").replace("}}", "}")
+_CPP_EF = _CPP_RECORD.format(lvl="EF")
 #: Fatal evidence without a traceback that any engine on CUDA / NCCL / PyTorch prints, strongest
 #: first (``rank``); engine-specific phrases live in each adapter's grammar. A traceback whose
 #: exception line is in the window still wins over them; they win over a traceback cut before it.
@@ -105,11 +104,10 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     # a device runtime's own error record inside a log line (torch_npu / CANN on Ascend):
     # "[ERROR] 2025-06-03-14:54:23 (PID:8648, Device:0, RankID:-1) ERR00100 PTA call acl api failed."
     FatalRule("[ERROR] ", r"\[ERROR\] \S+ \(PID:\s?\d+[^)]*\) (?P<message>.+?)\s*$", rank=3, anywhere=True),
-    # a C++ runtime's fatal-level record, or an error-level one that says what failed ("...: CUDA
-    # error: ..."): its own failure, with no Python exception (an error record that only points
+    # a C++ runtime's error- or fatal-level record that says what failed ("...: CUDA error: ...",
+    # "Check failed: ..."): its own failure, with no Python exception (a record that only points
     # elsewhere, "received errors ... check rank 0 logs", or retries a socket, is not a cause)
-    FatalRule(".cpp:", _CPP_F + r"(?P<message>.+)$", rank=2, anywhere=True),
-    FatalRule(".cpp:", _CPP_E + r"(?P<message>.*?\b(?:[Ee]xception|[Ee]rror|[Ff]ailed)\b: .*)$", rank=3, anywhere=True),
+    FatalRule(".cpp:", _CPP_EF + r"(?P<message>.*?\b(?:[Ee]xception|[Ee]rror|[Ff]ailed)\b: .*)$", rank=3, anywhere=True),
     # Kubernetes' and launchers' words for a dead container: "Crashed container in pod: vllm-0",
     # "Back-off restarting failed container", "OOMKilled", "CrashLoopBackOff"
     FatalRule("rashed container", r"(?P<message>[Cc]rashed container\b.*?)\s*$", rank=4, anywhere=True, kind=DEATH),
