@@ -99,7 +99,7 @@ class LogAnalyzer:
         self._parse = grammar.parse
         self._index: dict[str, list[Rule]] = {}
         self._anywhere: list[Rule] = []
-        self._anywhere_rx: re.Pattern[str] | None = None
+        self._anywhere_groups: tuple[tuple[str, tuple[Rule, ...]], ...] = ()
         self._rescan = False  # the scan's rules changed: the rest of the chunk is scanned again
         rules = compile_rules(grammar)
         # one prefilter for the whole run: the access and figures needles are dropped from it once
@@ -157,8 +157,8 @@ class LogAnalyzer:
         """Index the rules and build the chunk scan for them.
 
         Needles are message prefixes: one dict lookup on the first _KEY characters finds the few
-        rules worth a startswith(); "anywhere" rules are found by one regex search over the message
-        (one C-speed pass, however many there are), then tested with `in`.
+        rules worth a startswith(); "anywhere" rules are tested with `in`, once per distinct needle
+        (a C-speed substring search each: cheaper than one regex alternation over the message).
         """
         self._rules = rules
         self._index = {}
@@ -168,8 +168,10 @@ class LogAnalyzer:
                 self._anywhere.append(r)
             else:
                 self._index.setdefault(r.needle[:_KEY], []).append(r)
-        needles = sorted({r.needle for r in self._anywhere}, key=len, reverse=True)
-        self._anywhere_rx = re.compile("|".join(map(re.escape, needles))) if needles else None
+        groups: dict[str, list[Rule]] = {}
+        for r in self._anywhere:
+            groups.setdefault(r.needle, []).append(r)
+        self._anywhere_groups = tuple((n, tuple(rs)) for n, rs in groups.items())
         self._pre.optional_on = any(r.kind in LATE for r in rules)
         self._rescan = True
 
@@ -472,7 +474,7 @@ class LogAnalyzer:
                 timeline.stages[0].started_at = ts
                 self._eager = False
         taken = self._tb.feed(number, process, level, ts, msg, tag)
-        if (taken or level or ts) and not self._engine_output:
+        if not self._engine_output and (taken or level or ts):
             self._engine_output = True
         if taken and TB_START not in msg:
             return
@@ -483,9 +485,9 @@ class LogAnalyzer:
             for r in rules:
                 if msg.startswith(r.needle):
                     self._apply(r, number, process, msg, level)
-        if self._anywhere_rx is not None and self._anywhere_rx.search(msg) is not None:
-            for r in self._anywhere:
-                if r.needle in msg:
+        for needle, group in self._anywhere_groups:
+            if needle in msg:
+                for r in group:
                     self._apply(r, number, process, msg, level)
 
     def _apply(self, r: Rule, number: int, process: str, msg: str, level: str = "") -> None:
