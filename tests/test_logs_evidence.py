@@ -272,13 +272,20 @@ _DEAD = DATA / "vllm-chat-stream-enginedead-then-enginecore-traceback-cut-lmcach
 
 
 def test_enginedead_raised_in_the_output_handler_was_while_serving() -> None:
-    """LMCache issue 2306: AsyncLLM.output_handler reads the outputs of an engine core that is up; the
-    same window without its output_handler frame says nothing of when the engine core died."""
+    """LMCache issue 2306: AsyncLLM.output_handler reads the outputs of an engine core that is up, and
+    EngineDeadError itself is raised only there or when a request is added (a failure while starting is
+    "Engine core initialization failed"): without its output_handler frame the window still shows the
+    run was up; with the start-up wrapper in its place it does not."""
     lines = _DEAD.read_text().splitlines()
     a = _analyze(lines)
     assert a.state == RunState.CRASHED and a.was_ready
     at = next(i for i, ln in enumerate(lines) if ", in output_handler" in ln)
-    a = _analyze(lines[:at] + lines[at + 2 :])
+    cut = lines[:at] + lines[at + 2 :]
+    a = _analyze(cut)
+    assert a.state == RunState.CRASHED and a.was_ready
+    startup = [ln.replace("EngineCore encountered an issue. See stack trace (above) for the root cause.", "Engine core initialization failed. See root cause above.") for ln in cut]
+    assert startup != cut
+    a = _analyze(startup)
     assert a.state == RunState.CRASHED and not a.was_ready
 
 

@@ -144,7 +144,9 @@ GRAMMAR = LogGrammar(
         Wrapper("Worker failed with error", r"Worker failed with error '(?P<inner>.*)', please check"),
         Wrapper("EngineCore failed to start"),
         Wrapper("vLLM server process exited before becoming ready"),
-        Wrapper("EngineCore encountered an issue. See stack trace"),
+        # EngineDeadError: the output handler (or a request) found the engine core dead, which it
+        # reads only once the engine is up (a failure while starting is "initialization failed")
+        Wrapper("EngineCore encountered an issue. See stack trace", serving=True),
     ),
     fatal=(
         FatalRule("WorkerProc failed to start"),
@@ -212,7 +214,10 @@ GRAMMAR = LogGrammar(
     # EngineCore's busy loop and the model runner's sampling step run only for scheduled requests
     # AsyncLLM's output_handler (async_llm.py) reads the engine core's outputs once it is up; it
     # raises EngineDeadError when the core dies after that
-    serving_frames=("run_busy_loop", "step_with_batch_queue", "sample_tokens", "output_handler"),
+    # serving_chat.py / serving_completion.py stream a request's answer (only a served request gets there)
+    serving_frames=(
+        "run_busy_loop", "step_with_batch_queue", "sample_tokens", "output_handler", "chat_completion_stream_generator", "completion_stream_generator",
+    ),
     # a V1 worker's busy loop calling execute_model runs a scheduled batch (its start-up calls are
     # determine_available_memory, compile_or_warm_up_model, ...); V0's profile_run calls
     # execute_model at startup, outside any worker_busy_loop

@@ -26,6 +26,8 @@ from servelab.engines.logs.prefix import PrefixNormalizer
 from servelab.engines.logs.rootcause import TB_START, TracebackTracker
 from servelab.engines.logs.rules import (
     BAR,
+    DEATH,
+    KILLED,
     FATAL,
     LATE,
     METRIC,
@@ -97,6 +99,7 @@ class LogAnalyzer:
         self._parse = grammar.parse
         self._index: dict[str, list[Rule]] = {}
         self._anywhere: list[Rule] = []
+        self._anywhere_groups: tuple[tuple[str, tuple[Rule, ...]], ...] = ()
         self._rescan = False  # the scan's rules changed: the rest of the chunk is scanned again
         rules = compile_rules(grammar)
         # one prefilter for the whole run: the access and figures needles are dropped from it once
@@ -123,6 +126,8 @@ class LogAnalyzer:
         self._ready_line: int | None = None
         self._up_line: int | None = None  # the HTTP server said it is up (before the engine's ready line)
         self._serving_error_line: int | None = None  # an error only raised while serving
+        self._served = False  # an answered request or figures: the server was serving
+        self._never_up = False  # the HTTP server could not bind: a ready line before that was premature
         self._shutdown = False
         self._shutdown_line: int | None = None  # first line of an orderly stop
         self._exit_code: int | None = None
@@ -142,6 +147,7 @@ class LogAnalyzer:
         self._settings: dict[str, float] = {}
         self._notable: deque[str] = deque(maxlen=NOTABLE_LINES)
         self._finished = False
+        self._engine_output = False  # a line in the engine's own shape, a rule's line or a traceback
         # a capture tool's line prefix, learnt and stripped before anything else reads a line;
         # ``_prefix`` is None once the log is known to have none (or has ended)
         self._norm = PrefixNormalizer()
@@ -151,7 +157,8 @@ class LogAnalyzer:
         """Index the rules and build the chunk scan for them.
 
         Needles are message prefixes: one dict lookup on the first _KEY characters finds the few
-        rules worth a startswith(); "anywhere" rules (few) are tested with `in`.
+        rules worth a startswith(); "anywhere" rules are tested with `in`, once per distinct needle
+        (a C-speed substring search each: cheaper than one regex alternation over the message).
         """
         self._rules = rules
         self._index = {}
@@ -161,6 +168,10 @@ class LogAnalyzer:
                 self._anywhere.append(r)
             else:
                 self._index.setdefault(r.needle[:_KEY], []).append(r)
+        groups: dict[str, list[Rule]] = {}
+        for r in self._anywhere:
+            groups.setdefault(r.needle, []).append(r)
+        self._anywhere_groups = tuple((n, tuple(rs)) for n, rs in groups.items())
         self._pre.optional_on = any(r.kind in LATE for r in rules)
         self._rescan = True
 
@@ -415,13 +426,15 @@ class LogAnalyzer:
                 # another process's line is told from its prefix alone (what parse_header reads first)
                 close = seg.find(") ")
                 k = seg.find(" pid=", 1, close) if close != -1 else -1
-                if k != -1 and seg[1:k] not in self._open_tb:
-                    return
+                if k != -1 and seg[1:k] not in self._open_tb and seg[close + 2 : close + 3] != "(":
+                    return  # (a stack of prefixes is read whole: its innermost process wrote the line)
             hdr = self._parse(seg.strip("`") if seg[:1] == "`" else seg)
             process = hdr[0]
             owner = self._tb.raw_owner
             if not process and owner is not None and not hdr[2]:
                 process = owner
+            elif process not in self._open_tb and not hdr[2]:
+                process = self._tb.owner_of(process) or process
             if process not in self._open_tb and (scanned or not self._pre.matches(seg)):
                 return
             self._line(self._number, seg, hdr)
@@ -461,6 +474,8 @@ class LogAnalyzer:
                 timeline.stages[0].started_at = ts
                 self._eager = False
         taken = self._tb.feed(number, process, level, ts, msg, tag)
+        if not self._engine_output and (taken or level or ts):
+            self._engine_output = True
         if taken and TB_START not in msg:
             return
         if msg[:2] == "^M":
@@ -469,13 +484,16 @@ class LogAnalyzer:
         if rules is not None:
             for r in rules:
                 if msg.startswith(r.needle):
-                    self._apply(r, number, process, msg)
-        for r in self._anywhere:
-            if r.needle in msg:
-                self._apply(r, number, process, msg)
+                    self._apply(r, number, process, msg, level)
+        for needle, group in self._anywhere_groups:
+            if needle in msg:
+                for r in group:
+                    self._apply(r, number, process, msg, level)
 
-    def _apply(self, r: Rule, number: int, process: str, msg: str) -> None:
+    def _apply(self, r: Rule, number: int, process: str, msg: str, level: str = "") -> None:
         kind = r.kind
+        if kind != FATAL or r.extra.kind not in (DEATH, KILLED):
+            self._engine_output = True  # (a launcher's word that a process died is not the engine's line)
         ts = self._last_ts
         timeline = self._timeline
         if kind == STAGE or kind == BAR:
@@ -525,6 +543,10 @@ class LogAnalyzer:
                 self._shutdown_line = number
         elif kind == FATAL:
             f = r.extra
+            if f.levels and level not in f.levels:
+                return
+            if f.startup:
+                self._never_up = True
             if r.regex is not None:
                 m = r.regex.search(msg)
                 if m is None:
@@ -532,7 +554,7 @@ class LogAnalyzer:
                 gd = m.groupdict()
                 if f.rank is not None:
                     message = (gd.get("message") or msg).strip()
-                    self._tb.add_evidence(number, process, gd.get("exception") or f.exception or None, message, msg, f.rank, f.weak, gd.get("where"))
+                    self._tb.add_evidence(number, process, gd.get("exception") or f.exception or None, message, msg, f.rank, f.weak, gd.get("where"), f.kind)
                     return
                 self._tb.add_error(number, process, gd.get("exception") or f.exception or "Error", (gd.get("message") or msg).strip(), [msg])
             else:
@@ -560,6 +582,7 @@ class LogAnalyzer:
     def _serving(self, number: int) -> None:
         """Serving figures or an answered request mean the server was up, even when its ready line is
         not in the log (an excerpt, a rotated log)."""
+        self._served = True
         if self._ready_line is None:
             self._mark_ready(number, self._last_ts)
 
@@ -607,10 +630,13 @@ class LogAnalyzer:
         # only raised while serving, its HTTP server was up
         fatal, first_fatal, last_fatal = tb.fatal_state()
         serving_error = self._serving_error_line is not None or tb.serving_line is not None
-        ready = self._ready_line is not None or (serving_error and not fatal)
+        ready_line = self._ready_line
+        if self._never_up and not self._served and not serving_error:
+            ready_line = None  # it said it started, then could not bind: a crash at start-up
+        ready = ready_line is not None or (serving_error and not fatal)
         # a stop that was asked for (SIGTERM, shutdown) before anything failed: errors after it are its echo
         stopped = self._shutdown_line is not None and (not fatal or self._shutdown_line <= first_fatal)
-        crashed = fatal and not stopped and (not ready or last_fatal > (self._ready_line or 0))
+        crashed = fatal and not stopped and (not ready or last_fatal > (ready_line or 0))
         if stopped:
             cause = None
         if self._exited and not crashed and not ready and self._exit_code not in (0,) and not self._shutdown:
@@ -645,8 +671,10 @@ class LogAnalyzer:
         elif crashed:
             wrapper = tb.wrapper_only()
             if wrapper is not None:
+                first = (wrapper.message.splitlines() or [""])[0][:80]
+                said = f"{wrapper.exception}: {first}" if wrapper.exception else first
                 hint = (
-                    f"only a wrapper was logged ({wrapper.exception}: {wrapper.message.splitlines()[0][:80]}): "
+                    f"only a wrapper was logged ({said}): "
                     "the real error was printed earlier or by another process; look further up the full log"
                 )
         if hint is None and self._notable:
@@ -665,5 +693,6 @@ class LogAnalyzer:
             exit_code=self._exit_code,
             failed_stage=failed_stage,
             prefix=self._norm.value(),
+            engine_output=self._engine_output,
         )
 

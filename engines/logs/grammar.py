@@ -109,6 +109,8 @@ class Wrapper:
     needle: str
     harvest: str | None = None
     context: str = ""
+    #: Raised only once the engine served (vLLM's EngineDeadError): the run had been up.
+    serving: bool = False
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,13 @@ class FatalRule:
     #: after ``terminate called after throwing``): the text after ``then`` on the very next line
     #: completes the message.
     then: str = ""
+    #: The line counts only at these log levels (empty: any); an exception's repr on an ERROR record.
+    levels: tuple[str, ...] = ()
+    #: The line means the HTTP server never came up (it could not bind): a ready line before it
+    #: was premature, unless the log shows the server serving.
+    startup: bool = False
+    #: What the evidence is, in words, for the answer ("a native crash", "killed by a signal", ...).
+    kind: str = ""
 
 
 @dataclass(frozen=True)
@@ -223,7 +232,9 @@ class LogGrammar:
 
 # -- header parsing -------------------------------------------------------------------------------
 
-_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_LEVELS = ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL", "FATAL")
+#: Characters of a logger's or a tracing target's name ("engine.start", "tokenizer_manager.sigterm_handler").
+_TARGET_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
 _BARE_PROCS = ("EngineCore", "Worker", "RayWorkerWrapper", "VllmWorker", "APIServer")
 #: A container runtime's prefix: Docker's "2026-07-08T22:40:03.166647879Z " and the CRI (Kubernetes)
 #: form "2025-07-25T07:53:08.21748708+08:00 stdout F ".
@@ -271,6 +282,8 @@ def _split_dated(text: str) -> Header | None:
 
 def _split_level(rest: str) -> tuple[str, str, str, str]:
     """``LEVEL MM-DD HH:MM:SS [file.py:N] msg`` (vLLM's logger header) -> (level, ts, msg, tag)."""
+    if rest[:1] == " " and rest[1:2] != " " and rest[1:2].isupper():
+        rest = rest[1:]  # a launcher's "ts  WARN ..." (its level padded to five characters)
     sp = rest.find(" ")
     if sp < 4 or rest[:sp] not in _LEVELS:
         return "", "", rest, ""
@@ -283,6 +296,11 @@ def _split_level(rest: str) -> tuple[str, str, str, str]:
         if close != -1:
             return level, ts, after[close + 2 :], after[15:close].lstrip("[")
         return level, ts, after[15:], ""
+    colon = after.find(": ", 0, 64)
+    if colon > 2 and after[0] != " " and "." in after[:colon] and _TARGET_CHARS.issuperset(after[:colon]):
+        # "LEVEL target: msg" (a tracing target or a Python logger's name, as Dynamo and KServe print
+        # them): the message is what follows the name
+        return level, "", after[colon + 2 :], after[:colon]
     return level, "", after, ""
 
 
@@ -310,6 +328,15 @@ def parse_header(text: str) -> Header:
         if pid != -1:
             process = text[1:pid]
             rest = text[close + 2 :]
+            # a process that relays another's output stacks the prefixes ("(APIServer pid=1)
+            # (EngineCore_DP0 pid=2) (Worker_TP0 pid=3) msg"): the innermost one wrote the line
+            while rest[:1] == "(":
+                close = rest.find(") ")
+                pid = rest.find(" pid=", 1, close) if close != -1 else -1
+                if pid == -1:
+                    break
+                process = rest[1:pid]
+                rest = rest[close + 2 :]
     elif c == "[" and text.startswith("[rank"):
         # PyTorch's per-rank prefix "[rank3]: msg" (torchrun, Ray driver workers)
         close = text.find("]:", 5)
@@ -318,6 +345,13 @@ def parse_header(text: str) -> Header:
             process = text[1:close]
             if rest[:1] == " ":
                 rest = rest[1:]
+            if rest[:5] != "[rank" and rest[:1] in "([2":
+                # the rank's own process prefix or engine header after PyTorch's: both name the
+                # writer ("EngineCore_DP0@rank1"), so two ranks' copies of one process stay apart
+                nested = parse_header(rest)
+                if nested.process or nested.ts or nested.level:
+                    who = f"{nested.process}@{process}" if nested.process else process
+                    return Header(who, nested.level, nested.ts, nested.msg, nested.tag)
             level, ts, msg, tag = _split_level(rest)
             return Header(process, level, ts, msg, tag)
     elif c == "[":

@@ -48,9 +48,9 @@ _EXC = (
     r"(?:[A-Za-z_](?:\w|\.\w)*\.?)?(?:Error|Exception|Exit|Interrupt|Failure)"
     r"(?:[^\w.\n]|\.[^\w\n]|\.?$)"
 )
-#: Where a message starts: after a logger header "] ", after a process prefix "(X pid=N) ", at a line
-#: start or after a \r.
-_ANCHORS = (r"\] ", r"pid=\d+(?:, ip=[\d.]+)?\) ", r"^", r"\r")
+#: Where a message starts: after a logger header "] ", after a process prefix "(X pid=N) ", after
+#: PyTorch's rank tag "[rank3]:", at a line start or after a \r.
+_ANCHORS = (r"\] ", r"pid=\d+(?:, ip=[\d.]+)?\) ", r"rank\d+\]: ?", r"^", r"\r")
 
 
 def _trie_alternation(needles: Iterable[str]) -> str:
@@ -116,6 +116,7 @@ def compiled_database(patterns: tuple[str, ...]) -> Any:
 
 
 _PID_END = re.compile(rb"pid=\d+(?:, ip=[\d.]+)?\) \Z", re.ASCII)
+_RANK_END = re.compile(rb"rank\d+\]: ?\Z", re.ASCII)
 
 
 def _anchored(data: bytes, i: int) -> bool:
@@ -130,6 +131,8 @@ def _anchored(data: bytes, i: int) -> bool:
         if two == b"] ":
             return True
         if two == b") " and _PID_END.search(data, data.rfind(b"\n", 0, e) + 1, e) is not None:
+            return True
+        if two in (b"]:", b": ") and _RANK_END.search(data, data.rfind(b"\n", 0, e) + 1, e) is not None:
             return True
     return False
 

@@ -91,6 +91,9 @@ _MOST = 0.8
 _STREAMS = 8
 #: Times a prefixed log is learnt from again when a chunk's lines are mostly left unstripped.
 _RELEARN = 8
+#: Leading fields a prefix found without engine lines may have (three stacked capture prefixes:
+#: a container stamp, a viewer's "|", journald's "Dec  1 12:00:00 host unit[pid]:" take 8).
+_MAX_FIELDS = 12
 
 
 def _fields(prefix: bytes) -> list[list[bytes]]:
@@ -285,7 +288,7 @@ class PrefixNormalizer:
         if len(sample) < 2:
             return []
         best: list[bytes] = []
-        for k in range(1, 7):
+        for k in range(1, _MAX_FIELDS + 1):
             counts: Counter[bytes] = Counter()
             texts: dict[bytes, bytes] = {}
             lasts: dict[bytes, set[bytes]] = {}

@@ -17,7 +17,18 @@ from dataclasses import dataclass, field, replace
 from servelab.engines.logs.grammar import LogGrammar
 from servelab.engines.logs.values import RootCause
 
-__all__ = ["TracebackTracker", "EXCEPTION_LINE"]
+__all__ = ["EVIDENCE_WORDS", "TracebackTracker", "EXCEPTION_LINE"]
+
+#: The answer's evidence, in words, by the kind of a fatal rule (``FatalRule.kind``; "" a fatal record).
+EVIDENCE_WORDS = {
+    "traceback": "the innermost exception of the earliest failing traceback",
+    "traceback cut": "a traceback cut off before its exception line",
+    "": "no traceback: a fatal record",
+    "native crash": "no traceback: a native crash report",
+    "process death": "no traceback: a process died (a launcher or the engine named its exit)",
+    "killed by signal 9": "no traceback: killed by signal 9 (the OOM killer is the usual sender)",
+    "error line": "no traceback: an error-level line naming the error",
+}
 
 #: ``Type: message`` at the start of a line (dotted module paths allowed).
 EXCEPTION_LINE = re.compile(
@@ -42,7 +53,9 @@ _FRAMES, _EXC, _AFTER, _CHAIN = range(4)
 #: text, fatal evidence without a traceback (a device assertion, NCCL's watchdog...), a traceback
 #: cut before its exception line or a one-line marker, a wrapper alone (never the cause).
 COMPLETE, HARVESTED, EVIDENCE, INCOMPLETE, WRAPPER = range(5)
-_ERROR_LEVELS = ("ERROR", "CRITICAL")
+_ERROR_LEVELS = ("ERROR", "CRITICAL", "FATAL")
+#: Exceptions that are a stop's echo, never a cause: a task cancelled while the server shuts down.
+ECHO_EXCEPTIONS = ("CancelledError",)
 #: An ERROR record that is only "Type: message" counts as an exception line when its type looks like one.
 _EXC_SUFFIXES = ("Error", "ption", "rrupt", "ilure")
 #: The state of a traceback that is reading its frames (the analyzer's frame runs apply only then).
@@ -74,6 +87,7 @@ class _Block:
     expect_code: bool = False
     chained: bool = False
     callers: int = 0  # bit i: a frame of the grammar's serving call i's caller was seen
+    preface: str = ""  # the error record of the same logger call right before it (logger.exception(e))
 
 
 @dataclass
@@ -109,10 +123,17 @@ class TracebackTracker:
         self._g = grammar
         self._pkg = f"/{grammar.engine}/"
         self._wrappers = grammar.wrappers
+        self._serving_wrappers = tuple(w.needle for w in grammar.wrappers if w.serving)
         self._open: dict[str, _Block] = {}
         self._raw_owner: str | None = None
         self._cands: dict[tuple[int, int, int, str, bool], _Candidate] = {}
         self._wrapped_procs: set[str] = set()
+        #: process -> the line of its last error record that only wraps ("Failed to start model
+        #: server: Engine core initialization failed. See root cause above"): a traceback that starts
+        #: right after it is that record's own (logger.exception), cut or not a cause
+        self._wrapper_marks: dict[str, int] = {}
+        #: process -> (line, (level, tag, ts), message) of its last error record outside a traceback
+        self._last_error: dict[str, tuple[int, tuple[str, str, str], str]] = {}
         self._tier_cache: dict[str, int] = {}
         #: ", in NAME" for the grammar's serving frames: a traceback through one failed while serving.
         self.serving_frame_needles = tuple(f", in {n}" for n in grammar.serving_frames)
@@ -143,6 +164,14 @@ class TracebackTracker:
         """The process whose traceback continues in unprefixed lines (SGLang ranks)."""
         return self._raw_owner
 
+    def owner_of(self, rank: str) -> str | None:
+        """The open traceback of ``rank``'s own process ("TP6@rank1" for "rank1"), if one is open."""
+        suffix = "@" + rank
+        for p in self._open:
+            if p.endswith(suffix):
+                return p
+        return None
+
     @property
     def package_marker(self) -> str:
         return self._pkg
@@ -153,6 +182,14 @@ class TracebackTracker:
         if not proc and self._raw_owner is not None and not ts:
             proc = self._raw_owner
         block = self._open.get(proc)
+        if block is None and proc and not ts and self._open:
+            # a rank's raw continuation line ("[rank1]:   File ...") of its own process's traceback
+            # ("[rank1]:[ts TP6] ... Traceback"): the traceback is "TP6@rank1"
+            owner = self.owner_of(proc)
+            if owner is not None:
+                proc, block = owner, self._open[owner]
+        if proc in self._last_error and not (level in _ERROR_LEVELS and tag) and TB_START not in msg:
+            del self._last_error[proc]  # another line of the process came between
         if block is not None:
             if self._continue(block, number, level, ts, msg, tag):
                 block.last = number
@@ -170,8 +207,14 @@ class TracebackTracker:
             self._close(proc)
         if TB_START in msg:
             raw = (process == "" and proc != "") or (bool(proc) and not tag and not msg.startswith(TB_START))
-            self._start(proc, number, level, msg, raw).tag = tag
+            b = self._start(proc, number, level, msg, raw)
+            b.tag = tag
+            last = self._last_error.get(proc)
+            if last is not None and last[1] == (level, tag, ts) and msg.startswith(TB_START):
+                b.preface = last[2]  # logger.exception(e): the record before its traceback is str(e)
             return True
+        if level in _ERROR_LEVELS and tag:
+            self._last_error[proc] = (number, (level, tag, ts), msg.strip())
         stripped = msg.lstrip()
         if stripped.startswith('File "') and ", line " in stripped:
             # a traceback whose first lines are missing (excerpt, or lost to another stream)
@@ -210,20 +253,30 @@ class TracebackTracker:
     def add_marker(self, number: int, process: str, message: str, is_wrapper: bool) -> None:
         """A fatal line without its own exception ("WorkerProc failed to start.")."""
         self._mark_fatal(number)
-        cause = RootCause(None, message, process, number, [message])
+        cause = RootCause(None, message, process, number, [message], evidence=EVIDENCE_WORDS[""])
         self._push(_Candidate(cause, self._tier(process), WRAPPER if is_wrapper else INCOMPLETE, marker=True))
 
     def add_error(self, number: int, process: str, exception: str, message: str, excerpt: list[str]) -> None:
         """A fatal error line that states its own cause (pydantic's ``Value error, ...``)."""
         self._mark_fatal(number)
-        self._push(_Candidate(RootCause(exception, message, process, number, excerpt), self._tier(process), COMPLETE))
+        cause = RootCause(exception, message, process, number, excerpt, evidence=EVIDENCE_WORDS[""])
+        self._push(_Candidate(cause, self._tier(process), COMPLETE))
 
-    def add_evidence(self, number: int, process: str, exception: str | None, message: str, line: str, rank: int, weak: bool, where: str | None) -> None:
+    def add_evidence(
+        self, number: int, process: str, exception: str | None, message: str, line: str, rank: int, weak: bool, where: str | None, kind: str = ""
+    ) -> None:
         """Fatal evidence without a traceback (a device assertion, NCCL's watchdog): ranked below any
         traceback with its exception line, above one cut before it. ``weak``: not fatal on its own."""
+        if self._wrapper(message) is not None:
+            # the record quotes an exception that only wraps ("Failed to start model server: Engine
+            # core initialization failed. See root cause above"): the traceback logged with it is that
+            # wrapper's own (unlike "EngineCore failed to start.", logged with the real one's)
+            self.add_marker(number, process, message, True)
+            self._wrapper_marks[process] = number
+            return
         if not weak:
             self._mark_fatal(number)
-        cause = RootCause(exception, message, process, number, [line.strip()], where)
+        cause = RootCause(exception, message, process, number, [line.strip()], where, evidence=EVIDENCE_WORDS.get(kind, EVIDENCE_WORDS[""]))
         self._push(_Candidate(cause, self._tier(process), EVIDENCE, rank=rank, weak=weak))
 
     def complete_evidence(self, number: int, needle: str, text: str, line: str) -> None:
@@ -302,6 +355,8 @@ class TracebackTracker:
                 continue
             if c.kind == INCOMPLETE and c.cause.process in wrapped and c.cause.exception is None:
                 continue  # multiprocessing's re-print of a wrapper it already reported
+            if c.kind == INCOMPLETE and not c.marker and self._wrapper_marks.get(c.cause.process, -9) + 1 == c.cause.line:
+                continue  # the wrapper record's own traceback
             if best is None or (c.kind, c.rank, c.tier, c.cause.line) < (best.kind, best.rank, best.tier, best.cause.line):
                 best = c
         if best is None:
@@ -407,6 +462,12 @@ class TracebackTracker:
         c, line, wrapped = self._candidate(b)
         if line is not None:
             self._mark_fatal(line)
+        if self.serving_line is None and self._serving_wrappers:
+            for e in b.exceptions:
+                text = f"{e.type}: {chr(10).join(e.lines)}"
+                if any(w in text for w in self._serving_wrappers):
+                    self._served_at(e.line)
+                    break
         if wrapped:
             self._wrapped_procs.add(b.process)
         if c is not None:
@@ -423,14 +484,23 @@ class TracebackTracker:
             if self._benign(excerpt):
                 return None, None, False
             where = _where(b.engine_where or b.where or "")
+            said = b.preface
+            if said and not said.endswith((".", ":")) and "xception" not in said and self._wrapper(said) is None:
+                # the record the traceback was logged with is the exception's own text (V0's
+                # logger.exception(e)): it says what the cut traceback does not
+                cause = RootCause(None, said, b.process, b.start_line - 1, [said, *excerpt][-EXCERPT_LINES:], where, evidence=EVIDENCE_WORDS["error line"])
+                return _Candidate(cause, tier, INCOMPLETE), b.start_line - 1, False
             last_frame = f" (last frame: {where})" if where else ""
-            cause = RootCause(None, f"the traceback is cut off before its exception line{last_frame}", b.process, b.start_line, excerpt, where)
+            cause = RootCause(
+                None, f"the traceback is cut off before its exception line{last_frame}", b.process, b.start_line, excerpt, where,
+                evidence=EVIDENCE_WORDS["traceback cut"],
+            )
             return _Candidate(cause, tier, INCOMPLETE), b.start_line, False
         chosen: _Exc | None = None
         harvested: str | None = None
         for e in b.exceptions:
             text = "\n".join(e.lines)
-            inner = self._wrapper(f"{e.type}: {text}")
+            inner = "" if e.type.rsplit(".", 1)[-1] in ECHO_EXCEPTIONS else self._wrapper(f"{e.type}: {text}")
             if inner is None:
                 chosen = e
                 break
@@ -445,13 +515,16 @@ class TracebackTracker:
         if chosen is not None:
             message = "\n".join(chosen.lines)
             excerpt = excerpt + [f"{chosen.type}: {message}"]
-            cause = RootCause(chosen.type, message, b.process, chosen.line, excerpt[-EXCERPT_LINES:], _where(chosen.where or ""))
+            cause = RootCause(
+                chosen.type, message, b.process, chosen.line, excerpt[-EXCERPT_LINES:], _where(chosen.where or ""), evidence=EVIDENCE_WORDS["traceback"]
+            )
             return _Candidate(cause, tier, COMPLETE), first.line, False
         last = b.exceptions[-1]
         if harvested:
             context = self._context(all_text[-1])
             cause = RootCause(
-                last.type, harvested, b.process, last.line, (excerpt + all_text)[-EXCERPT_LINES:], _where(last.where or ""), harvested=True, context=context
+                last.type, harvested, b.process, last.line, (excerpt + all_text)[-EXCERPT_LINES:], _where(last.where or ""), harvested=True, context=context,
+                evidence=EVIDENCE_WORDS["traceback"],
             )
             return _Candidate(cause, tier, HARVESTED), first.line, True
         cause = RootCause(last.type, "\n".join(last.lines), b.process, last.line, (excerpt + all_text)[-EXCERPT_LINES:], _where(last.where or ""))

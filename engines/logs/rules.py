@@ -22,6 +22,27 @@ STAGE, BAR, READY, SHUTDOWN, FATAL, METRIC, SETTING, WARN, SERVED, UP, SERVING_E
 #: the run is ready, evidence that it was up tells nothing new).
 LATE = (SERVED, METRIC, UP, SERVING_ERROR)
 
+#: The kinds of evidence a root cause rests on, in words (strongest first); see ``RootCause.evidence``.
+TRACEBACK = "traceback"
+FATAL_RECORD = "fatal record"
+NATIVE = "native crash"
+DEATH = "process death"
+KILLED = "killed by signal 9"
+ERROR_LINE = "error line"
+#: A launcher naming a dead child: "Process ApiServer_0 (PID: 359) died with exit code 1", "worker
+#: exited with exit code 136", "Rank 0 scheduler is dead. Exit code: -6 (SIGABRT)".
+_DEATH = (
+    r"(?P<message>\S+(?: \((?:PID|pid)[:=] ?\d+\))? (?:died|exited|is dead|crashed)\.? (?:with )?[Ee]xit code:? "
+    r"(?!-?(?:0|2|15)\b)-?\d+(?: \(SIG[A-Z]+\))?)"
+)
+#: An exception's repr: ``TypeName('message')``.
+#: (a repr printed with ``\n`` escapes or cut by the terminal ends at the first escape or at the line's end)
+_REPR = r"(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception))\((?P<q>['\"])(?P<message>.+?)(?:(?P=q)\)|\\n|\s*$)"
+#: A C++ runtime's own record (glog / c10: PyTorch, NCCL process groups), error or fatal level:
+#: "[rank0]:[E219 12:14:43.351647859 ProcessGroupNCCL.cpp:1595] [PG ID 2 ...] Process group watchdog
+#: thread terminated with exception: CUDA error: an illegal memory access was encountered"
+_CPP_RECORD = r"\[[{lvl}]\d{{3,4}} \d\d:\d\d:\d\d\.\d+ (?:\d+ )?(?P<where>[\w.-]+\.(?:cpp|cc|cu|h|hpp):\d+)\] (?:\[[^\]]*\] )*"
+_CPP_EF = _CPP_RECORD.format(lvl="EF")
 #: Fatal evidence without a traceback that any engine on CUDA / NCCL / PyTorch prints, strongest
 #: first (``rank``); engine-specific phrases live in each adapter's grammar. A traceback whose
 #: exception line is in the window still wins over them; they win over a traceback cut before it.
@@ -64,7 +85,43 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     ),
     # a worker killed by a signal: "Worker VllmWorkerProcess pid 214281 died, exit code: -11" (not SIGTERM /
     # SIGINT, -15 / -2: the worker was told to stop, as on Ctrl-C)
-    FatalRule("died, exit code", r"(?P<message>\S+(?: pid \d+)? died, exit code:? -(?!15\b|2\b)\d+)", rank=4, anywhere=True),
+    FatalRule("died, exit code", r"(?P<message>\S+(?: pid \d+)? died, exit code:? -(?!15\b|2\b)\d+)", rank=4, anywhere=True, kind=DEATH),
+    # CPython's faulthandler on a native crash: "Fatal Python error: Segmentation fault" (then the
+    # thread stacks, "Thread 0x... (most recent call first):", which are not a traceback)
+    FatalRule("Fatal Python error: ", r"(?P<message>Fatal Python error: .+)", rank=0, anywhere=True, kind=NATIVE),
+    # the shell's report of a child killed by SIGKILL (the kernel's OOM killer is the usual sender)
+    FatalRule("Killed", r"^(?P<message>Killed)\s*$", rank=4, anywhere=True, kind=KILLED),
+    # a launcher naming a dead child: "Process ApiServer_0 (PID: 359) died with exit code 1",
+    # "worker exited with exit code 136"; "Engine core proc EngineCore_DP0 died unexpectedly"
+    # (a stop's own code, 0 / 2 / 15 / -2 / -15, is not a death: the process was told to stop)
+    FatalRule(" exit code", _DEATH, rank=4, anywhere=True, kind=DEATH),
+    FatalRule(" Exit code", _DEATH, rank=4, anywhere=True, kind=DEATH),
+    FatalRule("died unexpectedly", r"(?P<message>\S+ died unexpectedly)", rank=4, anywhere=True, kind=DEATH),
+    # uvicorn cannot bind its port (both engines): the server never came up, even after uvicorn's
+    # "Application startup complete" (printed before it binds):
+    # "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8080): address already in use"
+    FatalRule("ERROR:    [Errno ", r"ERROR:\s+(?P<message>\[Errno \d+\] .+)$", "OSError", rank=5, startup=True, kind=ERROR_LINE),
+    # a device runtime's own error record inside a log line (torch_npu / CANN on Ascend):
+    # "[ERROR] 2025-06-03-14:54:23 (PID:8648, Device:0, RankID:-1) ERR00100 PTA call acl api failed."
+    FatalRule("[ERROR] ", r"\[ERROR\] \S+ \(PID:\s?\d+[^)]*\) (?P<message>.+?)\s*$", rank=3, anywhere=True),
+    # a C++ runtime's error- or fatal-level record that says what failed ("...: CUDA error: ...",
+    # "Check failed: ..."): its own failure, with no Python exception (a record that only points
+    # elsewhere, "received errors ... check rank 0 logs", or retries a socket, is not a cause)
+    FatalRule(".cpp:", _CPP_EF + r"(?P<message>.*?\b(?:[Ee]xception|[Ee]rror|[Ff]ailed)\b: .*)$", rank=3, anywhere=True),
+    # Kubernetes' and launchers' words for a dead container: "Crashed container in pod: vllm-0",
+    # "Back-off restarting failed container", "OOMKilled", "CrashLoopBackOff"
+    FatalRule("rashed container", r"(?P<message>[Cc]rashed container\b.*?)\s*$", rank=4, anywhere=True, kind=DEATH),
+    FatalRule("restarting failed container", r"(?P<message>[Bb]ack-off restarting failed container.*?)\s*$", rank=4, anywhere=True, kind=DEATH),
+    FatalRule("OOMKilled", r"(?P<message>.*\bOOMKilled\b.*?)\s*$", rank=4, anywhere=True, kind=KILLED),
+    FatalRule("CrashLoopBackOff", r"(?P<message>.*\bCrashLoopBackOff\b.*?)\s*$", rank=4, anywhere=True, kind=DEATH),
+    # a launcher's own statement of why the server did not start (KServe's model server):
+    # "kserve ERROR [__main__.py:<module>():254] Failed to start model server: integer division or modulo by zero"
+    # (when what follows is only a wrapper, "See root cause above", it counts as that wrapper)
+    FatalRule("Failed to start ", r"Failed to start [\w .-]{1,40}: (?P<message>.+?)\s*$", rank=6, anywhere=True, kind=ERROR_LINE),
+    # an exception's repr on an error record, before its traceback or without one:
+    # "ERROR engine.start: nixlBackendError('NIXL_ERR_BACKEND')"
+    FatalRule("Error('", _REPR, rank=6, anywhere=True, levels=("ERROR", "CRITICAL", "FATAL"), kind=ERROR_LINE),
+    FatalRule('Error("', _REPR, rank=6, anywhere=True, levels=("ERROR", "CRITICAL", "FATAL"), kind=ERROR_LINE),
 )
 #: Lines worth a hint when nothing else explains a failure, wherever they are in the line: NCCL's own
 #: warnings ("NCCL WARN socketStartConnect: Connect to ... failed") and PyTorch's barrier report that

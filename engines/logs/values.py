@@ -49,6 +49,8 @@ class RootCause:
     harvested: bool = False
     #: Where the wrapper says it happened ("during CUDA graph capture"), when the message was harvested.
     context: str | None = None
+    #: What the cause rests on, in words ("traceback", "no traceback: killed by signal 9 (...)").
+    evidence: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -58,6 +60,7 @@ class RootCause:
             "line": self.line,
             "where": self.where,
             "context": self.context,
+            "evidence": self.evidence,
             "excerpt": list(self.excerpt),
         }
 
@@ -253,6 +256,9 @@ class Analysis:
     failed_stage: str | None = None
     #: The capture tool's line prefix that was stripped (None: the lines had none).
     prefix: LinePrefix | None = None
+    #: False when no line was the engine's (an empty log, a launcher's or a trainer's output only):
+    #: the state then says nothing about the engine.
+    engine_output: bool = True
 
     def stage(self, name: str) -> Stage:
         for s in self.stages:
@@ -275,4 +281,5 @@ class Analysis:
             "exit_code": self.exit_code,
             "failed_stage": self.failed_stage,
             "prefix": self.prefix.to_json() if self.prefix else None,
+            "engine_output": self.engine_output,
         }

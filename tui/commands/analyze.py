@@ -54,7 +54,8 @@ def render(a: Analysis) -> str:
     """The human post-mortem: timeline, state, root cause with its hint, figures."""
     lines: list[str] = []
     ready = "was ready" if a.was_ready else "never ready"
-    lines.append(f"engine {a.engine}   state {a.state} ({ready})   {a.lines} lines")
+    state = f"state {a.state} ({ready})" if a.engine_output else "no engine output"
+    lines.append(f"engine {a.engine}   {state}   {a.lines} lines")
     if a.prefix is not None:
         p = a.prefix
         said = []
@@ -79,6 +80,8 @@ def render(a: Analysis) -> str:
         proc = f" in {rc.process}" if rc.process else ""
         where = f" at {rc.where}" if rc.where else ""
         lines.append(f"root cause: {what}{proc}, line {rc.line}{where}")
+        if rc.evidence:
+            lines.append(f"evidence: {rc.evidence}")
         for m in rc.message.splitlines()[:12]:
             lines.append(f"  {m}")
     elif a.state is RunState.CRASHED:

@@ -19,6 +19,8 @@ def root_cause_renderable(cause: RootCause, hint: str | None, *, excerpt_lines: 
     parts: list[RenderableType] = [head]
     if hint:
         parts.append(Text.assemble(("HINT", "bold reverse yellow"), " ", (hint, "bold")))
+    if cause.evidence:
+        parts.append(Text(f"evidence: {cause.evidence}", style="italic", overflow="ellipsis", no_wrap=True))
     origin = [p for p in (cause.process and f"in {cause.process}", cause.where and f"at {cause.where}", cause.line is not None and f"log line {cause.line}") if p]
     if origin:
         parts.append(Text(" · ".join(str(p) for p in origin), style="dim", overflow="ellipsis", no_wrap=True))
