@@ -72,6 +72,10 @@ class RunWatcher:
         """This watcher knows where the run's news begins (what its log held when first seen is history)."""
         return run_id in self._backlog
 
+    def has_ruled(self, run_id: str, event: str) -> bool:
+        """The run's ``event`` ("ready", "crashed") was announced, or marked as history (never to be)."""
+        return (run_id, event) in self._announced
+
     async def run_forever(self) -> None:
         """Poll the hosts' run lists; start a follower for every running run."""
         seen_ended: set[str] = set()

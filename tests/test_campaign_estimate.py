@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import datetime as dt
 import json
 from pathlib import Path
 
@@ -18,8 +18,10 @@ async def _ended_run(runs: Runs, experiment: str, load_stages_s: dict[str, float
     """A real (StubEngine) run that ended; ``load_stages_s`` becomes its probe.json, as a probe writes it,
     with its start-to-ready ``load_s``: the stages plus ``gaps_s`` between and before them.
 
-    Runs are ordered by their start second (a real load takes minutes), so each starts a second later."""
-    await asyncio.sleep(1.05)
+    Runs are ordered by their start second (a real load takes minutes), so each starts in a later
+    second than the newest run before it: the clock is waited for, not a guessed delay."""
+    newest = max((r.started_at for r in await runs.list()), default="")
+    wait_for(lambda: dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds") > newest, 5)
     rec = await runs.launch(experiment, skip_preflight=True)
     wait_for(lambda: (Path(rec.run_dir) / "exit_code").exists(), 20)
     if load_stages_s is not None:

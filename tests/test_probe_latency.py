@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from typing import Any
 
 import pytest
@@ -58,7 +57,7 @@ async def probe(url: str, timer: RequestTimer | None = None) -> dict[str, Any]:
 
 def wire_means(tap: WireTap, n: int) -> tuple[float, float, float]:
     """Mean TTFT, TPOT and E2E of the timed requests (the last n) by the wire's clock."""
-    time.sleep(0.5)  # let the capture thread drain the last packets
+    tap.drain()  # the capture thread has read the last packets
     figs = [f for f in (r.figures() for r in tap.requests()[-n:]) if f is not None]
     assert len(figs) == n, f"the wire tap saw {len(figs)} of {n} timed requests"
     return (sum(f[0] for f in figs) / n, sum((f[1] - f[0]) / max(1, f[2] - 1) for f in figs) / n, sum(f[1] for f in figs) / n)

@@ -79,8 +79,9 @@ async def test_engine_is_detached_and_liveness_is_noticed_quickly(lab: Lab) -> N
 
     os.kill(rec.pid, signal.SIGKILL)  # the engine dies on its own (OOM killer, crash...)
     t0 = time.monotonic()
+    # how soon: bench/timed_bounds.py prints it (a timed bound here raced the machine's load)
     while (await runs.status(rec.id, analyze=False)).alive:
-        assert time.monotonic() - t0 < 2.0
+        assert time.monotonic() - t0 < 30, "the SIGKILLed engine is still reported alive"
     noticed = time.monotonic() - t0
     wait_for(lambda: (Path(rec.run_dir) / "exit_code").exists(), 2.0)
     st2 = await runs.status(rec.id)
@@ -279,7 +280,6 @@ async def test_cleanup_removes_only_leftovers_of_ended_runs(lab: Lab) -> None:
         unrelated.write_bytes(b"x")  # another program's file, made while the run lives
         other_engine.write_bytes(b"x")
         log = await _collect(runs, leaky.id)
-        time.sleep(1.1)  # /dev/shm times are compared with a second of slack
         live = await runs.launch("alive", skip_preflight=True)
         wait_for(lambda: b"STUB shm" in Path(live.log_path).read_bytes())
         orphans = json.loads(re.search(rb"STUB children (\[.*\])", log).group(1))  # type: ignore[union-attr]
@@ -370,7 +370,19 @@ def replayed_h200(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, sample_s: str
     monkeypatch.setenv("FAKE_SMI_APPS", str(apps))
     monkeypatch.setenv("FAKE_SMI_PIDS_FILE", str(pids))
     monkeypatch.setenv("SERVELAB_GPU_SAMPLE_S", sample_s)
+    monkeypatch.setenv("FAKE_SMI_CALLS", str(tmp_path / SMI_CALLS))
     return data, apps, pids
+
+
+#: FakeNvidiaSmi's log of its calls, in the folder :func:`replayed_h200` was given.
+SMI_CALLS = "smi-calls"
+
+
+def gpu_samples(tmp_path: Path) -> list[int]:
+    """The pids of the nvidia-smi calls that took the supervisor's GPU samples so far, oldest first."""
+    calls = tmp_path / SMI_CALLS
+    lines = calls.read_text().splitlines() if calls.exists() else []
+    return [int(line.split()[0]) for line in lines if "--query-compute-apps=pid,gpu_uuid,used_memory" in line]
 
 
 async def test_busy_gpus_are_refused_with_their_holder(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -417,7 +429,10 @@ async def test_the_supervisor_records_the_runs_own_peak_gpu_memory(lab: Lab, mon
             assert isinstance(first, float) and 0 <= first < 15
             apps.write_text("# nvidia-smi --query-compute-apps=pid,process_name,gpu_uuid,used_memory --format=csv,noheader,nounits\n"
                             "794, /opt/torch/.venv/bin/python3, GPU-95e27d26-9e81-34c3-d01e-3f722d7dd4cf, 2048\n")
-            time.sleep(2.5)  # several samples at the lower figure
+            # several samples at the lower figure: the calls begun after the swap (a call reads the
+            # file after it is logged), and the one after them begun, so theirs were taken in full
+            n = len(gpu_samples(tmp_path))
+            wait_for(lambda: len(gpu_samples(tmp_path)) >= n + 3, timeout=30)
             status = await runs.status(rec.id)
             assert status.record.gpu_peak_mib == {"0": 10852} and status.record.gpu_first_alloc_s == first
         finally:
@@ -515,7 +530,8 @@ async def test_a_stop_between_two_gpu_samples_records_the_peak_it_reached(lab: L
     rec = await runs.launch("short", skip_preflight=True)
     run_json = Path(rec.run_dir) / "run.json"
     wait_for(lambda: "started_epoch" in json.loads(run_json.read_text()), timeout=15)
-    time.sleep(1.0)  # the supervisor's first sample (idle GPU) is behind it; its next is 60 s away
+    # the supervisor's first sample (idle GPU) is behind it, its nvidia-smi gone; its next is 60 s away
+    wait_for(lambda: len(gpu_samples(tmp_path)) >= 1 and not is_running(gpu_samples(tmp_path)[0]), timeout=15)
     pids.write_text(f"794:{rec.pid}")
     apps.write_text("# nvidia-smi --query-compute-apps=pid,process_name,gpu_uuid,used_memory --format=csv,noheader,nounits\n"
                     "794, /opt/torch/.venv/bin/python3, GPU-95e27d26-9e81-34c3-d01e-3f722d7dd4cf, 8804\n")

@@ -43,10 +43,10 @@ async def settled(app: ServelabApp, size: tuple[int, int]):  # type: ignore[no-u
         yield pilot
 
 
-async def press(pilot, *keys: str, pause: float | None = None) -> None:  # type: ignore[no-untyped-def]
+async def press(pilot, *keys: str) -> None:  # type: ignore[no-untyped-def]
     """Press ``keys``, then let the app draw."""
     await pilot.press(*keys)
-    await pilot.pause(pause)
+    await pilot.pause()
 
 
 async def test_lists_every_experiment_and_shows_the_resolved_command(tui_folder: TuiFolder) -> None:
@@ -134,8 +134,8 @@ async def test_palette_offers_the_experiments(tui_folder: TuiFolder) -> None:
     app = ServelabApp(tui_folder.folder)
     async with settled(app, (100, 30)) as pilot:
         await press(pilot, "ctrl+p")
-        await press(pilot, *"ngram", pause=0.5)
-        assert "experiment: tiny-cpu-vllm-ngram" in screen_text(app)
+        await press(pilot, *"ngram")
+        await wait_for(pilot, lambda: "experiment: tiny-cpu-vllm-ngram" in screen_text(app))  # the palette's answer, drawn
 
 
 def test_binding_ids_are_unique_per_class_and_cover_the_log_keys() -> None:
@@ -159,10 +159,7 @@ async def test_latest_run_column_and_enter_opens_it(tui_folder: TuiFolder) -> No
     async with settled(app, (120, 30)) as pilot:
         screen = app.screen
         assert isinstance(screen, ExperimentsScreen)
-        for _ in range(100):
-            if "tiny-cpu-vllm-ngram" in screen.latest:
-                break
-            await pilot.pause(0.1)
+        await wait_for(pilot, lambda: "tiny-cpu-vllm-ngram" in screen.latest, timeout=10)
         assert screen.latest["tiny-cpu-vllm-ngram"].state == "crashed"  # exit code 1
         await wait_for(pilot, lambda: "crashed" in screen_text(app))  # drawn in a later frame than the state
         screen.select_row(str(tui_folder.folder / "tiny-cpu-vllm-ngram.toml"))

@@ -114,7 +114,7 @@ async def test_start_follow_stop_with_confirm_resume_and_finished_table(lab: Lab
         await pilot.press("s")
         await pilot_wait(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press("n")
-        await pilot.pause(0.5)
+        await pilot_wait(pilot, lambda: app.screen is screen)  # the question answered and gone
         st = await control.status(load_catalog(lab.folder), screen.campaign_id)
         assert st.supervisor_alive
         await pilot.press("s")

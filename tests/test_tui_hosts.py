@@ -115,8 +115,8 @@ async def test_no_notification_for_a_run_that_was_ready_before_the_dashboard_ope
     app = ServelabApp(tui_folder.folder)
     try:
         async with app.run_test(size=(120, 30)) as pilot:
-            await wait_for(pilot, lambda: app.watcher is not None and old in app.watcher.analyses, timeout=30)
-            await pilot.pause(1.0)
+            # the watcher has ruled on the old run's ready (history: marked, not said)
+            await wait_for(pilot, lambda: app.watcher is not None and app.watcher.has_ruled(old, "ready"), timeout=30)
             assert not any(n.title == "run ready" for n in app._notifications)  # old news
             new = tui_folder.replay("tiny-cpu-vllm-baseline", SHARDS, rate=400, hold_s=60, port=18997, delay_s=1.0)
             await wait_for(pilot, lambda: any(n.title == "run ready" for n in app._notifications), timeout=30)

@@ -14,7 +14,7 @@ from servelab.engines.preflight import run_preflight
 from servelab.engines.runs import Runs
 from tests.conftest import TINY_MODEL
 from tests.fixtures.runlab import STUB_PATH, free_port, toml_value
-from tests.fixtures.tui import TuiFolder, screen_text, wait_for
+from tests.fixtures.tui import TuiFolder, screen_text, settle, wait_for
 from tests.fixtures.screens import NGRAM_SERVE, probe_summary
 from servelab.tui.app import ServelabApp
 from servelab.tui.screens.campaigns import CampaignsScreen
@@ -35,6 +35,11 @@ def quiet_app(folder: Path) -> ServelabApp:
 
 def footer_text(app: ServelabApp) -> str:
     return screen_text(app).splitlines()[-1]
+
+
+def row_text(app: ServelabApp, label: str) -> str:
+    """The screen's first line that starts with ``label`` ("" when none does yet)."""
+    return next((r for r in screen_text(app).splitlines() if r.lstrip().startswith(label)), "")
 
 
 async def loaded_experiments(app: ServelabApp, pilot: Any) -> ExperimentsScreen:
@@ -70,7 +75,8 @@ async def test_compare_shows_two_runs_side_by_side_at_100_columns(tui_folder: Tu
     async with app.run_test(size=(100, 30)) as pilot:
         await app.push_screen(CompareScreen(run_ids=[base, spec]))
         await wait_for(pilot, lambda: "VERDICT" in screen_text(app))
-        await pilot.pause(0.2)
+        # the frame that shows both runs' cells and the method row
+        await settle(pilot, lambda: "tiny-cpu-vllm-ngram" in row_text(app, "experiment ") and row_text(app, "spec method").split()[-2:] == ["none", "ngram"])
         rows = screen_text(app).splitlines()
         experiment = next((r for r in rows if r.lstrip().startswith("experiment ")), "\n".join(rows))
         # both runs' cells whole on the label's line: nothing to scroll to
@@ -93,7 +99,8 @@ async def test_compare_keeps_the_row_labels_when_the_runs_scroll_sideways(tui_fo
         await wait_for(pilot, lambda: "VERDICT" in screen_text(app))
         table = app.screen.query_one("#compare-table")
         table.scroll_to(x=table.max_scroll_x, y=table.max_scroll_y, animate=False)
-        await pilot.pause(0.2)
+        # the frame drawn after the scroll: the last run's figures beside the label
+        await settle(pilot, lambda: table.scroll_x > 0 and row_text(app, "speedup vs baseline").split()[-2:] == ["1.75x", "±0.04"])
         assert table.scroll_x > 0  # the runs did scroll
         rows = screen_text(app).splitlines()
         speedup = next((r for r in rows if r.lstrip().startswith("speedup vs baseline")), None)
@@ -105,26 +112,6 @@ async def test_compare_keeps_the_row_labels_when_the_runs_scroll_sideways(tui_fo
 async def test_every_screen_keeps_its_essential_keys_in_the_footer_at_80x24(tui_folder: TuiFolder) -> None:
     base, spec = await probed_pair(tui_folder)
     app = quiet_app(tui_folder.folder)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await loaded_experiments(app, pilot)
-        await pilot.pause(0.2)
-        shown = {"experiments": footer_text(app)}
-        await app.push_screen(RunScreen(spec))
-        await wait_for(pilot, lambda: "Stop" in footer_text(app))
-        await pilot.pause(0.2)
-        shown["run"] = footer_text(app)
-        await app.push_screen(CompareScreen(run_ids=[base, spec]))
-        await wait_for(pilot, lambda: "VERDICT" in screen_text(app))
-        shown["compare"] = footer_text(app)
-        await app.push_screen(WhyScreen([spec]))
-        await pilot.pause(0.5)
-        shown["why"] = footer_text(app)
-        await app.push_screen(RunsScreen())
-        await pilot.pause(0.5)
-        shown["runs"] = footer_text(app)
-        await app.push_screen(CampaignsScreen())
-        await pilot.pause(0.5)
-        shown["campaigns"] = footer_text(app)
     essential = {
         "experiments": ["? Help", "q Back", "l Launch", "p Preflight", "c Compare"],
         "run": ["? Help", "q Back", "s Stop", "P Probe", "y Why"],
@@ -133,6 +120,28 @@ async def test_every_screen_keeps_its_essential_keys_in_the_footer_at_80x24(tui_
         "runs": ["? Help", "q Back", "s Stop", "C Cleanup", "r Refresh"],
         "campaigns": ["? Help", "q Back", "S Start", "r Refresh"],
     }
+    shown: dict[str, str] = {}
+
+    async def footer_of(name: str, kind: type) -> None:
+        """The screen's footer once the frame shows that screen's keys (or the wait gives up)."""
+        await settle(pilot, lambda: isinstance(app.screen, kind) and all(k in footer_text(app) for k in essential[name]))
+        shown[name] = footer_text(app)
+
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded_experiments(app, pilot)
+        await footer_of("experiments", ExperimentsScreen)
+        await app.push_screen(RunScreen(spec))
+        await wait_for(pilot, lambda: "Stop" in footer_text(app))
+        await footer_of("run", RunScreen)
+        await app.push_screen(CompareScreen(run_ids=[base, spec]))
+        await wait_for(pilot, lambda: "VERDICT" in screen_text(app))
+        await footer_of("compare", CompareScreen)
+        await app.push_screen(WhyScreen([spec]))
+        await footer_of("why", WhyScreen)
+        await app.push_screen(RunsScreen())
+        await footer_of("runs", RunsScreen)
+        await app.push_screen(CampaignsScreen())
+        await footer_of("campaigns", CampaignsScreen)
     missing = {name: [k for k in keys if k not in shown[name]] for name, keys in essential.items()}
     assert not any(missing.values()), (missing, shown)
 
@@ -147,7 +156,7 @@ async def test_the_run_screen_log_keeps_a_usable_height_at_80x24(tui_folder: Tui
         # the replay has ended, the probe panel is up: what is left of 24 rows for the log?
         await wait_for(pilot, lambda: screen.view.state == "ready" or screen.alive is False)
         await wait_for(pilot, lambda: "PROBE output" in screen_text(app))
-        await pilot.pause(0.3)
+        await settle(pilot, lambda: screen.query_one(LogPanel).region.height >= 12)  # the layout after the probe panel came up
         assert screen.query_one(LogPanel).region.height >= 12, screen.query_one(LogPanel).region
 
 
@@ -163,8 +172,11 @@ async def test_a_launch_leaves_its_preflight_on_the_run_screen(tui_folder: TuiFo
         await wait_for(pilot, lambda: isinstance(app.screen, RunScreen))
         from servelab.tui.widgets.preflight_checks import PreflightBlock
 
+        from servelab.tui.screens.preflight import PreflightScreen
+
         run_screen = app.screen
-        await pilot.pause(1.0)  # the launch screen is long gone
+        # the launch screen is gone from the stack and the run screen drew its preflight block
+        await settle(pilot, lambda: not any(isinstance(s, PreflightScreen) for s in app.screen_stack) and "preflight: skipped" in screen_text(app))
         assert app.screen is run_screen
         block = run_screen.query_one(PreflightBlock)
         assert "preflight: skipped" in screen_text(app) and block.collapsed
@@ -195,11 +207,12 @@ async def test_the_preflight_block_shows_each_check_and_opens_on_a_failure(tui_f
 
 
 # -- the palette ---------------------------------------------------------------------------------------
-async def palette_hits(app: ServelabApp, pilot: Any, query: str) -> str:
+async def palette_hits(app: ServelabApp, pilot: Any, query: str, *hits: str) -> str:
+    """What the screen shows once the palette, asked ``query``, lists every one of ``hits``."""
     await pilot.press("ctrl+p")
     await pilot.pause()
     await pilot.press(*query)
-    await pilot.pause(0.6)
+    await settle(pilot, lambda: all(h in screen_text(app) for h in hits))
     return screen_text(app)
 
 
@@ -209,13 +222,13 @@ async def test_the_palette_reaches_every_key_of_the_screen_with_its_key(tui_fold
     async with app.run_test(size=(100, 30)) as pilot:
         await loaded_experiments(app, pilot)
         for query, hit in (("launch", "Launch  (l)"), ("compare", "Compare  (c)"), ("preflight", "Preflight  (p)")):
-            text = await palette_hits(app, pilot, query)
+            text = await palette_hits(app, pilot, query, hit)
             assert hit in text, (query, text)
             await pilot.press("escape")
             await pilot.pause()
         await app.push_screen(RunScreen(spec))
-        await pilot.pause(0.5)
-        text = await palette_hits(app, pilot, "diagnose")
+        await wait_for(pilot, lambda: isinstance(app.screen, RunScreen) and "y Why" in screen_text(app).splitlines()[-1])  # its keys are up
+        text = await palette_hits(app, pilot, "diagnose", "(y)", "Why?")
         assert "(y)" in text and "Why?" in text, text
         await pilot.press("enter")  # the same action as the key
         await wait_for(pilot, lambda: isinstance(app.screen, WhyScreen))

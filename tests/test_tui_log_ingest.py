@@ -67,7 +67,7 @@ async def test_updates_are_coalesced_to_a_few_per_second(tmp_path: Path) -> None
         for i in range(0, len(data), 200):  # hundreds of small chunks in a burst
             ingest.append(data[i : i + 200])
         await until(lambda: ingest.index.unclassified == 0)
-        await asyncio.sleep(0.3)
+        await until(lambda: not ingest._scheduled)  # every change delivered: no update is still to come
         assert len(data) // 200 > 100 and len(updates) < 20
     finally:
         ingest.close()
@@ -83,7 +83,7 @@ async def test_a_dead_worker_is_reported_once_and_lines_are_classified_here(tmp_
         await until(lambda: any(u.error for u in updates))
         ingest.append(b"ERROR boom happened\nINFO two\n")
         assert ingest.index.unclassified == 0 and ingest.index.first_error() == 1
-        await asyncio.sleep(0.3)
+        await until(lambda: not ingest._scheduled)  # every change delivered: a second error report would be in
         errors = [u.error for u in updates if u.error]
         assert len(errors) == 1 and "classifying lines here" in errors[0]
     finally:

@@ -34,15 +34,12 @@ async def test_a_launch_with_a_faulty_drafter_shows_the_finding_and_starts_nothi
     app = ServelabApp(tui_folder.folder)
     app.watch_runs = False
     async with app.run_test(size=(160, 40)) as pilot:
-        await pilot.pause(0.3)
+        await wait_for(pilot, lambda: "tiny-e3-faulty" in screen_text(app))  # the dashboard's first screen is up
         results: list[str | None] = []
         await app.push_screen(PreflightScreen(load_catalog(tui_folder.folder), "tiny-e3-faulty", launch=True), results.append)
         screen = app.screen
         assert isinstance(screen, PreflightScreen)
-        for _ in range(600):
-            if screen.outcome.startswith("✗"):
-                break
-            await pilot.pause(0.1)
+        await wait_for(pilot, lambda: screen.outcome.startswith("✗"))
         await wait_for(pilot, lambda: "aux-layers-out-of-range" in screen_text(app))  # the outcome, then its frame
         text = screen_text(app)
         assert "aux-layers-out-of-range" in text and "launch refused" in screen.outcome

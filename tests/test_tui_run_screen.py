@@ -10,7 +10,7 @@ import pytest
 
 from tests.fixtures.tui import SHARED_LOGS
 from tests.fixtures.tui import TuiFolder
-from tests.fixtures.tui import open_run_screen, screen_text, wait_for, watched_run_screen
+from tests.fixtures.tui import open_run_screen, screen_text, settle, wait_for, watched_run_screen
 from servelab.tui.app import ServelabApp
 from servelab.engines import watch
 from servelab.tui.screens.run import with_history
@@ -125,7 +125,7 @@ async def test_a_truncated_log_starts_the_view_and_analysis_afresh(tui_folder: T
         await wait_for(pilot, lambda: screen.index.line_count == 2)
         assert screen.index.text(0) == "INFO rotated: a new log"
         assert screen.ingest.worker_pid != first_worker
-        await pilot.pause(0.3)
+        await settle(pilot, lambda: "2 lines" in screen_text(app))  # the count, then the frame that shows it
         assert "2 lines" in screen_text(app)
 
 
@@ -170,7 +170,7 @@ async def test_a_long_log_shows_its_end_before_it_is_indexed_then_the_whole_log(
         assert "the log's end" in screen_text(app)
         # The whole log, once read: shown in place of the end, still following it, as a full scan has it.
         await wait_for(pilot, lambda: screen.tail is None and screen.index.line_count == total and screen.index.unclassified == 0)
-        await pilot.pause(0.2)
+        await settle(pilot, lambda: panel.view.index is screen.index and panel.view.follow and last_line_shown())  # the swap laid out
         assert panel.view.index is screen.index and panel.view.follow and last_line_shown()
         scan = LineIndex(tmp_path / "scan.spool")
         scan.append(data)

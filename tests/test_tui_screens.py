@@ -114,7 +114,7 @@ async def test_preflight_shows_each_check_and_refuses_a_broken_engine_python(tui
     app = ServelabApp(tui_folder.folder)
     app.watch_runs = False
     async with app.run_test(size=(120, 36)) as pilot:
-        await pilot.pause(0.5)
+        await wait_for(pilot, lambda: "tiny-cpu-vllm-ngram" in screen_text(app))  # the dashboard's first screen is up
         catalog = load_catalog(tui_folder.folder)
         results: list[str | None] = []
         await app.push_screen(PreflightScreen(catalog, "tiny-cpu-vllm-ngram", launch=True), results.append)

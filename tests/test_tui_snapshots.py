@@ -20,12 +20,14 @@ from servelab.engines.diagnosis.stored import DIAGNOSIS_JSON
 from servelab.engines.preflight import run_preflight
 from tests.fixtures.campaignlab import recorded_campaign
 from tests.fixtures.runlab import Lab, free_port
+from tests.fixtures.runlab import wait_for as wait_until
 from tests.fixtures.tui import RECORDED_LOGS, SHARED_LOGS, TuiFolder, screen_text
 from tests.fixtures.screens import body_text, dead_start, probe_summary
 from servelab.tui.app import ServelabApp
 from servelab.tui.screens.campaign import CampaignScreen
 from servelab.tui.screens.campaigns import CampaignsScreen
 from servelab.tui.screens.compare import CompareScreen
+from servelab.tui.screens.help import HelpScreen
 from servelab.tui.screens.preflight import PreflightScreen
 from servelab.tui.screens.run import RunScreen
 from servelab.tui.screens.runs import RunsScreen
@@ -98,7 +100,7 @@ def test_help_screen(snap_folder: TuiFolder, snap_compare) -> None:  # type: ign
     async def open_help(pilot) -> None:  # type: ignore[no-untyped-def]
         await settle(pilot)
         await pilot.press("question_mark")
-        await pilot.pause()
+        await until(pilot, lambda: isinstance(pilot.app.screen, HelpScreen))
 
     assert snap_compare(make_app(snap_folder), terminal_size=(80, 24), run_before=steadied(open_help))
 
@@ -112,11 +114,7 @@ def test_crashed_run_screen(snap_folder: TuiFolder, snap_compare) -> None:  # ty
         app = pilot.app
         await app.push_screen(RunScreen(RUN_ID))
         screen = app.screen
-        for _ in range(600):
-            await pilot.pause(0.1)
-            if screen.index.line_count >= lines and "exit code 1" in screen.liveness and screen.view.state == "crashed" and screen.gpu_note is not None:
-                break
-        await pilot.pause(0.3)
+        await until(pilot, lambda: screen.index.line_count >= lines and "exit code 1" in screen.liveness and screen.view.state == "crashed" and screen.gpu_note is not None)
 
     assert snap_compare(make_app(snap_folder), terminal_size=(100, 32), run_before=steadied(open_run))
 
@@ -134,10 +132,7 @@ def ended_replays(folder: TuiFolder, *runs: tuple[str, str, Path, int]) -> None:
     for i, (experiment, run_id, log, code) in enumerate(runs):
         folder.replay(experiment, log, exit_code=code, run_id=run_id, port=free_port(), started_at=f"2026-01-01T00:0{i}:00+00:00")
     for _experiment, run_id, _log, _code in runs:
-        for _ in range(600):
-            if (folder.workdir / "runs" / run_id / "exit_code").exists():
-                break
-            time.sleep(0.05)
+        wait_until(lambda: (folder.workdir / "runs" / run_id / "exit_code").exists(), 30)
 
 
 def probed_runs(folder: TuiFolder) -> None:
@@ -149,13 +144,14 @@ def probed_runs(folder: TuiFolder) -> None:
 
 
 async def until(pilot, predicate) -> None:  # type: ignore[no-untyped-def]
+    """Until ``predicate()`` holds, then one refresh; the caller's :func:`steady` waits for the frame."""
     for _ in range(600):
         if predicate():
             break
         await pilot.pause(0.1)
     else:
         raise AssertionError("the screen never reached the state to capture")
-    await pilot.pause(0.3)  # the last update laid out
+    await pilot.pause()
 
 
 def opening(make_screen, ready):  # type: ignore[no-untyped-def]
@@ -246,7 +242,7 @@ def test_help_screen_sizes(snap_folder: TuiFolder, snap_compare, size) -> None: 
     async def open_help(pilot) -> None:  # type: ignore[no-untyped-def]
         await settle(pilot)
         await pilot.press("question_mark")
-        await pilot.pause()
+        await until(pilot, lambda: isinstance(pilot.app.screen, HelpScreen))
 
     assert snap_compare(make_app(snap_folder), terminal_size=size, run_before=steadied(open_help))
 
