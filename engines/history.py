@@ -292,10 +292,15 @@ class HistoryRow:
     speedup: float | None
     verdict: str | None  # helps | hurts | inconclusive | not meaningful, None without a baseline
     verdict_reason: str = ""
+    #: The run's identity by its weights: the served target's fingerprint and the drafter's ("" when
+    #: the folder was not a readable safetensors checkpoint, or for a run recorded before them).
+    target_fingerprint: str = ""
+    drafter_fingerprint: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {
             "run": self.run_id, "started_at": self.started_at, "host": self.host, "launched_by": self.owner, "rehearsal": self.rehearsal,
+            "target_fingerprint": self.target_fingerprint, "drafter_fingerprint": self.drafter_fingerprint,
             "state": str(self.state), "load_s": self.load_s, "acceptance_rate": self.acceptance_rate,
             "acceptance_length": self.acceptance_length, "output_throughput": self.output_throughput, "speedup": self.speedup,
             "verdict": self.verdict, "verdict_reason": self.verdict_reason,
@@ -311,7 +316,8 @@ async def run_history(runs: RunsAPI, experiment: str) -> list[HistoryRow]:
         analysis = _held(runs, rec)
         probe = await probe_of(runs, rec.id)
         row = HistoryRow(rec.id, rec.started_at, rec.host, rec.owner.label, rec.rehearsal, display_state(rec.status, rec.exit_code, analysis),
-                         load_seconds(analysis, probe, rec.started_local), None, None, None, None, None)
+                         load_seconds(analysis, probe, rec.started_local), None, None, None, None, None,
+                         target_fingerprint=rec.target.get("fingerprint", ""), drafter_fingerprint=rec.drafter_fingerprint)
         if probe is not None:
             row.acceptance_rate, row.acceptance_length = _num(probe.acceptance_rate), _num(probe.acceptance_length)
             row.output_throughput = _num(probe.output_throughput)

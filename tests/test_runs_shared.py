@@ -213,3 +213,23 @@ def test_servelab_rehearse_runs_beside_the_live_run_and_prints_its_result_on_std
         assert json.loads(servelab(lab, "status", "srv", "--json").stdout)["run"] == launched["run"]
     finally:
         servelab(lab, "stop", launched["run"], "--grace", "2")
+
+
+def test_history_shows_both_fingerprints_of_a_run(lab: Lab) -> None:
+    """A run's identity in the history is its weights: the target's fingerprint (and the drafter's
+    where there is one), read from the folder it served, in --json and in the table."""
+    target = REPO / ".models" / "tiny-trained" / "target"
+    lab.experiment("printed", env={"STUB_LOG": str(SERVE_LOG), "STUB_INTERVAL": "0.2"})
+    toml = lab.folder / "printed.toml"
+    toml.write_text(toml.read_text().replace(f'model = {json.dumps(str(lab.folder / "no-model"))}', f"model = {json.dumps(str(target))}"))
+    launched = json.loads(servelab(lab, "launch", "printed", "--json", "--skip-preflight").stdout)
+    try:
+        rec = json.loads((Path(launched["log_path"]).parent / "run.json").read_text())
+        fp = rec["target"]["fingerprint"]
+        assert fp
+        hist = json.loads(servelab(lab, "history", "printed", "--json").stdout)["runs"]
+        assert [(h["run"], h["target_fingerprint"], h["drafter_fingerprint"]) for h in hist] == [(launched["run"], fp, "")]
+        table = servelab(lab, "history", "printed").stdout.splitlines()
+        assert table[0].endswith("TARGET · DRAFTER") and table[1].endswith(f"{fp[:12]} · -")
+    finally:
+        servelab(lab, "stop", launched["run"], "--grace", "2")

@@ -13,7 +13,7 @@ from servelab.engines.loadtime import load_text
 from servelab.engines.runs import Runs
 from servelab.tui.commands.hostloop import run_on_hosts
 
-COLUMNS = ("RUN", "STARTED", "BY", "STATE", "LOAD", "ACCEPT (RATE · LEN)", "TOK/S", "SPEEDUP", "VERDICT")
+COLUMNS = ("RUN", "STARTED", "BY", "STATE", "LOAD", "ACCEPT (RATE · LEN)", "TOK/S", "SPEEDUP", "VERDICT", "TARGET · DRAFTER")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -34,6 +34,7 @@ def _cells(r: HistoryRow) -> list[str]:
         f"{r.output_throughput:.1f}" if r.output_throughput is not None else "-",
         f"{r.speedup:.2f}x" if r.speedup is not None else "-",
         r.verdict or "-",
+        f"{r.target_fingerprint[:12] or '-'} · {r.drafter_fingerprint[:12] or '-'}",
     ]
 
 
