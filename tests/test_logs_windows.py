@@ -63,11 +63,37 @@ def _name(p: Path) -> str:
     return str(p.relative_to(SHARED_LOGS if p.is_relative_to(SHARED_LOGS) else REPO / "tests" / "data" / "logs"))
 
 
-@pytest.mark.parametrize("path", LOGS, ids=_name)
+def _crashed(path: Path) -> bool:
+    """The whole log crashed, at a fatal line the analyzer found."""
+    _lines, _engine, an, whole = _whole(path)
+    return whole.state == RunState.CRASHED and an.fatal_line is not None
+
+
+@cache
+def _serving_evidence(path: Path) -> list[int]:
+    """The lines after a healthy log's ready line that, read alone, show it serving (none: not healthy)."""
+    lines, engine, an, whole = _whole(path)
+    if whole.state not in (RunState.READY, RunState.EXITED) or not whole.was_ready or an.ready_line is None:
+        return []
+    return [i for i in range(an.ready_line, len(lines)) if _serving_alone(lines[i], engine)]
+
+
+def _serving_alone(line: bytes, engine: str) -> bool:
+    """The line, read alone, shows the server ready or serving."""
+    return _read([line], engine)[1].state == RunState.READY
+
+
+#: Only the logs each check applies to are collected (no case returns before checking): crashed logs
+#: with their first fatal line, and healthy logs (ready at the end, or served and then stopped in
+#: order) with a line after their ready line that shows them serving.
+CRASHED = [p for p in LOGS if _crashed(p)]
+HEALTHY = [p for p in LOGS if _serving_evidence(p)]
+
+
+@pytest.mark.parametrize("path", CRASHED, ids=_name)
 def test_crashed_log_cut_above_its_first_fatal_line_keeps_state_and_root_cause(path: Path) -> None:
     lines, engine, an, whole = _whole(path)
-    if whole.state != RunState.CRASHED or an.fatal_line is None:
-        return
+    assert an.fatal_line is not None
     first = an.fatal_line - 1  # its index in lines
     bad = []
     for k in _cuts(1, first + 1, first):
@@ -77,20 +103,12 @@ def test_crashed_log_cut_above_its_first_fatal_line_keeps_state_and_root_cause(p
     assert not bad, f"whole log: {whole.state.value} {_cause(whole)}; windows from line: {bad[:5]}"
 
 
-def _serving_alone(line: bytes, engine: str) -> bool:
-    """The line, read alone, shows the server ready or serving."""
-    return _read([line], engine)[1].state == RunState.READY
-
-
-@pytest.mark.parametrize("path", LOGS, ids=_name)
+@pytest.mark.parametrize("path", HEALTHY, ids=_name)
 def test_healthy_log_cut_after_its_ready_line_stays_ready(path: Path) -> None:
     lines, engine, an, whole = _whole(path)
-    if whole.state not in (RunState.READY, RunState.EXITED) or not whole.was_ready or an.ready_line is None:
-        return  # healthy: ready at the end, or served and then stopped in order
+    assert an.ready_line is not None
     ready = an.ready_line  # index of the first line after it
-    evidence = [i for i in range(ready, len(lines)) if _serving_alone(lines[i], engine)]
-    if not evidence:
-        return
+    evidence = _serving_evidence(path)
     last_spec = whole.spec_series[-1].line - 1 if whole.spec_series else -1
     bad = []
     for k in _cuts(ready, evidence[-1] + 1, ready):
@@ -104,8 +122,5 @@ def test_healthy_log_cut_after_its_ready_line_stays_ready(path: Path) -> None:
 
 def test_the_windows_cover_crashed_and_healthy_logs() -> None:
     """The two checks above are not vacuous: the repository's real logs give each many cases."""
-    wholes = [_whole(p) for p in LOGS]
-    crashed = [w for w in wholes if w[3].state == RunState.CRASHED and w[2].fatal_line is not None]
-    healthy = [w for w in wholes if w[3].state in (RunState.READY, RunState.EXITED) and w[3].was_ready and w[2].ready_line is not None]
-    assert len(crashed) >= 40 and len(healthy) >= 8
-    assert sum(bool(w[3].spec_series) for w in healthy) >= 4
+    assert len(CRASHED) >= 40 and len(HEALTHY) >= 8
+    assert sum(bool(_whole(p)[3].spec_series) for p in HEALTHY) >= 4
