@@ -65,6 +65,13 @@ class CostModel:
         return self.speedup < 1.0
 
     @property
+    def explains(self) -> bool:
+        """The model's own arithmetic accounts for a loss: it estimates below 1x. A run measured
+        slower while the model predicts a gain lost to something the model does not see (another
+        finding, or none, says so), and the model names no factor."""
+        return self.estimated < 1.0
+
+    @property
     def per_draft(self) -> float | None:
         return (self.step_ratio - 1.0) / self.k if self.k else None
 

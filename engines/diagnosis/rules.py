@@ -312,7 +312,7 @@ def _reference_findings(ref: ReferenceMatch, rate: float, per_position: list[flo
 #: Above every warning but a drafter fault: when speculation loses, the factor that cost the most leads.
 FIRST_REASON = 3.5
 #: The cost model's findings: why the speedup is what it is. The acceptance causes follow them.
-SPEEDUP_REASONS = frozenset({"step-cost-dominates", "acceptance-dominates"})
+SPEEDUP_REASONS = frozenset({"step-cost-dominates", "acceptance-dominates", "speculation-not-paying"})
 CHEAPER_STEP = ("a cheaper speculative step: [speculative] num_tokens lower, a smaller drafter, "
                 "or the drafter without eager mode (CUDA graphs)")
 
@@ -324,7 +324,8 @@ def _with_cost_model(found: list[Finding], model: CostModel) -> list[Finding]:
     for w in model.fixes:
         by_code.setdefault(w.code, w)
     best = model.fixes[0] if model.fixes else None
-    lead = model.loses and model.first == "acceptance"
+    explained = model.loses and model.explains
+    lead = explained and model.first == "acceptance"
     out: list[Finding] = []
     for f in found:
         what_if = by_code.get(f.code)
@@ -332,7 +333,13 @@ def _with_cost_model(found: list[Finding], model: CostModel) -> list[Finding]:
             weight = FIRST_REASON if lead and what_if is best else 1.2 + max(0.0, what_if.speedup - model.estimated)
             f = replace(f, evidence=f"{f.evidence}; {what_if.text} at the measured step cost ({model.step_ratio:.2f}x)", weight=weight)
         out.append(f)
-    if model.loses and model.first == "step-cost":
+    not_paying = next((i for i, f in enumerate(out) if f.code == "speculation-not-paying"), None)
+    fewer_drafts = any(f.code == "k-too-high" for f in out)
+    # A curve that falls off names its cheaper step itself (fewer drafts, with the estimate by K),
+    # and "no K pays" says the loss with the same arithmetic: neither gets a second, generic finding.
+    if explained and model.first == "step-cost" and not fewer_drafts and not_paying is not None:
+        out[not_paying] = replace(out[not_paying], weight=FIRST_REASON)
+    elif explained and model.first == "step-cost" and not fewer_drafts:
         out.append(Finding("step-cost-dominates", "warning", f"speculation loses to its {model.reason()}",
                            "; ".join(["acceptance fixes measured: " + ", ".join(w.text for w in model.fixes)] if model.fixes else
                                      ["no better acceptance was measured"]), CHEAPER_STEP, FIRST_REASON))
