@@ -581,10 +581,12 @@ class Runs:
             await asyncio.sleep(POLL_SECONDS)
 
     # -- stop and cleanup -------------------------------------------------------------------------
-    async def stop(self, run: RunRef, grace: float = 10.0, *, leader_first: bool = False) -> RunStatus:
+    async def stop(self, run: RunRef, grace: float = 10.0, *, leader_first: bool = False, engine_plan: bool = True) -> RunStatus:
         """SIGTERM to the run's process group, SIGKILL after ``grace``; only this run's processes.
         ``leader_first``: SIGTERM its leader alone first (a daemon that stops its children itself).
-        The engine's adapter may ask for both (``stop_plan``: SGLang's leader first, 30 s at least)."""
+        The engine's adapter may ask for both (``stop_plan``: SGLang's leader first, 30 s at least);
+        ``engine_plan=False`` stops the group as a whole (a node of a multi-node group, whose broken
+        collective leaves its leader unable to shut its children down in order)."""
         h, rec = await self._at(run)
         if rec.slurm_job:  # the job is the unit that stops: scancel of the job servelab submitted
             try:
@@ -598,7 +600,7 @@ class Runs:
         if rec.pid is None:
             raise ServelabError(f"run {rec.id} has no process (status {rec.status})")
         try:  # the engine's own shutdown path and least grace (a run of no engine, a Ray daemon: the plain stop)
-            plan = get_adapter(rec.engine).stop_plan
+            plan = get_adapter(rec.engine).stop_plan if engine_plan else StopPlan()
         except KeyError:
             plan = StopPlan()
         grace, leader_first = max(grace, plan.min_grace_s), leader_first or plan.leader_first

@@ -583,7 +583,7 @@ class MultiNodeRuns:
 
         async def one(rid: str) -> None:
             try:
-                report.stopped.append(await self.runs.stop(rid, grace, leader_first=leader_first))
+                report.stopped.append(await self.runs.stop(rid, grace, leader_first=leader_first, engine_plan=False))
             except ServelabError as exc:
                 report.problems.append(f"{rid}: {exc}")
 
