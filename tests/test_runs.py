@@ -533,12 +533,14 @@ async def test_a_stop_between_two_gpu_samples_records_the_peak_it_reached(lab: L
     # the supervisor's first sample (idle GPU) is behind it, its nvidia-smi gone; its next is 60 s away
     wait_for(lambda: len(gpu_samples(tmp_path)) >= 1 and not is_running(gpu_samples(tmp_path)[0]), timeout=15)
     pids.write_text(f"794:{rec.pid}")
+    allocated_after = time.time() - json.loads(run_json.read_text())["started_epoch"]  # the GPU shows the run's memory from here
     apps.write_text("# nvidia-smi --query-compute-apps=pid,process_name,gpu_uuid,used_memory --format=csv,noheader,nounits\n"
                     "794, /opt/torch/.venv/bin/python3, GPU-95e27d26-9e81-34c3-d01e-3f722d7dd4cf, 8804\n")
     await runs.stop(rec.id, grace=1)
     status = await runs.status(rec.id)
     assert status.record.gpu_peak_mib == {"0": 8804}
-    assert status.record.gpu_first_alloc_s is not None and 0.5 <= status.record.gpu_first_alloc_s < 60
+    # seen by the stop's own sample: after the allocation appeared, long before the next periodic one
+    assert status.record.gpu_first_alloc_s is not None and allocated_after - 0.1 <= status.record.gpu_first_alloc_s < 60, (allocated_after, status.record.gpu_first_alloc_s)
 
 
 async def test_run_json_records_the_target_by_its_weights(lab: Lab) -> None:
@@ -549,10 +551,15 @@ async def test_run_json_records_the_target_by_its_weights(lab: Lab) -> None:
 
     lab.experiment("fp", env={"STUB_LINES": "5", "STUB_EXIT": "0"})
     runs = lab.runs()
+    def ended(rec: RunRecord) -> None:  # the next launch takes the same port: the last run has let it go
+        wait_for(lambda: (Path(rec.run_dir) / "exit_code").exists(), 30)
+
     absent = await runs.launch("fp", skip_preflight=True)
     assert absent.target == {} and absent.target_identity is None
+    ended(absent)
     model = make(lab.folder / "no-model", seed=1)
     first = await runs.launch("fp", skip_preflight=True)
+    ended(first)
     saved = json.loads((Path(first.run_dir) / "run.json").read_text())
     assert saved["target"]["fingerprint"] == fingerprint(str(model))["fingerprint"] == first.target["fingerprint"]
     other = make(lab.folder / "other", seed=2)
