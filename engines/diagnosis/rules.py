@@ -325,7 +325,7 @@ def _with_cost_model(found: list[Finding], model: CostModel) -> list[Finding]:
         by_code.setdefault(w.code, w)
     best = model.fixes[0] if model.fixes else None
     explained = model.loses and model.explains
-    lead = explained and model.first == "acceptance"
+    lead = model.loses and model.first == "acceptance"
     out: list[Finding] = []
     for f in found:
         what_if = by_code.get(f.code)
@@ -343,7 +343,7 @@ def _with_cost_model(found: list[Finding], model: CostModel) -> list[Finding]:
         out.append(Finding("step-cost-dominates", "warning", f"speculation loses to its {model.reason()}",
                            "; ".join(["acceptance fixes measured: " + ", ".join(w.text for w in model.fixes)] if model.fixes else
                                      ["no better acceptance was measured"]), CHEAPER_STEP, FIRST_REASON))
-    elif lead and best is None:
+    elif explained and lead and best is None:
         out.append(Finding("acceptance-dominates", "warning", f"speculation loses to its {model.reason()}",
                            f"a draft token costs {model.per_draft or 0.0:.2f} of a plain step: cheap; the drafter agrees too rarely",
                            "[speculative] draft_model = a drafter trained on this target's outputs", FIRST_REASON))
