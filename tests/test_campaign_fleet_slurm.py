@@ -130,7 +130,11 @@ async def test_fleet_campaign_moves_a_dropped_hosts_points_and_reports_them_all(
     status = servelab(lab.folder, "campaign", "status", st.id)
     assert "campaign " + st.id + " on the fleet local, remote: done" in status and "remote dropped out:" in status
     (drop,) = final["drops"]
-    assert drop["host"] == "remote" and drop["loads"] == [remote_load["index"], 3] and drop["silent_s"] is not None
+    # the drop names every load it moved: the running one, and load 3 unless local had room first and took it
+    # from remote's queue while remote was still busy (a steal, not a move: the rule in engines/campaign/fleet.py)
+    moved_off = sorted(ld["index"] for ld in final["loads"] if any(m["from"] == "remote" and m["why"] == "unreachable" for m in ld["moves"]))
+    assert remote_load["index"] in moved_off and set(moved_off) <= {remote_load["index"], 3}
+    assert drop["host"] == "remote" and drop["loads"] == moved_off and drop["silent_s"] is not None
     print(f"\nfleet campaign: drop seen and points moved in {t_moved:.2f} s; whole test {time.monotonic() - t_test:.1f} s; "
           f"drops {final['drops']}")
 
