@@ -30,6 +30,7 @@ pytest_plugins: list[str] = [
     "tests.fixtures.multinode_lab",
     "tests.fixtures.state",
     "tests.fixtures.slurm",
+    "tests.fixtures.scheduling",
 ]
 
 
@@ -114,6 +115,8 @@ os.environ.setdefault("SERVELAB_CACHE", tempfile.mkdtemp(prefix="servelab-test-c
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Under CI the run fails if anything under servelab's folders in the user's home changed; on a
     developer's machine (where their own dashboard may write there meanwhile) it says so."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # a worker of `pytest -n`: its environment is the controller's, whose own check runs last
     after = home_snapshot(USER_FOLDERS)
     changed = sorted(k for k in _HOME_BEFORE.keys() | after.keys() if _HOME_BEFORE.get(k) != after.get(k))
     if changed:

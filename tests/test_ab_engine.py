@@ -24,7 +24,7 @@ from servelab.engines.runs import Runs
 from tests.conftest import REPO, need_engine
 from tests.fixtures.tinyfolder import BASELINE, NGRAM, make_folder
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.alone]
 PAIRS = 4
 
 

@@ -30,7 +30,7 @@ from tests.conftest import ENGINE_PYTHON, missing
 from tests.fixtures.engine import TinyServer, WireTap
 from tests.fixtures.sshd import SshServer
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.alone]
 
 MAX_TOKENS = 32
 PROMPTS = prompts.builtin("mixed")
