@@ -112,6 +112,12 @@ for _var, _sub in (("XDG_CONFIG_HOME", "config"), ("XDG_CACHE_HOME", "cache"), (
 os.environ.setdefault("SERVELAB_CACHE", tempfile.mkdtemp(prefix="servelab-test-cache-"))
 
 
+def suite_home_env() -> dict[str, str]:
+    """The suite's own XDG folders and cache, for a test that runs servelab with an environment of
+    its own making (a bare PATH): without them servelab writes its state in the user's home."""
+    return {k: os.environ[k] for k in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "SERVELAB_CACHE") if k in os.environ}
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Under CI the run fails if anything under servelab's folders in the user's home changed; on a
     developer's machine (where their own dashboard may write there meanwhile) it says so."""

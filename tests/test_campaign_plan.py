@@ -15,7 +15,7 @@ from servelab.engines.campaign.definition import load_campaign
 from servelab.engines.campaign.plan import plan, serve_key
 from servelab.engines.catalog import load_catalog
 from servelab.engines.errors import ServelabError
-from tests.conftest import EXPERIMENTS, REPO
+from tests.conftest import EXPERIMENTS, REPO, suite_home_env
 
 
 @pytest.fixture
@@ -155,7 +155,7 @@ def test_unknown_campaign_is_one_line(folder: Path) -> None:
 
 
 def _servelab(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "servelab", *args], cwd=cwd, capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)})
+    return subprocess.run([sys.executable, "-m", "servelab", *args], cwd=cwd, capture_output=True, text=True, timeout=120, env={**suite_home_env(), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)})
 
 
 def test_cli_plan_json_and_check(folder: Path) -> None:

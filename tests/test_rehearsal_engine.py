@@ -27,7 +27,7 @@ from servelab.engines.rehearsal import last_good, rehearse
 from servelab.engines.runrecords import RunRecord, RunStatus
 from servelab.engines.runs import Runs
 from servelab.engines.runstate import RunState
-from tests.conftest import REPO, TINY_MODEL, need_engine, need_sglang
+from tests.conftest import REPO, TINY_MODEL, need_engine, need_sglang, suite_home_env
 from tests.fixtures.patching import diff_of, engine_site_packages, make_overlay
 from tests.fixtures.procs import marked
 from tests.fixtures.rehearsal import make_folder, python_with_root
@@ -50,7 +50,7 @@ SHARDS_READ = "Loading safetensors checkpoint shards: 100%"
 def _cli(folder: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "servelab", "--dir", str(folder), *args], capture_output=True, text=True, timeout=TIMEOUT_S + 120,
-        env={**env, "PYTHONPATH": str(REPO)}, cwd=REPO,
+        env={**suite_home_env(), **env, "PYTHONPATH": str(REPO)}, cwd=REPO,
     )
 
 
