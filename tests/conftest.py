@@ -107,7 +107,9 @@ def home_snapshot(folders: list[Path]) -> dict[str, tuple[int, int]]:
 USER_FOLDERS = _home_folders()
 _HOME_BEFORE = home_snapshot(USER_FOLDERS)
 _SUITE_HOME = Path(tempfile.mkdtemp(prefix="servelab-test-home-"))
-for _var, _sub in (("XDG_CONFIG_HOME", "config"), ("XDG_CACHE_HOME", "cache"), ("XDG_DATA_HOME", "data"), ("XDG_STATE_HOME", "state")):
+#: The XDG folders the suite gives its processes, each a folder of its own under the suite's home.
+SUITE_XDG = {"XDG_CONFIG_HOME": "config", "XDG_CACHE_HOME": "cache", "XDG_DATA_HOME": "data", "XDG_STATE_HOME": "state"}
+for _var, _sub in SUITE_XDG.items():
     os.environ[_var] = str(_SUITE_HOME / _sub)
 os.environ.setdefault("SERVELAB_CACHE", tempfile.mkdtemp(prefix="servelab-test-cache-"))
 
@@ -115,7 +117,7 @@ os.environ.setdefault("SERVELAB_CACHE", tempfile.mkdtemp(prefix="servelab-test-c
 def suite_home_env() -> dict[str, str]:
     """The suite's own XDG folders and cache, for a test that runs servelab with an environment of
     its own making (a bare PATH): without them servelab writes its state in the user's home."""
-    return {k: os.environ[k] for k in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "SERVELAB_CACHE") if k in os.environ}
+    return {k: os.environ[k] for k in (*SUITE_XDG, "SERVELAB_CACHE")}
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

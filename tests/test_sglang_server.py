@@ -168,7 +168,7 @@ def test_stop_ends_the_whole_group_over_ssh_and_locally_with_nothing_left(sglang
         finally:
             await close_all()
 
-    from servelab.engines.helpers.runctl import shm_in_use
+    from servelab.engines.helpers.runctl import SHM_OWNED, shm_in_use
 
     shm_before = set(os.listdir("/dev/shm"))
     assert asyncio.run(stop()) == [False, False, False]
@@ -178,7 +178,7 @@ def test_stop_ends_the_whole_group_over_ssh_and_locally_with_nothing_left(sglang
     # time, a new file is the runs' only when they were seen holding it.
     owned: set[str] = set()
     for launched in (sglang_lab.local, sglang_lab.remote, sglang_lab.vllm):
-        record = sglang_lab.log(launched).parent / "shm-owned.json"
+        record = sglang_lab.log(launched).parent / SHM_OWNED
         owned |= set(json.loads(record.read_text())) if record.exists() else set()
     made = {f"/dev/shm/{n}" for n in set(os.listdir("/dev/shm")) - shm_before if n.startswith("sem.mp-")}
     suspects = owned if os.environ.get("PYTEST_XDIST_WORKER") else owned | made
