@@ -26,7 +26,7 @@ from servelab.engines.probe import prompts as prompt_sets
 from servelab.engines.experiment import ProbeSettings
 from servelab.engines.probe.runner import run_probe
 from servelab.engines.probe.stats import median
-from tests.fixtures.engine import free_port
+from tests.fixtures.ports import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -95,7 +95,8 @@ def inner() -> None:
     from servelab.engines.probe import artifacts
     from servelab.engines.runs import Runs
     from servelab.tui.cli import main as cli_main
-    from tests.fixtures.runlab import STUB_PATH, free_port, make_lab, toml_value
+    from tests.fixtures.ports import free_port
+    from tests.fixtures.runlab import STUB_PATH, make_lab, toml_value
 
     resolve_run: Any = None  # a tree from before engines.nodes.resolve has none
     with contextlib.suppress(ImportError):

@@ -26,7 +26,8 @@ from servelab.engines.probe.artifacts import probe_run, wait_for_ready  # noqa: 
 from servelab.engines.runs import Runs  # noqa: E402
 from servelab.engines.runstate import RunState  # noqa: E402
 from tests.conftest import ENGINE_PYTHON  # noqa: E402
-from tests.fixtures.runlab import STUB_PATH, free_port, toml_value  # noqa: E402
+from tests.fixtures.ports import free_port  # noqa: E402
+from tests.fixtures.runlab import STUB_PATH, toml_value  # noqa: E402
 from tests.fixtures.slurm import SlurmCluster, SlurmLab, start_cluster, tiny_vllm_experiment  # noqa: E402
 
 

@@ -20,7 +20,8 @@ from servelab.engines.campaign.control import CampaignStatus
 from servelab.engines.catalog import load_catalog
 from servelab.engines.errors import ServelabError
 from tests.fixtures.campaignlab import campaign_file, marked, stub_experiment, two_load_campaign
-from tests.fixtures.runlab import Lab, free_port
+from tests.fixtures.runlab import Lab
+from tests.fixtures.ports import free_port
 
 
 async def _until(lab: Lab, ref: str, done: tuple[str, ...] = ("done", "stopped", "failed", "interrupted"), timeout: float = 120.0) -> CampaignStatus:

@@ -23,7 +23,7 @@ import pytest
 
 from tests.conftest import ENGINE_PYTHON, EXPERIMENTS, REPO, TINY_MODEL, need_engine
 from tests.fixtures.campaignlab import marked
-from tests.fixtures.engine import free_port
+from tests.fixtures.ports import free_port
 
 pytestmark = pytest.mark.engine
 BASELINE, NGRAM, CRASH = "tiny-cpu-vllm-baseline", "tiny-cpu-vllm-ngram", "tiny-cpu-vllm-kvcrash"

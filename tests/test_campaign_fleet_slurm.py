@@ -30,7 +30,8 @@ from servelab.engines.hosts.registry import close_all
 from servelab.engines.runs import Runs
 from servelab.engines.runstate import CampaignState
 from tests.fixtures.campaignlab import marked, stub_experiment
-from tests.fixtures.runlab import free_port, toml_value
+from tests.fixtures.runlab import toml_value
+from tests.fixtures.ports import free_port
 from tests.fixtures.slurm import SlurmLab
 from tests.fixtures.sshd import SshServer
 

@@ -14,7 +14,8 @@ import pytest
 
 from servelab.engines.compare import compare_runs
 from tests.conftest import REPO
-from tests.fixtures.runlab import STUB_PATH, Lab, free_port
+from tests.fixtures.runlab import STUB_PATH, Lab
+from tests.fixtures.ports import free_port
 from tests.fixtures.sshd import SshServer
 
 pytestmark = pytest.mark.ssh

@@ -6,7 +6,6 @@ import asyncio
 import http.server
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,6 +20,7 @@ from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.hosts.registry import close_all, open_host
 from servelab.engines.hosts.ssh import SshHost, split_target
 from servelab.engines.hostsfile import HostConfig
+from tests.fixtures.ports import free_port
 from tests.fixtures.sshd import JUMP_ALIAS, SshServer
 
 pytestmark = pytest.mark.ssh
@@ -78,9 +78,7 @@ async def test_changed_host_key_is_refused(ssh_config: SshServer, tmp_path: Path
 
 
 async def test_unreachable_port_is_one_line(ssh_config: SshServer) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     host = _host(f"127.0.0.1:{port}", backoff=(0.0, 0.1, 0.2))
     with pytest.raises(HostUnreachable) as info:
         await host.exists("/")

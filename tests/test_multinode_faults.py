@@ -31,7 +31,7 @@ from servelab.engines.nodes.hints import local_now, stamp_of
 from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeStatus
 from servelab.engines.runstate import RunState
 from tests.conftest import SGLANG_PYTHON, need_sglang
-from tests.fixtures.engine import free_port
+from tests.fixtures.ports import free_port
 from tests.fixtures.multinode_lab import SGLANG_2N, NodesLab, left_on_machine, mn, refusal, write_folder
 from tests.fixtures.patching import udiff
 from tests.fixtures.sshd import SshServer

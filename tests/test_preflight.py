@@ -12,6 +12,7 @@ from servelab.engines.catalog import load_catalog
 from servelab.engines.preflight import CHECK_NAMES, Check, run_preflight
 from tests.conftest import ENGINE_PYTHON, EXPERIMENTS, TINY_MODEL, need_engine
 from tests.fixtures.patching import DEEPSEEK, IMPORT_BLOCK, ONE_LINE, diff_of, engine_site_packages, installed_hashes, make_overlay
+from tests.fixtures.ports import free_port
 
 TINY = """\
 engine = "vllm"
@@ -31,12 +32,6 @@ gpu-memory-utilization = 0.2
 {engine_args}
 {patches}
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def folder_with(tmp_path: Path, python: str, **experiments: dict[str, str]) -> Path:

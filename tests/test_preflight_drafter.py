@@ -9,7 +9,6 @@ from the cache and says so; a changed drafter file is checked again.
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from servelab.engines.runs import Runs
 from tests.conftest import ENGINE_PYTHON, TINY_MODEL, need_engine
 from tests.fixtures.drafter_files import tiny_eagle3_config, write_drafter
 from servelab.tui.cli import main
+from tests.fixtures.ports import free_port
 
 EXP = """\
 engine = "vllm"
@@ -37,12 +37,6 @@ dtype = "float32"
 gpu-memory-utilization = 0.05
 max-model-len = 512
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def folder(tmp_path: Path, python: str, drafter: Path, allow: str = "") -> Path:

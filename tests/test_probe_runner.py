@@ -14,7 +14,8 @@ from servelab.engines.probe import prompts
 from servelab.engines.experiment import ProbeSettings
 from servelab.engines.probe.runner import run_probe, wait_ready
 from tests.conftest import EXPERIMENTS
-from tests.fixtures.engine import TinyServer, free_port
+from tests.fixtures.engine import TinyServer
+from tests.fixtures.ports import free_port
 
 pytestmark = pytest.mark.engine
 

@@ -18,7 +18,7 @@ from servelab.engines.probe import prompts
 from servelab.engines.experiment import ProbeSettings
 from servelab.engines.probe.runner import CPU_WAIT_NOTE_MS, run_probe
 from servelab.engines.probe.timer import TimedBatch, local_timer, parse_answer
-from tests.fixtures.engine import free_port
+from tests.fixtures.ports import free_port
 from tests.fixtures.slowstream import GAP_S, SlowStream
 from tests.fixtures.fake_sglang import FakeSglangServer
 

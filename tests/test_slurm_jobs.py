@@ -25,7 +25,8 @@ from servelab.engines.runs import Runs
 from servelab.engines.runstate import RunState, StageState
 from servelab.engines.slurm.script import SCRIPT_NAME
 from tests.conftest import REPO
-from tests.fixtures.runlab import STUB_PATH, free_port, toml_value
+from tests.fixtures.runlab import STUB_PATH, toml_value
+from tests.fixtures.ports import free_port
 from tests.fixtures.slurm import SlurmLab, queued_status
 
 pytestmark = pytest.mark.slurm

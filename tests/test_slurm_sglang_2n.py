@@ -21,7 +21,7 @@ from servelab.engines.runs import Runs
 from servelab.engines.runstate import RunState
 from servelab.engines.slurm.script import SCRIPT_NAME, node_log
 from tests.conftest import SGLANG_PYTHON, TINY_MODEL, need_sglang
-from tests.fixtures.engine import free_port
+from tests.fixtures.ports import free_port
 from tests.fixtures.procs import marked
 from tests.fixtures.slurm import SlurmLab
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ENGINE_PYTHON, TINY_MODEL, need_engine
-from tests.fixtures.engine import free_port
+from tests.fixtures.ports import free_port
 from tests.fixtures.tui import TuiFolder
 from tests.fixtures.tui import screen_text
 from tests.fixtures.tui import wait_for

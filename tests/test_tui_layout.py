@@ -13,7 +13,8 @@ from servelab.engines.catalog import load_catalog
 from servelab.engines.preflight import run_preflight
 from servelab.engines.runs import Runs
 from tests.conftest import TINY_MODEL
-from tests.fixtures.runlab import STUB_PATH, free_port, toml_value
+from tests.fixtures.runlab import STUB_PATH, toml_value
+from tests.fixtures.ports import free_port
 from tests.fixtures.tui import TuiFolder, screen_text, settle, wait_for
 from tests.fixtures.screens import NGRAM_SERVE, probe_summary
 from servelab.tui.app import ServelabApp

@@ -10,7 +10,8 @@ from servelab.tui.app import ServelabApp
 from servelab.tui.screens.run import RunScreen
 from tests.fixtures.slurm import SlurmLab
 from tests.fixtures.tui import screen_text, wait_for
-from tests.fixtures.runlab import STUB_PATH, free_port, toml_value
+from tests.fixtures.runlab import STUB_PATH, toml_value
+from tests.fixtures.ports import free_port
 
 pytestmark = pytest.mark.slurm
 

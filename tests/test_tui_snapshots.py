@@ -19,7 +19,8 @@ from servelab.engines.catalog import load_catalog
 from servelab.engines.diagnosis.stored import DIAGNOSIS_JSON
 from servelab.engines.preflight import run_preflight
 from tests.fixtures.campaignlab import recorded_campaign
-from tests.fixtures.runlab import Lab, free_port
+from tests.fixtures.runlab import Lab
+from tests.fixtures.ports import free_port
 from tests.fixtures.runlab import wait_for as wait_until
 from tests.fixtures.tui import RECORDED_LOGS, SHARED_LOGS, TuiFolder, screen_text
 from tests.fixtures.screens import body_text, dead_start, probe_summary
