@@ -97,7 +97,7 @@ def test_planted_drafter_fault_crashes_the_rehearsal_with_its_root_cause(tmp_pat
     folder = make_folder(tmp_path, ("tiny-cpu-vllm-baseline",), python=python_with_root(tmp_path / "python", overlay))
     (folder / "image-token.diff").write_bytes(diff_of(overlay, PROPOSER, source.replace(TEXT_ONLY, PLANTED)))
     text = (folder / "tiny-cpu-vllm-baseline.toml").read_text()
-    text = text.replace("gpu-memory-utilization = 0.2", "gpu-memory-utilization = 0.05").replace(
+    text = text.replace(
         "[engine_args]",
         f'[speculative]\nmethod = "draft_model"\ndraft_model = {json.dumps(str(TINY_MODEL))}\nnum_tokens = 2\n\n'
         '[[patches]]\nfile = "image-token.diff"\n\n[engine_args]', 1,
