@@ -82,6 +82,12 @@ class EngineAdapter(Protocol):
     #: ``[engine_args]`` a campaign adds to every load so that ``/metrics`` carries what its
     #: records are replayed from (the acceptance counters); the definition's own values win.
     metrics_args: tuple[tuple[str, Any], ...]
+    #: HTTP paths, asked in order, whose JSON answer's ``version`` is the server's version.
+    version_paths: tuple[str, ...]
+    #: Name prefixes its processes give files in /dev/shm beyond those of Python, torch and NCCL
+    #: (``helpers/runctl.py``'s ``COMMON_SHM_PREFIXES``): a run's cleanup removes only files with
+    #: one of them, and only those its own processes were seen holding.
+    shm_prefixes: tuple[str, ...]
 
     def problems(self, exp: Experiment) -> list[Inexpressible]:
         """Settings of ``exp`` this engine cannot express."""
@@ -142,6 +148,11 @@ def get_adapter(name: str) -> EngineAdapter:
 
 def all_adapters() -> list[EngineAdapter]:
     return [get_adapter(n) for n in ENGINE_MODULES]
+
+
+def any_version_paths() -> tuple[str, ...]:
+    """Every engine's version paths, each once: what a probe of a server of unknown engine asks."""
+    return tuple(dict.fromkeys(p for a in all_adapters() for p in a.version_paths))
 
 
 def render_flags(args: dict[str, Any]) -> tuple[list[str], list[Inexpressible]]:

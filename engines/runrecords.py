@@ -109,6 +109,10 @@ class RunRecord:
     target: dict[str, str] = field(default_factory=dict)
     #: The drafter's weights fingerprint (``diagnosis/identity.py``; "" without a readable drafter).
     drafter_fingerprint: str = ""
+    #: Name prefixes its engine's processes give their /dev/shm files (the adapter's
+    #: ``shm_prefixes``): the host-side cleanup removes a run's files only under these or the
+    #: prefixes every engine shares.
+    shm_prefixes: list[str] = field(default_factory=list)
 
     @property
     def target_identity(self) -> TargetIdentity | None:

@@ -196,6 +196,7 @@ class Runs:
             launched_by=who.user,
             launched_from=who.machine,
             servelab_instance=who.instance,
+            shm_prefixes=list(get_adapter(e.engine).shm_prefixes),
         )
         try:
             await h.write_bytes(f"{run_dir}/experiment.toml", exp.text.encode("utf-8"))

@@ -332,6 +332,30 @@ async def test_stop_removes_the_runs_own_shared_memory_and_only_its_own(lab: Lab
     assert not Path(theirs).exists()
 
 
+async def test_a_runs_shared_memory_names_are_its_engines_own_as_its_adapter_gives_them(lab: Lab) -> None:
+    """The host-side cleanup knows no engine: the run's record carries its adapter's /dev/shm
+    prefixes. The stub (a vLLM run) holds one file under vLLM's prefix and one under SGLang's:
+    its stop removes the first and leaves the second, which no vLLM process makes."""
+    from servelab.engines.adapter import get_adapter
+
+    vllm, sglang = get_adapter("vllm").shm_prefixes[0], get_adapter("sglang").shm_prefixes[0]
+    lab.experiment("named", env={"STUB_SHM": "1", "STUB_SHM_PREFIXES": f"{vllm},{sglang}", "STUB_INTERVAL": "0.2"})
+    runs = lab.runs()
+    rec = await runs.launch("named", skip_preflight=True)
+    held: list[str] = []
+    try:
+        assert rec.shm_prefixes == list(get_adapter("vllm").shm_prefixes)
+        wait_for(lambda: len(re.findall(rb"STUB shm (\S+)", Path(rec.log_path).read_bytes())) == 2, 10)
+        held = [m.decode() for m in re.findall(rb"STUB shm (\S+)", Path(rec.log_path).read_bytes())]
+        wait_for(lambda: (Path(rec.run_dir) / "shm-owned.json").exists(), 10)
+        st = await runs.stop(rec.id, grace=5)
+        assert st.cleaned == [held[0]]
+        assert not Path(held[0]).exists() and Path(held[1]).exists()
+    finally:
+        for path in held:
+            Path(path).unlink(missing_ok=True)
+
+
 async def test_launch_refuses_a_broken_definition_and_a_missing_python(lab: Lab) -> None:
     (lab.folder / "broken.toml").write_text('engine = "vllm"\nmodel = "m"\ntensr = 8\n')
     with pytest.raises(ServelabError, match="broken"):

@@ -201,6 +201,8 @@ class SglangAdapter:
     )
     #: How this engine's log reads (engines/logs applies it).
     grammar = GRAMMAR
+    version_paths = ("/version", "/server_info", "/get_server_info")
+    shm_prefixes = ("sglang", "sgl_")
     max_len_arg = "context-length"
     sampling_defaults_arg = "preferred-sampling-params"
     # SGLang logs every server argument, then the token pool and limits it worked out.

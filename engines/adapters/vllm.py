@@ -248,6 +248,8 @@ class VllmAdapter:
     )
     #: How this engine's log reads (engines/logs applies it).
     grammar = GRAMMAR
+    version_paths = ("/version",)
+    shm_prefixes = ("vllm",)
     max_len_arg = "max-model-len"
     sampling_defaults_arg = "override-generation-config"
     # vLLM logs the arguments that differ from its defaults, then the KV cache it could allocate.

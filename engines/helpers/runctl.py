@@ -57,9 +57,15 @@ SHM_DIR = "/dev/shm"
 #: How often the supervisor asks nvidia-smi what the run's own processes hold (one call, ~25 ms of
 #: CPU on an H200 host: 0.5 % of a core at 5 s). SERVELAB_GPU_SAMPLE_S overrides it.
 GPU_SAMPLE_S = 5.0
-#: Names engines give their shared memory (Python multiprocessing, torch, NCCL, vLLM, SGLang).
-#: Cleanup only ever considers these, never another program's files.
-ENGINE_SHM_PREFIXES = ("psm_", "sem.mp-", "torch_", "nccl", "vllm", "sglang", "sgl_", "cuda.shm")
+#: Names every engine's processes give their shared memory (Python multiprocessing, torch, NCCL,
+#: CUDA). A run adds its engine's own (its adapter's ``shm_prefixes``, in run.json). Cleanup only
+#: ever considers these, never another program's files.
+COMMON_SHM_PREFIXES = ("psm_", "sem.mp-", "torch_", "nccl", "cuda.shm")
+
+
+def shm_prefixes(rec: dict[str, Any]) -> tuple[str, ...]:
+    """The /dev/shm name prefixes a run's files may have: everyone's and its engine's own."""
+    return COMMON_SHM_PREFIXES + tuple(str(p) for p in rec.get("shm_prefixes") or ())
 
 
 # -- run files -------------------------------------------------------------------------------------
@@ -435,7 +441,7 @@ def supervise(run_dir: str, rec: dict[str, Any], report_fd: int) -> int:
     gpu = GpuPeak(run_dir, rec["id"], time.time())
     while True:
         try:
-            note_owned_shm(run_dir, proc.pid, owned)
+            note_owned_shm(run_dir, proc.pid, owned, shm_prefixes(rec))
         except OSError:
             pass
         try:
@@ -516,7 +522,7 @@ def cmd_stop(run_dir: str, grace: float, leader_first: bool = False) -> dict[str
     owned: set[str] = set()
     def note() -> None:
         try:
-            note_owned_shm(run_dir, rec.get("pgid") or rec["pid"], owned)
+            note_owned_shm(run_dir, rec.get("pgid") or rec["pid"], owned, shm_prefixes(rec))
         except OSError:
             pass
     note()
@@ -602,10 +608,10 @@ def session_pids(sid: int) -> list[int]:
     return out
 
 
-def note_owned_shm(run_dir: str, sid: int, owned: set[str]) -> None:
+def note_owned_shm(run_dir: str, sid: int, owned: set[str], prefixes: tuple[str, ...]) -> None:
     """Add what the run's processes hold in /dev/shm now to ``shm-owned.json`` (only when it grew); the
     supervisor samples while the run lives, the stop while it dies: neither drops the other's."""
-    held = {p for p in shm_held(session_pids(sid)) if os.path.basename(p).startswith(ENGINE_SHM_PREFIXES)}
+    held = {p for p in shm_held(session_pids(sid)) if os.path.basename(p).startswith(prefixes)}
     if not held <= owned:
         owned |= held
         owned |= set(read_json(os.path.join(run_dir, SHM_OWNED)) or [])
@@ -640,7 +646,7 @@ def cmd_cleanup(root: str, apply: bool, only: str | None = None) -> dict[str, An
         owned = read_json(os.path.join(run_dir, SHM_OWNED)) or []
         for path in owned:
             name = os.path.basename(path)
-            if os.path.dirname(path) != SHM_DIR or name not in names or not name.startswith(ENGINE_SHM_PREFIXES):
+            if os.path.dirname(path) != SHM_DIR or name not in names or not name.startswith(shm_prefixes(state)):
                 continue
             if path in used or path in claimed:
                 continue

@@ -128,9 +128,12 @@ async def served_model(http: httpx.AsyncClient) -> str:
     return str(r.json()["data"][0]["id"])
 
 
-async def engine_version(http: httpx.AsyncClient) -> str | None:
-    """vLLM: GET /version; SGLang: /server_info or /get_server_info ``version``."""
-    for path in ("/version", "/server_info", "/get_server_info"):
+async def engine_version(http: httpx.AsyncClient, adapter: EngineAdapter | None = None) -> str | None:
+    """The server's version from the paths its engine's adapter names (every engine's, in turn,
+    for a server whose engine is not known)."""
+    from servelab.engines.adapter import any_version_paths
+
+    for path in adapter.version_paths if adapter is not None else any_version_paths():
         try:
             r = await http.get(path)
             if r.status_code == 200:
@@ -334,7 +337,7 @@ async def _run_probe(plan: ProbePlan) -> ProbeResult:
     timeout = httpx.Timeout(request_timeout_s, connect=10.0)
     async with httpx.AsyncClient(base_url=base_url, timeout=timeout, trust_env=False) as http:
         model = await wait_ready(http, ready_timeout_s, say)
-        version = await engine_version(http)
+        version = await engine_version(http, adapter)
         for i in range(settings.warmup):
             say(f"warm-up {i + 1}/{settings.warmup}")
             warm = await stream_chat(http, model, prompts.prompts[i % len(prompts)], min(settings.max_tokens, 32))

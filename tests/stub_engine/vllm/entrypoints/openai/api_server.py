@@ -6,7 +6,7 @@ group, optionally serves HTTP on ``--port``, and exits with a chosen code. Setti
 environment variables (an experiment's ``[env]`` table):
 
 STUB_LINES (default: forever), STUB_INTERVAL (s, 0.01), STUB_CHILDREN (0), STUB_STUBBORN (1: a child
-ignores SIGTERM), STUB_HTTP (1: serve GET / on --port), STUB_EXIT (exit code after the lines), STUB_SHM (1: leave a /dev/shm file behind, as engines do).
+ignores SIGTERM), STUB_HTTP (1: serve GET / on --port), STUB_EXIT (exit code after the lines), STUB_SHM (1: leave a /dev/shm file behind, as engines do; one per prefix of STUB_SHM_PREFIXES, comma-separated, psm_ by default).
 With STUB_HTTP it also answers /v1/models, /metrics, streamed POST /v1/chat/completions (one
 token per chunk, STUB_TOKEN_S apart, usage last) and a plain POST /v1/completions, and exits with code 3 on request
 STUB_DIE_AFTER_REQUESTS + 1 (an engine crashing mid-probe). STUB_LOG: a file whose lines it prints
@@ -149,12 +149,13 @@ def main() -> int:
         children.append(subprocess.Popen([sys.executable, "-c", code, "stub-worker", str(i)]))
     print("STUB children " + json.dumps([c.pid for c in children]), flush=True)
     if os.environ.get("STUB_SHM") == "1":
-        shm = f"/dev/shm/psm_servelabstub{os.getpid()}"  # named like Python's shared_memory blocks
-        with open(shm, "w+b") as f:
-            f.write(b"\0" * 4096)
-            f.flush()
-            _HELD.append(mmap.mmap(f.fileno(), 4096))  # mapped while the engine lives, as engines do
-        print("STUB shm " + shm, flush=True)
+        for prefix in os.environ.get("STUB_SHM_PREFIXES", "psm_").split(","):  # psm_: Python's shared_memory blocks
+            shm = f"/dev/shm/{prefix}servelabstub{os.getpid()}"
+            with open(shm, "w+b") as f:
+                f.write(b"\0" * 4096)
+                f.flush()
+                _HELD.append(mmap.mmap(f.fileno(), 4096))  # mapped while the engine lives, as engines do
+            print("STUB shm " + shm, flush=True)
     if os.environ.get("STUB_HTTP") == "1":
         _serve(_port(argv))
         print("STUB serving", flush=True)
