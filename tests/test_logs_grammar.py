@@ -10,7 +10,8 @@ import pytest
 
 from servelab.engines.adapter import all_adapters, get_adapter
 from servelab.engines.logs.files import analyze_bytes
-from servelab.engines.logs.grammar import STAGES, LogGrammar, is_primary_process, parse_header
+from servelab.engines.adapters.vllm import parse_header
+from servelab.engines.logs.grammar import STAGES, LogGrammar, is_primary_process
 
 
 @pytest.mark.parametrize(
@@ -115,3 +116,21 @@ def test_sglang_2026_capture_wording() -> None:
     a = analyze_bytes(log, "sglang")
     g = a.stage("cuda_graphs")
     assert (g.status, g.started_at, g.ended_at, g.detail) == ("done", "2026-07-01 10:00:00", "2026-07-01 10:00:22", "captured in 22.18 s")
+
+
+def test_a_pasted_process_tag_without_its_paren_is_read_by_the_names_its_engine_gives() -> None:
+    """The bare-tag form is an engine's own (its adapter's names), not the shared parser's: a third
+    engine's grammar reads its names, vLLM's reads vLLM's, and neither reads the other's."""
+    from servelab.engines.adapters.sglang import GRAMMAR as SGLANG
+    from servelab.engines.adapters.vllm import BARE_PROCESSES
+    from servelab.engines.logs.grammar import header_parser
+    from servelab.engines.logs.grammar import parse_header as shared
+
+    third = header_parser(("Trt",))
+    line = "TrtWorker_7 pid=41) INFO 01-02 03:04:05 [runner.py:9] Loading weights took 1.5 seconds"
+    assert third(line)[:4] == ("TrtWorker_7", "INFO", "01-02 03:04:05", "Loading weights took 1.5 seconds")
+    for parse in (shared, SGLANG.parse, parse_header):
+        assert parse(line).process == "" and parse(line).msg == line
+    vllm_line = f"{BARE_PROCESSES[0]}_DP0 pid=9) INFO 01-02 03:04:05 [x.py:1] ready"
+    assert parse_header(vllm_line).process == f"{BARE_PROCESSES[0]}_DP0"
+    assert third(vllm_line).process == "" and SGLANG.parse(vllm_line).process == ""

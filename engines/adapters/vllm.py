@@ -20,7 +20,7 @@ from servelab.engines.values import (
 from servelab.engines.experiment import Experiment
 from servelab.engines.nodes.plan import multinode_problems, rendezvous_of, with_env
 from servelab.engines.nodes.ray import ray_env, ray_node_process
-from servelab.engines.logs.grammar import UVICORN_ANSWERED, UVICORN_SERVED, BarRule, Evidence, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
+from servelab.engines.logs.grammar import UVICORN_ANSWERED, UVICORN_SERVED, BarRule, Evidence, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, header_parser
 from servelab.engines.adapters.server_flags import ParallelFlag, flag_value, server_flags, with_flag
 
 #: vLLM's host-side argument check, run by the host's interpreter (see engines/helpers/validate_args.py).
@@ -75,6 +75,12 @@ _SHARD_BAR = (
     r"\[[\d:]+<[\d:?]+,\s+(?P<rate>[\d.?]+)(?P<unit>s/it|it/s)\]"
 )
 _TQDM_BAR = r":\s+\d+%\|[^|]*\| (?P<n>\d+)/(?P<total>\d+) \[[\d:]+<[\d:?]+(?:,\s+(?P<rate>[\d.?]+)(?P<unit>s/it|it/s))?"
+
+#: vLLM's process names, as a pasted log shows them when its process tag lost the leading "("
+#: (``EngineCore_DP0 pid=7) INFO ...``, seen in real issue logs).
+BARE_PROCESSES = ("EngineCore", "Worker", "RayWorkerWrapper", "VllmWorker", "APIServer")
+#: How a vLLM log line splits into process, level, time and message.
+parse_header = header_parser(BARE_PROCESSES)
 
 GRAMMAR = LogGrammar(
     engine="vllm",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import NamedTuple
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "UVICORN_ANSWERED",
     "MetricRule",
     "LogGrammar",
+    "header_parser",
     "parse_header",
     "is_primary_process",
 ]
@@ -235,7 +237,6 @@ class LogGrammar:
 _LEVELS = ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL", "FATAL")
 #: Characters of a logger's or a tracing target's name ("engine.start", "tokenizer_manager.sigterm_handler").
 _TARGET_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
-_BARE_PROCS = ("EngineCore", "Worker", "RayWorkerWrapper", "VllmWorker", "APIServer")
 #: A container runtime's prefix: Docker's "2026-07-08T22:40:03.166647879Z " and the CRI (Kubernetes)
 #: form "2025-07-25T07:53:08.21748708+08:00 stdout F ".
 _CONTAINER_TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)(?: (?:stdout|stderr) [FP])? ")
@@ -304,13 +305,25 @@ def _split_level(rest: str) -> tuple[str, str, str, str]:
     return level, "", after, ""
 
 
+def header_parser(bare_procs: tuple[str, ...]) -> Callable[[str], Header]:
+    """:func:`parse_header` that also reads an engine's process tag whose leading "(" a paste lost
+    (``EngineCore_DP0 pid=7) INFO ...``, seen in real issue logs): ``bare_procs`` are the process
+    names the engine's adapter gives its grammar."""
+    return partial(_parse, bare_procs)
+
+
 def parse_header(text: str) -> Header:
     """Parse either engine's header forms; returns the message with its own indentation.
 
     Accepted: vLLM ``(Proc pid=N) LEVEL MM-DD HH:MM:SS [f.py:N] msg`` (prefix and header each
     optional), SGLang ``[YYYY-MM-DD HH:MM:SS TP0] msg`` (optionally followed by ``LEVEL f.py:N:``),
-    and the bare ``[TP0] msg`` form. Shared by both grammars; kept cheap (no regex on the hot path).
+    and the bare ``[TP0] msg`` form. Shared by the grammars (an engine whose pasted logs lose a
+    process tag's "(" builds its own with :func:`header_parser`); kept cheap (no regex on the hot path).
     """
+    return _parse((), text)
+
+
+def _parse(bare_procs: tuple[str, ...], text: str) -> Header:
     if text[:2] == "20" or text[-8:] == "cluster]":
         text = _strip_noise_wrappers(text)
         if text[:2] == "20":
@@ -348,7 +361,7 @@ def parse_header(text: str) -> Header:
             if rest[:5] != "[rank" and rest[:1] in "([2":
                 # the rank's own process prefix or engine header after PyTorch's: both name the
                 # writer ("EngineCore_DP0@rank1"), so two ranks' copies of one process stay apart
-                nested = parse_header(rest)
+                nested = _parse(bare_procs, rest)
                 if nested.process or nested.ts or nested.level:
                     who = f"{nested.process}@{process}" if nested.process else process
                     return Header(who, nested.level, nested.ts, nested.msg, nested.tag)
@@ -372,7 +385,7 @@ def parse_header(text: str) -> Header:
                 return Header(inner[20:], level, inner[:19], msg)
             if inner[:2] in ("TP", "DP", "PP", "EP") and inner[2:3].isdigit():
                 return Header(inner, "", "", text[close + 2 :])
-    elif text.startswith(_BARE_PROCS):
+    elif bare_procs and text.startswith(bare_procs):
         # a paste that lost the leading "(" (seen in real issue logs)
         close = text.find(") ")
         if close != -1 and " pid=" in text[:close]:
