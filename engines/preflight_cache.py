@@ -22,6 +22,7 @@ from typing import Any
 import platformdirs
 
 from servelab.engines.hosts.base import Host
+from servelab.engines.atomic_write import write_atomic
 
 ENV_CACHE = "SERVELAB_CACHE"
 #: The small files of a model folder whose content an answer depends on.
@@ -84,9 +85,7 @@ def put(kind: str, key: str, value: dict[str, Any]) -> None:
     """Store an answer (atomically; a cache that cannot be written is only slower)."""
     folder = cache_dir()
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{kind}-{key[:32]}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps({"key": key, "saved": time.time(), "value": value}), encoding="utf-8")
-        os.replace(tmp, folder / f"{kind}-{key[:32]}.json")
+        data = json.dumps({"key": key, "saved": time.time(), "value": value}).encode("utf-8")
+        write_atomic(folder / f"{kind}-{key[:32]}.json", data, durable=False)
     except OSError:
         return

@@ -38,6 +38,7 @@ from servelab.engines.probe.runner import scrape_metrics, wait_ready
 from servelab.engines.probe.timer import HostTimer, TimedBatch
 from servelab.engines.runrecords import Located, RunRecord, RunRef, RunsAPI, RunUnreachable, new_run_id, unreachable_reason
 from servelab.engines.runstate import CampaignState, RunState
+from servelab.engines.atomic_write import write_atomic
 
 POINTS = "points"
 POLL_S = 0.5
@@ -67,9 +68,7 @@ class LoadFailed(Exception):
 
 
 def _write_json(path: Path, value: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(value, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, (json.dumps(value, indent=1, sort_keys=True) + "\n").encode(), durable=False)
 
 
 def proc_start_time(pid: int) -> int | None:

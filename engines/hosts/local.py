@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import secrets
 import signal
 from pathlib import Path
 
 from servelab.engines.hosts.base import Completed, Host, Streamed
 from servelab.engines.hostsfile import HostConfig
+from servelab.engines.atomic_write import write_atomic
 
 
 class LocalHost(Host):
@@ -138,15 +138,4 @@ def _read(path: str, offset: int, limit: int | None) -> bytes:
 
 
 def _write_atomic(path: str, data: bytes) -> None:
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp-{secrets.token_hex(4)}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    write_atomic(Path(path), data)

@@ -15,12 +15,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import platformdirs
+
+from servelab.engines.atomic_write import write_atomic
 
 ENV_STATE_DIR = "SERVELAB_STATE_DIR"
 FILE_NAME = "seen.json"
@@ -156,10 +157,7 @@ class SeenStore:
     def save(self) -> None:
         data = {"hosts": {k: _dump_host(h) for k, h in self.hosts().items()}}
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(f".{self.path.name}.tmp-{secrets.token_hex(4)}")
-            tmp.write_text(json.dumps(data, sort_keys=True), encoding="utf-8")
-            os.replace(tmp, self.path)
+            write_atomic(self.path, json.dumps(data, sort_keys=True).encode("utf-8"), durable=False)
         except OSError:
             return  # memory only: a read-only state folder must not break a command
 

@@ -19,7 +19,6 @@ one database: :meth:`Prefilter.share` compiles the prefilter's sources and the o
 from __future__ import annotations
 
 import hashlib
-import os
 import platform
 import re
 from bisect import bisect_left
@@ -30,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import platformdirs
+
+from servelab.engines.atomic_write import write_atomic
 
 _hs: Any
 try:  # a compiled multi-pattern matcher; ``re`` answers the same when it is missing
@@ -96,10 +97,7 @@ def _hs_database(patterns: tuple[str, ...]) -> bytes:
     )
     blob = bytes(_hs.dumpb(db))
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(blob)
-        os.replace(tmp, path)
+        write_atomic(path, blob, durable=False)
     except OSError:
         pass  # a read-only home: compile again next time
     return blob
