@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 from typing import Any
@@ -14,7 +13,7 @@ from servelab.engines.drafter.facts import FactsError
 from servelab.engines.drafter.run import DrafterReport, check_drafter
 from servelab.engines.errors import ServelabError
 from servelab.engines.helpers import HelperError
-from servelab.engines.hosts.base import HostUnreachable
+from servelab.tui.commands.hostloop import run_on_hosts
 
 METHODS = ("eagle3", "eagle", "draft_model", "mtp")
 
@@ -41,18 +40,14 @@ def cmd_drafter(args: argparse.Namespace) -> int:
         draft, target = os.path.abspath(draft), os.path.abspath(target)
 
     async def go() -> DrafterReport:
-        from servelab.engines.hosts.registry import close_all, open_host
+        from servelab.engines.hosts.registry import open_host
 
-        try:
-            host = open_host(cfg)
-            return await check_drafter(host, adapter, python=cfg.python, method=args.method, draft_path=draft, target_path=target, max_model_len=args.max_model_len,
-                                       num_tokens=args.num_tokens)
-        finally:
-            await close_all()
+        return await check_drafter(open_host(cfg), adapter, python=cfg.python, method=args.method, draft_path=draft, target_path=target,
+                                   max_model_len=args.max_model_len, num_tokens=args.num_tokens)
 
     try:
-        report = asyncio.run(go())
-    except (FactsError, HelperError, HostUnreachable) as exc:
+        report = run_on_hosts(go)
+    except (FactsError, HelperError) as exc:
         raise ServelabError(str(exc)) from None
     if args.json:
         print(json.dumps(report.to_json(), indent=2))

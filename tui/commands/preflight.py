@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from dataclasses import asdict
@@ -17,6 +16,7 @@ from servelab.engines.helpers import HelperError
 from servelab.engines.hosts.base import Host, HostUnreachable
 from servelab.engines.patches import PatchReport, apply_patches, check_patches, load_patch_set, revert_patches
 from servelab.engines.preflight import Check, PreflightReport, read_hostinfo, run_preflight
+from servelab.tui.commands.hostloop import run_on_hosts
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -45,7 +45,7 @@ def _preflight_nodes(catalog: Catalog, exp: SourcedExperiment, as_json: bool) ->
     from servelab.engines.nodes.run import MultiNodeRuns
     from servelab.engines.runs import Runs
 
-    checks = _run(MultiNodeRuns(Runs(catalog)).preflight(exp))
+    checks = run_on_hosts(lambda: MultiNodeRuns(Runs(catalog)).preflight(exp))
     if as_json:
         print(json.dumps({"nodes": [asdict(c) for c in checks], "ok": all(c.ok for c in checks)}, indent=2))
     else:
@@ -58,19 +58,6 @@ def _host(catalog: Catalog, exp: SourcedExperiment, name: str | None) -> Host:
     from servelab.engines.hosts.registry import open_host
 
     return open_host(catalog.host(name or exp.experiment.host))
-
-
-def _run(coro: Any) -> Any:
-    """Run one command's coroutine and close the host connections it opened."""
-    from servelab.engines.hosts.registry import close_all
-
-    async def main() -> Any:
-        try:
-            return await coro
-        finally:
-            await close_all()
-
-    return asyncio.run(main())
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
@@ -87,7 +74,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
         host = _host(catalog, exp, args.host)
         return await run_preflight(catalog, exp, host, progress=show, package_root=args.root, imports=not args.no_imports)
 
-    report: PreflightReport = _run(go())
+    report: PreflightReport = run_on_hosts(go)
     if args.json:
         print(json.dumps(_preflight_json(report), indent=2))
     else:
@@ -130,7 +117,7 @@ def cmd_patches(args: argparse.Namespace) -> int:
             root = info.root
         return await action(host, patches, root, imports=not args.no_imports)
 
-    report: PatchReport = _run(go())
+    report: PatchReport = run_on_hosts(go)
     if args.json:
         print(json.dumps({**asdict(report), "record": report.record()}, indent=2))
         return 0 if report.ok else 1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import shutil
 import sys
@@ -13,11 +12,9 @@ from servelab.engines.align import write_twins
 from servelab.engines.catalog import load_catalog
 from servelab.engines.compare import FORMATS, compare_runs, render, speed_words, wrap_verdict
 from servelab.engines.probe.paired import AB_JSON, measure
-from servelab.engines.errors import ServelabError
-from servelab.engines.hosts.base import HostUnreachable
-from servelab.engines.hosts.registry import close_all
 from servelab.engines.probe.artifacts import PROBE_JSON, REQUESTS_JSONL, probe_run, wait_for_ready
 from servelab.engines.runs import Runs
+from servelab.tui.commands.hostloop import run_on_hosts
 
 #: Figures the human summary of ``probe`` prints: (label, key, digits).
 SUMMARY: tuple[tuple[str, str, int], ...] = (
@@ -55,16 +52,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run(args: argparse.Namespace, body: Any) -> Any:
-    async def main() -> Any:
-        runs = Runs(load_catalog(args.dir))
-        try:
-            return await body(runs)
-        except HostUnreachable as exc:
-            raise ServelabError(str(exc)) from None
-        finally:
-            await close_all()
-
-    return asyncio.run(main())
+    return run_on_hosts(lambda: body(Runs(load_catalog(args.dir))))
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
