@@ -48,6 +48,7 @@ def make_folder(root: Path) -> Path:
         text = re.sub(r"(?m)^max_tokens = .*$", "max_tokens = 16", text)
         text = re.sub(r"(?m)^repeats = .*$", "repeats = 2", text)
         if name == CRASH:  # a valid flag (preflight passes), a KV cache no machine has: vLLM raises once the model is loaded
+            text = re.sub(r"(?m)^kv-cache-memory-bytes = .*$", "", text)  # the bundled size, replaced
             text = text.replace("[engine_args]\n", "[engine_args]\nkv-cache-memory-bytes = 1000000000000000\n")
         (folder / f"{name}.toml").write_text(text)
     (folder / "campaigns" / "tiny-sweep.toml").write_text(CAMPAIGN)
