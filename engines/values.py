@@ -84,7 +84,8 @@ class NodeProcess:
     the launch (``check_label`` names it there). With ``check_script`` (a servelab helper in
     engines/helpers/) the check is that script, run the one way host scripts run (uploaded once,
     ``check[0]`` the interpreter, ``check[1:]`` its arguments). ``port`` is what the process listens on, so nodes
-    sharing a machine do not collide. ``up_line``: the launch waits for this line in the process's
+    sharing a machine do not collide (0: nothing of its own, as a Ray worker's daemon or a headless
+    vLLM node; None: the experiment's port plus the node's rank). ``up_line``: the launch waits for this line in the process's
     log (at most ``up_timeout_s``) before it starts the next one (a Ray daemon before its peers).
     """
 

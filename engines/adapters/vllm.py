@@ -406,7 +406,7 @@ class VllmAdapter:
                 if rank == 0:
                     procs = [NodeProcess("server", with_env(spec, {}, tail), serves=True, port=exp.port)]
                 else:
-                    procs = [NodeProcess("headless", headless_spec(spec, tail), check=[t.python, "-m", CLI_MAIN, "--version"])]
+                    procs = [NodeProcess("headless", headless_spec(spec, tail), check=[t.python, "-m", CLI_MAIN, "--version"], port=0)]  # serves no port
             plans.append(NodePlan(t.node, procs))
         return plans
 

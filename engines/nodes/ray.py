@@ -63,7 +63,7 @@ def ray_node_process(t: NodeTarget, head: str, ray_port: int) -> NodeProcess:
         check=[t.python, addr, *ports],
         check_script=RAY_CHECK_SCRIPT,
         check_label="ray check",
-        port=ray_port if rank == 0 else None,
+        port=ray_port if rank == 0 else 0,  # a worker's daemon binds only ports Ray picks: none to hold for it
         up_line=RAY_UP_LINE,
         up_timeout_s=RAY_UP_TIMEOUT_S,
     )
