@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from tests.conftest import REPO
-from tests.fixtures.ports import _ephemeral_low, free_port, free_ports
+from tests.fixtures.ports import STRIDE, _ephemeral_low, free_port, free_ports
 
 TAKE = "from tests.fixtures.ports import free_port\nprint(' '.join(str(free_port()) for _ in range(40)))"
 
@@ -30,3 +30,12 @@ def test_a_port_something_listens_on_is_stepped_over() -> None:
         ports = free_ports(3)
         assert start not in ports
         assert ports == list(range(ports[0], ports[0] + 3))
+
+
+def test_the_ports_right_above_each_handout_are_left_for_what_servelab_picks_beside_it() -> None:
+    """A rehearsal takes the first free port above its experiment's, a Ray client server the one
+    above the head's: no other test is handed those."""
+    first = free_ports(2)
+    after = [free_port() for _ in range(4)]
+    assert after[0] - first[-1] >= STRIDE
+    assert all(b - a >= STRIDE for a, b in zip(after, after[1:]))
