@@ -85,7 +85,7 @@ class EngineAdapter(Protocol):
     #: HTTP paths, asked in order, whose JSON answer's ``version`` is the server's version.
     version_paths: tuple[str, ...]
     #: Name prefixes its processes give files in /dev/shm beyond those of Python, torch and NCCL
-    #: (``helpers/runctl.py``'s ``COMMON_SHM_PREFIXES``): a run's cleanup removes only files with
+    #: (``helpers/hostlib.py``'s ``COMMON_SHM_PREFIXES``): a run's cleanup removes only files with
     #: one of them, and only those its own processes were seen holding.
     shm_prefixes: tuple[str, ...]
 

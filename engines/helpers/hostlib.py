@@ -25,6 +25,16 @@ def read_json(path: str) -> Any:
         return None
 
 
+#: Shared-memory names of every engine (Python, torch, NCCL, CUDA); a run adds its adapter's
+#: ``shm_prefixes`` (run.json). Cleanup only ever considers these, never another program's files.
+COMMON_SHM_PREFIXES = ("psm_", "sem.mp-", "torch_", "nccl", "cuda.shm")
+
+
+def shm_prefixes(rec: dict[str, Any]) -> tuple[str, ...]:
+    """The /dev/shm name prefixes a run's files may have: everyone's and its engine's own."""
+    return COMMON_SHM_PREFIXES + tuple(str(p) for p in rec.get("shm_prefixes") or ())
+
+
 def write_atomic(path: str, data: bytes) -> None:
     """Write a file through a temp file and a rename: a reader sees the old text or the new, whole."""
     tmp = "%s.tmp-%d" % (path, os.getpid())

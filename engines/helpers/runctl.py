@@ -57,15 +57,6 @@ SHM_DIR = "/dev/shm"
 #: How often the supervisor asks nvidia-smi what the run's own processes hold (one call, ~25 ms of
 #: CPU on an H200 host: 0.5 % of a core at 5 s). SERVELAB_GPU_SAMPLE_S overrides it.
 GPU_SAMPLE_S = 5.0
-#: Names every engine's processes give their shared memory (Python multiprocessing, torch, NCCL,
-#: CUDA). A run adds its engine's own (its adapter's ``shm_prefixes``, in run.json). Cleanup only
-#: ever considers these, never another program's files.
-COMMON_SHM_PREFIXES = ("psm_", "sem.mp-", "torch_", "nccl", "cuda.shm")
-
-
-def shm_prefixes(rec: dict[str, Any]) -> tuple[str, ...]:
-    """The /dev/shm name prefixes a run's files may have: everyone's and its engine's own."""
-    return COMMON_SHM_PREFIXES + tuple(str(p) for p in rec.get("shm_prefixes") or ())
 
 
 # -- run files -------------------------------------------------------------------------------------
@@ -438,10 +429,10 @@ def supervise(run_dir: str, rec: dict[str, Any], report_fd: int) -> int:
     )
     hostlib.answer(report_fd, {"ok": True, "record": started})
     owned: set[str] = set()
-    gpu = GpuPeak(run_dir, rec["id"], time.time())
+    gpu, prefixes = GpuPeak(run_dir, rec["id"], time.time()), hostlib.shm_prefixes(rec)
     while True:
         try:
-            note_owned_shm(run_dir, proc.pid, owned, shm_prefixes(rec))
+            note_owned_shm(run_dir, proc.pid, owned, prefixes)
         except OSError:
             pass
         try:
@@ -520,9 +511,10 @@ def cmd_stop(run_dir: str, grace: float, leader_first: bool = False) -> dict[str
     # What the run's processes hold in /dev/shm is noted while they die too: what an engine makes
     # during its shutdown (a semaphore of a child it then kills) goes with the run's cleanup below.
     owned: set[str] = set()
+    prefixes = hostlib.shm_prefixes(rec)
     def note() -> None:
         try:
-            note_owned_shm(run_dir, rec.get("pgid") or rec["pid"], owned, shm_prefixes(rec))
+            note_owned_shm(run_dir, rec.get("pgid") or rec["pid"], owned, prefixes)
         except OSError:
             pass
     note()
@@ -643,10 +635,10 @@ def cmd_cleanup(root: str, apply: bool, only: str | None = None) -> dict[str, An
     used = shm_held([pid for pid in all_pids() if pid not in doomed])
     claimed = set()
     for run_dir, state in ended:
-        owned = read_json(os.path.join(run_dir, SHM_OWNED)) or []
+        owned, prefixes = read_json(os.path.join(run_dir, SHM_OWNED)) or [], hostlib.shm_prefixes(state)
         for path in owned:
             name = os.path.basename(path)
-            if os.path.dirname(path) != SHM_DIR or name not in names or not name.startswith(shm_prefixes(state)):
+            if os.path.dirname(path) != SHM_DIR or name not in names or not name.startswith(prefixes):
                 continue
             if path in used or path in claimed:
                 continue
