@@ -10,7 +10,9 @@ Which tests wait: every test module whose source waits on a state (``wait_for``,
 named files override it. Each round is one pytest run over all of them (their own fixtures, as the
 suite has them), with a JUnit report read back per test; a burner is a process spinning in
 Python at normal priority, one per core unless ``--burn`` says otherwise. Exit status 1 when
-any test failed in any round.
+any test failed in any round. A failing round's failure text (the JUnit ``failure``/``error``
+element, with the captured output) is kept under ``--keep`` (default ``.flake-hunt/``), one file
+per failing test and round, and its path printed.
 """
 
 from __future__ import annotations
@@ -38,9 +40,21 @@ def burners(n: int) -> list[subprocess.Popen[bytes]]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
 
-def one_round(paths: list[str], marks: str, report: Path) -> tuple[Counter[str], Counter[str]]:
+def keep_failure(case: ET.Element, name: str, keep: Path, round_no: int) -> Path:
+    """The failure's message and text, and the test's captured output, in one file."""
+    keep.mkdir(parents=True, exist_ok=True)
+    out = keep / f"round-{round_no:02d}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)[-120:]}.txt"
+    parts = []
+    for tag in ("failure", "error", "system-out", "system-err"):
+        for el in case.iter(tag):
+            parts.append(f"--- {tag}: {el.get('message', '')}\n{el.text or ''}")
+    out.write_text("\n".join(parts))
+    return out
+
+
+def one_round(paths: list[str], marks: str, report: Path, keep: Path, round_no: int) -> tuple[Counter[str], Counter[str]]:
     subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", marks, f"--junitxml={report}", *paths],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", marks, "-o", "junit_logging=all", f"--junitxml={report}", *paths],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     passed: Counter[str] = Counter()
@@ -51,7 +65,11 @@ def one_round(paths: list[str], marks: str, report: Path) -> tuple[Counter[str],
         name = f"{case.get('classname')}::{case.get('name')}"
         if case.find("skipped") is not None:
             continue
-        (failed if case.find("failure") is not None or case.find("error") is not None else passed)[name] += 1
+        if case.find("failure") is not None or case.find("error") is not None:
+            failed[name] += 1
+            print(f"  failed: {name} -> {keep_failure(case, name, keep, round_no)}", flush=True)
+        else:
+            passed[name] += 1
     return passed, failed
 
 
@@ -60,6 +78,7 @@ def main() -> int:
     ap.add_argument("paths", nargs="*", help="test files or node ids (default: every module that waits)")
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--burn", type=int, default=os.cpu_count() or 2, help="CPU burners (default: one per core)")
+    ap.add_argument("--keep", type=Path, default=REPO / ".flake-hunt", help="folder for failing rounds' text")
     ap.add_argument("-m", dest="marks", default="not slurm and not ray", help="pytest marker expression")
     args = ap.parse_args()
     paths = args.paths or waiting_modules()
@@ -70,7 +89,7 @@ def main() -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="flake-hunt-") as tmp:
             for i in range(args.rounds):
-                p, f = one_round(paths, args.marks, Path(tmp) / f"round-{i}.xml")
+                p, f = one_round(paths, args.marks, Path(tmp) / f"round-{i}.xml", args.keep, i + 1)
                 passed.update(p)
                 failed.update(f)
                 print(f"round {i + 1}/{args.rounds}: {sum(p.values())} passed, {sum(f.values())} failed ({time.monotonic() - t0:.0f} s)", flush=True)
