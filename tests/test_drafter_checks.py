@@ -140,10 +140,10 @@ async def test_an_explicit_id_past_the_last_layer_is_out_of_range(host: LocalHos
     assert any(f.code == "aux-layers-out-of-range" and "[5]" in f.message for f in fs)
 
 
-async def test_ids_other_than_the_default_show_the_layers_tapped(host: LocalHost, site_root: str, kimi: Path, tmp_path: Path) -> None:
+async def test_ids_other_than_the_default_show_the_layers_tapped_as_a_note(host: LocalHost, site_root: str, kimi: Path, tmp_path: Path) -> None:
     fs = await findings(host, site_root, kimi_drafter(tmp_path, eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}), kimi)
     (f,) = [f for f in fs if f.code == "aux-layers-convention"]
-    assert f.severity == "warning" and "[2, 30, 58]" in f.message and "the output of layer 0" in f.message
+    assert f.severity == "info" and "[2, 30, 58]" in f.message and "the output of layer 0" in f.message
 
 
 async def test_special_tokens_mismatch(host: LocalHost, site_root: str, tmp_path: Path) -> None:
@@ -261,7 +261,8 @@ async def test_over_ssh_the_same_findings_come_from_ranged_sftp_reads(ssh_config
     finally:
         await host.close()
     assert [f.to_json() for f in remote.findings] == [f.to_json() for f in local.findings]
-    assert codes(remote.findings, "error") == set() and codes(remote.findings, "warning") == {"aux-layers-convention"}
+    assert codes(remote.findings, "error") == set() and codes(remote.findings, "warning") == set()
+    assert "aux-layers-convention" in codes(remote.findings, "info")  # vLLM taps the head's own ids: a note, not a doubt
     assert remote.rules is not None and "vLLM 0.32.0" in remote.rules.source
 
 

@@ -381,17 +381,19 @@ def _aux(case: DrafterCase, rules: EngineRules) -> list[Finding]:
             f"set eagle_config.eagle_aux_hidden_state_layer_ids to {wanted} ids within the target, e.g. {_suggest(n, wanted, rules)}",
         ))
     layers = ", ".join(_layer_name(t) for t in taps)
-    if explicit and defaults is not None and tuple(used) != defaults:
-        out.append(Finding(
-            "aux-layers-convention", "warning",
-            f"ids {list(used)} differ from {rules.engine}'s default {list(defaults)} for {n} layers; {rules.engine} taps {layers}",
-            ev, "keep them only if the drafter was trained on exactly these layers",
-        ))
-    elif explicit and rules.explicit_offset != rules.default_offset:
+    if explicit and rules.explicit_offset != rules.default_offset:
         out.append(Finding(
             "aux-layers-convention", "warning",
             f"{rules.engine} adds {rules.explicit_offset - rules.default_offset:+d} to explicit ids but not to its defaults: it taps {layers}",
             ev, "check which convention the drafter was trained with (SpecForge/vLLM: id j is the output of layer j-1)",
+        ))
+    elif explicit and defaults is not None and tuple(used) != defaults:
+        # the engine taps the drafter's own ids, on the convention they are written in: the layers it
+        # was trained on, not other ones (a note, not a doubt to rule out)
+        out.append(Finding(
+            "aux-layers-convention", "info",
+            f"{rules.engine} taps the drafter's own ids {list(used)} ({layers}), not its default {list(defaults)} for {n} layers",
+            ev, "nothing to change while these are the layers the drafter was trained on",
         ))
     elif not explicit:
         out.append(Finding(

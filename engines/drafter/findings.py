@@ -14,7 +14,7 @@ CODES: dict[str, str] = {
     "target-vocab-mismatch": "the drafter's vocab_size is not the target's",
     "hidden-size-mismatch": "the drafter's hidden size is not the target's, so the fused aux states cannot fit",
     "aux-layers-out-of-range": "an aux hidden-state layer id is not a layer of the target",
-    "aux-layers-convention": "ids that differ from the engine's default or offset convention, shown as the layers it taps",
+    "aux-layers-convention": "the layers the engine taps: a warning only where it taps other ones than the ids say (an offset convention); the drafter's own ids or the default, a note",
     "special-tokens-mismatch": "bos/eos/pad ids of the drafter and the target differ",
     "architecture-unsupported": "this engine version does not accept the drafter architecture, or the target for this method",
     "method-architecture-mismatch": "an EAGLE-3 drafter under method eagle, or the reverse",
