@@ -17,6 +17,7 @@ from servelab.engines.errors import ServelabError
 from servelab.engines.runrecords import RUN_ID_RE, RunRecord, new_run_id
 from servelab.engines.runs import Runs
 from servelab.engines.runstate import RunState
+from tests.fixtures.gpus import gpu_samples, replayed_h200
 from tests.fixtures.runlab import STUB_PATH, Lab, group_members, is_running, proc_stat, wait_for
 
 
@@ -379,34 +380,6 @@ async def test_launch_runs_preflight_first_and_starts_nothing_when_it_fails(lab:
 
 
 FAKE_SMI = Path(__file__).resolve().parent / "fake_nvidia_smi"
-
-
-def replayed_h200(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, sample_s: str) -> tuple[Path, Path, Path]:
-    """FakeNvidiaSmi on PATH replaying the H200's two-GPU answers, the compute apps from a file a test
-    rewrites (idle at first) and recorded pids mapped by a file; the supervisor samples every ``sample_s``.
-    Returns (the recordings folder, the apps file, the pids file)."""
-    data = Path(__file__).resolve().parent / "data" / "nvidia_smi"
-    apps = tmp_path / "apps.csv"
-    apps.write_text((data / "idle-apps.csv").read_text())
-    pids = tmp_path / "pids"
-    monkeypatch.setenv("PATH", f"{FAKE_SMI}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_SMI_GPUS", str(data / "two-gpus.csv"))
-    monkeypatch.setenv("FAKE_SMI_APPS", str(apps))
-    monkeypatch.setenv("FAKE_SMI_PIDS_FILE", str(pids))
-    monkeypatch.setenv("SERVELAB_GPU_SAMPLE_S", sample_s)
-    monkeypatch.setenv("FAKE_SMI_CALLS", str(tmp_path / SMI_CALLS))
-    return data, apps, pids
-
-
-#: FakeNvidiaSmi's log of its calls, in the folder :func:`replayed_h200` was given.
-SMI_CALLS = "smi-calls"
-
-
-def gpu_samples(tmp_path: Path) -> list[int]:
-    """The pids of the nvidia-smi calls that took the supervisor's GPU samples so far, oldest first."""
-    calls = tmp_path / SMI_CALLS
-    lines = calls.read_text().splitlines() if calls.exists() else []
-    return [int(line.split()[0]) for line in lines if "--query-compute-apps=pid,gpu_uuid,used_memory" in line]
 
 
 async def test_busy_gpus_are_refused_with_their_holder(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from servelab.engines.gpus.holders import HeldBy, RunProcesses, held_by
+from servelab.engines.gpus.holders import HeldBy, RunProcesses, held_by, run_groups
 from servelab.engines.gpus.values import GpuLockHolder, GpuSample, Holder, HostGpus
 from servelab.engines.runrecords import RunRecord
 
@@ -55,17 +55,17 @@ class GpuView:
     @classmethod
     def of(cls, sample: HostGpus, records: Iterable[RunRecord] = (), run: RunProcesses | None = None) -> GpuView:
         recs = {r.id: r for r in records}
-        everyone = held_by(sample, run)
+        everyone = held_by(sample, run, run_groups(recs.values()))
         rows = []
         for g in sample.gpus:
             locks = tuple(k for k in sample.locks if k.gpus == "all" or str(g.index) in k.gpus.split(","))
             rows.append(GpuRow(g, tuple(h for h in everyone if h.process.gpu_uuid == g.uuid), locks))
-        experiments = {h.process.run_id: recs[h.process.run_id].experiment for h in everyone if h.process.run_id in recs}
+        experiments = {h.run_id: recs[h.run_id].experiment for h in everyone if h.run_id is not None and h.run_id in recs}
         return cls(sample.host, sample, tuple(rows), experiments)
 
     def holder_text(self, h: HeldBy) -> str:
-        if h.holder is Holder.OTHER_RUN and h.process.run_id in self.experiments:
-            return f"{h.label[:-1]}, {self.experiments[h.process.run_id]})"
+        if h.holder is Holder.OTHER_RUN and h.run_id in self.experiments:
+            return f"{h.label[:-1]}, {self.experiments[h.run_id]})"
         return h.label
 
     def lines(self) -> list[str]:
@@ -94,7 +94,7 @@ class GpuView:
             "gpus": [
                 {
                     **asdict(row.gpu),
-                    "holders": [{**asdict(h.process), "holder": h.holder.value, "experiment": self.experiments.get(h.process.run_id or "")} for h in row.holders],
+                    "holders": [{**asdict(h.process), "holder": h.holder.value, "run": h.run_id, "experiment": self.experiments.get(h.run_id or "")} for h in row.holders],
                     "locks": [asdict(k) for k in row.locks],
                 }
                 for row in self.rows

@@ -232,8 +232,8 @@ class GpuPeak:
     engine's start to its first allocation (``gpu_first_alloc_s``). A host without nvidia-smi, or
     with no GPU, is asked once and never again."""
 
-    def __init__(self, run_dir: str, run_id: str, started: float) -> None:
-        self.run_dir, self.run_id, self.started = run_dir, run_id, started
+    def __init__(self, run_dir: str, run_id: str, started: float, pgid: int | None = None) -> None:
+        self.run_dir, self.run_id, self.started, self.pgid = run_dir, run_id, started, pgid  # its marker or its group
         try:
             self.every = float(os.environ.get("SERVELAB_GPU_SAMPLE_S") or GPU_SAMPLE_S)
         except ValueError:
@@ -263,7 +263,7 @@ class GpuPeak:
             parts = [p.strip() for p in line.split(",")]
             if len(parts) != 3 or not parts[0].isdigit() or not parts[2].isdigit() or parts[1] not in self.by_uuid:
                 continue
-            if has_marker(int(parts[0]), self.run_id):
+            if has_marker(int(parts[0]), self.run_id) or hostlib.in_group(int(parts[0]), self.pgid):
                 idx = self.by_uuid[parts[1]]
                 mine[idx] = mine.get(idx, 0) + int(parts[2])
         changed = False
@@ -290,7 +290,7 @@ def last_gpu_sample(run_dir: str, rec: dict[str, Any]) -> None:
     ``GPU_SAMPLE_S``, so a run stopped between two samples would keep a peak from before its last
     allocations (seen on the H200: 4708 MiB recorded of 8804)."""
     started = rec.get("started_epoch")
-    peak = GpuPeak(run_dir, rec["id"], float(started) if isinstance(started, (int, float)) else time.time())
+    peak = GpuPeak(run_dir, rec["id"], float(started) if isinstance(started, (int, float)) else time.time(), rec.get("pgid"))
     try:
         peak.sample(time.time())
     except (OSError, ValueError):
@@ -429,7 +429,7 @@ def supervise(run_dir: str, rec: dict[str, Any], report_fd: int) -> int:
     )
     hostlib.answer(report_fd, {"ok": True, "record": started})
     owned: set[str] = set()
-    gpu, prefixes = GpuPeak(run_dir, rec["id"], time.time()), hostlib.shm_prefixes(rec)
+    gpu, prefixes = GpuPeak(run_dir, rec["id"], time.time(), proc.pid), hostlib.shm_prefixes(rec)
     while True:
         try:
             note_owned_shm(run_dir, proc.pid, owned, prefixes)

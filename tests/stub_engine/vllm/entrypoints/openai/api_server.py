@@ -6,7 +6,8 @@ group, optionally serves HTTP on ``--port``, and exits with a chosen code. Setti
 environment variables (an experiment's ``[env]`` table):
 
 STUB_LINES (default: forever), STUB_INTERVAL (s, 0.01), STUB_CHILDREN (0), STUB_STUBBORN (1: a child
-ignores SIGTERM), STUB_HTTP (1: serve GET / on --port), STUB_EXIT (exit code after the lines), STUB_SHM (1: leave a /dev/shm file behind, as engines do; one per prefix of STUB_SHM_PREFIXES, comma-separated, psm_ by default).
+ignores SIGTERM), STUB_UNMARKED (1: the children start without servelab's run marker in their
+environment, in the engine's process group, as a worker an engine starts with a fresh environment), STUB_HTTP (1: serve GET / on --port), STUB_EXIT (exit code after the lines), STUB_SHM (1: leave a /dev/shm file behind, as engines do; one per prefix of STUB_SHM_PREFIXES, comma-separated, psm_ by default).
 With STUB_HTTP it also answers /v1/models, /metrics, streamed POST /v1/chat/completions (one
 token per chunk, STUB_TOKEN_S apart, usage last) and a plain POST /v1/completions, and exits with code 3 on request
 STUB_DIE_AFTER_REQUESTS + 1 (an engine crashing mid-probe). STUB_LOG: a file whose lines it prints
@@ -146,7 +147,8 @@ def main() -> int:
     for i in range(int(os.environ.get("STUB_CHILDREN", "0"))):
         stubborn = os.environ.get("STUB_STUBBORN") == "1" and i == 0
         code = "import signal,time\n" + ("signal.signal(signal.SIGTERM, signal.SIG_IGN)\n" if stubborn else "") + "while True: time.sleep(0.2)\n"
-        children.append(subprocess.Popen([sys.executable, "-c", code, "stub-worker", str(i)]))
+        env = {k: v for k, v in os.environ.items() if k != "SERVELAB_RUN_ID"} if os.environ.get("STUB_UNMARKED") == "1" else None
+        children.append(subprocess.Popen([sys.executable, "-c", code, "stub-worker", str(i)], env=env))
     print("STUB children " + json.dumps([c.pid for c in children]), flush=True)
     if os.environ.get("STUB_SHM") == "1":
         for prefix in os.environ.get("STUB_SHM_PREFIXES", "psm_").split(","):  # psm_: Python's shared_memory blocks
