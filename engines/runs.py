@@ -468,15 +468,7 @@ class Runs:
             code = int((await h.read_bytes(f"{rec.run_dir}/{EXIT_CODE}")).strip() or b"0")
         except (FileNotFoundError, ValueError):
             code = None
-        alive = False
-        if code is None and rec.pid:
-            try:
-                stat = (await h.read_bytes(f"/proc/{rec.pid}/stat")).decode("utf-8", "replace")
-            except (FileNotFoundError, OSError):
-                stat = ""
-            if stat:
-                rest = stat[stat.rfind(")") + 2 :].split()
-                alive = rest[0] not in ("Z", "X") and (rec.start_time is None or int(rest[19]) == rec.start_time)
+        alive = bool(code is None and rec.pid and await _process_alive(h, rec.pid, rec.start_time))
         if alive:
             rec.status = RunState.RUNNING
         elif code is not None:
@@ -486,7 +478,10 @@ class Runs:
                 rec.stop_signal = None
             rec.status = RunState.STOPPED if rec.stop_signal is not None else RunState.EXITED
         elif rec.pid:
-            rec.status = RunState.LOST
+            # the engine is gone and no exit code yet: its supervisor, alive, is about to write it
+            # (a stop's last instant reads "running", never a transient "lost"); else nobody will
+            supervised = rec.supervisor_pid is not None and await _process_alive(h, rec.supervisor_pid, None)
+            rec.status = RunState.RUNNING if supervised else RunState.LOST
         rec.exit_code = code
         return alive, code
 
@@ -683,3 +678,13 @@ async def weights_identities(h: Host, cfg: HostConfig, model: str, drafter: str 
     target = await target_identity(h, cfg.python, model, timeout=30.0)
     ident = await drafter_identity(h, drafter) if drafter else None
     return target, ident.fingerprint if ident is not None else ""
+
+
+async def _process_alive(h: Host, pid: int, start_time: int | None) -> bool:
+    """The process exists on the host, is not a zombie, and (when known) started when recorded."""
+    try:
+        stat = (await h.read_bytes(f"/proc/{pid}/stat")).decode("utf-8", "replace")
+    except (FileNotFoundError, OSError):
+        return False
+    rest = stat[stat.rfind(")") + 2 :].split()
+    return bool(rest) and rest[0] not in ("Z", "X") and (start_time is None or (len(rest) > 19 and int(rest[19]) == start_time))

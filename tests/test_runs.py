@@ -517,6 +517,31 @@ async def test_status_analysis_reads_only_new_bytes_and_restarts_on_truncation(l
     assert shrunk.analysis is not None and shrunk.analysis.lines == 2
 
 
+async def test_an_engine_gone_before_its_supervisor_wrote_the_exit_code_reads_running_then_lost(lab: Lab) -> None:
+    """The instant between an engine's death and its supervisor's exit code (every stop has one):
+    held open with SIGSTOP on the supervisor, the dead engine a zombie it has not reaped. The run is
+    still "running" (about to end), never a transient "lost", in Runs.status and in runctl's
+    listing alike; once the supervisor is gone too, nobody will write the code: "lost"."""
+    lab.experiment("ending", env={"STUB_INTERVAL": "0.2"})
+    runs = lab.runs()
+    rec = await runs.launch("ending", skip_preflight=True)
+    sup = rec.supervisor_pid
+    assert sup and rec.pid and sup != rec.pid
+    try:
+        os.kill(sup, signal.SIGSTOP)
+        os.kill(rec.pid, signal.SIGKILL)
+        wait_for(lambda: (proc_stat(rec.pid) or ("Z",))[0] in ("Z", "X"), timeout=10)  # dead, not reaped
+        st = await runs.status(rec.id, analyze=False)
+        assert (st.alive, st.exit_code, st.record.status) == (False, None, RunState.RUNNING)
+        assert [r.status for r in await runs.list("local") if r.id == rec.id] == [RunState.RUNNING]
+    finally:
+        os.kill(sup, signal.SIGKILL)
+    wait_for(lambda: not is_running(sup), timeout=10)
+    st = await runs.status(rec.id, analyze=False)
+    assert (st.alive, st.exit_code, st.record.status) == (False, None, RunState.LOST)
+    assert [r.status for r in await runs.list("local") if r.id == rec.id] == [RunState.LOST]
+
+
 async def test_a_stop_between_two_gpu_samples_records_the_peak_it_reached(lab: Lab, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The supervisor samples every SERVELAB_GPU_SAMPLE_S (60 s here): a run that allocates and is stopped
     before its next sample still records its peak and first allocation, from the stop's own last sample

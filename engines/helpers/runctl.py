@@ -322,8 +322,8 @@ def run_state(run_dir: str) -> dict[str, Any] | None:
         status = "running"
     elif code is not None:
         status = "stopped" if stop_signal is not None else "exited"
-    elif rec.get("pid"):
-        status = "lost"
+    elif rec.get("pid"):  # its supervisor alive is about to write the exit code: not lost, still ending
+        status = "running" if alive(rec.get("supervisor_pid"), None) else "lost"
     else:
         status = rec.get("status") or "launching"
     rec["alive"] = is_alive
