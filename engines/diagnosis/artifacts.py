@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from typing import TYPE_CHECKING
 
 from servelab.engines.adapter import get_adapter
@@ -17,14 +19,17 @@ from servelab.engines.diagnosis.suite import Baseline, Pairing, diagnose_server
 from servelab.engines.errors import ServelabError
 from servelab.engines.probe.artifacts import load_probe, run_experiment
 from servelab.engines.probe.prompts import load as load_prompts
+from servelab.engines.runstate import RunState, StageState
 
 if TYPE_CHECKING:
     from servelab.engines.experiment import Experiment
     from servelab.engines.runrecords import RunRecord
-    from servelab.engines.runrecords import RunsAPI
+    from servelab.engines.runrecords import Located, RunsAPI
 
 #: vLLM samples at 1.0 when neither the request nor generation_config.json sets a temperature.
 DEFAULT_TEMPERATURE = 1.0
+#: How often a diagnosis asked for during a load reads the run again, and how long it waits for ready.
+READY_POLL_S, READY_WAIT_S = 2.0, 3600.0
 
 
 def temperature_arg(exp: Experiment) -> tuple[float, str] | None:
@@ -106,6 +111,7 @@ async def diagnose_run(runs: RunsAPI, run_id: str, *, progress: Progress | None 
     st = await runs.status(at, analyze=False)
     if not st.alive:
         raise ServelabError(f"run {run_id} is not running (status {st.status}); diagnose a live server")
+    await until_ready(runs, at, run_id, progress)
     rec = st.record
     exp = await run_experiment(runs, rec, at)
     if exp.speculative.method == "none":
@@ -130,3 +136,24 @@ async def diagnose_run(runs: RunsAPI, run_id: str, *, progress: Progress | None 
     )
     await runs.write_artifact(at, DIAGNOSIS_JSON, (json.dumps(diag.to_dict(), indent=2) + "\n").encode("utf-8"))
     return diag
+
+
+async def until_ready(runs: RunsAPI, at: Located, run_id: str, progress: Progress | None, wait_s: float = READY_WAIT_S) -> None:
+    """A diagnosis asked for during a load waits for the server to be ready, saying so (with the
+    stage it is in); a run that ends first is a one-line error with what its log says."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        st = await runs.status(at)
+        state = st.analysis.state if st.analysis is not None else None
+        if st.alive and state in (RunState.READY, None):  # ready, or a log that cannot say: try the server
+            return
+        if not st.alive or (state is not None and state.is_terminal):
+            rc = st.analysis.root_cause if st.analysis is not None else None
+            cause = (f"{rc.exception}: {rc.message}" if rc.exception else rc.message) if rc is not None else None
+            raise ServelabError(f"run {run_id} ended before it was ready (status {st.status}){': ' + cause if cause else ''}; nothing to diagnose")
+        if time.monotonic() > deadline:
+            raise ServelabError(f"run {run_id} is still {state} after {wait_s:.0f} s; diagnose it once it is ready")
+        if progress is not None:
+            running = [x.name for x in (st.analysis.stages if st.analysis is not None else []) if x.status is StageState.RUNNING]
+            progress(f"waiting for the server to be ready (it is {state}{': ' + running[-1] if running else ''}); the diagnosis starts then")
+        await asyncio.sleep(READY_POLL_S)
