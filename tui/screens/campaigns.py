@@ -32,7 +32,7 @@ from servelab.engines.runstate import CampaignState
 from servelab.tui.face import servelab_app, writable
 from servelab.tui.navigation import Confirm, OpenCampaign, go
 from servelab.tui.widgets.campaign_view import plan_renderable, state_text, status_line
-from servelab.tui.widgets.list_screen import ListScreen, cursor_bindings, poll_forever
+from servelab.tui.widgets.list_screen import Col, ListScreen, cursor_bindings, poll_forever
 from servelab.tui.widgets.key_footer import KeyFooter
 
 #: How often the list asks the hosts about their campaigns.
@@ -114,7 +114,8 @@ class CampaignsScreen(ListScreen[Row]):
     def on_mount(self) -> None:
         self.title = "campaigns"
         self.sub_title = "campaign files, and the campaigns started on the hosts"
-        self.add_columns((("name", "campaign"), ("where", "where"), ("status", "status"), ("points", "points"), ("loads", "loads"), ("estimate", "estimate")))
+        self.add_columns((Col("name", "campaign", shrink=12), Col("where", "where", priority=1, shrink=8), Col("status", "status"),
+                          Col("points", "points"), Col("loads", "loads"), Col("estimate", "estimate")))
         self._poll()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:

@@ -30,20 +30,22 @@ from servelab.engines.loader import display_path
 from servelab.engines.history import LatestRun, latest_runs
 from servelab.tui.face import servelab_app, writable
 from servelab.tui.navigation import Confirm, OpenCompare, OpenPreflight, OpenRun, ask, go
-from servelab.tui.widgets.list_screen import ListScreen, cursor_bindings
+from servelab.tui.widgets.list_screen import Col, ListScreen, cursor_bindings, middle_cut
 from servelab.tui.widgets.key_footer import KeyFooter
 
-COLUMNS: tuple[tuple[str, str], ...] = (
-    ("sel", " "),
-    ("name", "experiment"),
-    ("engine", "engine"),
-    ("host", "host"),
-    ("spec", "spec"),
-    ("patches", "pat"),  # a count: the header sets the width (80 columns must show the latest state whole)
-    ("state", "latest"),
-    ("load", "load"),
-    ("accept", "accept"),
-    ("speedup", "speedup"),
+#: The list's columns by priority: at 80 columns the latest run's state and figures stay (the name
+#: cut in the middle), and patches, engine, host and spec go, in that order (the detail pane shows them).
+COLUMNS: tuple[Col, ...] = (
+    Col("sel", " "),
+    Col("name", "experiment", shrink=12),
+    Col("engine", "engine", priority=3),
+    Col("host", "host", priority=2, shrink=6),
+    Col("spec", "spec", priority=1, shrink=6),
+    Col("patches", "pat", priority=4),  # a count: the header sets the width
+    Col("state", "latest"),
+    Col("load", "load"),
+    Col("accept", "accept"),
+    Col("speedup", "speedup"),
 )
 
 #: The widest the name, host and speculation cells grow (the detail pane shows each whole): with them,
@@ -186,7 +188,7 @@ class ExperimentsScreen(ListScreen[Row]):
         latest = self.latest.get(e.name)
         down = self.down.get(e.host)
         host = _narrow(e.host, HOST_WIDTH, "yellow" if down else "")  # the note goes in the detail pane and the title: the column keeps its width
-        cells = [sel, _narrow(e.name, NAME_WIDTH, name_style), Text(e.engine), host, _narrow(spec, SPEC_WIDTH), Text(str(len(e.patches)) if e.patches else "-")]
+        cells = [sel, middle_cut(Text(e.name, style=name_style), NAME_WIDTH), Text(e.engine), host, _narrow(spec, SPEC_WIDTH), Text(str(len(e.patches)) if e.patches else "-")]
         if latest is None:
             cells += [Text("-", style="dim"), Text(""), Text(""), Text("")]
         elif down:  # the last known state, greyed: the host cannot say what it is now

@@ -56,12 +56,21 @@ TAIL_PAINT_WAIT_S = 1.0
 SHORT_HEIGHT = 30
 
 
-def short_stages(stages: list[StageRow]) -> list[StageRow]:
+#: Stage rows a short terminal still shows (80x24 included), as long as the run has that many.
+SHORT_ROWS = 4
+
+
+def short_stages(stages: list[StageRow], rows: int = SHORT_ROWS) -> list[StageRow]:
     """A short terminal's stages (the log keeps its height): the latest done one and those after
-    it, and any failed or running before it."""
+    it, and any failed or running before it; then the done ones just before, up to ``rows`` rows."""
     done = [i for i, stage in enumerate(stages) if stage.status == StageState.DONE]
     last = done[-1] if done else 0
-    return [s for i, s in enumerate(stages) if i >= last or s.status in (StageState.FAILED, StageState.RUNNING)]
+    keep = {i for i, s in enumerate(stages) if i >= last or s.status in (StageState.FAILED, StageState.RUNNING)}
+    for i in reversed(range(last)):
+        if len(keep) >= rows:
+            break
+        keep.add(i)
+    return [s for i, s in enumerate(stages) if i in keep]
 
 
 def with_history(stage: StageRow, earlier_s: float | None, running_for_s: float = 0.0) -> StageRow:

@@ -21,7 +21,7 @@ from servelab.engines.runstate import RunState
 from servelab.tui.face import servelab_app, writable
 from servelab.tui.navigation import Confirm, OpenHostGpus, OpenRun, ask, go
 from servelab.tui.widgets.host_action import host_action
-from servelab.tui.widgets.list_screen import ListScreen, cursor_bindings, poll_forever
+from servelab.tui.widgets.list_screen import Col, ListScreen, cursor_bindings, poll_forever
 from servelab.tui.widgets.key_footer import KeyFooter
 
 REFRESH_SECONDS = 5.0
@@ -75,7 +75,9 @@ class RunsScreen(ListScreen[RunsRow]):
     def on_mount(self) -> None:
         self.title = "runs"
         self.sub_title = "every run on every configured host"
-        self.add_columns((("run", "run"), ("status", "status"), ("host", "host"), ("started", "started"), ("pid", "pid / exit")))
+        # at 80 columns the host goes and the run id is cut in the middle: the start time and how it ended stay
+        self.add_columns((Col("run", "run", shrink=16), Col("status", "status"), Col("host", "host", priority=1),
+                          Col("started", "started"), Col("pid", "pid / exit")))
         self._poll()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
