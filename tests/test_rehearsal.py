@@ -5,6 +5,7 @@ result a launch reads ("rehearsed at HH:MM, same inputs" / "not rehearsed since 
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -230,7 +231,10 @@ async def test_dashboard_l_offers_the_rehearsal_when_the_experiment_changed_sinc
     sourced = catalog.get("tiny-cpu-vllm-baseline")
     save_good(_good((await rehearsal_inputs(catalog, sourced, cfg)).parts), sourced, cfg)
     toml = folder / "tiny-cpu-vllm-baseline.toml"
-    toml.write_text(toml.read_text().replace("[engine_args]", '[env]\nVLLM_CPU_KVCACHE_SPACE = "1"\n\n[engine_args]', 1))
+    text = toml.read_text()  # a variable added to its [env] table (one the bundled experiment may already have)
+    toml.write_text(text.replace("[env]\n", '[env]\nVLLM_CPU_KVCACHE_SPACE = "1"\n', 1) if "[env]\n" in text
+                    else text.replace("[engine_args]", '[env]\nVLLM_CPU_KVCACHE_SPACE = "1"\n\n[engine_args]', 1))
+    assert tomllib.loads(toml.read_text())["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1"  # still one valid file
     await close_all()
     app = ServelabApp(folder)
     async with app.run_test(size=(120, 30)) as pilot:
