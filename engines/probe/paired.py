@@ -160,14 +160,15 @@ class _Side:
 
 
 async def _side(runs: RunsAPI, target: ResolvedRun, http_timeout: float) -> _Side:
-    from servelab.engines.probe.artifacts import host_conditions
+    from servelab.engines.probe.artifacts import gpu_names, host_conditions
     from servelab.engines.probe.timer import HostTimer
 
     rec = target.record
     head = target.head
     timer = HostTimer(head.host, head.host.config.python, f"http://127.0.0.1:{rec.port}", watch_sid=rec.pid)
     http = httpx.AsyncClient(base_url=await runs.base_url(head), timeout=httpx.Timeout(http_timeout, connect=10.0), trust_env=False)
-    side = _Side(target, timer, http, conditions=host_conditions(runs, rec, False))
+    # each round's GPU utilisation and memory where the host has GPUs, as a plain probe records them
+    side = _Side(target, timer, http, conditions=host_conditions(runs, rec, bool(await gpu_names(runs, rec.host))))
     return side
 
 
@@ -229,7 +230,7 @@ async def _find(runs: RunsAPI, name: str) -> ResolvedRun | None:
     """The run ``name`` names: an experiment's latest run (None: it has none), else the run id."""
     if name not in {e.name for e in runs.catalog.experiments}:
         return await runs.resolve(name)
-    listed = [r for r in await runs.list() if r.experiment == name]
+    listed = [r for r in await runs.list() if r.experiment == name and not r.rehearsal]  # a rehearsal is never the latest run
     if not listed:
         return None
     latest = max(listed, key=lambda r: (r.started_at, r.id))
