@@ -1,4 +1,7 @@
-"""Every run on every configured host, with open, stop and cleanup (reattach from anywhere)."""
+"""Every run on every configured host, with open, stop and cleanup (reattach from anywhere).
+
+Each row says who launched the run (``user@machine``); ``u`` switches between every user's runs and
+yours. Another user's run is read-only unless asked: its stop names its owner in the confirmation."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from servelab.engines.history import ended_words
 from servelab.engines.hosts.seen import HostSeen
 from servelab.engines.nodes.group import RunsRow, runs_rows
 from servelab.engines.nodes.run import MultiNodeRuns
+from servelab.engines.owner import Owner, is_mine, me
 from servelab.engines.runrecords import KnownRun, RunRecord
 from servelab.engines.runstate import RunState
 from servelab.tui.face import servelab_app, writable
@@ -27,8 +31,14 @@ from servelab.tui.widgets.key_footer import KeyFooter
 REFRESH_SECONDS = 5.0
 
 
-def _cells(row: RunsRow) -> list[Text]:
-    """A run's row: id, status, hosts, start, pid (a gone host's runs greyed, with since when)."""
+def _who(rec: RunRecord, you: Owner) -> Text:
+    """Who launched the run; another user's is dim (read-only unless asked)."""
+    label = rec.owner.label or "-"  # a run recorded before owners were
+    return Text(label, style="" if is_mine(rec, you) else "dim")
+
+
+def _cells(row: RunsRow, you: Owner) -> list[Text]:
+    """A run's row: id, status, hosts, owner, start, pid (a gone host's runs greyed, with since when)."""
     k = row.head
     rec = k.record
     pid = f"pid {rec.pid}" if rec.status is RunState.RUNNING else ended_words(rec) if rec.status.is_terminal else "-"  # the one wording
@@ -38,9 +48,9 @@ def _cells(row: RunsRow) -> list[Text]:
     gone = next((n for n in [k, *row.nodes] if n.down is not None), None)
     if gone is not None and gone.down is not None:  # the last known state, greyed; the host line above says when it was checked
         status = Text(f"{row.status}?", style="dim")
-        return [Text(row.id, style="dim"), status, Text(row.hosts, style="yellow"), Text(rec.started_at.replace("T", " ")[:19], style="dim"), Text(pid, style="dim")]
+        return [Text(row.id, style="dim"), status, Text(row.hosts, style="yellow"), _who(rec, you), Text(rec.started_at.replace("T", " ")[:19], style="dim"), Text(pid, style="dim")]
     mark = f" ({rec.kind_word})" if rec.kind_word else ""  # a rehearsal is marked wherever it is listed
-    return [Text(row.id), Text(row.status + mark, style=row.status.style), Text(row.hosts), Text(rec.started_at.replace("T", " ")[:19]), Text(pid)]
+    return [Text(row.id), Text(row.status + mark, style=row.status.style), Text(row.hosts), _who(rec, you), Text(rec.started_at.replace("T", " ")[:19]), Text(pid)]
 
 
 class RunsScreen(ListScreen[RunsRow]):
@@ -52,6 +62,7 @@ class RunsScreen(ListScreen[RunsRow]):
         Binding("C", "cleanup", "Cleanup", id="runs.cleanup"),
         Binding("g", "gpus", "GPUs", tooltip="the host view: every GPU of the run's host and who holds it", id="runs.gpus"),
         Binding("r", "refresh", "Refresh", id="runs.refresh"),
+        Binding("u", "toggle_mine", "Mine/all", tooltip="your runs only, or every user's", id="runs.mine"),
         *cursor_bindings("runs"),
     ]
 
@@ -62,6 +73,9 @@ class RunsScreen(ListScreen[RunsRow]):
         self.rows: list[RunsRow] = []
         self.unreachable: dict[str, str] = {}
         self.down: dict[str, HostSeen] = {}
+        #: Only this user's runs (``u``), or every user's.
+        self.mine_only = False
+        self.you = me()
         #: A load is under way / a change was heard during it (it ends with another load).
         self._loading = False
         self._stale = False
@@ -77,7 +91,7 @@ class RunsScreen(ListScreen[RunsRow]):
         self.sub_title = "every run on every configured host"
         # at 80 columns the host goes and the run id is cut in the middle: the start time and how it ended stay
         self.add_columns((Col("run", "run", shrink=16), Col("status", "status"), Col("host", "host", priority=1),
-                          Col("started", "started"), Col("pid", "pid / exit")))
+                          Col("who", "who", priority=2, shrink=8), Col("started", "started"), Col("pid", "pid / exit")))
         self._poll()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -105,7 +119,8 @@ class RunsScreen(ListScreen[RunsRow]):
             self.query_one("#runs-hosts", Static).update(Text(str(exc), style="red"))
             return
         self.known = list(reversed(known))
-        self.rows = runs_rows(self.known)  # a multi-node run is one row, not one per node
+        rows = runs_rows(self.known)  # a multi-node run is one row, not one per node
+        self.rows = [r for r in rows if is_mine(r.head.record, self.you)] if self.mine_only else rows
         self.records = [row.head.record for row in self.rows]
         self.unreachable = dict(runs.unreachable)
         self.down = runs.hosts_down()
@@ -121,8 +136,8 @@ class RunsScreen(ListScreen[RunsRow]):
             self.action_refresh()
 
     def _fill(self) -> None:
-        self.refill((row.id, _cells(row)) for row in self.rows)
-        hosts = Text(f"{len(self.records)} run(s)")
+        self.refill((row.id, _cells(row, self.you)) for row in self.rows)
+        hosts = Text(f"{len(self.records)} run(s)" + (f" of {self.you.user} (u: every user's)" if self.mine_only else ""))
         for name, why in self.unreachable.items():
             note = self.down[name].note if name in self.down else "unreachable"
             hosts.append(f" · {name} {note} (its runs greyed, last known state): {why}", style="yellow")
@@ -149,6 +164,11 @@ class RunsScreen(ListScreen[RunsRow]):
     def action_refresh(self) -> None:
         self.run_worker(self._load(), group="runs-refresh", exclusive=True, exit_on_error=False)
 
+    def action_toggle_mine(self) -> None:
+        self.mine_only = not self.mine_only
+        self.sub_title = f"{self.you.user}'s runs on every configured host" if self.mine_only else "every run on every configured host"
+        self.action_refresh()
+
     def action_stop(self) -> None:
         row = self.current_row()
         if row is None or servelab_app(self).readonly:
@@ -161,11 +181,13 @@ class RunsScreen(ListScreen[RunsRow]):
             if yes:
                 self._stop(row.id, bool(row.nodes))
 
+        rec = row.head.record
+        theirs = "" if is_mine(rec, self.you) else f"\nThis run is {rec.owner.label}'s, not yours."
         if row.nodes:
             detail = "\n".join(f"{k.record.host}: {k.record.id}" for k in row.nodes)
-            go(self, Confirm(f"Stop every node of {row.id}?", f"{detail}\nSIGTERM to each process group, SIGKILL after 10 s."), answered)
+            go(self, Confirm(f"Stop every node of {row.id}?", f"{detail}\nSIGTERM to each process group, SIGKILL after 10 s.{theirs}"), answered)
             return
-        go(self, Confirm(f"Stop run {row.id}?", "SIGTERM to its process group, SIGKILL after 10 s."), answered)
+        go(self, Confirm(f"Stop run {row.id}?", f"SIGTERM to its process group, SIGKILL after 10 s.{theirs}"), answered)
 
     @work(group="runs-stop", exit_on_error=False)
     async def _stop(self, run_id: str, group: bool = False) -> None:
