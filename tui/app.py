@@ -28,12 +28,14 @@ from servelab.engines.catalog import Catalog, default_dir, load_catalog
 from servelab.engines.errors import ServelabError
 from servelab.tui.keymap import load_keymap
 from servelab.tui.palette import KeyCommands
+from servelab.tui.widgets.toast_log import ToastLog
 
 if TYPE_CHECKING:
     from servelab.engines.preflight import Check
     from servelab.engines.probe.summary import ProbeSummary
     from servelab.engines.runs import Runs
     from servelab.engines.watch import RunWatcher
+    from textual.notifications import SeverityLevel
     from servelab.tui.face import Face
 
 HIGH_CONTRAST = Theme(
@@ -77,6 +79,7 @@ class ServelabApp(App[int]):
         Binding("R", "open_runs", "Runs", id="app.runs"),
         Binding("M", "open_campaigns", "Campaigns", id="app.campaigns"),
         Binding("ctrl+t", "toggle_contrast", "Contrast", show=False, id="app.contrast"),
+        Binding("N", "toasts", "Notifications", show=False, tooltip="the notifications shown so far, to read again", id="app.toasts"),
     ]
 
     def __init__(self, folder: str | Path | None = None, readonly: bool = False) -> None:
@@ -96,6 +99,7 @@ class ServelabApp(App[int]):
         self.probe_errors: dict[str, str] = {}
         #: The preflight checks of each run launched here, for its run screen.
         self.preflights: dict[str, list[Check]] = {}
+        self.toasts = ToastLog()
         #: Set to False by tests that must not poll hosts in the background.
         self.watch_runs = True
         #: Screens that were alive when the heap was last frozen (see settle_heap).
@@ -299,6 +303,17 @@ class ServelabApp(App[int]):
 
     def action_toggle_contrast(self) -> None:
         self.theme = DEFAULT_THEME if self.theme == HIGH_CONTRAST.name else HIGH_CONTRAST.name
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information", timeout: float | None = None, markup: bool = True) -> None:
+        """Every toast is kept to read again (``N``)."""
+        self.toasts.add(message, title, severity)
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+
+    def action_toasts(self) -> None:
+        from servelab.tui.screens.toasts import ToastsScreen
+
+        if not isinstance(self.screen, ToastsScreen):
+            self.push_screen(ToastsScreen())
 
     def action_open_runs(self) -> None:
         from servelab.tui.screens.runs import RunsScreen

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from servelab.engines.preflight import Check
     from servelab.engines.probe.summary import ProbeSummary
     from servelab.engines.runs import Runs
+    from servelab.tui.widgets.toast_log import ToastLog
 
 
 class Watching(Protocol):
@@ -42,6 +43,8 @@ class Face(Protocol):
     probe_errors: dict[str, str]
     #: The preflight checks of each run launched from this dashboard (none: launched without).
     preflights: dict[str, list[Check]]
+    #: The toasts this dashboard has shown, to read again.
+    toasts: ToastLog
 
     @property
     def watcher(self) -> Watching | None: ...

@@ -61,10 +61,24 @@ class Confirm(Target[bool]):
 
 @dataclass(frozen=True)
 class OpenCompare(Target[None]):
-    """The comparison of experiments (their latest probed runs) or of run ids."""
+    """The comparison of experiments (their latest probed runs) or of run ids (``baseline_run``: the run
+    each other one's speedup is against, as ``--baseline-run`` chooses it)."""
 
     experiments: list[str] | None = None
     run_ids: list[str] | None = None
+    baseline_run: str | None = None
+
+
+@dataclass(frozen=True)
+class OpenHistory(Target[None]):
+    """One experiment's runs over time."""
+
+    experiment: str
+
+
+@dataclass(frozen=True)
+class OpenToasts(Target[None]):
+    """The notifications this dashboard has shown, to read again."""
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,11 @@ from servelab.tui.screens.campaign import CampaignScreen
 from servelab.tui.screens.compare import CompareScreen
 from servelab.tui.screens.confirm import ConfirmScreen
 from servelab.tui.screens.gpus import HostGpusScreen
+from servelab.tui.screens.history import HistoryScreen
 from servelab.tui.screens.nodes_run import NodesRunScreen
 from servelab.tui.screens.preflight import PreflightScreen
 from servelab.tui.screens.run import RunScreen
+from servelab.tui.screens.toasts import ToastsScreen
 from servelab.tui.screens.why import WhyScreen
 
 
@@ -34,7 +36,9 @@ def install() -> None:
     nav.register(nav.OpenSingleRun, lambda t: RunScreen(t.run_id))
     nav.register(nav.OpenPreflight, lambda t: PreflightScreen(t.catalog, t.experiment, launch=t.launch, skip_preflight=t.skip_preflight))
     nav.register(nav.Confirm, lambda t: ConfirmScreen(t.question, t.detail))
-    nav.register(nav.OpenCompare, lambda t: CompareScreen(t.experiments, t.run_ids))
+    nav.register(nav.OpenCompare, lambda t: CompareScreen(t.experiments, t.run_ids, t.baseline_run))
+    nav.register(nav.OpenHistory, lambda t: HistoryScreen(t.experiment))
+    nav.register(nav.OpenToasts, lambda t: ToastsScreen())
     nav.register(nav.OpenWhy, lambda t: WhyScreen(t.run_ids))
     nav.register(nav.OpenCampaign, lambda t: CampaignScreen(t.campaign_id))
     nav.register(nav.OpenHostGpus, lambda t: HostGpusScreen(t.host))

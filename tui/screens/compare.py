@@ -45,10 +45,12 @@ class CompareScreen(Screen[None]):
         Binding("a", "paired", "Paired A/B", tooltip="time the runs against their baseline in interleaved rounds (servelab ab)", id="compare.paired"),
     ]
 
-    def __init__(self, experiments: list[str] | None = None, run_ids: list[str] | None = None) -> None:
+    def __init__(self, experiments: list[str] | None = None, run_ids: list[str] | None = None, baseline_run: str | None = None) -> None:
         super().__init__()
         self.experiments = experiments or []
         self.run_ids = run_ids or []
+        #: The run the others' speedups are against (chosen on the history screen), else each one's experiment baseline.
+        self.baseline_run = baseline_run
         self.comparison: Comparison | None = None
         self.diff_only = False
         self.exported: Path | None = None
@@ -73,7 +75,7 @@ class CompareScreen(Screen[None]):
                 run_ids, missing = await latest_probed(runs, self.experiments)
                 if missing:
                     raise ServelabError(f"no probed run of {', '.join(missing)}: launch it, wait for ready, press P on its run screen")
-            self.comparison = await compare_runs(runs, run_ids)
+            self.comparison = await compare_runs(runs, run_ids, baseline_run=self.baseline_run)
         except (ServelabError, HostUnreachable, OSError) as exc:
             self.query_one("#compare-verdict", Static).update(Text(str(exc), style="bold red"))
             return

@@ -29,7 +29,7 @@ from servelab.engines.errors import ServelabError
 from servelab.engines.loader import display_path
 from servelab.engines.history import LatestRun, latest_runs
 from servelab.tui.face import servelab_app, writable
-from servelab.tui.navigation import Confirm, OpenCompare, OpenPreflight, OpenRun, ask, go
+from servelab.tui.navigation import Confirm, OpenCompare, OpenHistory, OpenPreflight, OpenRun, ask, go
 from servelab.tui.widgets.list_screen import Col, ListScreen, cursor_bindings, middle_cut
 from servelab.tui.widgets.key_footer import KeyFooter
 
@@ -108,6 +108,7 @@ class ExperimentsScreen(ListScreen[Row]):
         Binding("p", "preflight", "Preflight", id="experiments.preflight"),
         Binding("X", "launch_unchecked", "Launch w/o preflight", show=False, id="experiments.launch-unchecked"),
         Binding("c", "compare", "Compare", id="experiments.compare"),
+        Binding("h", "history", "History", show=False, tooltip="the experiment's runs over time", id="experiments.history"),
         Binding("space", "toggle_select", "Select", id="experiments.select"),
         Binding("E", "edit", "Edit", id="experiments.edit"),
         Binding("r", "reload", "Reload", id="experiments.reload"),
@@ -359,6 +360,11 @@ class ExperimentsScreen(ListScreen[Row]):
                     return
                 self.notify(result.lines()[0], title="rehearsed", timeout=6)
         go(self, OpenPreflight(catalog, name, launch=True), launched)
+
+    def action_history(self) -> None:
+        row = self.current()
+        if row is not None:
+            go(self, OpenHistory(row.name))
 
     def action_compare(self) -> None:
         if self.catalog is None:
