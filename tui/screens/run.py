@@ -493,7 +493,9 @@ class RunScreen(Screen[None]):
         if key != self._shown_title:
             relayout = key[:1] == "\0" or self._shown_title[:1] == "\0"  # a wrapping title may change height
             self._shown_title = key
-            self.query_one("#run-title", Static).update(title, layout=relayout)
+            widget = self.query_one("#run-title", Static)
+            widget.set_class(key[:1] != "\0", "one-line")
+            widget.update(title, layout=relayout)
 
     # -- actions ---------------------------------------------------------------------------------
     def action_stop(self) -> None:
