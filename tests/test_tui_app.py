@@ -186,5 +186,6 @@ async def test_the_latest_state_stays_whole_at_80_columns_whatever_the_names(tui
         screen = app.screen
         assert isinstance(screen, ExperimentsScreen)
         await wait_for(pilot, lambda: name in screen.latest)
-        await wait_for(pilot, lambda: any(name[:20] in line and "crashed" in line for line in screen_text(app).splitlines()))
+        # a long name is cut in the middle (its start stays), the state never
+        await wait_for(pilot, lambda: any(name[:8] in line and "crashed" in line for line in screen_text(app).splitlines()))
         assert "draft k=2" in screen_text(app)

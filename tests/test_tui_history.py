@@ -12,7 +12,7 @@ from tests.fixtures.tui import SHARED_LOGS, TuiFolder, pilot_wait, shown_text
 LOG = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
 
 
-async def test_h_shows_the_runs_newest_first_with_owners_and_b_then_c_compares_against_the_chosen_run(tui_folder: TuiFolder) -> None:
+async def test_shift_h_shows_the_runs_newest_first_with_owners_and_b_then_c_compares_against_the_chosen_run(tui_folder: TuiFolder) -> None:
     older = tui_folder.replay("tiny-cpu-vllm-ngram", LOG, started_at="2026-01-01T00:00:00", owner=("alice-h", "box-1"))
     newer = tui_folder.replay("tiny-cpu-vllm-ngram", LOG, started_at="2026-01-02T00:00:00", owner=("bob-h", "box-2"))
     other = tui_folder.replay("tiny-cpu-vllm-baseline", LOG, started_at="2026-01-03T00:00:00")
@@ -23,7 +23,7 @@ async def test_h_shows_the_runs_newest_first_with_owners_and_b_then_c_compares_a
             assert isinstance(experiments, ExperimentsScreen)
             await pilot_wait(pilot, lambda: any(r.name == "tiny-cpu-vllm-ngram" for r in experiments.rows))
             experiments.select_row(next(r.key for r in experiments.rows if r.name == "tiny-cpu-vllm-ngram"))
-            await pilot.press("h")
+            await pilot.press("H")
             await pilot_wait(pilot, lambda: isinstance(app.screen, HistoryScreen) and app.screen.loaded)
             history = app.screen
             assert isinstance(history, HistoryScreen)
@@ -48,14 +48,15 @@ async def test_h_shows_the_runs_newest_first_with_owners_and_b_then_c_compares_a
         tui_folder.stop_all()
 
 
-async def test_n_shows_every_toast_shown_so_far_newest_first(tui_folder: TuiFolder) -> None:
+async def test_the_palettes_notifications_show_every_toast_shown_so_far_newest_first(tui_folder: TuiFolder) -> None:
     app = ServelabApp(tui_folder.folder)
     app.watch_runs = False
     async with app.run_test(size=(120, 30)) as pilot:
         await pilot_wait(pilot, lambda: isinstance(app.screen, ExperimentsScreen))
         app.notify("the first thing that happened", title="run ready")
         app.screen.notify("a later failure", title="probe failed", severity="error")
-        await pilot.press("N")
+        assert any(c.title == "Notifications" for c in app.get_system_commands(app.screen))  # reached from the palette
+        next(c for c in app.get_system_commands(app.screen) if c.title == "Notifications").callback()
         await pilot_wait(pilot, lambda: isinstance(app.screen, ToastsScreen))
         await pilot_wait(pilot, lambda: "probe failed: a later failure" in shown_text(app))
         text = shown_text(app)

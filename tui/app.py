@@ -79,7 +79,6 @@ class ServelabApp(App[int]):
         Binding("R", "open_runs", "Runs", id="app.runs"),
         Binding("M", "open_campaigns", "Campaigns", id="app.campaigns"),
         Binding("ctrl+t", "toggle_contrast", "Contrast", show=False, id="app.contrast"),
-        Binding("N", "toasts", "Notifications", show=False, tooltip="the notifications shown so far, to read again", id="app.toasts"),
     ]
 
     def __init__(self, folder: str | Path | None = None, readonly: bool = False) -> None:
@@ -305,7 +304,7 @@ class ServelabApp(App[int]):
         self.theme = DEFAULT_THEME if self.theme == HIGH_CONTRAST.name else HIGH_CONTRAST.name
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information", timeout: float | None = None, markup: bool = True) -> None:
-        """Every toast is kept to read again (``N``)."""
+        """Every toast is kept to read again (the palette's "Notifications")."""
         self.toasts.add(message, title, severity)
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
 
@@ -336,6 +335,7 @@ class ServelabApp(App[int]):
         yield SystemCommand("High contrast", "Toggle the high-contrast theme (shared screens)", self.action_toggle_contrast)
         yield SystemCommand("Runs", "Every run on every configured host", self.action_open_runs)
         yield SystemCommand("Campaigns", "Campaign files, their plans, and the campaigns running or finished on the hosts", self.action_open_campaigns)
+        yield SystemCommand("Notifications", "The toasts this dashboard has shown, newest first, to read again", self.action_toasts)
         yield from getattr(screen, "palette_commands", lambda: [])()
 
 

@@ -111,11 +111,11 @@ async def diagnose_run(runs: RunsAPI, run_id: str, *, progress: Progress | None 
     st = await runs.status(at, analyze=False)
     if not st.alive:
         raise ServelabError(f"run {run_id} is not running (status {st.status}); diagnose a live server")
-    await until_ready(runs, at, run_id, progress)
     rec = st.record
     exp = await run_experiment(runs, rec, at)
     if exp.speculative.method == "none":
         raise ServelabError(f"run {run_id} does not speculate ([speculative] method = \"none\"): nothing to diagnose")
+    await until_ready(runs, at, run_id, progress)
     prompts = load_prompts(exp.probe.prompts, base=runs.catalog.folder)
     if settings is None:
         temp, source = await serving_temperature(runs, rec, exp)

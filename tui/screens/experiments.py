@@ -108,7 +108,7 @@ class ExperimentsScreen(ListScreen[Row]):
         Binding("p", "preflight", "Preflight", id="experiments.preflight"),
         Binding("X", "launch_unchecked", "Launch w/o preflight", show=False, id="experiments.launch-unchecked"),
         Binding("c", "compare", "Compare", id="experiments.compare"),
-        Binding("h", "history", "History", show=False, tooltip="the experiment's runs over time", id="experiments.history"),
+        Binding("H", "history", "History", show=False, tooltip="the experiment's runs over time", id="experiments.history"),
         Binding("space", "toggle_select", "Select", id="experiments.select"),
         Binding("E", "edit", "Edit", id="experiments.edit"),
         Binding("r", "reload", "Reload", id="experiments.reload"),
@@ -182,7 +182,9 @@ class ExperimentsScreen(ListScreen[Row]):
         if exp is None:
             problem = row.entry.problems[0] if row.entry.problems else None
             why = f"line {problem.line}: {problem.path}: {problem.message}" if problem else "invalid"
-            return [sel, Text(row.name, style="bold red"), Text("invalid", style="red"), Text(why[:60], style="red"), *[Text("")] * 6]
+            # "invalid" where the state goes (a column that never goes); the reason where the host goes and in the detail pane
+            return [sel, Text(row.name, style="bold red"), Text("invalid", style="red"), Text(why[:60], style="red"), Text(""), Text(""),
+                    Text("invalid", style="red"), Text(""), Text(""), Text("")]
         e = exp.experiment
         spec = e.speculative.label
         name_style = "bold yellow" if row.entry.problems else "bold"

@@ -1,4 +1,4 @@
-"""One experiment's runs over time, newest first (``h`` on the experiments list; the screen of
+"""One experiment's runs over time, newest first (``H`` on the experiments list; the screen of
 ``servelab history EXP``): who launched each, when, its state, load time, acceptance, tok/s, speedup
 and verdict, rehearsals marked. ``b`` chooses the highlighted run as the baseline and ``c`` compares the
 highlighted run against it (``compare --baseline-run``); enter opens the run. It draws

@@ -1,4 +1,4 @@
-"""The notifications this dashboard has shown, newest first (``N`` anywhere): a toast that went by
+"""The notifications this dashboard has shown, newest first (the palette's "Notifications", anywhere): a toast that went by
 while you looked elsewhere can be read again."""
 
 from __future__ import annotations

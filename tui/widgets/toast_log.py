@@ -1,4 +1,4 @@
-"""The notifications a dashboard has shown (``N``: read them again): each toast's time, title, words
+"""The notifications a dashboard has shown (the palette's "Notifications": read them again): each toast's time, title, words
 and severity, the newest :data:`KEEP` of them, kept by the app as it shows them."""
 
 from __future__ import annotations
