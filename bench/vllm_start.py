@@ -22,46 +22,32 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-import tomllib
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from servelab.engines.catalog import load_catalog  # noqa: E402
+from tests.fixtures.engine import wait_healthy  # noqa: E402
 from tests.fixtures.ports import free_port  # noqa: E402
 
 PYTHON = REPO / ".venv-engine" / "bin" / "python"
 
 
 def argv_for(experiment: str, layout: str, port: int) -> tuple[list[str], dict[str, str]]:
-    """The experiment's own flags (its [engine_args] and [speculative] as the adapter would pass them
-    matter less here than the layout: the flags below are the bundled tiny ones)."""
-    exp = tomllib.loads((REPO / "experiments" / f"{experiment}.toml").read_text())
-    model = str((REPO / "experiments" / exp["model"]).resolve())
-    args = [str(PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", "127.0.0.1", "--port", str(port)]
-    env_extra = dict(exp.get("env", {}))
-    for key, value in exp.get("engine_args", {}).items():
-        if key == "distributed-executor-backend":
-            continue
-        args += [f"--{key}"] if value is True else [f"--{key}", str(value)]
-    spec = exp.get("speculative")
-    if spec:
-        import json
-
-        conf = {"method": spec["method"], "num_speculative_tokens": spec["num_tokens"]}
-        if "draft_model" in spec:
-            conf["model"] = str((REPO / "experiments" / spec["draft_model"]).resolve())
-        for key in ("prompt_lookup_min", "prompt_lookup_max"):
-            if key in spec:
-                conf[key] = spec[key]
-        args += ["--speculative-config", json.dumps(conf)]
-    env_extra.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
-    if layout == "uni":
-        args += ["--distributed-executor-backend", "uni"]
-        env_extra["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    return args, env_extra
+    """The experiment's argv and environment as servelab launches it (``Catalog.launch_spec``), on
+    ``port``; ``mp`` takes the executor flag and its environment variable out again."""
+    catalog = load_catalog(REPO / "experiments")
+    spec = catalog.launch_spec(catalog.get(experiment))
+    argv, env = list(spec.argv), dict(spec.env)
+    argv[argv.index("--port") + 1] = str(port)
+    if layout == "mp":
+        at = argv.index("--distributed-executor-backend")
+        del argv[at : at + 2]
+        env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+    return argv, env
 
 
 def busy_seconds() -> float:
@@ -72,23 +58,15 @@ def busy_seconds() -> float:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
-def one_start(experiment: str, layout: str) -> tuple[float, float]:
+def one_start(experiment: str, layout: str, log: Path) -> tuple[float, float]:
     port = free_port()
     args, extra = argv_for(experiment, layout, port)
     before = busy_seconds()
     t0 = time.monotonic()
-    proc = subprocess.Popen(args, env={**os.environ, **extra}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    with log.open("wb") as out:
+        proc = subprocess.Popen(args, env={**os.environ, **extra}, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        while True:
-            if proc.poll() is not None:
-                raise SystemExit(f"{layout}: the server exited with {proc.returncode} before /health answered")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            time.sleep(0.1)
+        wait_healthy(f"http://127.0.0.1:{port}", proc, log, step=0.1)
         wall = time.monotonic() - t0
         cpu = busy_seconds() - before
     finally:
@@ -109,11 +87,12 @@ def main() -> int:
     if not PYTHON.exists():
         print("the engine environment is missing: run `make engine`", file=sys.stderr)
         return 1
-    one_start(args.experiment, "mp")  # warm-up: the first start after idle reads files cold
+    log = Path(tempfile.mkdtemp(prefix="vllm-start-")) / "engine.log"  # the last start's log (a failed start prints its end)
+    one_start(args.experiment, "mp", log)  # warm-up: the first start after idle reads files cold
     got: dict[str, list[tuple[float, float]]] = {"mp": [], "uni": []}
     for i in range(args.pairs):
         for layout in (("mp", "uni") if i % 2 == 0 else ("uni", "mp")):
-            got[layout].append(one_start(args.experiment, layout))
+            got[layout].append(one_start(args.experiment, layout, log))
             w, c = got[layout][-1]
             print(f"pair {i + 1} {layout:>3}: /health after {w:5.1f} s, {c:5.1f} CPU s", flush=True)
     print(f"\n{args.experiment}, {args.pairs} pairs, medians:")

@@ -14,7 +14,7 @@ import pytest
 from servelab.engines.diagnosis import artifacts
 from servelab.engines.diagnosis.artifacts import until_ready
 from servelab.engines.errors import ServelabError
-from tests.fixtures.runlab import Lab
+from tests.fixtures.runlab import Lab, until
 
 LOG = Path(__file__).resolve().parent / "data" / "logs" / "vllm-cpu-good-ngram-serve.log"
 
@@ -27,12 +27,6 @@ def cut_at(tmp: Path, needle: str) -> Path:
     return out
 
 
-async def _until(predicate: object, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.05)
-
 
 async def test_a_diagnosis_asked_for_during_a_load_waits_says_the_stage_and_ends_with_the_run(
     lab: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -44,7 +38,7 @@ async def test_a_diagnosis_asked_for_during_a_load_waits_says_the_stage_and_ends
     said: list[str] = []
     waiting = asyncio.create_task(until_ready(runs, await runs.locate(rec.id), rec.id, said.append))
     try:
-        await _until(lambda: len(said) >= 2 or waiting.done())
+        await until(lambda: len(said) >= 2 or waiting.done())
         assert not waiting.done()  # it waits: nothing to diagnose yet, and nothing dropped
         assert said[-1].startswith("waiting for the server to be ready (it is loading") and "the diagnosis starts then" in said[-1]
     finally:

@@ -10,6 +10,7 @@ import sys
 import pytest
 from textual.widgets import DataTable
 
+from tests.fixtures.runlab import until
 from tests.fixtures.sshd import SshServer
 from tests.fixtures.tui import SHARED_LOGS, TuiFolder
 from tests.fixtures.tui import pilot_wait as wait_for
@@ -111,7 +112,7 @@ async def test_no_notification_for_a_run_that_was_ready_before_the_dashboard_ope
     monkeypatch.setattr(watch, "LIST_SECONDS", 0.3)
     old = tui_folder.replay("tiny-cpu-vllm-ngram", SHARDS, rate=0, hold_s=60)
     log = tui_folder.workdir / "runs" / old / "engine.log"
-    await _until(lambda: log.exists() and log.stat().st_size == SHARDS.stat().st_size)
+    await until(lambda: log.exists() and log.stat().st_size == SHARDS.stat().st_size, timeout=20)
     app = ServelabApp(tui_folder.folder)
     try:
         async with app.run_test(size=(120, 30)) as pilot:
@@ -124,13 +125,3 @@ async def test_no_notification_for_a_run_that_was_ready_before_the_dashboard_ope
             assert len(ready) == 1 and new in ready[0]  # a change this dashboard saw
     finally:
         tui_folder.stop_all()
-
-
-async def _until(predicate: object, timeout: float = 20.0) -> None:
-    import asyncio
-
-    for _ in range(int(timeout / 0.05)):
-        if predicate():  # type: ignore[operator]
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition not reached in time")

@@ -12,6 +12,7 @@ from servelab.engines.catalog import load_catalog
 from servelab.engines.runrecords import RunRecord, RunStatus
 from servelab.engines.runs import Runs
 from servelab.engines.runstate import RunState
+from tests.fixtures.runlab import until
 from tests.fixtures.tui import SHARED_LOGS, TuiFolder
 from servelab.engines import watch
 from servelab.engines.watch import RunWatcher
@@ -55,14 +56,6 @@ def fast_watch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(watch, "POLL_SECONDS", 0.2)
 
 
-async def _until(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
-    for _ in range(int(timeout / 0.05)):
-        if predicate():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition not reached in time")
-
-
 async def _watch_replay(tui_folder: TuiFolder, runs: Runs) -> tuple[str, list[tuple[str, str, str, str]], list[tuple[str, BaseException]]]:
     """Watch the n-gram replay with a bare RunWatcher until it announces something: (run id, announced, failed).
     The log starts only once the watcher has seen the run, so its ready is news."""
@@ -73,9 +66,9 @@ async def _watch_replay(tui_folder: TuiFolder, runs: Runs) -> tuple[str, list[tu
     watcher = RunWatcher(lambda: runs, lambda *event: announced.append(event), lambda rid, exc: failed.append((rid, exc)))
     task = asyncio.create_task(watcher.run_forever())
     try:
-        await _until(lambda: watcher.has_seen(run_id))
+        await until(lambda: watcher.has_seen(run_id), timeout=60)
         gate.touch()
-        await _until(lambda: bool(announced))
+        await until(lambda: bool(announced), timeout=60)
     finally:
         task.cancel()
         watcher.cancel()
@@ -149,10 +142,10 @@ async def test_a_dashboard_announces_only_its_own_users_runs_and_never_a_rehears
     }
     tasks = [asyncio.create_task(w.run_forever()) for w in watchers.values()]
     try:
-        await _until(lambda: all(w.has_seen(run) and w.has_seen(rehearsal) for w in watchers.values()))
+        await until(lambda: all(w.has_seen(run) and w.has_seen(rehearsal) for w in watchers.values()), timeout=60)
         gate.touch()
-        await _until(lambda: all(w.analyses.get(r) is not None and w.analyses[r].was_ready for w in watchers.values() for r in (run, rehearsal)))
-        await _until(lambda: bool(heard["alice"]))
+        await until(lambda: all(w.analyses.get(r) is not None and w.analyses[r].was_ready for w in watchers.values() for r in (run, rehearsal)), timeout=60)
+        await until(lambda: bool(heard["alice"]), timeout=60)
     finally:
         for t in tasks:
             t.cancel()

@@ -62,15 +62,13 @@ def proc_stat(pid: int) -> tuple[str, int, int, int] | None:
     return rest[0], int(rest[2]), int(rest[3]), int(rest[19])
 
 
-# -- the detached start -------------------------------------------------------------------------------
 def in_group(pid: int, pgid: int | None) -> bool:
     """The process is in that process group (a run's: its engine leads it), whatever its environment."""
-    try:
-        return pgid is not None and pgid > 0 and os.getpgid(pid) == pgid
-    except OSError:
-        return False
+    st = proc_stat(pid) if pgid else None
+    return st is not None and st[1] == pgid
 
 
+# -- the detached start -------------------------------------------------------------------------------
 def detach(body: Callable[[int], int], close: list[IO[Any]]) -> bytes:
     """Run ``body(answer_fd)`` in a grandchild in its own session (a double fork), and return its answer.
 
