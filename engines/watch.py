@@ -17,6 +17,7 @@ crash when the log did not say so (the one rule, :func:`engines.history.display_
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from collections.abc import Callable
 
 from servelab.engines.errors import ServelabError
@@ -67,6 +68,9 @@ class RunWatcher:
         self._reported: set[tuple[str, str]] = set()
         #: The latest analysis of every run followed, by run id (the experiments table reads it).
         self.analyses: dict[str, Analysis] = {}
+        #: When this watcher began: a run started since has no history, whatever its log holds by
+        #: the listing that first finds it (a server ready within one listing is still news).
+        self.opened = dt.datetime.now(dt.timezone.utc)
 
     def has_seen(self, run_id: str) -> bool:
         """This watcher knows where the run's news begins (what its log held when first seen is history)."""
@@ -122,15 +126,26 @@ class RunWatcher:
             self._reported.add(key)
             self._on_error(run_id, exc)
 
+    def _started_since_opened(self, started_at: str) -> bool:
+        """``started_at`` (the run record's ISO 8601 start) is after this watcher began."""
+        try:
+            started = dt.datetime.fromisoformat(started_at)
+        except ValueError:
+            return False
+        if started.tzinfo is None:
+            started = started.replace(tzinfo=dt.timezone.utc)
+        return started >= self.opened
+
     async def _follow(self, runs: Runs, run_id: str, experiment: str, engine: str) -> None:
         tail = 0
         if run_id not in self._backlog:
             try:
                 # What the log held when this dashboard first saw the run is history: a run already ready
-                # (or crashed) then is not news. Only changes seen from here on are announced.
+                # (or crashed) then is not news. Only changes seen from here on are announced, and all
+                # of a run started after this dashboard opened.
                 host, rec = await runs.find(run_id)
                 try:
-                    self._backlog[run_id] = await host.size(rec.log_path)
+                    self._backlog[run_id] = 0 if self._started_since_opened(rec.started_at) else await host.size(rec.log_path)
                 except FileNotFoundError:
                     self._backlog[run_id] = 0
             except (ServelabError, HostUnreachable, OSError):

@@ -153,3 +153,28 @@ async def test_a_dashboard_announces_only_its_own_users_runs_and_never_a_rehears
             w.cancel()
     assert heard["alice"] == [(run, "tiny-cpu-vllm-ngram", "ready", "")]
     assert heard["bob"] == []
+
+
+async def test_a_run_started_after_the_dashboard_opened_is_news_even_when_ready_by_its_first_listing(tui_folder: TuiFolder, fast_watch: None) -> None:
+    """A server that is ready before the watcher's next listing (a small model loads in seconds) is
+    still announced when it started after the watcher opened; a run already ready when the watcher
+    opened stays history."""
+    import datetime as dt
+
+    from servelab.engines.runrecords import LOG_NAME
+
+    announced: list[tuple[str, str, str, str]] = []
+    watcher = RunWatcher(lambda: Runs(load_catalog(tui_folder.folder)), lambda *event: announced.append(event), lambda rid, exc: None)
+    before = (watcher.opened - dt.timedelta(seconds=5)).isoformat(timespec="seconds")
+    after = (watcher.opened + dt.timedelta(seconds=1)).isoformat(timespec="seconds")
+    old = tui_folder.replay("tiny-cpu-vllm-ngram", NGRAM_SERVE, hold_s=60.0, started_at=before)
+    new = tui_folder.replay("tiny-cpu-vllm-baseline", NGRAM_SERVE, hold_s=60.0, started_at=after, port=18997)
+    logs = [tui_folder.workdir / "runs" / r / LOG_NAME for r in (old, new)]
+    await until(lambda: all(p.exists() and b"Application startup complete" in p.read_bytes() for p in logs), timeout=60)
+    task = asyncio.create_task(watcher.run_forever())  # its first listing finds both ready already
+    try:
+        await until(lambda: watcher.has_ruled(old, "ready") and watcher.has_ruled(new, "ready"), timeout=60)
+    finally:
+        task.cancel()
+        watcher.cancel()
+    assert [(rid, event) for rid, _exp, event, _detail in announced] == [(new, "ready")]
