@@ -24,9 +24,9 @@ from servelab.tui.widgets.key_footer import KeyFooter
 from servelab.tui.widgets.list_screen import Col, ListScreen, cursor_bindings
 
 COLUMNS = (
-    Col("run", "run", shrink=16), Col("started", "started", priority=2), Col("by", "by", priority=3, shrink=8),
-    Col("state", "state"), Col("load", "load"), Col("accept", "accept (rate · len)"), Col("tps", "tok/s"),
-    Col("speedup", "speedup"), Col("verdict", "verdict", priority=1),
+    Col("run", "run", shrink=16), Col("started", "started", priority=3), Col("by", "by", shrink=8),
+    Col("state", "state"), Col("load", "load"), Col("accept", "accept"), Col("tps", "tok/s"),
+    Col("speedup", "speedup"), Col("verdict", "verdict", priority=2),
 )
 
 

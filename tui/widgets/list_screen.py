@@ -18,6 +18,7 @@ from textual import on
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey
 
 R = TypeVar("R")
 
@@ -151,6 +152,9 @@ class ListScreen(Screen[None], Generic[R]):
         shown, widths = fit_columns(cols, natural, width - SCROLLBAR) if width else (list(range(len(cols))), dict(enumerate(natural)))
         self._show_columns(shown)
         table.clear()
+        for i in shown:  # the fitted widths, set: DataTable measures added rows only once idle, which a busy screen may not be
+            column = table.columns[ColumnKey(self._columns[i].key)]
+            column.auto_width, column.width = False, widths[i]
         for key, cells in self._table_rows:
             table.add_row(*(middle_cut(cells[i], widths[i]) for i in shown), key=key)
         if table.row_count:
