@@ -199,6 +199,7 @@ class Runs:
             shm_prefixes=list(get_adapter(e.engine).shm_prefixes),
         )
         try:
+            await h.make_shared_dir(runs_root(cfg))  # every user of the host adds runs; each removes only its own
             await h.write_bytes(f"{run_dir}/experiment.toml", exp.text.encode("utf-8"))
             await h.write_bytes(f"{run_dir}/{RUN_JSON}", _dump(rec.to_json()))
             if cfg.slurm is not None:  # a batch job: Slurm holds the GPUs and starts it when it can
@@ -209,6 +210,8 @@ class Runs:
             answer = await self._ctl(h, "start", run_dir)
         except HostUnreachable as exc:
             raise ServelabError(str(exc)) from None
+        except OSError as exc:  # a workdir this user may not write (another user's runs/ on a shared host)
+            raise ServelabError(f"cannot launch {exp.name} on {cfg.name}: {exc.filename or run_dir}: {exc.strerror or exc}") from None
         if answer.get("refused"):
             raise ServelabError(f"cannot launch {exp.name} on {cfg.name}: " + "; ".join(answer["refused"]))
         if not answer.get("ok"):

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from servelab.engines.errors import ServelabError
 from servelab.engines.helpers import run_helper
-from servelab.engines.hosts.base import Host, HostUnreachable, host_workdir
+from servelab.engines.hosts.base import Host, HostUnreachable, private_dir
 from servelab.engines.values import TargetIdentity
 
 HELPER = "weightprint.py"
-CACHE_FILE = ".servelab/weightprint-cache.json"
+CACHE_FILE = "weightprint-cache.json"
 
 
 def cache_path(host: Host) -> str:
-    return f"{host_workdir(host.config)}/{CACHE_FILE}"
+    """In this user's folder of the workdir (made when a helper was uploaded there)."""
+    return f"{private_dir(host.config)}/{CACHE_FILE}"
 
 
 async def target_identity(host: Host, python: str, folder: str, timeout: float = 120.0) -> TargetIdentity | None:

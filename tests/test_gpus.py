@@ -26,6 +26,7 @@ from servelab.engines.gpus.stream import GpuStream
 from servelab.engines.gpus.values import Holder, HostGpus
 from servelab.engines.hosts.local import LocalHost
 from servelab.engines.hostsfile import HostConfig
+from servelab.engines.owner import me
 from tests.fixtures.gpus import RECORDED, RECORDED_OTHER_PID, RECORDED_PID, fake_smi, fake_smi_env
 
 __all__ = ["fake_smi"]
@@ -130,14 +131,14 @@ def test_a_stream_whose_uploaded_sampler_vanished_puts_it_back(tmp_path: Path, f
     async def two_views() -> tuple[HostGpus, HostGpus]:
         async with GpuStream(host, interval=0.2) as first:
             a = await first.next()
-        for uploaded in (tmp_path / ".servelab" / "helpers").glob("gpusample-*"):
+        for uploaded in (tmp_path / ".servelab" / me().user / "helpers").glob("gpusample-*"):
             uploaded.unlink()
         async with GpuStream(host, interval=0.2) as second:
             return a, await second.next()
 
     a, b = asyncio.run(two_views())
     assert a.gpus[0].memory_used_mib == b.gpus[0].memory_used_mib == 10861
-    assert list((tmp_path / ".servelab" / "helpers").glob("gpusample-*"))
+    assert list((tmp_path / ".servelab" / me().user / "helpers").glob("gpusample-*"))
 
 @settings(max_examples=40, deadline=None)
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5), lambda c: st.lists(c, max_size=3) | st.dictionaries(st.sampled_from(["gpu", "gpus", "apps", "index", "uuid", "locks", "t"]), c, max_size=4), max_leaves=8))

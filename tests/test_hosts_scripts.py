@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import sys
 from collections.abc import AsyncIterator
@@ -21,6 +22,8 @@ from servelab.engines.hosts.local import LocalHost
 from servelab.engines.hosts.scripts import SCRIPTS, SCRIPTS_DIR, HostScript, HostScripts, ScriptUploadError
 from servelab.engines.hosts.ssh import SshHost
 from servelab.engines.hostsfile import HostConfig
+from servelab.engines.owner import me
+from tests.conftest import missing
 from tests.fixtures.sshd import SshServer
 
 #: Echoes its arguments and its stdin, and says which file it runs from.
@@ -46,7 +49,7 @@ async def host(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
 
 
 def _uploads(tmp_path: Path) -> list[Path]:
-    return sorted((tmp_path / "work" / SCRIPTS_DIR).glob("*.py"))
+    return sorted((tmp_path / "work" / ".servelab" / me().user / SCRIPTS_DIR).glob("*.py"))
 
 
 async def test_a_script_is_uploaded_once_and_reused(host: Host, tmp_path: Path) -> None:
@@ -60,7 +63,7 @@ async def test_a_script_is_uploaded_once_and_reused(host: Host, tmp_path: Path) 
         assert answer == {"args": [str(i), *nasty], "stdin": "fed", "file": echo.path_on(host.config)}
         assert done.argv == [sys.executable, echo.path_on(host.config), str(i), *nasty]  # not ``-c <source>``
         if i == 0:
-            inode = (tmp_path / "work" / SCRIPTS_DIR / f"echo-{echo.sha12}.py").stat().st_ino
+            inode = (tmp_path / "work" / ".servelab" / me().user / SCRIPTS_DIR / f"echo-{echo.sha12}.py").stat().st_ino
     assert (scripts.uploads, scripts.checks) == (1, 1)
     [only] = _uploads(tmp_path)
     assert only.name == f"echo-{echo.sha12}.py" and only.read_bytes() == ECHO and only.stat().st_ino == inode
@@ -117,7 +120,7 @@ async def test_an_upload_that_cannot_be_written_is_one_line(host: Host, tmp_path
         await scripts.run(host, sys.executable, HostScript("echo.py", ECHO))
     message = str(info.value)
     assert isinstance(info.value, ServelabError) and "\n" not in message
-    assert message.startswith(f"box: cannot upload echo.py to {tmp_path}/work/{SCRIPTS_DIR}/echo-")
+    assert message.startswith(f"box: cannot upload echo.py to {tmp_path}/work/.servelab/{me().user}/{SCRIPTS_DIR}/echo-")
     # through the helpers' entry point it is the HelperError every caller already handles
     with pytest.raises(HelperError, match=r"^box: cannot upload hostinfo.py to "):
         await run_helper(host, sys.executable, "hostinfo.py", "json", "--quick")
@@ -165,7 +168,7 @@ def _bundle_folder(tmp_path: Path, words: bytes = SHARED) -> Path:
 
 
 def _bundles(tmp_path: Path) -> list[Path]:
-    return sorted(p for p in (tmp_path / "work" / SCRIPTS_DIR).iterdir() if p.is_dir())
+    return sorted(p for p in (tmp_path / "work" / ".servelab" / me().user / SCRIPTS_DIR).iterdir() if p.is_dir())
 
 
 async def test_two_scripts_sharing_a_module_each_run_with_it(host: Host, tmp_path: Path) -> None:
@@ -219,3 +222,34 @@ async def test_runctl_and_campaignctl_carry_hostlib(host: Host, tmp_path: Path) 
     answer = await run_helper(host, sys.executable, "runctl.py", "holders", "1")
     assert answer == {"holders": []}
     assert [p.name for p in _bundles(tmp_path)] == [f"runctl-{helper_script('runctl.py').sha12}"]
+
+
+async def test_a_shared_workdir_gets_folders_every_user_adds_to_and_one_folder_per_user(host: Host, tmp_path: Path) -> None:
+    """``.servelab`` and ``runs`` are made as /tmp is (1777), each user's helpers go to a folder of its
+    own (755, its owner's), and a folder already there keeps its mode (another user's choice)."""
+    import stat
+
+    scripts = HostScripts()
+    await scripts.run(host, sys.executable, HostScript("echo.py", ECHO))
+    shared, mine = tmp_path / "work" / ".servelab", tmp_path / "work" / ".servelab" / me().user
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777 and stat.S_IMODE(mine.stat().st_mode) == 0o755
+    assert mine.stat().st_uid == os.geteuid() and _uploads(tmp_path)
+    kept = tmp_path / "work" / "runs"
+    kept.mkdir(mode=0o700)
+    await host.make_shared_dir(str(kept))
+    await host.make_shared_dir(str(tmp_path / "work" / "new" / "runs"))
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "work" / "new" / "runs").stat().st_mode) == 0o1777
+
+
+async def test_a_users_folder_made_by_another_user_is_refused_in_one_line(host: Host, tmp_path: Path) -> None:
+    """A user's helpers are never run from a folder another user made (who could change them)."""
+    if os.geteuid() != 0:
+        missing("making a folder another user's needs root (CI runs as root)")
+    planted = tmp_path / "work" / ".servelab" / me().user
+    planted.mkdir(parents=True)
+    os.chown(planted, 65534, 65534)
+    with pytest.raises(ScriptUploadError) as info:
+        await HostScripts().run(host, sys.executable, HostScript("echo.py", ECHO))
+    assert "\n" not in str(info.value) and "made by another user, not yours" in str(info.value), info.value
+    assert not list(planted.iterdir())

@@ -17,6 +17,7 @@ from servelab.engines.errors import ServelabError
 from servelab.engines.runrecords import RUN_ID_RE, RunRecord, new_run_id
 from servelab.engines.runs import Runs
 from servelab.engines.runstate import RunState
+from servelab.engines.owner import me
 from tests.fixtures.gpus import gpu_samples, replayed_h200
 from tests.fixtures.runlab import STUB_PATH, Lab, group_members, is_running, proc_stat, wait_for
 
@@ -478,7 +479,7 @@ async def test_the_run_control_helper_is_uploaded_again_when_removed(lab: Lab) -
     runs = lab.runs()
     first = await runs.launch("again", skip_preflight=True)
     await _collect(runs, first.id)
-    helpers = list((lab.workdir / ".servelab" / "helpers").glob("runctl-*/runctl.py"))  # runctl.py travels in a bundle with hostlib.py
+    helpers = list((lab.workdir / ".servelab" / me().user / "helpers").glob("runctl-*/runctl.py"))  # runctl.py travels in a bundle with hostlib.py
     assert len(helpers) == 1
     helpers[0].unlink()  # someone cleans the workdir by hand
     assert [r.id for r in await runs.list("local")] == [first.id]

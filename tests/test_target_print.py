@@ -17,6 +17,7 @@ from servelab.engines.hostsfile import HostConfig
 from servelab.engines.hosts.registry import close_all, open_host
 from servelab.engines.target_print import target_identity
 from servelab.engines.values import TargetIdentity
+from servelab.engines.owner import me
 from tests.fixtures.targets import make
 
 
@@ -92,7 +93,7 @@ def test_through_the_host_a_folder_that_is_no_checkpoint_is_none(tmp_path: Path)
     got = asyncio.run(go())
     assert got[0] is not None and got[0].fingerprint == fp(a)["fingerprint"]
     assert got[1:] == [None, None, None]
-    assert (tmp_path / "work" / ".servelab" / "weightprint-cache.json").exists()
+    assert (tmp_path / "work" / ".servelab" / me().user / "weightprint-cache.json").exists()
 
 
 def test_the_drafter_check_compares_the_training_record_with_the_served_target(tmp_path: Path) -> None:

@@ -171,12 +171,12 @@ class GpuLock:
         self.files: list[Any] = []
 
     def _take(self, name: str, mode: int) -> None:
-        f = open(os.path.join(self.lock_dir, name), "a+")
+        f = hostlib.open_lock(os.path.join(self.lock_dir, name))
         fcntl.flock(f.fileno(), mode)
         self.files.append(f)
 
     def acquire(self, on_wait: Any) -> None:
-        os.makedirs(self.lock_dir, exist_ok=True)
+        hostlib.shared_dir(self.lock_dir)  # the host's GPU locks: every user's campaigns take them
         ids = sorted(int(g) for g in self.gpus.split(",") if g.strip().isdigit()) if self.gpus else None
         plan = [("gpus-all.lock", fcntl.LOCK_EX if ids is None else fcntl.LOCK_SH)] + [("gpu-%d.lock" % i, fcntl.LOCK_EX) for i in ids or []]
         for name, mode in plan:
@@ -549,7 +549,7 @@ def supervisor_main(camp_dir: str, w: int) -> int:
 def cmd_start(camp_dir: str) -> dict[str, Any]:
     if not os.path.isfile(os.path.join(camp_dir, PLAN)):
         return {"ok": False, "error": "no plan.json in %s" % camp_dir}
-    lock = open(os.path.join(camp_dir, ".start.lock"), "a")
+    lock = hostlib.open_lock(os.path.join(camp_dir, ".start.lock"))
     fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
     try:
         running = supervisor_alive(camp_dir)

@@ -45,6 +45,24 @@ def write_atomic(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def shared_dir(path: str) -> None:
+    """Make the folder ``path`` for every user of the host, as /tmp is (1777: anyone adds an entry,
+    only its owner removes it); one already there is left as it is."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        return
+    os.chmod(path, 0o1777)
+
+
+def open_lock(path: str) -> IO[bytes]:
+    """A lock file every user of the host can flock: opened for reading (all flock needs), made
+    readable by all when it is not there yet."""
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+    return os.fdopen(fd, "rb")
+
+
 def write_json(path: str, value: Any, indent: int = 1) -> None:
     write_atomic(path, (json.dumps(value, indent=indent, sort_keys=True) + "\n").encode("utf-8"))
 

@@ -455,7 +455,7 @@ def cmd_start(run_dir: str) -> dict[str, Any]:
     if rec is None:
         return {"ok": False, "error": "no run.json in %s" % run_dir}
     root = os.path.dirname(os.path.abspath(run_dir))
-    lock = open(os.path.join(root, ".launch.lock"), "a")
+    lock = hostlib.open_lock(os.path.join(root, ".launch.lock"))  # runs/ is every user's: so is its lock
     fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
     try:
         reasons = refusals(run_dir, rec)

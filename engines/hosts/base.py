@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from abc import ABC, abstractmethod
 
+from servelab.engines.owner import me
 from servelab.engines.hostsfile import HostConfig
 
 
@@ -37,6 +38,18 @@ def host_workdir(host: HostConfig) -> str:
     if not host.is_local and workdir.startswith("~/"):
         return workdir[2:] or "."
     return workdir
+
+
+#: The folder of a workdir that holds each user's own files (helpers, caches), one folder per user.
+PRIVATE_ROOT = ".servelab"
+
+
+def private_dir(host: HostConfig) -> str:
+    """Where this user's servelab keeps its own files in ``host``'s workdir (uploaded helpers,
+    caches): ``<workdir>/.servelab/<user>``. A workdir shared by several operators is shared safely:
+    ``.servelab`` is made for everyone (:meth:`Host.make_shared_dir`), and what one user's servelab
+    runs is never a file another user wrote."""
+    return f"{host_workdir(host)}/{PRIVATE_ROOT}/{me().user}"
 
 
 def place_of(host: HostConfig) -> tuple[str, str]:
@@ -104,6 +117,17 @@ class Host(ABC):
     @abstractmethod
     async def write_bytes(self, path: str, data: bytes) -> None:
         """Write a file atomically (temp file + rename), creating parent folders."""
+
+    @abstractmethod
+    async def make_shared_dir(self, path: str) -> None:
+        """Make the folder ``path`` (its parents as usual) for every user of the host, as /tmp is
+        (mode 1777: anyone adds an entry, only its owner removes it); a folder already there is left
+        as it is (a workdir's shared folders: ``runs/``, ``.servelab/``)."""
+
+    @abstractmethod
+    async def make_private_dir(self, path: str) -> None:
+        """Make the folder ``path`` this user's (mode 755); one already there must be this user's
+        (PermissionError otherwise: a folder another user made, whose files this user would run)."""
 
     @abstractmethod
     async def exists(self, path: str) -> bool: ...

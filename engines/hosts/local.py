@@ -7,6 +7,7 @@ so the run lifecycle never needs to know where it runs.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import signal
 from pathlib import Path
@@ -63,6 +64,14 @@ class LocalHost(Host):
 
     async def write_bytes(self, path: str, data: bytes) -> None:
         await asyncio.to_thread(_write_atomic, path, data)
+
+    async def make_shared_dir(self, path: str) -> None:
+        await asyncio.to_thread(_make_dir, path, 0o1777)
+
+    async def make_private_dir(self, path: str) -> None:
+        await asyncio.to_thread(_make_dir, path, 0o755)
+        if os.stat(path).st_uid != os.geteuid():
+            raise PermissionError(errno.EPERM, "made by another user, not yours", path)
 
     async def exists(self, path: str) -> bool:
         return os.path.exists(path)
@@ -135,6 +144,16 @@ def _read(path: str, offset: int, limit: int | None) -> bytes:
     with open(path, "rb") as f:
         f.seek(offset)
         return f.read(-1 if limit is None else limit)
+
+
+def _make_dir(path: str, mode: int) -> None:
+    """``path`` made with ``mode`` exactly (the umask aside) when it is not there; left as it is when it is."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        return
+    os.chmod(path, mode)
 
 
 def _write_atomic(path: str, data: bytes) -> None:

@@ -4,14 +4,17 @@ A script (``runctl.py``, ``hostinfo.py``, ``patchtool.py``, ``validate_args.py``
 travels as a bundle: the script plus the modules of its folder it imports (``HostScript.from_folder``
 reads its ``import``/``from`` statements, and theirs), so host scripts share code (``hostlib.py``)
 though each is run alone. A script that imports none is uploaded once per content hash to
-``<workdir>/.servelab/helpers/<name>-<sha12>.py``; a bundle to the folder
-``<workdir>/.servelab/helpers/<name>-<sha12>/`` (the hash of every file in it), the modules first and
+``<workdir>/.servelab/<user>/helpers/<name>-<sha12>.py``; a bundle to the folder
+``<workdir>/.servelab/<user>/helpers/<name>-<sha12>/`` (the hash of every file in it), the modules first and
 the script last, each file atomically (the hosts layer writes a temp file and renames it), so a
 bundle whose script is there is whole and two dashboards racing never run a half-written file. The
 upload is remembered per host for the life of the process, and the script run as
 ``python <path> ARGS`` (Python puts the bundle's folder first on ``sys.path``, so ``import hostlib``
 finds the bundle's copy) with the argv list the host is given (over SSH it is quoted with
 ``shlex.join``; never a shell string).
+
+Each user uploads to a folder of its own (``hosts.base.private_dir``): on a workdir that several
+operators share, a user's servelab never runs a helper another user wrote.
 
 The cache is checked for free: when the file or the bundle has gone (workdir wiped, a tmpfs after a
 reboot), Python says it cannot open it; when a bundle lost a module, the import says which: the
@@ -29,11 +32,11 @@ from functools import cached_property
 from pathlib import Path
 
 from servelab.engines.errors import ServelabError
-from servelab.engines.hosts.base import Completed, Host, Streamed, host_workdir
+from servelab.engines.hosts.base import PRIVATE_ROOT, Completed, Host, Streamed, host_workdir, private_dir
 from servelab.engines.hostsfile import HostConfig
 
-#: Where scripts live under a host's workdir.
-SCRIPTS_DIR = ".servelab/helpers"
+#: Where scripts live under this user's folder of a host's workdir (``hosts.base.private_dir``).
+SCRIPTS_DIR = "helpers"
 #: Python's exit status when it cannot open the script it was given.
 _CANNOT_OPEN_EXIT = 2
 
@@ -82,14 +85,14 @@ class HostScript:
 
     def folder_on(self, host: HostConfig) -> str | None:
         """The bundle's folder on ``host``; None for a script that imports nothing (one file)."""
-        return f"{host_workdir(host)}/{SCRIPTS_DIR}/{self.stem}-{self.sha12}" if self.modules else None
+        return f"{private_dir(host)}/{SCRIPTS_DIR}/{self.stem}-{self.sha12}" if self.modules else None
 
     def path_on(self, host: HostConfig) -> str:
         """Where this version of the script lives on ``host`` (a new text is a new file or folder)."""
         folder = self.folder_on(host)
         if folder is not None:
             return f"{folder}/{self.name}"
-        return f"{host_workdir(host)}/{SCRIPTS_DIR}/{self.stem}-{self.sha12}.py"
+        return f"{private_dir(host)}/{SCRIPTS_DIR}/{self.stem}-{self.sha12}.py"
 
     def files_on(self, host: HostConfig) -> list[tuple[str, bytes]]:
         """(path, content) to write for an upload, in order: the modules first, the script last."""
@@ -101,6 +104,12 @@ class HostScript:
     def argv(self, host: HostConfig, python: str, *args: str) -> list[str]:
         """``python <path> ARGS...``: one literal argument each."""
         return [python, self.path_on(host), *args]
+
+
+async def make_private(host: Host) -> None:
+    """This user's folder of ``host``'s workdir, inside ``.servelab`` made for every user."""
+    await host.make_shared_dir(f"{host_workdir(host.config)}/{PRIVATE_ROOT}")
+    await host.make_private_dir(private_dir(host.config))
 
 
 def _local_imports(source: bytes, folder: Path) -> set[str]:
@@ -149,12 +158,14 @@ class HostScripts:
                 return path  # uploaded by a concurrent call while this one waited
             self.checks += 1
             if force or not await host.exists(path):
-                for file, data in script.files_on(host.config):
-                    try:
+                try:
+                    await make_private(host)
+                    for file, data in script.files_on(host.config):
                         await host.write_bytes(file, data)
-                    except OSError as exc:
-                        why = exc.strerror or str(exc)
-                        raise ScriptUploadError(f"{host.name}: cannot upload {script.name} to {path}: {why}") from None
+                except OSError as exc:
+                    why = exc.strerror or str(exc)
+                    where = exc.filename or path
+                    raise ScriptUploadError(f"{host.name}: cannot upload {script.name} to {path}: {where}: {why}") from None
                 self.uploads += 1
             self._ready.add(key)
         return path

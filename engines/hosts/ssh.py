@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import secrets
 import shlex
@@ -308,6 +309,41 @@ class SshHost(Host):
             except asyncssh.SFTPError as exc:
                 if await sftp.exists(tmp):
                     await sftp.remove(tmp)
+                raise _os_error(exc, path) from None
+
+        await self._retry(op)
+
+    async def make_shared_dir(self, path: str) -> None:
+        await self._make_dir(path, 0o1777)
+
+    async def make_private_dir(self, path: str) -> None:
+        await self._make_dir(path, 0o755)
+
+        async def op() -> tuple[int | None, int | None]:
+            sftp = await self._sftp_client()
+            return (await sftp.stat(path)).uid, (await sftp.stat(".")).uid  # the login's home is its own
+
+        try:
+            made_by, me = await self._retry(op)
+        except asyncssh.SFTPError as exc:
+            raise _os_error(exc, path) from None
+        if made_by is not None and me is not None and made_by != me:
+            raise PermissionError(errno.EPERM, "made by another user, not yours", path)
+
+    async def _make_dir(self, path: str, mode: int) -> None:
+        async def op() -> None:
+            sftp = await self._sftp_client()
+            parent = os.path.dirname(path)
+            try:
+                if parent:
+                    await sftp.makedirs(parent, exist_ok=True)
+                if await sftp.isdir(path):
+                    return
+                await sftp.mkdir(path)
+                await sftp.chmod(path, mode)
+            except asyncssh.SFTPError as exc:
+                if await sftp.isdir(path):  # made by another client meanwhile
+                    return
                 raise _os_error(exc, path) from None
 
         await self._retry(op)
