@@ -42,6 +42,9 @@ class LatestRun:
     acceptance_length: float | None = None
     output_throughput: float | None = None
     speedup: float | None = None
+    #: Who launched it (``user@machine``; "" for a run recorded before owners were) and the user alone.
+    owner: str = ""
+    launched_by: str = ""
 
     @property
     def load_text(self) -> str:
@@ -169,7 +172,7 @@ async def latest_runs(runs: RunsAPI, live: Mapping[str, Analysis] | None = None)
             raise res
     out: dict[str, LatestRun] = {}
     for rec, res in zip(newest.values(), results, strict=True):
-        out[rec.experiment] = res if isinstance(res, LatestRun) else LatestRun(rec.id, rec.status)
+        out[rec.experiment] = res if isinstance(res, LatestRun) else LatestRun(rec.id, rec.status, owner=rec.owner.label, launched_by=rec.launched_by)
     return out, unreachable
 
 
@@ -178,7 +181,7 @@ def _held(runs: RunsAPI, rec: RunRecord) -> Analysis | None:
 
 
 async def _one(runs: RunsAPI, rec: RunRecord, analysis: Analysis | None) -> LatestRun:
-    latest = LatestRun(rec.id, display_state(rec.status, rec.exit_code, analysis))
+    latest = LatestRun(rec.id, display_state(rec.status, rec.exit_code, analysis), owner=rec.owner.label, launched_by=rec.launched_by)
     probe = await probe_of(runs, rec.id)
     latest.load_s = load_seconds(analysis, probe, rec.started_local)
     if probe:

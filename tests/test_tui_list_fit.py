@@ -51,7 +51,7 @@ def test_a_middle_cut_keeps_the_start_and_the_end(name: str, width: int) -> None
 def test_the_experiments_list_at_80_columns_keeps_its_state_and_figures_and_whole_names() -> None:
     from servelab.tui.screens.experiments import COLUMNS
 
-    cells = {"sel": 1, "name": 24, "engine": 6, "host": 12, "spec": 10, "patches": 3, "state": 7, "load": 4, "accept": 12, "speedup": 11}
+    cells = {"sel": 1, "name": 24, "engine": 6, "host": 12, "spec": 10, "patches": 3, "state": 7, "load": 4, "accept": 12, "speedup": 11, "by": 13}
     shown, widths = fit_columns(COLUMNS, [cells[c.key] for c in COLUMNS], 80 - 2)
     keys = [COLUMNS[i].key for i in shown]
     assert keys == ["sel", "name", "state", "load", "accept", "speedup"]

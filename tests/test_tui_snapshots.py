@@ -151,7 +151,7 @@ async def until(pilot, predicate) -> None:  # type: ignore[no-untyped-def]
             break
         await pilot.pause(0.1)
     else:
-        raise AssertionError("the screen never reached the state to capture")
+        raise AssertionError(f"the screen never reached the state to capture: {getattr(pilot.app.screen, 'latest', None)}")
     await pilot.pause()
 
 
@@ -171,6 +171,26 @@ def opening(make_screen, ready):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("size", SIZES)
 def test_experiments_screen(snap_folder: TuiFolder, snap_compare, size) -> None:  # type: ignore[no-untyped-def]
     assert snap_compare(make_app(snap_folder), terminal_size=size, run_before=steadied(settle))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_experiments_screen_with_runs(snap_folder: TuiFolder, snap_compare, size) -> None:  # type: ignore[no-untyped-def]
+    """The list with probed latest runs: state, load, acceptance and speedup stay at 80 columns; the
+    n-gram run is another user's (marked where the width has room for its owner)."""
+    probed_runs(snap_folder)
+    for run_id, load_s in ((BASE_ID, 41.0), (SPEC_ID, 44.0)):  # the load each probe kept (no live analysis here)
+        probe = snap_folder.workdir / "runs" / run_id / "probe.json"
+        probe.write_text(json.dumps({**json.loads(probe.read_text()), "load_s": load_s}))
+    record = snap_folder.workdir / "runs" / SPEC_ID / "run.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "launched_by": "alice", "launched_from": "box-2"}))
+
+    async def figures(pilot) -> None:  # type: ignore[no-untyped-def]
+        await settle(pilot)
+        screen = pilot.app.screen
+        await until(pilot, lambda: all(name in screen.latest and screen.latest[name].load_s is not None for name in ("tiny-cpu-vllm-baseline", "tiny-cpu-vllm-ngram"))
+                    and screen.latest["tiny-cpu-vllm-ngram"].speedup is not None)
+
+    assert snap_compare(make_app(snap_folder), terminal_size=size, run_before=steadied(figures))
 
 
 @pytest.mark.parametrize("size", SIZES)

@@ -28,6 +28,7 @@ from servelab.engines.catalog import Catalog, FileEntry, load_catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.loader import display_path
 from servelab.engines.history import LatestRun, latest_runs
+from servelab.engines.owner import me
 from servelab.tui.face import servelab_app, writable
 from servelab.tui.navigation import Confirm, OpenCompare, OpenHistory, OpenPreflight, OpenRun, ask, go
 from servelab.tui.widgets.list_screen import Col, ListScreen, cursor_bindings, middle_cut
@@ -46,6 +47,7 @@ COLUMNS: tuple[Col, ...] = (
     Col("load", "load"),
     Col("accept", "accept"),
     Col("speedup", "speedup"),
+    Col("by", "by", priority=5, shrink=8),  # who launched the latest run: another user's is marked
 )
 
 #: The widest the name, host and speculation cells grow (the detail pane shows each whole): with them,
@@ -184,7 +186,7 @@ class ExperimentsScreen(ListScreen[Row]):
             why = f"line {problem.line}: {problem.path}: {problem.message}" if problem else "invalid"
             # "invalid" where the state goes (a column that never goes); the reason where the host goes and in the detail pane
             return [sel, Text(row.name, style="bold red"), Text("invalid", style="red"), Text(why[:60], style="red"), Text(""), Text(""),
-                    Text("invalid", style="red"), Text(""), Text(""), Text("")]
+                    Text("invalid", style="red"), Text(""), Text(""), Text(""), Text("")]
         e = exp.experiment
         spec = e.speculative.label
         name_style = "bold yellow" if row.entry.problems else "bold"
@@ -193,11 +195,13 @@ class ExperimentsScreen(ListScreen[Row]):
         host = _narrow(e.host, HOST_WIDTH, "yellow" if down else "")  # the note goes in the detail pane and the title: the column keeps its width
         cells = [sel, middle_cut(Text(e.name, style=name_style), NAME_WIDTH), Text(e.engine), host, _narrow(spec, SPEC_WIDTH), Text(str(len(e.patches)) if e.patches else "-")]
         if latest is None:
-            cells += [Text("-", style="dim"), Text(""), Text(""), Text("")]
+            cells += [Text("-", style="dim"), Text(""), Text(""), Text(""), Text("")]
         elif down:  # the last known state, greyed: the host cannot say what it is now
-            cells += [Text(f"{latest.state}?", style="dim"), Text(latest.load_text, style="dim"), Text(latest.accept_text, style="dim"), Text(latest.speedup_text, style="dim")]
+            cells += [Text(f"{latest.state}?", style="dim"), Text(latest.load_text, style="dim"), Text(latest.accept_text, style="dim"),
+                      Text(latest.speedup_text, style="dim"), Text(latest.owner, style="dim")]
         else:
-            cells += [Text(latest.state, style=latest.state.style), Text(latest.load_text), Text(latest.accept_text), Text(latest.speedup_text)]
+            cells += [Text(latest.state, style=latest.state.style), Text(latest.load_text), Text(latest.accept_text), Text(latest.speedup_text),
+                      _owner_cell(latest)]
         return cells
 
     def refresh_latest(self) -> None:
@@ -408,6 +412,12 @@ class ExperimentsScreen(ListScreen[Row]):
         self.action_reload()
 
 
+def _owner_cell(latest: LatestRun) -> Text:
+    """Who launched the latest run; another user's run is marked (yellow), yours plain."""
+    theirs = bool(latest.launched_by) and latest.launched_by != me().user
+    return Text(latest.owner, style="yellow" if theirs else "")
+
+
 def detail_renderable(catalog: Catalog, entry: FileEntry, latest: LatestRun | None, down: tuple[str, str] | None = None) -> Group:
     """The resolved command line, environment, patches and probe settings (or the file's problems)."""
     parts: list[RenderableType] = []
@@ -449,7 +459,8 @@ def detail_renderable(catalog: Catalog, entry: FileEntry, latest: LatestRun | No
     table.add_row("probe", f"{pr.prompts} · max_tokens {pr.max_tokens} · concurrency {pr.concurrency} · repeats {pr.repeats} · warmup {pr.warmup} · {'auto' if pr.auto else 'manual'}")
     if latest is not None:
         figures = "".join(f" · {text}" for text in (f"load {latest.load_text}" if latest.load_text else "", latest.accept_words) if text)
-        table.add_row("latest run", f"{latest.run_id} · {latest.state}" + (" (last known)" if down else "") + figures)
+        by = f" · by {latest.owner}" if latest.owner else ""
+        table.add_row("latest run", f"{latest.run_id} · {latest.state}" + (" (last known)" if down else "") + figures + by)
     if down:
         table.add_row("host", Text(f"{e.host} {down[0]}: {down[1]}", style="yellow"))
     parts.append(table)
