@@ -137,8 +137,9 @@ def test_no_fake_sgl_kernel_stand_in_was_ever_called(sglang_lab: SglangLab) -> N
         assert "FakeSglKernel:" not in log
 
 
-def test_stop_ends_the_whole_group_over_ssh_and_locally_with_nothing_left(sglang_lab: SglangLab) -> None:
+def test_stop_ends_the_whole_group_over_ssh_and_locally_with_nothing_left(sglang_lab: SglangLab, monkeypatch: pytest.MonkeyPatch) -> None:
     local, remote = sglang_lab.local.run_id, sglang_lab.remote.run_id
+    monkeypatch.setenv("SERVELAB_SSH_CONFIG", str(sglang_lab.ssh_config))  # the dashboard and the CLI list host box too
 
     async def session() -> int:
         runs = sglang_lab.runs()
@@ -160,8 +161,13 @@ def test_stop_ends_the_whole_group_over_ssh_and_locally_with_nothing_left(sglang
             out = []
             for run_id, remote_run in ((remote, True), (local, False), (sglang_lab.vllm.run_id, False)):
                 runs = sglang_lab.runs(remote=remote_run)
-                st = await runs.stop(run_id, grace=20)
-                sglang_lab.stopped.add(run_id)
+                if run_id == local:  # stopped from the dashboard, as an operator does
+                    await stop_from_the_dashboard(sglang_lab, local)
+                    sglang_lab.stopped.add(run_id)
+                    st = await runs.status(run_id)
+                else:
+                    st = await runs.stop(run_id, grace=20)
+                    sglang_lab.stopped.add(run_id)
                 stopped[run_id] = (st, await runs.status(run_id))  # and as every view reads it after
                 out.append(st.alive)
             return out
@@ -201,9 +207,45 @@ def test_stop_ends_the_whole_group_over_ssh_and_locally_with_nothing_left(sglang
     owned = json.loads(owned_file.read_text()) if owned_file.exists() else []
     print(f"local SGLang run held {len(owned)} /dev/shm file(s): {owned}")
     assert not [p for p in owned if Path(p).exists()]  # its own /dev/shm files went with the stop
+    # #36: the run stopped from the dashboard reads the same in `runs` and `status` as on its screen
+    said = f"stopped · {stopped[local][0].record.stop_signal}"
+    listed = _cli(sglang_lab, "runs")
+    assert any(local in line and said in line for line in listed.splitlines()), listed
+    assert said in _cli(sglang_lab, "status", local)
+    assert json.loads(_cli(sglang_lab, "status", local, "--json"))["ended"] == said
     assert run_processes({local, remote, sglang_lab.vllm.run_id}) == []  # none left with the run's marker
     assert session_members(sid) == {}  # nor any in the run's session: scheduler and detokenizer too, re-parented or not
     assert [pid for pid in before if _alive(pid)] == []  # each one seen before the stop is gone
+
+
+async def stop_from_the_dashboard(sglang_lab: SglangLab, run_id: str) -> None:
+    """The runs screen: the run selected, ``s``, ``y``; done when its row reads the stop in the one wording."""
+    from servelab.tui.app import ServelabApp
+    from servelab.tui.screens.confirm import ConfirmScreen
+    from servelab.tui.screens.runs import RunsScreen
+    from tests.fixtures.tui import pilot_wait, shown_text
+
+    app = ServelabApp(sglang_lab.folder)
+    app.watch_runs = False  # this dashboard stops; it watches nothing else
+    async with app.run_test(size=(160, 40)) as pilot:
+        await app.push_screen(RunsScreen())
+        screen = app.screen
+        assert isinstance(screen, RunsScreen)
+        await pilot_wait(pilot, lambda: any(r.id == run_id for r in screen.rows), timeout=60)
+        screen.select_row(run_id)
+        await pilot_wait(pilot, lambda: (row := screen.current_row()) is not None and row.id == run_id)
+        await pilot.press("s")
+        await pilot_wait(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await pilot_wait(pilot, lambda: any(line.startswith(run_id[:12]) or run_id in line for line in shown_text(app).splitlines()
+                                            if "stopped · SIGTERM" in line or "stopped · SIGKILL" in line), timeout=120)
+
+
+def _cli(sglang_lab: SglangLab, *args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "servelab.tui.cli", "--dir", str(sglang_lab.folder), *args], capture_output=True, text=True,
+                          cwd=REPO, env=dict(os.environ), stdin=subprocess.DEVNULL, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    return done.stdout
 
 
 def _alive(pid: int) -> bool:
