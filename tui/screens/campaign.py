@@ -134,7 +134,12 @@ class CampaignScreen(Screen[None]):
 
     def action_refresh(self) -> None:
         self._cat = None
-        self.run_worker(self._load(), group="campaign-refresh", exclusive=True, exit_on_error=False)
+        self._refresh()
+
+    @work(group="campaign-refresh", exclusive=True, exit_on_error=False)
+    async def _refresh(self) -> None:
+        """One reload at a time: a second key press cancels the first (its coroutine started, never orphaned)."""
+        await self._load()
 
     # -- stop and resume ----------------------------------------------------------------------------
     def action_stop(self) -> None:

@@ -147,7 +147,12 @@ class CampaignsScreen(ListScreen[Row]):
         self.action_refresh()
 
     def action_refresh(self) -> None:
-        self.run_worker(self._load(), group="campaigns-refresh", exclusive=True, exit_on_error=False)
+        self._refresh()
+
+    @work(group="campaigns-refresh", exclusive=True, exit_on_error=False)
+    async def _refresh(self) -> None:
+        """One reload at a time: a second key press cancels the first (its coroutine started, never orphaned)."""
+        await self._load()
 
     def _fill(self) -> None:
         self.rows = [Row(f"file:{e.path}", entry=e) for e in self.entries] + [Row(f"run:{s.host}:{s.id}", started=s) for s in self.started.campaigns]

@@ -162,7 +162,12 @@ class RunsScreen(ListScreen[RunsRow]):
             go(self, OpenHostGpus(row.head.record.host))
 
     def action_refresh(self) -> None:
-        self.run_worker(self._load(), group="runs-refresh", exclusive=True, exit_on_error=False)
+        self._refresh()
+
+    @work(group="runs-refresh", exclusive=True, exit_on_error=False)
+    async def _refresh(self) -> None:
+        """One reload at a time: a second key press cancels the first (its coroutine started, never orphaned)."""
+        await self._load()
 
     def action_toggle_mine(self) -> None:
         self.mine_only = not self.mine_only
