@@ -42,6 +42,8 @@ class LatestRun:
     acceptance_length: float | None = None
     output_throughput: float | None = None
     speedup: float | None = None
+    #: The speedup's noise band (±, from the probes' repeats); None when it has none.
+    speedup_band: float | None = None
     #: Who launched it (``user@machine``; "" for a run recorded before owners were) and the user alone.
     owner: str = ""
     launched_by: str = ""
@@ -66,7 +68,15 @@ class LatestRun:
 
     @property
     def speedup_text(self) -> str:
-        return f"{self.speedup:.2f}x" if self.speedup is not None else ""
+        """``1.24x ±0.17``: the speedup and its band (the band left out when there is none)."""
+        return speedup_text(self.speedup, self.speedup_band)
+
+
+def speedup_text(value: float | None, band: float | None) -> str:
+    """A speedup as every list shows it: ``1.24x ±0.17``, ``1.24x`` without a band, "" when unknown."""
+    if value is None:
+        return ""
+    return f"{value:.2f}x" + (f" ±{band:.2f}" if band is not None else "")
 
 
 def accept_text(rate_pct: float | None, length: float | None) -> str:
@@ -190,6 +200,7 @@ async def _one(runs: RunsAPI, rec: RunRecord, analysis: Analysis | None) -> Late
         latest.output_throughput = _num(probe.output_throughput)
         sp = await baseline_speedup(runs, rec.id, probe)
         latest.speedup = sp.value if sp is not None else None
+        latest.speedup_band = sp.band if sp is not None and sp.value is not None else None
     return latest
 
 
@@ -295,6 +306,8 @@ class HistoryRow:
     speedup: float | None
     verdict: str | None  # helps | hurts | inconclusive | not meaningful, None without a baseline
     verdict_reason: str = ""
+    #: The speedup's noise band (±), None when it has none.
+    speedup_band: float | None = None
     #: The run's identity by its weights: the served target's fingerprint and the drafter's ("" when
     #: the folder was not a readable safetensors checkpoint, or for a run recorded before them).
     target_fingerprint: str = ""
@@ -306,7 +319,7 @@ class HistoryRow:
             "target_fingerprint": self.target_fingerprint, "drafter_fingerprint": self.drafter_fingerprint,
             "state": str(self.state), "load_s": self.load_s, "acceptance_rate": self.acceptance_rate,
             "acceptance_length": self.acceptance_length, "output_throughput": self.output_throughput, "speedup": self.speedup,
-            "verdict": self.verdict, "verdict_reason": self.verdict_reason,
+            "speedup_band": self.speedup_band, "verdict": self.verdict, "verdict_reason": self.verdict_reason,
         }
 
 
@@ -331,6 +344,7 @@ async def run_history(runs: RunsAPI, experiment: str) -> list[HistoryRow]:
                 sp = None
             if sp is not None:
                 row.speedup, row.verdict, row.verdict_reason = sp.value, sp.verdict, sp.reason
+                row.speedup_band = sp.band if sp.value is not None else None
         return row
 
     return list(await asyncio.gather(*(one(r) for r in records)))

@@ -8,7 +8,7 @@ import json
 
 from servelab.engines.catalog import load_catalog
 from servelab.engines.errors import ServelabError
-from servelab.engines.history import HistoryRow, accept_text, run_history
+from servelab.engines.history import HistoryRow, accept_text, run_history, speedup_text
 from servelab.engines.loadtime import load_text
 from servelab.engines.runs import Runs
 from servelab.tui.commands.hostloop import run_on_hosts
@@ -32,7 +32,7 @@ def _cells(r: HistoryRow) -> list[str]:
         load_text(r.load_s) or "-",
         accept_text(r.acceptance_rate, r.acceptance_length) or "-",
         f"{r.output_throughput:.1f}" if r.output_throughput is not None else "-",
-        f"{r.speedup:.2f}x" if r.speedup is not None else "-",
+        speedup_text(r.speedup, r.speedup_band) or "-",
         r.verdict or "-",
         f"{r.target_fingerprint[:12] or '-'} · {r.drafter_fingerprint[:12] or '-'}",
     ]

@@ -45,7 +45,7 @@ COLUMNS: tuple[Col, ...] = (
     Col("patches", "pat", priority=4),  # a count: the header sets the width
     Col("state", "latest"),
     Col("load", "load"),
-    Col("accept", "accept"),
+    Col("accept", "acc · len"),  # acceptance rate · acceptance length (the detail pane names both)
     Col("speedup", "speedup"),
     Col("by", "by", priority=5, shrink=8),  # who launched the latest run: another user's is marked
 )

@@ -15,7 +15,7 @@ from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Header, Static
 
 from servelab.engines.errors import ServelabError
-from servelab.engines.history import HistoryRow, accept_text, run_history
+from servelab.engines.history import HistoryRow, accept_text, run_history, speedup_text
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.loadtime import load_text
 from servelab.tui.face import servelab_app
@@ -25,7 +25,7 @@ from servelab.tui.widgets.list_screen import Col, ListScreen, cursor_bindings
 
 COLUMNS = (
     Col("run", "run", shrink=16), Col("started", "started", priority=3), Col("by", "by", shrink=8),
-    Col("state", "state"), Col("load", "load"), Col("accept", "accept"), Col("tps", "tok/s"),
+    Col("state", "state"), Col("load", "load"), Col("accept", "acc · len"), Col("tps", "tok/s"),
     Col("speedup", "speedup"), Col("verdict", "verdict", priority=2),
 )
 
@@ -41,7 +41,7 @@ def _cells(r: HistoryRow, baseline: str | None) -> list[Text]:
         Text(load_text(r.load_s) or "-"),
         Text(accept_text(r.acceptance_rate, r.acceptance_length) or "-"),
         Text(f"{r.output_throughput:.1f}" if r.output_throughput is not None else "-"),
-        Text(f"{r.speedup:.2f}x" if r.speedup is not None else "-"),
+        Text(speedup_text(r.speedup, r.speedup_band) or "-"),
         Text(r.verdict or "-"),
     ]
 
