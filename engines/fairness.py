@@ -51,7 +51,10 @@ COMMON: tuple[Setting, ...] = (
     Setting("memory_fraction", "memory fraction", "the memory given to the engine (its tokens are what count)", False),
     Setting("attention_backend", "attention backend", "the attention kernels", False),
     Setting("device", "device", "where the model runs", False),
+    Setting("sampling", "sampling defaults", "what a request that sets no temperature gets; the probe sets its own (greedy)", False),
 )
+#: The line uvicorn prints once a server's API is up: a sampling line is printed before it or never.
+_API_UP = "Application startup complete."
 #: Settings that mean nothing on a CPU (no CUDA graphs there, whatever the flag says).
 GPU_ONLY = frozenset({"eager"})
 _BY_KEY = {s.key: s for s in COMMON}
@@ -86,7 +89,27 @@ def resolved_settings(grammar: SettingsGrammar, log: str | bytes) -> dict[str, s
         found = re.search(pattern, text)
         if found is not None:
             out.update({k: v.replace(",", "") for k, v in found.groupdict().items() if v is not None})
+    sampling = _sampling(grammar, text)
+    if sampling is not None:
+        out["sampling"] = sampling
     return out
+
+
+def _sampling(grammar: SettingsGrammar, text: str) -> str | None:
+    """The server's default sampling parameters, ``temperature=0.6, top_p=0.95`` (sorted), ``none``
+    when its API came up without saying any, None when the log does not tell (not up yet)."""
+    if not grammar.sampling_line:
+        return None
+    found = re.search(grammar.sampling_line, text, re.MULTILINE)
+    if found is None:
+        return "none" if _API_UP in text else None
+    try:
+        given = ast.literal_eval(found.group(1))  # a literal, never run
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if not isinstance(given, dict):
+        return None
+    return ", ".join(f"{k}={_text(v)}" for k, v in sorted(given.items(), key=lambda kv: str(kv[0]))) or "none"
 
 
 @dataclass(frozen=True)

@@ -251,7 +251,10 @@ class SettingsGrammar:
     common key, inverted) for each argument that has a common meaning (``disable_radix_cache`` is
     prefix caching inverted); ``engine_args``: (common key, ``[engine_args]`` key) to set a value;
     ``states_defaults``: whether the arguments line lists every argument (SGLang) or only those
-    that differ from the defaults (vLLM: an argument it does not list is "default").
+    that differ from the defaults (vLLM: an argument it does not list is "default");
+    ``sampling_line``: a regex whose group 1 is the default sampling parameters the server applies to
+    a request that sets none, as a Python literal dict (both engines print the model's generation
+    config merged with the overrides once their API is up; no such line by then: none).
     """
 
     args_line: str
@@ -259,3 +262,4 @@ class SettingsGrammar:
     names: tuple[tuple[str, str, bool], ...]
     engine_args: tuple[tuple[str, str], ...]
     states_defaults: bool
+    sampling_line: str = ""

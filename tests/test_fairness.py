@@ -77,3 +77,23 @@ values = st.sampled_from(["1", "2", "512", "2048", "yes", "no", "auto", "default
 def test_differences_are_symmetric_and_a_server_is_comparable_with_itself(a: dict[str, str], b: dict[str, str]) -> None:
     assert not_comparable(a, a) == ""
     assert {d.setting.key for d in differences(a, b)} == {d.setting.key for d in differences(b, a)}
+
+
+def test_the_sampling_defaults_each_server_applies_are_read_from_its_own_line() -> None:
+    """Real lines: vLLM's "Using default completion/chat sampling params from model: {...}", SGLang's
+    "... from model generation config: {...}"; the tiny model's servers say none (its generation
+    config has no sampling fields) once their API is up, and a log cut before that does not tell."""
+    from tests.fixtures.tui import SHARED_LOGS
+
+    vllm = resolved_settings(get_adapter("vllm").settings, (SHARED_LOGS / "vllm-api-server-routes-kvcached-250.log").read_bytes())
+    sglang = resolved_settings(get_adapter("sglang").settings, (SHARED_LOGS / "sglang-ready-uvicorn-model-info-pr11830.log").read_bytes())
+    assert vllm["sampling"] == "temperature=0.6, top_p=0.9"
+    assert sglang["sampling"] == "repetition_penalty=1.05, temperature=1e-06, top_k=50, top_p=1"
+    assert VLLM["sampling"] == SGLANG["sampling"] == "none"
+    text = (LOGS / "sglang-cpu-good-serve.log").read_text(errors="replace")
+    cut = text[: text.index("Application startup complete.")]
+    assert "sampling" not in resolved_settings(get_adapter("sglang").settings, cut)
+    # shown side by side and marked, but the probe sets its own temperature: it never makes a verdict "not comparable"
+    diff = next(d for d in differences({**VLLM, "sampling": vllm["sampling"]}, {**VLLM, "sampling": sglang["sampling"]}))
+    assert diff.setting.key == "sampling" and not diff.setting.moves
+    assert not_comparable({**VLLM, "sampling": vllm["sampling"]}, {**VLLM, "sampling": sglang["sampling"]}) == ""

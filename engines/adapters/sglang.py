@@ -221,6 +221,8 @@ class SglangAdapter:
                      ("dtype", "dtype"), ("quantization", "quantization"), ("kv_cache_dtype", "kv-cache-dtype"),
                      ("memory_fraction", "mem-fraction-static")),
         states_defaults=True,
+        # "Using default chat sampling params from model generation config: {'temperature': 1.0, 'top_p': 0.95}"
+        sampling_line=r"Using default chat sampling params from model generation config: (\{.*\})\s*$",
     )
 
     def problems(self, exp: Experiment) -> list[Inexpressible]:

@@ -271,6 +271,8 @@ class VllmAdapter:
                      ("eager", "enforce-eager"), ("dtype", "dtype"), ("quantization", "quantization"),
                      ("kv_cache_dtype", "kv-cache-dtype"), ("memory_fraction", "gpu-memory-utilization")),
         states_defaults=False,
+        # "Using default chat sampling params from model: {'temperature': 0.6, 'top_p': 0.95}" (serving_chat.py)
+        sampling_line=r"Using default (?:chat |completion )?sampling params from model: (\{.*\})\s*$",
     )
 
     # -- command line -------------------------------------------------------------------------
