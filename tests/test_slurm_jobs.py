@@ -58,12 +58,14 @@ def test_show_prints_the_job_script(slurm_lab: SlurmLab) -> None:
     assert data["slurm_script"].startswith("#!/bin/bash\n#SBATCH --job-name=servelab-shown-")
 
 
-async def wait_state(runs: Runs, run_id: str, want: set[RunState], timeout: float = 60) -> RunStatus:
+async def wait_state(runs: Runs, run_id: str, want: set[RunState], timeout: float = 60, *, job_ended: bool = False) -> RunStatus:
+    """Until the run's status is one of ``want`` (``job_ended``: and Slurm has ended its job too, past
+    COMPLETING: the engine's exit code is written while Slurm still cleans up)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
         st = await runs.status(run_id)
-        if st.status in want:
+        if st.status in want and (not job_ended or (st.job is not None and st.job.state.is_terminal)):
             return st
         if loop.time() > deadline:
             raise AssertionError(f"{run_id}: {st.status} ({st.job.words if st.job else '-'}) after {timeout:.0f} s, wanted {want}")
@@ -135,7 +137,7 @@ async def test_engine_crash_in_a_job_gives_its_root_cause(slurm_lab: SlurmLab) -
     stub_experiment(slurm_lab, "crash", STUB_LOG=str(log), STUB_LINES="0", STUB_EXIT="1")
     runs = slurm_lab.runs()
     rec = await runs.launch("crash", skip_preflight=True)
-    st = await wait_state(runs, rec.id, {RunState.EXITED})
+    st = await wait_state(runs, rec.id, {RunState.EXITED}, job_ended=True)
     assert st.exit_code == 1 and st.job is not None and st.job.slurm_state == "FAILED"
     assert display_state(st.status, st.exit_code, st.analysis) is RunState.CRASHED
     assert st.analysis is not None and st.analysis.root_cause is not None
