@@ -20,6 +20,7 @@ Each trial stops what it started; the folder is a temporary copy (nothing is wri
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -53,8 +54,9 @@ def make_folder(root: Path) -> Path:
 
 
 def sl(folder: Path, *args: str, timeout: float = 1800) -> str:
+    env = {**os.environ, "COLUMNS": "400"}  # compare's verdicts on one line each, for the record
     done = subprocess.run([sys.executable, "-m", "servelab.tui.cli", "--dir", str(folder), *args], capture_output=True, text=True,
-                          cwd=REPO, stdin=subprocess.DEVNULL, timeout=timeout)
+                          cwd=REPO, env=env, stdin=subprocess.DEVNULL, timeout=timeout)
     if done.returncode != 0:
         raise SystemExit(f"servelab {' '.join(args)}: exit {done.returncode}: {done.stderr.strip()[-800:]}")
     return done.stdout
@@ -73,7 +75,9 @@ def burner() -> subprocess.Popen[bytes]:
 
 
 def verdict_lines(text: str) -> list[str]:
-    return [line.strip() for line in text.splitlines() if re.search(r"WARRANTED|HELPS|HURTS|INCONCLUSIVE|not comparable|probed .* apart|load", line)]
+    """compare's verdict sentences and the conditions line (its table rows left out)."""
+    return [line.strip() for line in text.splitlines()
+            if line.lstrip().startswith("- ") or re.search(r"not comparable|probed .* apart|host load .* against", line)]
 
 
 def trial_ab(folder: Path) -> None:
