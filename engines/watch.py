@@ -17,10 +17,11 @@ crash when the log did not say so (the one rule, :func:`engines.history.display_
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
+import time
 from collections.abc import Callable
 
 from servelab.engines.errors import ServelabError
+from servelab.engines.gpus.readings import epoch_of
 from servelab.engines.history import display_state
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.logs.values import Analysis
@@ -70,7 +71,7 @@ class RunWatcher:
         self.analyses: dict[str, Analysis] = {}
         #: When this watcher began: a run started since has no history, whatever its log holds by
         #: the listing that first finds it (a server ready within one listing is still news).
-        self.opened = dt.datetime.now(dt.timezone.utc)
+        self.opened = time.time()
 
     def has_seen(self, run_id: str) -> bool:
         """This watcher knows where the run's news begins (what its log held when first seen is history)."""
@@ -128,13 +129,8 @@ class RunWatcher:
 
     def _started_since_opened(self, started_at: str) -> bool:
         """``started_at`` (the run record's ISO 8601 start) is after this watcher began."""
-        try:
-            started = dt.datetime.fromisoformat(started_at)
-        except ValueError:
-            return False
-        if started.tzinfo is None:
-            started = started.replace(tzinfo=dt.timezone.utc)
-        return started >= self.opened
+        started = epoch_of(started_at)
+        return started is not None and started >= self.opened
 
     async def _follow(self, runs: Runs, run_id: str, experiment: str, engine: str) -> None:
         tail = 0

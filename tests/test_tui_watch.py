@@ -165,8 +165,9 @@ async def test_a_run_started_after_the_dashboard_opened_is_news_even_when_ready_
 
     announced: list[tuple[str, str, str, str]] = []
     watcher = RunWatcher(lambda: Runs(load_catalog(tui_folder.folder)), lambda *event: announced.append(event), lambda rid, exc: None)
-    before = (watcher.opened - dt.timedelta(seconds=5)).isoformat(timespec="seconds")
-    after = (watcher.opened + dt.timedelta(seconds=1)).isoformat(timespec="seconds")
+    opened = dt.datetime.fromtimestamp(watcher.opened, dt.timezone.utc)
+    before = (opened - dt.timedelta(seconds=5)).isoformat(timespec="seconds")
+    after = (opened + dt.timedelta(seconds=1)).isoformat(timespec="seconds")
     old = tui_folder.replay("tiny-cpu-vllm-ngram", NGRAM_SERVE, hold_s=60.0, started_at=before)
     new = tui_folder.replay("tiny-cpu-vllm-baseline", NGRAM_SERVE, hold_s=60.0, started_at=after, port=18997)
     logs = [tui_folder.workdir / "runs" / r / LOG_NAME for r in (old, new)]
