@@ -45,15 +45,21 @@ def write_atomic(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def shared_dir(path: str) -> None:
-    """Make the folder ``path`` for every user of the host, as /tmp is (1777: anyone adds an entry,
-    only its owner removes it); one already there is left as it is."""
+def make_dir(path: str, mode: int) -> None:
+    """The folder ``path`` made with ``mode`` exactly (the umask aside; its parents as usual) when it
+    is not there; one already there is left as it is."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     try:
         os.mkdir(path)
     except FileExistsError:
         return
-    os.chmod(path, 0o1777)
+    os.chmod(path, mode)
+
+
+def shared_dir(path: str) -> None:
+    """Make the folder ``path`` for every user of the host, as /tmp is (1777: anyone adds an entry,
+    only its owner removes it); one already there is left as it is."""
+    make_dir(path, 0o1777)
 
 
 def open_lock(path: str) -> IO[bytes]:

@@ -12,6 +12,7 @@ import os
 import signal
 from pathlib import Path
 
+from servelab.engines.helpers import hostlib
 from servelab.engines.hosts.base import Completed, Host, Streamed
 from servelab.engines.hostsfile import HostConfig
 from servelab.engines.atomic_write import write_atomic
@@ -66,10 +67,10 @@ class LocalHost(Host):
         await asyncio.to_thread(_write_atomic, path, data)
 
     async def make_shared_dir(self, path: str) -> None:
-        await asyncio.to_thread(_make_dir, path, 0o1777)
+        await asyncio.to_thread(hostlib.shared_dir, path)
 
     async def make_private_dir(self, path: str) -> None:
-        await asyncio.to_thread(_make_dir, path, 0o755)
+        await asyncio.to_thread(hostlib.make_dir, path, 0o755)
         if os.stat(path).st_uid != os.geteuid():
             raise PermissionError(errno.EPERM, "made by another user, not yours", path)
 
@@ -144,16 +145,6 @@ def _read(path: str, offset: int, limit: int | None) -> bytes:
     with open(path, "rb") as f:
         f.seek(offset)
         return f.read(-1 if limit is None else limit)
-
-
-def _make_dir(path: str, mode: int) -> None:
-    """``path`` made with ``mode`` exactly (the umask aside) when it is not there; left as it is when it is."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    try:
-        os.mkdir(path)
-    except FileExistsError:
-        return
-    os.chmod(path, mode)
 
 
 def _write_atomic(path: str, data: bytes) -> None:
