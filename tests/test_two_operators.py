@@ -24,9 +24,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +34,7 @@ import pytest
 from servelab.engines.probe.artifacts import PROBE_JSON
 from tests.conftest import REPO, missing
 from tests.fixtures.ports import free_port
+from tests.fixtures.runlab import wait_for
 from tests.fixtures.sshd import SshServer, _keygen, start_sshd
 from tests.fixtures.tui import SHARED_LOGS
 
@@ -119,14 +119,6 @@ class Floor:
         return next((" ".join(words) for line in self.screen(session).splitlines() if (words := line.split("│")[0].split()) and words[0] == name), "")
 
 
-def until(what: Callable[[], object], timeout: float, why: Callable[[], str] = lambda: "") -> None:
-    deadline = time.monotonic() + timeout
-    while not what():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not so after {timeout:.0f} s: {why()}")
-        time.sleep(0.2)
-
-
 @pytest.fixture
 def floor() -> Iterator[Floor]:
     b = _user_b()
@@ -206,15 +198,15 @@ def test_two_users_dashboards_act_only_on_their_own_runs_and_a_rehearsal_changes
            "env", "-u", "COLUMNS", "-u", "LINES", sys.executable, "-m", "servelab.tui.cli", "--dir", str(f.folder))  # the pane's size
     f.tmux("new-session", "-d", "-s", "b", "-x", SIZE[0], "-y", SIZE[1], *f.b_command())
     for s in ("a", "b"):
-        until(lambda s=s: EXP in f.screen(s), 90, lambda s=s: f.screen(s))
+        wait_for(lambda s=s: EXP in f.screen(s), 90, 0.2, lambda s=s: f.screen(s))
 
     # A launches: A's dashboard bells and probes it; B's lists it and does nothing else
     launched = f.servelab_a("launch", EXP, "--skip-preflight", "--json")
     assert launched.returncode == 0, launched.stderr
     run_a = json.loads(launched.stdout)["run"]
     dir_a = f.root / "work" / "runs" / run_a
-    until(lambda: (dir_a / PROBE_JSON).exists() and f.rang("a") == 1, 120, lambda: f"bells a={f.rang('a')}; {f.screen('a')}")
-    until(lambda: "ready" in f.row("b", EXP).split(), 60, lambda: f.screen("b"))
+    wait_for(lambda: (dir_a / PROBE_JSON).exists() and f.rang("a") == 1, 120, 0.2, lambda: f"bells a={f.rang('a')}; {f.screen('a')}")
+    wait_for(lambda: "ready" in f.row("b", EXP).split(), 60, 0.2, lambda: f.screen("b"))
     assert f.rang("b") == 0
     assert _files_of(dir_a, f.uid_b) == []  # B's dashboard wrote nothing into A's run (no probe, no artifact)
     row_a, row_b = f.row("a", EXP), f.row("b", EXP)
@@ -228,9 +220,9 @@ def test_two_users_dashboards_act_only_on_their_own_runs_and_a_rehearsal_changes
     assert status.returncode == 0 and json.loads(status.stdout)["run"] == run_a, status.stdout
     for s in ("a", "b"):  # once each dashboard lists the rehearsal (its history, marked), the list row is A's run still
         f.keys(s, "H")
-        until(lambda s=s: "rehearsal" in f.screen(s) and USER_B in f.screen(s), 60, lambda s=s: f"{s}: {f.screen(s)}")
+        wait_for(lambda s=s: "rehearsal" in f.screen(s) and USER_B in f.screen(s), 60, 0.2, lambda s=s: f"{s}: {f.screen(s)}")
         f.keys(s, "q")  # back to the list
-        until(lambda s=s: f.row(s, EXP) != "" and "History" not in f.screen(s).splitlines()[0], 30, lambda s=s: f.screen(s))
+        wait_for(lambda s=s: f.row(s, EXP) != "" and "History" not in f.screen(s).splitlines()[0], 30, 0.2, lambda s=s: f.screen(s))
     assert f.row("a", EXP) == row_a and f.row("b", EXP) == row_b, (f.row("a", EXP), row_a, f.row("b", EXP), row_b)
     assert f.rang("a") == 1 and f.rang("b") == 0  # a rehearsal is never belled, even by its own user's dashboard
 
@@ -241,7 +233,7 @@ def test_two_users_dashboards_act_only_on_their_own_runs_and_a_rehearsal_changes
     assert launched_b.returncode == 0, launched_b.stderr
     run_b = json.loads(launched_b.stdout)["run"]
     dir_b = f.root / "work" / "runs" / run_b
-    until(lambda: (dir_b / PROBE_JSON).exists() and f.rang("b") == 1, 120, lambda: f"bells b={f.rang('b')}; {f.screen('b')}")
+    wait_for(lambda: (dir_b / PROBE_JSON).exists() and f.rang("b") == 1, 120, 0.2, lambda: f"bells b={f.rang('b')}; {f.screen('b')}")
     assert (dir_b / PROBE_JSON).stat().st_uid == f.uid_b
     assert _files_of(dir_b, os.geteuid()) == [] and f.rang("a") == 1
     stopped = f.servelab_b("stop", run_b)
@@ -254,6 +246,6 @@ def test_two_users_dashboards_act_only_on_their_own_runs_and_a_rehearsal_changes
     me = pwd.getpwuid(os.geteuid()).pw_name
     assert rows == {run_a: (me, False), rehearsal: (USER_B, True), run_b: (USER_B, False)}, rows
     f.keys("a", "H")
-    until(lambda: sum(USER_B in line for line in f.screen("a").splitlines()) == 2 and f"{me}@" in f.screen("a"), 60, lambda: f.screen("a"))
+    wait_for(lambda: sum(USER_B in line for line in f.screen("a").splitlines()) == 2 and f"{me}@" in f.screen("a"), 60, 0.2, lambda: f.screen("a"))
     lines = f.screen("a").splitlines()
     assert [line for line in lines if "(rehearsal)" in line] == [line for line in lines if USER_B in line and "rehearsal" in line], lines
