@@ -299,6 +299,8 @@ def build(columns: Sequence[tuple[str, SummaryLike]], speedups: dict[str, Speedu
         vals = [fmt(s.identity.get(key)) for s in sums]
         rows.append(Row(label, vals, "identity"))
     settings = [s.identity.get("resolved_settings") or {} for s in sums]
+    if any(s.identity.get("settings_source") for s in sums):
+        rows.append(Row("resolved settings from", [_fmt(s.identity.get("settings_source")) for s in sums], "identity"))
     for key in dict.fromkeys(k for st in settings for k in st):  # what each server said it resolved
         rows.append(Row(f"resolved: {fairness.label(key)}", [str(st.get(key, "-")) for st in settings], "identity"))
     rows.append(Row("max_tokens", [_fmt(s.max_tokens) for s in sums], "identity"))

@@ -79,12 +79,7 @@ def resolved_settings(grammar: SettingsGrammar, log: str | bytes) -> dict[str, s
         except (ValueError, SyntaxError, MemoryError, RecursionError):
             given = None
         if isinstance(given, dict):
-            for arg, key, inverted in grammar.names:
-                if arg in given and given[arg] is not None:
-                    value = given[arg]
-                    out[key] = _text((not value) if inverted and isinstance(value, bool) else value)
-                elif not grammar.states_defaults:
-                    out.setdefault(key, DEFAULT)
+            out.update(_named(grammar, given))
     for pattern in grammar.resolved:
         found = re.search(pattern, text)
         if found is not None:
@@ -92,6 +87,45 @@ def resolved_settings(grammar: SettingsGrammar, log: str | bytes) -> dict[str, s
     sampling = _sampling(grammar, text)
     if sampling is not None:
         out["sampling"] = sampling
+    return out
+
+
+def _named(grammar: SettingsGrammar, given: dict[Any, Any]) -> dict[str, str]:
+    """The arguments of ``given`` that have a common meaning, by common key (vLLM's unlisted ones: default)."""
+    out: dict[str, str] = {}
+    for arg, key, inverted in grammar.names:
+        if arg in given and given[arg] is not None:
+            value = given[arg]
+            out[key] = _text((not value) if inverted and isinstance(value, bool) else value)
+        elif not grammar.states_defaults:
+            out.setdefault(key, DEFAULT)
+    return out
+
+
+def _at(obj: Any, path: str) -> Any:
+    """``obj``'s value at a dotted path (``internal_states.0.x``), None where the path leads nowhere."""
+    for part in path.split("."):
+        if isinstance(obj, dict):
+            obj = obj.get(part)
+        elif isinstance(obj, list) and part.isdigit() and int(part) < len(obj):
+            obj = obj[int(part)]
+        else:
+            return None
+    return obj
+
+
+def served_settings(grammar: SettingsGrammar, info: Any) -> dict[str, str]:
+    """The settings a running server says it resolved (the JSON object from one of ``grammar.info_paths``),
+    by common key; empty when it is not such an object. The figures it worked out itself win over
+    the arguments it was given (a token pool sized from memory against a ``max_total_tokens`` of None).
+    The sampling defaults stay the log's: the model's generation config merges into them, and no field says the result."""
+    if not isinstance(info, dict):
+        return {}
+    out = _named(grammar, info)
+    for path, key in grammar.info_figures:
+        value = _at(info, path)
+        if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+            out[key] = _text(value)
     return out
 
 

@@ -254,7 +254,11 @@ class SettingsGrammar:
     that differ from the defaults (vLLM: an argument it does not list is "default");
     ``sampling_line``: a regex whose group 1 is the default sampling parameters the server applies to
     a request that sets none, as a Python literal dict (both engines print the model's generation
-    config merged with the overrides once their API is up; no such line by then: none).
+    config merged with the overrides once their API is up; no such line by then: none);
+    ``info_paths``: HTTP paths where the running server answers with its resolved arguments as one
+    JSON object under the same names as ``args_line`` (SGLang's ``/server_info``), tried in turn;
+    ``info_figures``: (dotted path in that object, common key) for the figures it worked out itself
+    (``max_total_num_tokens``; ``internal_states.0.effective_max_running_requests_per_dp``).
     """
 
     args_line: str
@@ -263,3 +267,5 @@ class SettingsGrammar:
     engine_args: tuple[tuple[str, str], ...]
     states_defaults: bool
     sampling_line: str = ""
+    info_paths: tuple[str, ...] = ()
+    info_figures: tuple[tuple[str, str], ...] = ()

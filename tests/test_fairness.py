@@ -97,3 +97,29 @@ def test_the_sampling_defaults_each_server_applies_are_read_from_its_own_line() 
     diff = next(d for d in differences({**VLLM, "sampling": vllm["sampling"]}, {**VLLM, "sampling": sglang["sampling"]}))
     assert diff.setting.key == "sampling" and not diff.setting.moves
     assert not_comparable({**VLLM, "sampling": vllm["sampling"]}, {**VLLM, "sampling": sglang["sampling"]}) == ""
+
+
+SERVER_INFO = REPO / "tests" / "data" / "sglang" / "server_info-0.5.23-tiny-cpu.json"
+
+
+def test_a_running_sglang_server_says_its_resolved_settings_in_common_terms() -> None:
+    """SGLang 0.5.23's ``/server_info`` answer, saved from the tiny CPU baseline serving here, read in
+    common terms: what tiny-cpu-sglang-baseline.toml asks for (max-total-tokens 2048, max-running-requests 4,
+    context-length 1024) and SGLang's own defaults for the rest."""
+    import json
+
+    from servelab.engines.fairness import served_settings
+
+    sg = get_adapter("sglang").settings
+    info = json.loads(SERVER_INFO.read_text())
+    got = served_settings(sg, info)
+    assert got == {"kv_cache_tokens": "2048", "max_batch": "4", "max_batched_tokens": "4096", "max_len": "1024", "eager": "no",
+                   "prefix_caching": "yes", "dtype": "float32", "kv_cache_dtype": "auto", "memory_fraction": "0.8",
+                   "attention_backend": "torch_native", "device": "cpu"}
+    # the figures the server worked out win over the arguments it was given (a pool sized from memory)
+    sized = {**info, "max_total_tokens": None, "max_total_num_tokens": 91234,
+             "internal_states": [{**info["internal_states"][0], "effective_max_running_requests_per_dp": 37}]}
+    assert served_settings(sg, sized)["kv_cache_tokens"] == "91234" and served_settings(sg, sized)["max_batch"] == "37"
+    # an answer that is not such an object says nothing; vLLM names no such path
+    assert served_settings(sg, ["not", "an", "object"]) == {} and served_settings(sg, None) == {}
+    assert get_adapter("vllm").settings.info_paths == ()

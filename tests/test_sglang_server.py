@@ -72,6 +72,11 @@ def test_probe_without_speculation_has_no_acceptance_and_says_so(sglang_lab: Sgl
     assert summary["identity"]["engine"] == "sglang" and summary["completed"] == summary["num_prompts"]  # per repeat, every prompt answered
     assert summary["output_throughput"] > 0 and summary["median_ttft_ms"] > 0 and summary["median_tpot_ms"] > 0
     assert not any(k.startswith("spec_decode_") for k in summary) and "acceptance_source" not in summary
+    # the settings come from the running server, over what its log said, and agree with the experiment's
+    ident = summary["identity"]
+    assert ident["settings_source"] == "the server's /server_info over its log", ident
+    assert {k: ident["resolved_settings"][k] for k in ("kv_cache_tokens", "max_batch", "max_len")} == {
+        "kv_cache_tokens": "2048", "max_batch": "4", "max_len": "1024"}, ident["resolved_settings"]
     assert (sglang_lab.workdir / "runs" / run_id / PROBE_JSON).is_file()
 
 

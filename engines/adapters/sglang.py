@@ -223,6 +223,9 @@ class SglangAdapter:
         states_defaults=True,
         # "Using default chat sampling params from model generation config: {'temperature': 1.0, 'top_p': 0.95}"
         sampling_line=r"Using default chat sampling params from model generation config: (\{.*\})\s*$",
+        # The running server's resolved arguments, its token pool and the batch limit it works to (0.5.23).
+        info_paths=("/server_info", "/get_server_info"),
+        info_figures=(("max_total_num_tokens", "kv_cache_tokens"), ("internal_states.0.effective_max_running_requests_per_dp", "max_batch")),
     )
 
     def problems(self, exp: Experiment) -> list[Inexpressible]:

@@ -129,6 +129,8 @@ async def probe_run(runs: RunsAPI, run: str | ResolvedRun, *, progress: Progress
         ident["group"] = group.id
     log = await runs.read_artifact(head, LOG_NAME)
     ident["resolved_settings"] = resolved_settings(get_adapter(exp.engine).settings, log) if log else {}
+    if ident["resolved_settings"]:
+        ident["settings_source"] = "its log"
     base_url = await runs.base_url(head)
     # The timed requests are sent from the server's own host, never through the tunnel.
     host = head.host

@@ -145,6 +145,25 @@ async def engine_version(http: httpx.AsyncClient, adapter: EngineAdapter | None 
     return None
 
 
+async def server_settings(http: httpx.AsyncClient, adapter: EngineAdapter | None) -> tuple[dict[str, str], str]:
+    """The settings the running server says it resolved, in common terms, and the path that said
+    them (its adapter's ``settings.info_paths`` in turn); ``({}, "")`` when it says none."""
+    from servelab.engines.fairness import served_settings
+
+    if adapter is None:
+        return {}, ""
+    for path in adapter.settings.info_paths:
+        try:
+            r = await http.get(path)
+            if r.status_code == 200:
+                found = served_settings(adapter.settings, r.json())
+                if found:
+                    return found, path
+        except (httpx.HTTPError, ValueError):
+            continue
+    return {}, ""
+
+
 # -- one repeat -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Repeat:
@@ -338,6 +357,7 @@ async def _run_probe(plan: ProbePlan) -> ProbeResult:
     async with httpx.AsyncClient(base_url=base_url, timeout=timeout, trust_env=False) as http:
         model = await wait_ready(http, ready_timeout_s, say)
         version = await engine_version(http, adapter)
+        served, served_from = await server_settings(http, adapter)
         for i in range(settings.warmup):
             say(f"warm-up {i + 1}/{settings.warmup}")
             warm = await stream_chat(http, model, prompts.prompts[i % len(prompts)], min(settings.max_tokens, 32))
@@ -389,6 +409,9 @@ async def _run_probe(plan: ProbePlan) -> ProbeResult:
                 raise ServelabError(f"every probe request failed: {failed[0].error}")
     ident = dict(identity or {})
     ident.setdefault("engine_version", version)
+    if served:  # the running server's word wins over its log's
+        ident["resolved_settings"] = {**(ident.get("resolved_settings") or {}), **served}
+        ident["settings_source"] = f"the server's {served_from}" + (" over its log" if ident.get("settings_source") else "")
     ident["served_model"] = model
     ident["prompt_set"] = prompts.name
     ident["prompt_set_hash"] = prompts.hash
