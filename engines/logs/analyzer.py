@@ -552,6 +552,8 @@ class LogAnalyzer:
                 if m is None:
                     return
                 gd = m.groupdict()
+                if (gd.get("message") or "").lstrip().startswith(TB_START):
+                    return  # the record goes on as a traceback ("warmup error: Traceback ..."): that traceback says it
                 if f.rank is not None:
                     message = (gd.get("message") or msg).strip()
                     self._tb.add_evidence(number, process, gd.get("exception") or f.exception or None, message, msg, f.rank, f.weak, gd.get("where"), f.kind)

@@ -141,9 +141,23 @@ def shape_of(prefix: bytes) -> bytes:
     lone = {i for i in range(req - 1, n - 1) if _strong(fields[i]) and fields[i][-1][:1] == b" "}
     parts = [b" *" * (i - 1 in lone) + (_render(f[:-1], False) + b"\\ " if i in lone else _render(f, i == n - 1)) for i, f in enumerate(fields)]
     head = b"".join(parts[:req])
+    # an optional level ends at a field with punctuation: a name alone is never stripped as one (the
+    # first word of a line without the inner prefix, "Loading safetensors ...", looks just like it)
+    levels: list[list[int]] = []
+    run: list[int] = []
+    for i in range(req, n):
+        run.append(i)
+        if _strong(fields[i]):
+            levels.append(run)
+            run = []
+    if run:
+        if levels:
+            levels[-1] += run
+        else:
+            levels.append(run)
     tail = b""
-    for i in range(n - 1, req - 1, -1):
-        tail = b"(?:" + parts[i] + tail + b")?"
+    for level in reversed(levels):
+        tail = b"(?:" + b"".join(parts[i] for i in level) + tail + b")?"
     return head + tail
 
 
@@ -284,7 +298,8 @@ class PrefixNormalizer:
     def _most_lines(self) -> list[bytes]:
         """Too few engine lines: the longest shape of leading fields (with punctuation in them, and
         never past where an engine line begins) that most lines start with."""
-        sample = self._sample
+        # (a platform line is dropped whole: it neither holds nor refuses a prefix)
+        sample = [ln for ln in self._sample if not (len(ln) <= _MAX_PREFIX and _PLATFORM.fullmatch(ln))]
         if len(sample) < 2:
             return []
         best: list[bytes] = []

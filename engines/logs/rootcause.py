@@ -37,6 +37,8 @@ EXCEPTION_LINE = re.compile(
 )
 _FRAME = re.compile(r'\s*File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>\S+))?')
 TB_START = "Traceback (most recent call last)"
+#: A native crash report's symbolised C++ frame (PyTorch's signal handler): not a Python traceback's.
+NATIVE_FRAME = 'File "<unknown>", line 0'
 CHAIN_MARKERS = (
     "During handling of the above exception, another exception occurred",
     "The above exception was the direct cause of the following exception",
@@ -216,7 +218,7 @@ class TracebackTracker:
         if level in _ERROR_LEVELS and tag:
             self._last_error[proc] = (number, (level, tag, ts), msg.strip())
         stripped = msg.lstrip()
-        if stripped.startswith('File "') and ", line " in stripped:
+        if stripped.startswith('File "') and ", line " in stripped and not stripped.startswith(NATIVE_FRAME):
             # a traceback whose first lines are missing (excerpt, or lost to another stream)
             b = self._start(proc, number, level, "", False)
             b.tag = tag
@@ -573,6 +575,9 @@ class TracebackTracker:
         if not self.fatal:
             self.fatal = True
             self.fatal_line = number
+        else:
+            # a traceback is marked when it closes, after the records that came while it was open
+            self.fatal_line = min(self.fatal_line, number)
         self.last_fatal_line = max(self.last_fatal_line, number)
 
     def _push(self, c: _Candidate) -> None:

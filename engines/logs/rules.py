@@ -89,6 +89,38 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     # CPython's faulthandler on a native crash: "Fatal Python error: Segmentation fault" (then the
     # thread stacks, "Thread 0x... (most recent call first):", which are not a traceback)
     FatalRule("Fatal Python error: ", r"(?P<message>Fatal Python error: .+)", rank=0, anywhere=True, kind=NATIVE),
+    # other native crash reports: PyTorch's signal handler ("!!!!!!! Segfault encountered !!!!!!!", then
+    # its symbolised frames as File "<unknown>", line 0), abseil's ("*** SIGSEGV received at time=...")
+    # and glog/folly's ("*** SIGSEGV (@0x0) received by PID 12 ..."), and the shell's report of a
+    # child that died of one ("Segmentation fault (core dumped)", "Aborted (core dumped)")
+    FatalRule("Segfault encountered", r"(?P<message>Segfault encountered)", rank=0, anywhere=True, kind=NATIVE),
+    # (below faulthandler's "Fatal Python error: ...", which the same crash prints with the Python stacks)
+    FatalRule(" received at time=", r"(?P<message>SIG[A-Z]+ received at time=\d+)", rank=1, anywhere=True, kind=NATIVE),
+    FatalRule(" received by PID ", r"(?P<message>SIG[A-Z]+ \(@0x[0-9a-f]+\) received by PID \d+)", rank=1, anywhere=True, kind=NATIVE),
+    FatalRule(
+        "(core dumped)",
+        r"(?P<message>(?:Segmentation fault|Aborted|Bus error|Illegal instruction|Floating point exception|Trace/breakpoint trap)\s*\(core dumped\))",
+        rank=1,
+        anywhere=True,
+        kind=NATIVE,
+    ),
+    FatalRule("Segmentation fault", r"^(?:.*\b\d+ )?(?P<message>Segmentation fault)\s*$", rank=1, anywhere=True, kind=NATIVE),
+    # CUDA's sticky errors: the context is lost, whatever level the line that says so is at ("WARNING
+    # ... Failed to pickle inputs of failed execution: CUDA error: an illegal memory access was encountered");
+    # below every other record (an exception's repr or a C++ record on the same line names more)
+    FatalRule(
+        "CUDA error: ",
+        r"(?P<message>CUDA error: (?:an illegal memory access was encountered|device-side assert triggered|unspecified launch failure|"
+        r"an illegal instruction was encountered|misaligned address|uncorrectable ECC error encountered))",
+        rank=7,
+        anywhere=True,
+    ),
+    FatalRule(
+        "HIP error: ",
+        r"(?P<message>HIP error: (?:an illegal memory access was encountered|device-side assert triggered|unspecified launch failure))",
+        rank=7,
+        anywhere=True,
+    ),
     # the shell's report of a child killed by SIGKILL (the kernel's OOM killer is the usual sender)
     FatalRule("Killed", r"^(?P<message>Killed)\s*$", rank=4, anywhere=True, kind=KILLED),
     # a launcher naming a dead child: "Process ApiServer_0 (PID: 359) died with exit code 1",
@@ -118,6 +150,27 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     # "kserve ERROR [__main__.py:<module>():254] Failed to start model server: integer division or modulo by zero"
     # (when what follows is only a wrapper, "See root cause above", it counts as that wrapper)
     FatalRule("Failed to start ", r"Failed to start [\w .-]{1,40}: (?P<message>.+?)\s*$", rank=6, anywhere=True, kind=ERROR_LINE),
+    # a program's own statement of what failed, on a line with no level or an error level: "Error
+    # loading model: The model's max seq len (131072) is larger than ...", "Error in model execution: ..."
+    FatalRule(
+        "Error ",
+        r"(?:^|[\s\]>|-])Error (?:\w+ing|in|during|while)\b[^:]{0,60}: (?P<message>\S.*?)\s*$",
+        rank=6,
+        anywhere=True,
+        levels=("", "ERROR", "CRITICAL", "FATAL"),
+        kind=ERROR_LINE,
+    ),
+    # argparse's refusal of the command line ("vllm serve: error: argument --limit-mm-per-prompt:
+    # Value image:4 cannot be converted ...", "launch_server.py: error: unrecognized arguments: --x"):
+    # the process exits before it starts
+    FatalRule(
+        ": error: ",
+        r"(?:^|[\s\"'])(?P<where>[\w.-]+(?: [\w-]+)?): error: (?P<message>(?:argument |unrecognized arguments|the following arguments).*?)[\"']?\s*$",
+        rank=5,
+        anywhere=True,
+        startup=True,
+        kind=ERROR_LINE,
+    ),
     # an exception's repr on an error record, before its traceback or without one:
     # "ERROR engine.start: nixlBackendError('NIXL_ERR_BACKEND')"
     FatalRule("Error('", _REPR, rank=6, anywhere=True, levels=("ERROR", "CRITICAL", "FATAL"), kind=ERROR_LINE),
