@@ -2,7 +2,8 @@
 
 In order: readiness and stage bars from the real log, locally and over the real sshd; the probe
 (no speculation, so no acceptance fields, and the probe says so); the cross-engine comparison with
-the tiny vLLM baseline and its verdict; no FakeSglKernel stand-in ever called; then stop, over SSH
+the tiny vLLM baseline and its verdict; the remote server's KV cache, cut too small, called not
+comparable until its aligned twin serves; no FakeSglKernel stand-in ever called; then stop, over SSH
 and locally, with nothing of either run left (scheduler, detokenizer and re-parented children included).
 """
 
@@ -11,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import os
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +27,8 @@ from servelab.engines.runrecords import RunStatus
 from servelab.engines.runstate import RunState
 from servelab.engines.probe.artifacts import PROBE_JSON, load_probe, probe_run
 from tests.conftest import REPO, SGLANG_PYTHON
-from tests.fixtures.sglang_server import Launched, SglangLab, run_processes, session_members
+from tests.fixtures.ports import free_port
+from tests.fixtures.sglang_server import REMOTE_KV_TOKENS, Launched, SglangLab, run_processes, session_members, watch_until_ready
 
 pytestmark = [pytest.mark.engine, pytest.mark.ssh]
 
@@ -43,7 +47,7 @@ def test_launched_detached_it_reaches_ready_with_its_stages_from_the_real_log(sg
     weights = next(s for s in snap.stages if s.name == "weights")
     assert weights.progress is not None and (weights.progress.done, weights.progress.total) == (1, 1)  # "Multi-thread loading shards" bar
     kv = next(s for s in snap.stages if s.name == "kv_cache")
-    assert "2048" in kv.detail  # KV cache sized by --max-total-tokens, not from system memory
+    assert str(REMOTE_KV_TOKENS if where == "remote" else 2048) in kv.detail  # KV cache sized by --max-total-tokens, not from system memory
     print(f"\n{where}: ready {launched.seconds_to_ready:.1f} s after launch")
 
 
@@ -80,8 +84,8 @@ def test_probe_without_speculation_has_no_acceptance_and_says_so(sglang_lab: Sgl
     assert (sglang_lab.workdir / "runs" / run_id / PROBE_JSON).is_file()
 
 
-async def _load(lab: SglangLab, run_id: str) -> dict[str, object] | None:
-    runs = lab.runs()
+async def _load(lab: SglangLab, run_id: str, remote: bool = False) -> dict[str, Any] | None:
+    runs = lab.runs(remote)
     try:
         return await load_probe(runs, run_id)
     finally:
@@ -140,6 +144,77 @@ def test_no_fake_sgl_kernel_stand_in_was_ever_called(sglang_lab: SglangLab) -> N
         log = sglang_lab.log(launched).read_text(errors="replace")
         assert "Prefill batch" in log or launched is sglang_lab.remote  # the local one really served
         assert "FakeSglKernel:" not in log
+
+
+def test_a_kv_cache_too_small_is_not_comparable_until_its_aligned_twin_serves(sglang_lab: SglangLab) -> None:
+    """#35 on real servers: the remote SGLang server's KV cache is cut below one request of the longest
+    length, so compare against the vLLM baseline is "not comparable", naming the setting and each
+    side's tokens (read from the running server's /server_info). ``--align`` writes the twin; launched
+    (on a free port, as beside a running original) and probed, compared again: the finding is gone."""
+    vllm, small = sglang_lab.vllm.run_id, sglang_lab.remote.run_id
+    box = sglang_lab.runs(remote=True)  # its catalog holds the remote definition; the vLLM run is on host local
+
+    async def probed(*run_ids: str) -> None:
+        try:
+            for run_id in run_ids:
+                if await load_probe(box, run_id) is None:
+                    await probe_run(box, run_id)
+        finally:
+            await close_all()
+
+    asyncio.run(probed(vllm, small))
+    env = {**os.environ, "SERVELAB_SSH_CONFIG": str(sglang_lab.ssh_config)}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "servelab.tui.cli", "--dir", str(sglang_lab.remote_folder), *args],
+                              capture_output=True, text=True, cwd=REPO, env=env, stdin=subprocess.DEVNULL, timeout=300)
+
+    before = cli("compare", vllm, small, "--align")
+    assert before.returncode == 0, before.stderr
+    flat = " ".join(before.stdout.split())  # the verdict's sentence wraps at the terminal's width
+    found = re.search(rf"not comparable: KV cache \(tokens\) differs \((\d+) vs {REMOTE_KV_TOKENS}: the tokens the KV cache holds", flat)
+    assert found is not None, before.stdout
+    unfair = found.group(0)
+    assert "WARRANTED" not in before.stdout and "NOT warranted" not in before.stdout  # no speedup verdict on it
+    twin_path = sglang_lab.remote_folder / "tiny-cpu-sglang-baseline-aligned.toml"
+    assert f"wrote {twin_path}" in before.stderr, before.stderr
+    vllm_kv = found.group(1)
+    text = twin_path.read_text()
+    assert f"max-total-tokens = {vllm_kv}" in text, text
+    twin_path.write_text(re.sub(r"(?m)^port = \d+", f"port = {free_port()}", text))  # the original still serves on its port
+
+    box = sglang_lab.runs(remote=True)  # the folder read again: the twin is in it now
+
+    async def launch() -> str:
+        try:
+            rec = await box.launch("tiny-cpu-sglang-baseline-aligned")
+            await asyncio.wait_for(watch_until_ready(box, rec.id, "sglang"), 600)
+            await probe_run(box, rec.id)
+            return rec.id
+        finally:
+            await close_all()
+
+    async def stop(run_id: str) -> None:
+        try:
+            await box.stop(run_id, grace=20)
+        finally:
+            await close_all()
+
+    twin = asyncio.run(launch())
+    try:
+        after = cli("compare", vllm, twin)
+        assert after.returncode == 0, after.stderr
+        flat = " ".join(after.stdout.split())
+        assert "not comparable" not in flat and "no verdict across engines" not in flat, after.stdout
+        assert " is WARRANTED" in flat or " is NOT warranted" in flat, after.stdout
+        assert "the server's /server_info" in flat  # where the twin's settings came from
+        summary = asyncio.run(_load(sglang_lab, twin, remote=True))
+        assert summary is not None
+        got = float(summary["identity"]["resolved_settings"]["kv_cache_tokens"])  # what the twin's server says it holds
+        assert abs(got / float(vllm_kv) - 1) <= 0.10, (got, vllm_kv)
+        print(f"\n{unfair}\ntwin's KV cache: {got:.0f} tokens (vLLM's {vllm_kv})")
+    finally:
+        asyncio.run(stop(twin))
 
 
 def test_stop_ends_the_whole_group_over_ssh_and_locally_with_nothing_left(sglang_lab: SglangLab, monkeypatch: pytest.MonkeyPatch) -> None:
