@@ -81,7 +81,8 @@ def test_fresh_log(case: dict[str, Any]) -> None:
         assert a.engine_output is case["engine_output"], "engine output"
     rc = a.root_cause
     exc = case["exception"] if isinstance(case["exception"], list) else [case["exception"]]
-    if case["evidence"] == "wrapper":
+    kinds = case["evidence"] if isinstance(case["evidence"], list) else [case["evidence"]]
+    if "wrapper" in kinds and (rc is None or kinds == ["wrapper"]):
         # only a wrapper is in the window: it is never named the cause
         assert rc is None, rc
         assert a.hint is not None and "only a wrapper" in a.hint, a.hint
@@ -90,10 +91,9 @@ def test_fresh_log(case: dict[str, Any]) -> None:
         assert rc is None, rc
         return
     assert rc is not None, "no root cause"
-    assert exception_name(rc.exception) in exc, (rc.exception, rc.message[:120])
+    assert exception_name(rc.exception) in {exception_name(e) for e in exc}, (rc.exception, rc.message[:120])  # torch.X is X
     assert case["message"] in rc.message, rc.message[:200]
-    kinds = case["evidence"] if isinstance(case["evidence"], list) else [case["evidence"]]
-    assert rc.evidence in set().union(*(KIND_WORDS[k] for k in kinds)), rc.evidence
+    assert rc.evidence in set().union(*(KIND_WORDS[k] for k in kinds if k != "wrapper")), rc.evidence
     # the cause is an engine line, never one of the file's own "#" lines
     assert not case["path"].read_text(errors="replace").splitlines()[rc.line - 1].startswith("#")
 

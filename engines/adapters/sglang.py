@@ -116,10 +116,11 @@ GRAMMAR = LogGrammar(
     wrappers=(
         Wrapper("Capture cuda graph failed", r"Capture cuda graph failed: (?P<inner>.*)", "during CUDA graph capture"),
         Wrapper("Initialization failed. warmup error", r"warmup error: (?P<inner>.*)", "during the warm-up request"),
-        Wrapper("Received sigquit from a child proc"),
     ),
     fatal=(
-        FatalRule("Received sigquit from a child proc", wrapper=True),
+        # "Received sigquit from a child process. It usually means the child failed.": a dead child,
+        # evidence of death (its own traceback, when the window holds it, is stronger)
+        FatalRule("Received sigquit from a child proc", r"(?P<message>Received sigquit from a child process)", rank=4, kind="process death", unnamed=True),
         FatalRule("Scheduler hit an exception"),
         # a child process died (real 0.5.23 log, scheduler killed after ready):
         # "Subprocess scheduler_0 (pid=1388) crashed with exit code -9. Triggering SIGQUIT for cleanup..."

@@ -139,6 +139,9 @@ class FatalRule:
     #: Evidence that names a cause but does not by itself mean the run failed (the caching
     #: allocator's OOM warning: it may recover): it counts only when something else was fatal.
     weak: bool = False
+    #: A death that names no child ("Received sigquit from a child process"): a traceback of the
+    #: engine's own code, even cut before its exception line, is that child's and says more.
+    unnamed: bool = False
     #: Fatal evidence whose next line may say what it was (C++'s ``  what():  CUDA error: ...``
     #: after ``terminate called after throwing``): the text after ``then`` on the very next line
     #: completes the message.

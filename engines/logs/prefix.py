@@ -68,6 +68,10 @@ _PLATFORM = re.compile(
 #: before its last space (``|``, ``>``, a box-drawing character).
 _TIME = re.compile(rb"(?<!\d)\d\d:\d\d:\d\d(?!\d)")
 _SEPARATOR = re.compile(rb"(?:[|>]|[\x80-\xff]) +$")
+#: A colour code whose escape byte a copy lost ("[2m", "[0m"): invisible in the field it ends.
+_REMNANT = re.compile(rb"\[\d{1,3}(?:;\d{1,3})*m")
+#: How a prefix's last field ends: a colon, a bracket, a separator glyph.
+_FIELD_END = re.compile(rb"(?:[:\]|>]|[\x80-\xff])$")
 _TOKEN = re.compile(rb"[\w.-]+| +|.", re.S)
 _WORD = rb"[\w.-]+"
 
@@ -307,12 +311,21 @@ class PrefixNormalizer:
             counts: Counter[bytes] = Counter()
             texts: dict[bytes, bytes] = {}
             lasts: dict[bytes, set[bytes]] = {}
+            alone = 0  # lines that are an outer prefix alone (blank lines behind it): neither for nor against
             for line in sample:
                 fields = _fields(line)
+                if len(fields) < k and line[-1:] == b" ":
+                    alone += 1
+                    continue
                 if len(fields) < k or (len(fields) == k and line[-1:] != b" "):
                     continue  # (a line that is the prefix alone is a blank line behind it)
                 text = b"".join(b"".join(f) for f in fields[:k]).rstrip(b" ") + b" "  # more spaces are the line's own
                 if text[-1:] != b" " or not _strong(fields[k - 1]) or not (_TIME.search(text) or _SEPARATOR.search(text)):
+                    continue
+                last_field = _REMNANT.sub(b"", b"".join(fields[k - 1]).rstrip(b" "))
+                if k > 1 and (b")" in last_field or not (_TIME.search(last_field) or _FIELD_END.search(last_field))):
+                    # a prefix ends in a stamp, a separator, a unit[pid]: or a tag]: never in a phrase's
+                    # comma or a parenthesis ("Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): ")
                     continue
                 m = LINE_START.search(line)
                 if m is not None and m.start() < len(text):
@@ -328,7 +341,7 @@ class PrefixNormalizer:
             shape, c = counts.most_common(1)[0]
             # a capture tool repeats its last field (a stream name, a unit) or stamps the time;
             # engine text after a separator varies (argparse's "[--flag", a message)
-            if c < max(2.0, _MOST * len(sample)) or len(lasts.get(shape, ())) > _STREAMS:
+            if c < max(2.0, _MOST * (len(sample) - alone)) or len(lasts.get(shape, ())) > _STREAMS:
                 continue
             best = [shape]
             self._raw[shape] = {t for t in (b"".join(b"".join(f) for f in _fields(ln)[:k]).rstrip(b" ") + b" " for ln in sample) if re.fullmatch(shape, t)}

@@ -37,6 +37,13 @@ EXCEPTION_LINE = re.compile(
 )
 _FRAME = re.compile(r'\s*File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>\S+))?')
 TB_START = "Traceback (most recent call last)"
+#: An exception raised with no message prints its type alone: "asyncio.exceptions.TimeoutError".
+_BARE_EXCEPTION = re.compile(r"(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)")
+#: Frames only a request in flight reaches, whatever the engine: uvicorn handing an HTTP request to the app.
+SERVING_FRAMES = ("run_asgi",)
+#: An exception whose message sends the reader elsewhere for the root cause only wraps it, whatever
+#: the engine: "Engine process failed to start. See stack trace for the root cause.", "See root cause above".
+_POINTS_ELSEWHERE = re.compile(r"\b(?:[Ss]ee|[Cc]heck)\b[^.\n]{0,40}\broot cause\b|\broot cause (?:is )?above\b")
 #: A native crash report's symbolised C++ frame (PyTorch's signal handler): not a Python traceback's.
 NATIVE_FRAME = 'File "<unknown>", line 0'
 CHAIN_MARKERS = (
@@ -100,6 +107,8 @@ class _Candidate:
     marker: bool = False  # a one-line fatal marker, superseded by a traceback of the same process
     rank: int = 0  # among EVIDENCE: the rule's strength (0 strongest)
     weak: bool = False  # evidence that counts only when something else was fatal
+    unnamed: bool = False  # a death that names no child: a child's own traceback, even cut, says more
+    engine: bool = False  # a traceback whose frames reach the engine's own package
 
 
 def _is_caret(s: str) -> bool:
@@ -138,7 +147,7 @@ class TracebackTracker:
         self._last_error: dict[str, tuple[int, tuple[str, str, str], str]] = {}
         self._tier_cache: dict[str, int] = {}
         #: ", in NAME" for the grammar's serving frames: a traceback through one failed while serving.
-        self.serving_frame_needles = tuple(f", in {n}" for n in grammar.serving_frames)
+        self.serving_frame_needles = tuple(f", in {n}" for n in (*grammar.serving_frames, *SERVING_FRAMES))
         self.serving_frames = grammar.serving_frames
         #: (", in CALLER", ", in CALLEE") for the grammar's serving calls.
         self.serving_call_needles = tuple((f", in {a}", f", in {b}") for a, b in grammar.serving_calls)
@@ -226,9 +235,10 @@ class TracebackTracker:
             return True
         error_record = level in _ERROR_LEVELS
         colon = msg.find(": ", 0, 120)
-        if (error_record or not ts and not level) and colon > 0 and (msg[:1].isupper() or msg[:1].islower() and "." in msg[:colon]) or msg in (
-            "AssertionError",
-            "KeyboardInterrupt",
+        if (
+            (error_record or not ts and not level) and colon > 0 and (msg[:1].isupper() or msg[:1].islower() and "." in msg[:colon])
+            or msg in ("AssertionError", "KeyboardInterrupt")
+            or not ts and not level and _BARE_EXCEPTION.fullmatch(msg) is not None
         ):
             # an exception line on its own: the end of a traceback the excerpt does not show
             m = EXCEPTION_LINE.match(msg)
@@ -265,7 +275,8 @@ class TracebackTracker:
         self._push(_Candidate(cause, self._tier(process), COMPLETE))
 
     def add_evidence(
-        self, number: int, process: str, exception: str | None, message: str, line: str, rank: int, weak: bool, where: str | None, kind: str = ""
+        self, number: int, process: str, exception: str | None, message: str, line: str, rank: int, weak: bool, where: str | None, kind: str = "",
+        unnamed: bool = False,
     ) -> None:
         """Fatal evidence without a traceback (a device assertion, NCCL's watchdog): ranked below any
         traceback with its exception line, above one cut before it. ``weak``: not fatal on its own."""
@@ -279,7 +290,7 @@ class TracebackTracker:
         if not weak:
             self._mark_fatal(number)
         cause = RootCause(exception, message, process, number, [line.strip()], where, evidence=EVIDENCE_WORDS.get(kind, EVIDENCE_WORDS[""]))
-        self._push(_Candidate(cause, self._tier(process), EVIDENCE, rank=rank, weak=weak))
+        self._push(_Candidate(cause, self._tier(process), EVIDENCE, rank=rank, weak=weak, unnamed=unnamed))
 
     def complete_evidence(self, number: int, needle: str, text: str, line: str) -> None:
         """The line after fatal evidence says what it was (C++'s ``what():``): the evidence of the line
@@ -363,6 +374,11 @@ class TracebackTracker:
                 best = c
         if best is None:
             return None
+        if best.kind == EVIDENCE and best.unnamed:
+            # "a child failed", not which: a traceback of the engine's own code, even cut, is that child's
+            own = [c for c in cands if c.kind == INCOMPLETE and c.engine and not c.marker and c.cause.exception is None]
+            if own:
+                return min(own, key=lambda c: (c.tier, c.cause.line)).cause
         if best.kind == EVIDENCE:
             # a traceback cut before its exception line is the evidence's context (its frames say where)
             cut = [c for c in cands if c.kind == INCOMPLETE and not c.marker and c.cause.exception is None]
@@ -497,7 +513,7 @@ class TracebackTracker:
                 None, f"the traceback is cut off before its exception line{last_frame}", b.process, b.start_line, excerpt, where,
                 evidence=EVIDENCE_WORDS["traceback cut"],
             )
-            return _Candidate(cause, tier, INCOMPLETE), b.start_line, False
+            return _Candidate(cause, tier, INCOMPLETE, engine=b.engine_where is not None), b.start_line, False
         chosen: _Exc | None = None
         harvested: str | None = None
         for e in b.exceptions:
@@ -542,7 +558,7 @@ class TracebackTracker:
                     if m and m["inner"].strip():
                         return m["inner"].strip()
                 return ""
-        return None
+        return "" if _POINTS_ELSEWHERE.search(text) else None
 
     def _context(self, text: str) -> str | None:
         """Where the wrapper in ``text`` says the failure happened ("during CUDA graph capture")."""

@@ -129,6 +129,12 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     FatalRule(" exit code", _DEATH, rank=4, anywhere=True, kind=DEATH),
     FatalRule(" Exit code", _DEATH, rank=4, anywhere=True, kind=DEATH),
     FatalRule("died unexpectedly", r"(?P<message>\S+ died unexpectedly)", rank=4, anywhere=True, kind=DEATH),
+    # systemd's word on a unit's main process ("vllm.service: Main process exited, code=exited,
+    # status=1/FAILURE", "code=killed, status=9/KILL"; a clean exit, status 0, is none)
+    FatalRule("Main process exited, code=", r"(?P<message>Main process exited, code=\w+, status=(?!0/)\d+/\w+)", rank=4, anywhere=True, kind=DEATH),
+    # Ray's raylet on a worker process it lost ("A worker died or was killed while executing a task by
+    # an unexpected system error. ... Worker exit type: SYSTEM_ERROR")
+    FatalRule("A worker died or was killed", r"(?P<message>A worker died or was killed while executing a task[^.]*)", rank=4, anywhere=True, kind=DEATH),
     # uvicorn cannot bind its port (both engines): the server never came up, even after uvicorn's
     # "Application startup complete" (printed before it binds):
     # "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8080): address already in use"
@@ -149,7 +155,15 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     # a launcher's own statement of why the server did not start (KServe's model server):
     # "kserve ERROR [__main__.py:<module>():254] Failed to start model server: integer division or modulo by zero"
     # (when what follows is only a wrapper, "See root cause above", it counts as that wrapper)
-    FatalRule("Failed to start ", r"Failed to start [\w .-]{1,40}: (?P<message>.+?)\s*$", rank=6, anywhere=True, kind=ERROR_LINE),
+    # ... and a launcher's or a backend's word that the server failed to come up, with the exception
+    # it names ("Failed to initialize Python stub: AttributeError: 'AsyncLLM' object has no attribute 'engine'")
+    FatalRule(
+        "Failed to ",
+        r"Failed to (?:start|initiali[sz]e|launch|load|create|spawn)\b[\w .-]{0,40}: (?:(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception)): )?(?P<message>.+?)\s*$",
+        rank=6,
+        anywhere=True,
+        kind=ERROR_LINE,
+    ),
     # a program's own statement of what failed, on a line with no level or an error level: "Error
     # loading model: The model's max seq len (131072) is larger than ...", "Error in model execution: ..."
     FatalRule(
