@@ -556,9 +556,7 @@ class LogAnalyzer:
                     return  # the record goes on as a traceback ("warmup error: Traceback ..."): that traceback says it
                 if f.rank is not None:
                     message = (gd.get("message") or msg).strip()
-                    self._tb.add_evidence(
-                        number, process, gd.get("exception") or f.exception or None, message, msg, f.rank, f.weak, gd.get("where"), f.kind, f.unnamed
-                    )
+                    self._tb.add_evidence(number, process, gd.get("exception") or f.exception or None, message, msg, f, gd.get("where"))
                     return
                 self._tb.add_error(number, process, gd.get("exception") or f.exception or "Error", (gd.get("message") or msg).strip(), [msg])
             else:

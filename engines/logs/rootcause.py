@@ -14,7 +14,7 @@ import re
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from servelab.engines.logs.grammar import LogGrammar
+from servelab.engines.logs.grammar import FatalRule, LogGrammar
 from servelab.engines.logs.values import RootCause
 
 __all__ = ["EVIDENCE_WORDS", "TracebackTracker", "EXCEPTION_LINE"]
@@ -274,12 +274,10 @@ class TracebackTracker:
         cause = RootCause(exception, message, process, number, excerpt, evidence=EVIDENCE_WORDS[""])
         self._push(_Candidate(cause, self._tier(process), COMPLETE))
 
-    def add_evidence(
-        self, number: int, process: str, exception: str | None, message: str, line: str, rank: int, weak: bool, where: str | None, kind: str = "",
-        unnamed: bool = False,
-    ) -> None:
-        """Fatal evidence without a traceback (a device assertion, NCCL's watchdog): ranked below any
-        traceback with its exception line, above one cut before it. ``weak``: not fatal on its own."""
+    def add_evidence(self, number: int, process: str, exception: str | None, message: str, line: str, rule: FatalRule, where: str | None) -> None:
+        """Fatal evidence without a traceback (a device assertion, NCCL's watchdog), found by ``rule``:
+        ranked by its rank below any traceback with its exception line, above one cut before it; a
+        ``weak`` rule's is not fatal on its own."""
         if self._wrapper(message) is not None:
             # the record quotes an exception that only wraps ("Failed to start model server: Engine
             # core initialization failed. See root cause above"): the traceback logged with it is that
@@ -287,10 +285,11 @@ class TracebackTracker:
             self.add_marker(number, process, message, True)
             self._wrapper_marks[process] = number
             return
-        if not weak:
+        if not rule.weak:
             self._mark_fatal(number)
-        cause = RootCause(exception, message, process, number, [line.strip()], where, evidence=EVIDENCE_WORDS.get(kind, EVIDENCE_WORDS[""]))
-        self._push(_Candidate(cause, self._tier(process), EVIDENCE, rank=rank, weak=weak, unnamed=unnamed))
+        cause = RootCause(exception, message, process, number, [line.strip()], where, evidence=EVIDENCE_WORDS.get(rule.kind, EVIDENCE_WORDS[""]))
+        rank = rule.rank if rule.rank is not None else 0
+        self._push(_Candidate(cause, self._tier(process), EVIDENCE, rank=rank, weak=rule.weak, unnamed=rule.unnamed))
 
     def complete_evidence(self, number: int, needle: str, text: str, line: str) -> None:
         """The line after fatal evidence says what it was (C++'s ``what():``): the evidence of the line
