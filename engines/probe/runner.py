@@ -15,10 +15,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
@@ -133,16 +133,9 @@ async def engine_version(http: httpx.AsyncClient, adapter: EngineAdapter | None 
     for a server whose engine is not known)."""
     from servelab.engines.adapter import any_version_paths
 
-    for path in adapter.version_paths if adapter is not None else any_version_paths():
-        try:
-            r = await http.get(path)
-            if r.status_code == 200:
-                v = r.json().get("version")
-                if v:
-                    return str(v)
-        except (httpx.HTTPError, ValueError, AttributeError):
-            continue
-    return None
+    paths = adapter.version_paths if adapter is not None else any_version_paths()
+    found = await _first_answer(http, paths, lambda answer: str(answer["version"]) if answer.get("version") else None)
+    return found[0] if found is not None else None
 
 
 async def server_settings(http: httpx.AsyncClient, adapter: EngineAdapter | None) -> tuple[dict[str, str], str]:
@@ -152,16 +145,26 @@ async def server_settings(http: httpx.AsyncClient, adapter: EngineAdapter | None
 
     if adapter is None:
         return {}, ""
-    for path in adapter.settings.info_paths:
+    grammar = adapter.settings
+    found = await _first_answer(http, grammar.info_paths, lambda answer: served_settings(grammar, answer) or None)
+    return found if found is not None else ({}, "")
+
+
+_T = TypeVar("_T")
+
+
+async def _first_answer(http: httpx.AsyncClient, paths: Iterable[str], read: Callable[[Any], _T | None]) -> tuple[_T, str] | None:
+    """What ``read`` makes of the first JSON answer (200) among ``paths`` that it makes something of, with its path."""
+    for path in paths:
         try:
             r = await http.get(path)
             if r.status_code == 200:
-                found = served_settings(adapter.settings, r.json())
-                if found:
+                found = read(r.json())
+                if found is not None:
                     return found, path
-        except (httpx.HTTPError, ValueError):
+        except (httpx.HTTPError, ValueError, AttributeError):
             continue
-    return {}, ""
+    return None
 
 
 # -- one repeat -----------------------------------------------------------------------------------
