@@ -23,7 +23,7 @@ from servelab.engines.logs.hints import find_hint
 from servelab.engines.logs.lines import Line, strip_ansi
 from servelab.engines.logs.prefilter import LineStarts, Prefilter
 from servelab.engines.logs.prefix import PrefixNormalizer
-from servelab.engines.logs.rootcause import TB_START, TracebackTracker
+from servelab.engines.logs.rootcause import ERROR_LEVELS, TB_START, TracebackTracker
 from servelab.engines.logs.rules import (
     BAR,
     DEATH,
@@ -106,7 +106,7 @@ class LogAnalyzer:
         # the run is up (then figures lines are found a chunk at a time and access lines not read)
         self._pre = Prefilter(
             [r.needle for r in rules if not r.anywhere and r.kind not in LATE],
-            [r.needle for r in rules if r.anywhere] + [TB_START, 'File "'],
+            [r.needle for r in rules if r.anywhere] + [TB_START, 'File "', *ERROR_LEVELS],
             [r.needle for r in rules if not r.anywhere and r.kind in LATE],
         )
         self._use_rules(rules)

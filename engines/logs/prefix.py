@@ -70,6 +70,11 @@ _TIME = re.compile(rb"(?<!\d)\d\d:\d\d:\d\d(?!\d)")
 _SEPARATOR = re.compile(rb"(?:[|>]|[\x80-\xff]) +$")
 #: A colour code whose escape byte a copy lost ("[2m", "[0m"): invisible in the field it ends.
 _REMNANT = re.compile(rb"\[\d{1,3}(?:;\d{1,3})*m")
+#: A progress bar's count ("  1% Completed | 1/99"): the engine's text, never a prefix's.
+_PERCENT = re.compile(rb"\d%")
+_PERCENT_NEXT = re.compile(rb" *\d+(?:\.\d+)?%")
+#: Indentation and names only, no punctuation: a line's own indented text, never a prefix.
+_INDENTED = re.compile(rb"[ \t]+[\w.-]+(?: +[\w.-]+)* +")
 #: How a prefix's last field ends: a colon, a bracket, a separator glyph.
 _FIELD_END = re.compile(rb"(?:[:\]|>]|[\x80-\xff])$")
 _TOKEN = re.compile(rb"[\w.-]+| +|.", re.S)
@@ -138,6 +143,11 @@ def shape_of(prefix: bytes) -> bytes:
     """The regex a prefix generalises to: its fields up to the first with punctuation are required,
     the later ones optional, each only after the one before (a stamp some lines lack)."""
     fields = _fields(prefix)
+    while len(fields) > 1 and not _strong(fields[-1]) and _strong(fields[-2]) and fields[-2][-1][:2] == b"  ":
+        # names after a separator and more than its one space are indented: the engine's text (a
+        # frame glued behind the prefix, "vllm-1  |   File "), never a field of the prefix
+        fields.pop()
+        fields[-1] = [*fields[-1][:-1], b" "]
     n = len(fields)
     req = next((i for i, f in enumerate(fields) if _strong(f)), n - 1) + 1
     # the spaces after a separator the optional fields follow are one exact space, the others the
@@ -224,7 +234,9 @@ class PrefixNormalizer:
             if p == 0:
                 self._starts += 1
                 self._at0 += 1
-            elif p <= _MAX_PREFIX and line[p - 1 : p] in (b" ", b"\t"):
+            elif p <= _MAX_PREFIX and line[p - 1 : p] in (b" ", b"\t") and not _INDENTED.fullmatch(line, 0, p):
+                # (indented names before it are the engine's own text: a frame glued to a frame, two
+                # ranks' tracebacks interleaved character by character)
                 # (an engine form after other text, a colour code's remains, is no evidence either way)
                 self._starts += 1
                 shape = shape_of(line[:p])
@@ -321,6 +333,10 @@ class PrefixNormalizer:
                     continue  # (a line that is the prefix alone is a blank line behind it)
                 text = b"".join(b"".join(f) for f in fields[:k]).rstrip(b" ") + b" "  # more spaces are the line's own
                 if text[-1:] != b" " or not _strong(fields[k - 1]) or not (_TIME.search(text) or _SEPARATOR.search(text)):
+                    continue
+                if _PERCENT.search(text) or _PERCENT_NEXT.match(line, len(text)):
+                    # a progress bar's title and count are the engine's text
+                    # ("Loading safetensors checkpoint shards:   1% Completed | ")
                     continue
                 last_field = _REMNANT.sub(b"", b"".join(fields[k - 1]).rstrip(b" "))
                 if k > 1 and (b")" in last_field or not (_TIME.search(last_field) or _FIELD_END.search(last_field))):

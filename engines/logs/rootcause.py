@@ -62,9 +62,19 @@ _FRAMES, _EXC, _AFTER, _CHAIN = range(4)
 #: text, fatal evidence without a traceback (a device assertion, NCCL's watchdog...), a traceback
 #: cut before its exception line or a one-line marker, a wrapper alone (never the cause).
 COMPLETE, HARVESTED, EVIDENCE, INCOMPLETE, WRAPPER = range(5)
-_ERROR_LEVELS = ("ERROR", "CRITICAL", "FATAL")
+#: The log levels of an error record (the one a traceback is logged with is read whatever it says).
+ERROR_LEVELS = ("ERROR", "CRITICAL", "FATAL")
 #: Exceptions that are a stop's echo, never a cause: a task cancelled while the server shuts down.
 ECHO_EXCEPTIONS = ("CancelledError",)
+#: An exception's repr as a whole record: ``AssertionError()``, ``ValueError('bad value')``.
+_REPR_WHOLE = re.compile(r"(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))\((?P<q>['\"]?)(?P<message>.*?)(?P=q)\)")
+#: A record that introduces a traceback without saying why: it ends a sentence or a label, names an
+#: exception, or says only that something failed ("Invocation of collective_rpc method failed").
+_HEADER = re.compile(r"[.:]$|xception|\b(?:failed|errored|crashed|error)$", re.I)
+#: Lines a bare traceback may start after the error record it was logged with (other ranks' between).
+_PREFACE_GAP = 4
+#: Ray's dedup note at a record's end ("[repeated 3x across cluster]"): Ray's words, not the record's.
+_RAY_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 #: An ERROR record that is only "Type: message" counts as an exception line when its type looks like one.
 _EXC_SUFFIXES = ("Error", "ption", "rrupt", "ilure")
 #: The state of a traceback that is reading its frames (the analyzer's frame runs apply only then).
@@ -199,7 +209,7 @@ class TracebackTracker:
             owner = self.owner_of(proc)
             if owner is not None:
                 proc, block = owner, self._open[owner]
-        if proc in self._last_error and not (level in _ERROR_LEVELS and tag) and TB_START not in msg:
+        if proc in self._last_error and not (level in ERROR_LEVELS and tag) and TB_START not in msg:
             del self._last_error[proc]  # another line of the process came between
         if block is not None:
             if self._continue(block, number, level, ts, msg, tag):
@@ -221,10 +231,13 @@ class TracebackTracker:
             b = self._start(proc, number, level, msg, raw)
             b.tag = tag
             last = self._last_error.get(proc)
-            if last is not None and last[1] == (level, tag, ts) and msg.startswith(TB_START):
-                b.preface = last[2]  # logger.exception(e): the record before its traceback is str(e)
+            if last is not None and msg.startswith(TB_START) and (last[1] == (level, tag, ts) or not level and not ts and number - last[0] <= _PREFACE_GAP):
+                # logger.exception(e): the record before its traceback is str(e) (the traceback goes on
+                # with the record's own prefix, or bare on the next line of its process: Python's own
+                # formatter, other ranks' lines maybe between)
+                b.preface = last[2]
             return True
-        if level in _ERROR_LEVELS and tag:
+        if level in ERROR_LEVELS and tag:
             self._last_error[proc] = (number, (level, tag, ts), msg.strip())
         stripped = msg.lstrip()
         if stripped.startswith('File "') and ", line " in stripped and not stripped.startswith(NATIVE_FRAME):
@@ -233,7 +246,7 @@ class TracebackTracker:
             b.tag = tag
             self._continue(b, number, level, ts, msg, tag)
             return True
-        error_record = level in _ERROR_LEVELS
+        error_record = level in ERROR_LEVELS
         colon = msg.find(": ", 0, 120)
         if (
             (error_record or not ts and not level) and colon > 0 and (msg[:1].isupper() or msg[:1].islower() and "." in msg[:colon])
@@ -501,18 +514,29 @@ class TracebackTracker:
             if self._benign(excerpt):
                 return None, None, False
             where = _where(b.engine_where or b.where or "")
-            said = b.preface
-            if said and not said.endswith((".", ":")) and "xception" not in said and self._wrapper(said) is None:
+            said = _RAY_REPEATED.sub("", b.preface) if self._wrapper(b.preface) is None else ""
+            named = _REPR_WHOLE.fullmatch(said)
+            if said and named is None and not _HEADER.search(said):
                 # the record the traceback was logged with is the exception's own text (V0's
                 # logger.exception(e)): it says what the cut traceback does not
                 cause = RootCause(None, said, b.process, b.start_line - 1, [said, *excerpt][-EXCERPT_LINES:], where, evidence=EVIDENCE_WORDS["error line"])
-                return _Candidate(cause, tier, INCOMPLETE), b.start_line - 1, False
+                return _Candidate(cause, tier, INCOMPLETE, rank=-1), b.start_line - 1, False
+            if named is not None:
+                # the record the traceback was logged with is the exception's repr
+                # (logger.exception(repr(e)): "AssertionError()"): it names what the cut traceback does not
+                cause = RootCause(named["exception"], named["message"] or said, b.process, b.start_line - 1, [said, *excerpt][-EXCERPT_LINES:], where,
+                                  evidence=EVIDENCE_WORDS["error line"])
+                return _Candidate(cause, tier, INCOMPLETE, rank=-1), b.start_line - 1, False
             last_frame = f" (last frame: {where})" if where else ""
+            # a header it was logged with ("Exception in worker VllmWorkerProcess while processing
+            # method determine_num_available_blocks.") says where: kept, and a cut traceback that
+            # says something ranks above one that says nothing (its window starts at the header)
+            head = f"{said.rstrip('.: ')}: " if said else ""
             cause = RootCause(
-                None, f"the traceback is cut off before its exception line{last_frame}", b.process, b.start_line, excerpt, where,
+                None, f"{head}the traceback is cut off before its exception line{last_frame}", b.process, b.start_line, excerpt, where,
                 evidence=EVIDENCE_WORDS["traceback cut"],
             )
-            return _Candidate(cause, tier, INCOMPLETE, engine=b.engine_where is not None), b.start_line, False
+            return _Candidate(cause, tier, INCOMPLETE, rank=-1 if said else 0, engine=b.engine_where is not None), b.start_line - bool(said), False
         chosen: _Exc | None = None
         harvested: str | None = None
         for e in b.exceptions:

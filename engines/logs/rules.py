@@ -128,7 +128,7 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     # (a stop's own code, 0 / 2 / 15 / -2 / -15, is not a death: the process was told to stop)
     FatalRule(" exit code", _DEATH, rank=4, anywhere=True, kind=DEATH),
     FatalRule(" Exit code", _DEATH, rank=4, anywhere=True, kind=DEATH),
-    FatalRule("died unexpectedly", r"(?P<message>\S+ died unexpectedly)", rank=4, anywhere=True, kind=DEATH),
+    FatalRule("died unexpectedly", r"(?P<message>[^,;:\]\[|]*?\S+ died unexpectedly)", rank=4, anywhere=True, kind=DEATH),
     # systemd's word on a unit's main process ("vllm.service: Main process exited, code=exited,
     # status=1/FAILURE", "code=killed, status=9/KILL"; a clean exit, status 0, is none)
     FatalRule("Main process exited, code=", r"(?P<message>Main process exited, code=\w+, status=(?!0/)\d+/\w+)", rank=4, anywhere=True, kind=DEATH),
