@@ -143,7 +143,9 @@ class MultiNodeStatus:
 
     @property
     def ended(self) -> bool:
-        return all(n.status is not None and not n.status.alive for n in self.nodes)
+        """Every node's process is gone and its record says how it ended: a process that has just
+        gone reads ``running`` until its supervisor writes the exit, and is not over until then."""
+        return all(n.status is not None and not n.status.alive and n.status.status.is_terminal for n in self.nodes)
 
 
 @dataclass(frozen=True)
