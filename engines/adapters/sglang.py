@@ -114,7 +114,7 @@ GRAMMAR = LogGrammar(
     # 0.5.23 on SIGTERM: "SIGTERM received. signum=None frame=None. Draining requests and shutting down..."
     shutdown=("INFO:     Shutting down", "INFO:     Application shutdown complete", "SIGTERM received"),
     wrappers=(
-        Wrapper("Capture cuda graph failed", r"Capture cuda graph failed: (?P<inner>.*)", "during CUDA graph capture"),
+        Wrapper("Capture cuda graph failed", r"Capture cuda graph failed: (?P<inner>.*?)(?:\s*\nPossible solutions:|$)", "during CUDA graph capture"),
         Wrapper("Initialization failed. warmup error", r"warmup error: (?P<inner>.*)", "during the warm-up request"),
     ),
     fatal=(

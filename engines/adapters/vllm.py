@@ -216,6 +216,9 @@ GRAMMAR = LogGrammar(
         # dump_input.py, when the engine core's execute_model raises (a scheduled batch, not startup)
         Evidence("Dumping input data for V1 LLM engine"),
         Evidence("Dumping scheduler output"),
+        # V0's launcher.py logs this from its request handlers' dead-engine hook (a request reached the
+        # server after its engine died): "MQLLMEngine is already dead, terminating server process"
+        Evidence("MQLLMEngine is already dead"),
     ),
     # EngineCore's busy loop and the model runner's sampling step run only for scheduled requests
     # AsyncLLM's output_handler (async_llm.py) reads the engine core's outputs once it is up; it

@@ -353,6 +353,13 @@ def _parse(bare_procs: tuple[str, ...], text: str) -> Header:
                     break
                 process = rest[1:pid]
                 rest = rest[close + 2 :]
+            if rest[:1] == "[" and rest[:5] != "[rank" or rest[:2] == "20":
+                # Ray's tag before the engine's own dated header ("(SGLangEngine pid=7) [2026-01-27
+                # 06:50:01 TP4] msg"): the header's stamp, level and message; the writer stays Ray's
+                # name, which the actor's bare lines (a traceback's frames) carry too
+                nested = _parse(bare_procs, rest)
+                if nested.ts:
+                    return Header(process, nested.level, nested.ts, nested.msg, nested.tag)
     elif c == "[" and text.startswith("[rank"):
         # PyTorch's per-rank prefix "[rank3]: msg" (torchrun, Ray driver workers)
         close = text.find("]:", 5)

@@ -146,6 +146,10 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     # "Check failed: ..."): its own failure, with no Python exception (a record that only points
     # elsewhere, "received errors ... check rank 0 logs", or retries a socket, is not a cause)
     FatalRule(".cpp:", _CPP_EF + r"(?P<message>.*?\b(?:[Ee]xception|[Ee]rror|[Ff]ailed)\b: .*)$", rank=3, anywhere=True),
+    # a C++ exception's own report (c10::Error, before its native frames): "Exception raised from
+    # ncclCommWatchdog at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1601 (most recent call
+    # first):" names where the runtime failed, when its message is above the window or is its record's
+    FatalRule("Exception raised from ", r"^(?P<message>Exception raised from \S+ at \S+:\d+)", rank=3, anywhere=True),
     # Kubernetes' and launchers' words for a dead container: "Crashed container in pod: vllm-0",
     # "Back-off restarting failed container", "OOMKilled", "CrashLoopBackOff"
     FatalRule("rashed container", r"(?P<message>[Cc]rashed container\b.*?)\s*$", rank=4, anywhere=True, kind=DEATH),
