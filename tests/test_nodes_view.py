@@ -11,7 +11,8 @@ import pytest
 
 from servelab.engines.logs.files import analyze_bytes
 from servelab.engines.logs.live import LiveAnalyses
-from servelab.engines.nodes.run import MultiNodeRecord, NodeLine, NodeRun
+from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeStatus, NodeLine, NodeRun, NodeState
+from servelab.engines.runrecords import RunRecord, RunStatus
 from servelab.engines.nodes.view import NodeChunk, NodesLog, filter_label, group_id_of, next_filter, rank_analyzer
 from servelab.engines.runstate import RunState
 
@@ -169,3 +170,22 @@ def test_a_worker_serves_once_the_group_serves(engine: str, files: tuple[str, st
     assert workers and all(lv.analysis is not None and lv.analysis.state is not RunState.READY for lv in workers)  # their own logs
     assert all(lv.state is RunState.READY for lv in view.lanes)
     assert not any(lv.stage is not None and lv.stage.status == "running" for lv in view.lanes)
+
+
+# -- when a group has ended -----------------------------------------------------------------------
+@pytest.mark.parametrize("state", list(RunState))
+def test_a_group_ends_only_when_every_node_record_says_how(state: RunState) -> None:
+    """A node process just gone reads ``running`` until its supervisor writes the exit (Runs.status):
+    the group has not ended then, nor while a node is alive or unanswered; it has once every node
+    is gone with a terminal record (the nodes screen stops polling on it)."""
+    def node(rank: int, st: RunState, alive: bool) -> NodeState:
+        n = NodeRun(rank, f"h{rank}", "server" if rank == 0 else "headless", f"g-n{rank}", rank == 0)
+        rec = RunRecord(id=n.run_id, experiment="e", engine="vllm", host=n.host, argv=[], env={}, port=1, model="m", run_dir="/r", log_path="/r/log", status=st)
+        return NodeState(n, RunStatus(record=rec, alive=alive, exit_code=None))
+
+    record = MultiNodeRecord("g", "e", "vllm", "native", [])
+    done = node(1, RunState.EXITED, False)
+    gone = MultiNodeStatus(record, [node(0, state, False), done], None, None)
+    assert gone.ended is state.is_terminal, state
+    assert not MultiNodeStatus(record, [node(0, state, True), done], None, None).ended  # alive: never ended
+    assert not MultiNodeStatus(record, [NodeState(done.node, None, "unreachable"), done], None, None).ended
