@@ -466,12 +466,16 @@ class Runs:
         A Slurm run's come from its job (``engines/slurm/jobs``), kept in :attr:`jobs`."""
         if rec.slurm_job:
             return await self._job_liveness(h, rec)
-        code: int | None = None
-        try:
-            code = int((await h.read_bytes(f"{rec.run_dir}/{EXIT_CODE}")).strip() or b"0")
-        except (FileNotFoundError, ValueError):
-            code = None
+        code = await self._exit_code(h, rec)
         alive = bool(code is None and rec.pid and await _process_alive(h, rec.pid, rec.start_time))
+        supervised = False
+        if not alive and code is None and rec.pid:
+            # the engine is gone and no exit code yet: its supervisor, alive, is about to write it
+            # (a stop's last instant reads "running", never a transient "lost"); one seen gone has
+            # written whatever it would, maybe between the two reads: the code is read again
+            supervised = rec.supervisor_pid is not None and await _process_alive(h, rec.supervisor_pid, None)
+            if not supervised:
+                code = await self._exit_code(h, rec)
         if alive:
             rec.status = RunState.RUNNING
         elif code is not None:
@@ -481,12 +485,16 @@ class Runs:
                 rec.stop_signal = None
             rec.status = RunState.STOPPED if rec.stop_signal is not None else RunState.EXITED
         elif rec.pid:
-            # the engine is gone and no exit code yet: its supervisor, alive, is about to write it
-            # (a stop's last instant reads "running", never a transient "lost"); else nobody will
-            supervised = rec.supervisor_pid is not None and await _process_alive(h, rec.supervisor_pid, None)
-            rec.status = RunState.RUNNING if supervised else RunState.LOST
+            rec.status = RunState.RUNNING if supervised else RunState.LOST  # else nobody will write it
         rec.exit_code = code
         return alive, code
+
+    @staticmethod
+    async def _exit_code(h: Host, rec: RunRecord) -> int | None:
+        try:
+            return int((await h.read_bytes(f"{rec.run_dir}/{EXIT_CODE}")).strip() or b"0")
+        except (FileNotFoundError, ValueError):
+            return None
 
     async def _job_liveness(self, h: Host, rec: RunRecord) -> tuple[bool, int | None]:
         job, data = await slurm_jobs.state(h, rec.to_json())
@@ -494,10 +502,8 @@ class Runs:
         fresh = RunRecord.from_json(data)
         for f in fields(RunRecord):
             setattr(rec, f.name, getattr(fresh, f.name))
-        code: int | None = None
-        try:
-            code = int((await h.read_bytes(f"{rec.run_dir}/{EXIT_CODE}")).strip() or b"0")
-        except (FileNotFoundError, ValueError):
+        code = await self._exit_code(h, rec)
+        if code is None:
             code = job.exit_code if job.state.is_terminal else None
         rec.exit_code = code
         if code is not None and not job.state.is_terminal:  # the engine ended; Slurm is still ending its job
