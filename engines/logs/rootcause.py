@@ -516,16 +516,12 @@ class TracebackTracker:
             where = _where(b.engine_where or b.where or "")
             said = _RAY_REPEATED.sub("", b.preface) if self._wrapper(b.preface) is None else ""
             named = _REPR_WHOLE.fullmatch(said)
-            if said and named is None and not _HEADER.search(said):
+            if named is not None or said and not _HEADER.search(said):
                 # the record the traceback was logged with is the exception's own text (V0's
-                # logger.exception(e)): it says what the cut traceback does not
-                cause = RootCause(None, said, b.process, b.start_line - 1, [said, *excerpt][-EXCERPT_LINES:], where, evidence=EVIDENCE_WORDS["error line"])
-                return _Candidate(cause, tier, INCOMPLETE, rank=-1), b.start_line - 1, False
-            if named is not None:
-                # the record the traceback was logged with is the exception's repr
-                # (logger.exception(repr(e)): "AssertionError()"): it names what the cut traceback does not
-                cause = RootCause(named["exception"], named["message"] or said, b.process, b.start_line - 1, [said, *excerpt][-EXCERPT_LINES:], where,
-                                  evidence=EVIDENCE_WORDS["error line"])
+                # logger.exception(e)) or its repr ("AssertionError()", which names the exception):
+                # it says what the cut traceback does not
+                exc, text = (named["exception"], named["message"] or said) if named is not None else (None, said)
+                cause = RootCause(exc, text, b.process, b.start_line - 1, [said, *excerpt][-EXCERPT_LINES:], where, evidence=EVIDENCE_WORDS["error line"])
                 return _Candidate(cause, tier, INCOMPLETE, rank=-1), b.start_line - 1, False
             last_frame = f" (last frame: {where})" if where else ""
             # a header it was logged with ("Exception in worker VllmWorkerProcess while processing
