@@ -62,6 +62,31 @@ async def test_timeout_raises(host: Host) -> None:
         await host.run([sys.executable, "-c", "import time; time.sleep(5)"], timeout=0.5)
 
 
+async def test_a_cancel_as_the_command_ends_is_a_cancel_never_a_process_error(tmp_path: Path) -> None:
+    """A campaign's stop cancels a load whose local command may be ending that instant: the cancel
+    must arrive as a cancel (the old kill of an ended process raised ProcessLookupError, which read
+    as the load refused). Cancels land across the command's whole life, before, at and after its end."""
+    host = LocalHost(HostConfig(name="local", python=sys.executable, workdir=str(tmp_path)))
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    await host.run(["true"])
+    life = loop.time() - start
+    seen: dict[str, int] = {}
+    for i in range(300):
+        task = asyncio.ensure_future(host.run(["true"]))
+        await asyncio.sleep(life * (0.4 + 0.9 * (i % 30) / 30))
+        task.cancel()
+        try:
+            await task
+            kind = "done"
+        except asyncio.CancelledError:
+            kind = "cancelled"
+        except Exception as exc:  # noqa: BLE001 - the failure this test looks for
+            kind = type(exc).__name__
+        seen[kind] = seen.get(kind, 0) + 1
+    assert set(seen) <= {"done", "cancelled"}, seen
+
+
 async def test_files(host: Host, tmp_path: Path) -> None:
     path = str(tmp_path / "a" / "b" / "f.bin")
     assert not await host.exists(path)

@@ -38,7 +38,6 @@ KNOWN_MISSES = {
     "sglang-tp2-old-gpu-id-format-startup-complete-744.log": "disputed: SGLang's uvicorn start-up before its warm-up is not ready",
     "sglang-router-tp2-startup-complete-2361.log": "disputed: SGLang's uvicorn start-up before its warm-up is not ready",
     "vllm-offline-tp2-nccl-watchdog-illegal-memory-access-7161.log": "readiness from a progress bar's tail glued into a C++ record",
-    "vllm-enginecore-ray-worker-died-failed-to-start-38529.log": "Ray's exit detail is not in the death's message",
     "vllm-sampler-warmup-oom-error-lines-19445.log": "exception lines of one chain pasted outer first: the generic wrapper is taken",
     "lmm-r1-openrlhf-llmrayactor-fatal-signal-raylet-died-68.log": "disputed: the raylet's death against vLLM's 'Got fatal signal' that points above",
     "sglang-compose-prefix-capture-cuda-graph-failed-exception-11218.log": "disputed: a wrapper whose inner text is empty is still a wrapper",

@@ -7,6 +7,7 @@ so the run lifecycle never needs to know where it runs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import signal
@@ -41,7 +42,10 @@ class LocalHost(Host):
         try:
             out, err = await asyncio.wait_for(proc.communicate(input), timeout)
         except (asyncio.TimeoutError, asyncio.CancelledError):
-            proc.kill()
+            # The command may have ended on its own just as the wait was cancelled or timed out:
+            # killing an ended process raises ProcessLookupError, which would hide the cancel.
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
             await proc.wait()
             raise
         return Completed(list(argv), proc.returncode if proc.returncode is not None else -1, out, err)

@@ -134,7 +134,8 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     FatalRule("Main process exited, code=", r"(?P<message>Main process exited, code=\w+, status=(?!0/)\d+/\w+)", rank=4, anywhere=True, kind=DEATH),
     # Ray's raylet on a worker process it lost ("A worker died or was killed while executing a task by
     # an unexpected system error. ... Worker exit type: SYSTEM_ERROR")
-    FatalRule("A worker died or was killed", r"(?P<message>A worker died or was killed while executing a task[^.]*)", rank=4, anywhere=True, kind=DEATH),
+    # The message runs to the end of Ray's "Worker exit detail" when the record carries one (its cause).
+    FatalRule("A worker died or was killed", r"(?P<message>A worker died or was killed while executing a task[^.]*(?:\..*?Worker exit detail: [^.]*)?)", rank=4, anywhere=True, kind=DEATH),
     # uvicorn cannot bind its port (both engines): the server never came up, even after uvicorn's
     # "Application startup complete" (printed before it binds):
     # "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8080): address already in use"
