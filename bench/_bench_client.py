@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servelab.engines.adapter import get_adapter
-from servelab.engines.catalog import load_catalog
+from servelab.engines.adapters.base import get_adapter
+from servelab.engines.catalog.folder import load_catalog
 from servelab.engines.probe import prompts as prompt_sets
-from servelab.engines.experiment import ProbeSettings
+from servelab.engines.catalog.experiment import ProbeSettings
 from servelab.engines.probe.runner import run_probe
 from servelab.engines.probe.stats import median
 from tests.fixtures.ports import free_port

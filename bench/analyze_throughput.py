@@ -329,7 +329,7 @@ def heap_profile(path: Path) -> str:
     import tracemalloc
 
     sys.path.insert(0, str(REPO))
-    from servelab.engines.adapter import get_adapter
+    from servelab.engines.adapters.base import get_adapter
     from servelab.engines.logs.analyzer import LogAnalyzer
 
     an = LogAnalyzer(get_adapter("vllm").grammar)

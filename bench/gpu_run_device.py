@@ -25,13 +25,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from servelab.engines.catalog import load_catalog  # noqa: E402
+from servelab.engines.catalog.folder import load_catalog  # noqa: E402
 from servelab.engines.gpus.holders import run_memory  # noqa: E402
 from servelab.engines.gpus.sample import sample_host  # noqa: E402
-from servelab.engines.gpus.values import Holder  # noqa: E402
+from servelab.engines.gpus.inventory import Holder  # noqa: E402
 from servelab.engines.gpus.watch import SAMPLE_S, RunGpus  # noqa: E402
 from servelab.engines.hosts.registry import close_all  # noqa: E402
-from servelab.engines.runs import Runs  # noqa: E402
+from servelab.engines.runs.manager import Runs  # noqa: E402
 
 STANDIN = REPO / "bench" / "gpu_standin"
 FOREIGN = "import torch, time, sys; x = torch.empty(3 << 30, dtype=torch.uint8, device='cuda'); torch.cuda.synchronize(); print('held', flush=True); time.sleep(600)"

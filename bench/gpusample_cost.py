@@ -71,7 +71,7 @@ async def dashboard(samples: int, interval: float) -> dict[str, dict[str, float]
     from servelab.engines.gpus.sample import sample_host
     from servelab.engines.gpus.stream import GpuStream
     from servelab.engines.hosts.local import LocalHost
-    from servelab.engines.hostsfile import HostConfig
+    from servelab.engines.hosts.hostsfile import HostConfig
 
     with tempfile.TemporaryDirectory() as workdir:
         host = LocalHost(HostConfig(name="local", python=sys.executable, workdir=workdir))

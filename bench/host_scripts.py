@@ -31,7 +31,7 @@ from servelab.engines.hosts.base import Completed, Host  # noqa: E402
 from servelab.engines.hosts.local import LocalHost  # noqa: E402
 from servelab.engines.hosts.scripts import HostScripts  # noqa: E402
 from servelab.engines.hosts.ssh import SshHost  # noqa: E402
-from servelab.engines.hostsfile import HostConfig  # noqa: E402
+from servelab.engines.hosts.hostsfile import HostConfig  # noqa: E402
 from tests.fixtures.sshd import start_sshd  # noqa: E402
 
 PY = sys.executable

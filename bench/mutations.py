@@ -26,15 +26,15 @@ class Mutation:
 
 
 MUTATIONS = (
-    Mutation("band as a plain sum of relative MADs", "engines/compare.py",
+    Mutation("band as a plain sum of relative MADs", "engines/probe/speedup.py",
              "rel = math.sqrt((rd / r) ** 2 + (bd / b) ** 2)", "rel = (rd / r) + (bd / b)"),
-    Mutation("band without the MAD-to-sigma factor", "engines/compare.py",
+    Mutation("band without the MAD-to-sigma factor", "engines/probe/speedup.py",
              "MAD_TO_SIGMA * rel * value", "rel * value"),
-    Mutation("'helps' without the band", "engines/compare.py",
+    Mutation("'helps' without the band", "engines/probe/speedup.py",
              "if self.value - self.band > HELPS_ABOVE:", "if self.value > HELPS_ABOVE:"),
-    Mutation("'hurts' without the band", "engines/compare.py",
+    Mutation("'hurts' without the band", "engines/probe/speedup.py",
              "if self.value + self.band < HURTS_BELOW:", "if self.value < HURTS_BELOW:"),
-    Mutation("speedup inverted", "engines/compare.py", "value = r / b", "value = b / r"),
+    Mutation("speedup inverted", "engines/probe/speedup.py", "value = r / b", "value = b / r"),
     Mutation("acceptance length without the bonus token", "engines/adapters/vllm.py",
              "length=1.0 + accepted / drafts,", "length=accepted / drafts,"),
     Mutation("acceptance rate over drafts, not draft tokens", "engines/adapters/vllm.py",

@@ -26,13 +26,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from servelab.engines.adapter import get_adapter  # noqa: E402
-from servelab.engines.catalog import load_catalog  # noqa: E402
+from servelab.engines.adapters.base import get_adapter  # noqa: E402
+from servelab.engines.catalog.folder import load_catalog  # noqa: E402
 from servelab.engines.drafter.run import check_drafter  # noqa: E402
 from servelab.engines.hosts.local import LocalHost  # noqa: E402
 from servelab.engines.hosts.registry import close_all  # noqa: E402
-from servelab.engines.hostsfile import HostConfig  # noqa: E402
-from servelab.engines.preflight import run_preflight  # noqa: E402
+from servelab.engines.hosts.hostsfile import HostConfig  # noqa: E402
+from servelab.engines.preflight.checks import run_preflight  # noqa: E402
 from tests.conftest import ENGINE_PYTHON, TINY_MODEL  # noqa: E402
 from tests.fixtures.drafter_files import tiny_eagle3_config, write_drafter  # noqa: E402
 from tests.fixtures.drafter_pairs import config  # noqa: E402

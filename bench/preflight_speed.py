@@ -26,12 +26,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from servelab.engines.catalog import load_catalog  # noqa: E402
+from servelab.engines.catalog.folder import load_catalog  # noqa: E402
 from servelab.engines.hosts.local import LocalHost  # noqa: E402
 from servelab.engines.hosts.registry import close_all  # noqa: E402
-from servelab.engines.hostsfile import HostConfig  # noqa: E402
-from servelab.engines.patches import PatchFile, apply_patches, check_patches, revert_patches  # noqa: E402
-from servelab.engines.preflight import run_preflight  # noqa: E402
+from servelab.engines.hosts.hostsfile import HostConfig  # noqa: E402
+from servelab.engines.catalog.patches import PatchFile, apply_patches, check_patches, revert_patches  # noqa: E402
+from servelab.engines.preflight.checks import run_preflight  # noqa: E402
 from tests.conftest import ENGINE_PYTHON, EXPERIMENTS  # noqa: E402
 from tests.fixtures.patching import DEEPSEEK, IMPORT_BLOCK, ONE_LINE, campaign_patches, diff_of, engine_site_packages, make_overlay  # noqa: E402
 

@@ -69,14 +69,14 @@ sys.path.insert(0, str(REPO))
 
 import httpx  # noqa: E402
 
-from servelab.engines.adapter import get_adapter  # noqa: E402
+from servelab.engines.adapters.base import get_adapter  # noqa: E402
 from servelab.engines.hosts.ssh import SshHost  # noqa: E402
-from servelab.engines.hostsfile import HostConfig  # noqa: E402
+from servelab.engines.hosts.hostsfile import HostConfig  # noqa: E402
 from servelab.engines.probe import prompts as prompt_sets  # noqa: E402
 from servelab.engines.probe.client import chat_body, stream_chat  # noqa: E402
 from servelab.engines.probe.metrics import histogram_totals  # noqa: E402
-from servelab.engines.values import LatencyHistograms, PromptSet  # noqa: E402
-from servelab.engines.experiment import ProbeSettings  # noqa: E402
+from servelab.engines.adapters.exchange import LatencyHistograms, PromptSet  # noqa: E402
+from servelab.engines.catalog.experiment import ProbeSettings  # noqa: E402
 from servelab.engines.probe.runner import run_probe  # noqa: E402
 from servelab.engines.probe.timer import HostTimer  # noqa: E402
 from tests.fixtures.engine import TinyServer, WireTap, plain_stream, start_tiny, stop_group  # noqa: E402

@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 
 from _bench_client import Comparison, arguments, compare, rows_of, within_10  # noqa: E402
 
-from servelab.engines.catalog import load_catalog  # noqa: E402
+from servelab.engines.catalog.folder import load_catalog  # noqa: E402
 from servelab.engines.probe.stats import median  # noqa: E402
 from tests.fixtures.engine import stop_group  # noqa: E402
 

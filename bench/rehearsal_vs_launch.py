@@ -4,7 +4,7 @@ Two targets: the tiny Llama as it is (1.7 MB of weights), and the same Llama mad
 read from disk for a measurable time (``--big-gb``: its MLP widened, random fp32 weights written
 once into a temporary folder). For each, in turn: ``sync; echo 3 > /proc/sys/vm/drop_caches`` (root),
 then a real launch through ``Runs.launch`` watched to ready and stopped, then the cache dropped again
-and ``engines.rehearsal.rehearse`` (dummy weights, one generation, stop). Prints start-to-ready, the
+and ``engines.runs.rehearsal.rehearse`` (dummy weights, one generation, stop). Prints start-to-ready, the
 log's own weights-stage seconds and the whole wall time of each, and then the 547 GB case on paper
 from the seeds' measured load (origin.md: about 25 min for 547 GB in 64 shards).
 
@@ -30,12 +30,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from servelab.engines.catalog import load_catalog  # noqa: E402
+from servelab.engines.catalog.folder import load_catalog  # noqa: E402
 from servelab.engines.hosts.registry import close_all  # noqa: E402
-from servelab.engines.logs.values import stage_seconds  # noqa: E402
-from servelab.engines.rehearsal import rehearse  # noqa: E402
-from servelab.engines.runs import Runs  # noqa: E402
-from servelab.engines.runstate import RunState  # noqa: E402
+from servelab.engines.logs.analysis import stage_seconds  # noqa: E402
+from servelab.engines.runs.rehearsal import rehearse  # noqa: E402
+from servelab.engines.runs.manager import Runs  # noqa: E402
+from servelab.engines.runs.state import RunState  # noqa: E402
 
 ENGINE_PYTHON = REPO / ".venv-engine" / "bin" / "python"
 TINY = REPO / ".models" / "tiny-llama"

@@ -1,11 +1,11 @@
 """How often following a run id from a probe entry point to the probe's result climbs back into
-``engines/runs.py``: figures for this tree and, with ``--against REV``, for a ``git worktree`` of REV
+``engines/runs/manager.py``: figures for this tree and, with ``--against REV``, for a ``git worktree`` of REV
 (the same script, the same runs, on this machine).
 
 Real runs of the StubEngine (tests/stub_engine, serving HTTP) on this machine: an ordinary run on
 ``local`` and a two-node group over ``local`` and ``local2`` (two workdirs). For each id (the
 ordinary run's, the group's id, the worker node's id) and each entry point, one probe (4 tokens),
-counted by ``sys.setprofile`` filtered on ``engines/runs.py``'s file name:
+counted by ``sys.setprofile`` filtered on ``engines/runs/manager.py``'s file name:
 
 - ``entries``: calls of public ``Runs`` methods from outside runs.py (each a climb back into runs.py);
 - ``by id``: those of them handed a run id string (each makes runs.py look the id up again);
@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 PROBE = '[probe]\nprompts = "builtin:mixed"\nmax_tokens = 4\nrepeats = 1\nwarmup = 0\n'
 RESOLVERS = frozenset({"resolve_run", "resolve_group", "head_run_id"})
 FIGURES = ("entries", "by id", "find", "reads", "resolves")
-#: A run id (``engines.runs.RUN_ID_RE``), copied so this file runs against any tree.
+#: A run id (``engines.runs.manager.RUN_ID_RE``), copied so this file runs against any tree.
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*-\d{8}-\d{6}-[0-9a-f]{4}$")
 
 
@@ -88,12 +88,12 @@ class Profile:
 def inner() -> None:
     """Run in the tree on PYTHONPATH: start the runs, count each path, print one JSON line."""
     sys.path.insert(0, os.environ["RUNID_TREE"])
-    from servelab.engines import runs as runs_mod
-    from servelab.engines.catalog import load_catalog
+    from servelab.engines.runs import manager as runs_mod
+    from servelab.engines.catalog.folder import load_catalog
     from servelab.engines.hosts.registry import close_all
     from servelab.engines.nodes.run import MultiNodeRuns
     from servelab.engines.probe import artifacts
-    from servelab.engines.runs import Runs
+    from servelab.engines.runs.manager import Runs
     from servelab.tui.cli import main as cli_main
     from tests.fixtures.ports import free_port
     from tests.fixtures.runlab import STUB_PATH, make_lab, toml_value
@@ -201,7 +201,7 @@ def main() -> None:
         if tmp is not None:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tmp)], check=False, capture_output=True)
     labels = " -> ".join(label for label, _ in results)
-    print(f"run-id path into engines/runs.py, per probe ({labels}):")
+    print(f"run-id path into engines/runs/manager.py, per probe ({labels}):")
     first = results[0][1]
     for kind in first:
         for entry in first[kind]:

@@ -24,9 +24,9 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from servelab.engines.catalog import load_catalog  # noqa: E402
+from servelab.engines.catalog.folder import load_catalog  # noqa: E402
 from servelab.engines.hosts.registry import close_all  # noqa: E402
-from servelab.engines.runs import Runs  # noqa: E402
+from servelab.engines.runs.manager import Runs  # noqa: E402
 
 NAME = "tiny-cpu-sglang-baseline"
 TICK = os.sysconf("SC_CLK_TCK")

@@ -23,8 +23,8 @@ sys.path.insert(0, str(REPO))
 
 from servelab.engines.hosts.registry import close_all  # noqa: E402
 from servelab.engines.probe.artifacts import probe_run, wait_for_ready  # noqa: E402
-from servelab.engines.runs import Runs  # noqa: E402
-from servelab.engines.runstate import RunState  # noqa: E402
+from servelab.engines.runs.manager import Runs  # noqa: E402
+from servelab.engines.runs.state import RunState  # noqa: E402
 from tests.conftest import ENGINE_PYTHON  # noqa: E402
 from tests.fixtures.ports import free_port  # noqa: E402
 from tests.fixtures.runlab import STUB_PATH, toml_value  # noqa: E402

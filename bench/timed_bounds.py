@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 
 from servelab.engines.hosts.base import HostUnreachable  # noqa: E402
 from servelab.engines.hosts.ssh import SshHost  # noqa: E402
-from servelab.engines.hostsfile import HostConfig  # noqa: E402
+from servelab.engines.hosts.hostsfile import HostConfig  # noqa: E402
 from tests.fixtures.runlab import make_lab  # noqa: E402
 
 #: What the tests bounded, in seconds.

@@ -111,7 +111,7 @@ def rss_parts_mb(pid: int | str = "self") -> dict[str, float]:
 
 def start_run(tmp: Path, lines: int, rate: int, seconds: float) -> tuple[Path, str, Path]:
     from tests.fixtures.tui import RUNCTL, make_tui_folder
-    from servelab.engines.runrecords import LOG_NAME, RUN_JSON, RunRecord, new_run_id
+    from servelab.engines.runs.records import LOG_NAME, RUN_JSON, RunRecord, new_run_id
 
     folder = make_tui_folder(tmp)
     # The synthetic log has serving stats but no server behind it: no automatic probe.

@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from servelab.engines.catalog import load_catalog  # noqa: E402
+from servelab.engines.catalog.folder import load_catalog  # noqa: E402
 from tests.fixtures.engine import wait_healthy  # noqa: E402
 from tests.fixtures.ports import free_port  # noqa: E402
 

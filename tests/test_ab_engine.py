@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engines.catalog import load_catalog
-from servelab.engines.compare import compare_runs
+from servelab.engines.catalog.folder import load_catalog
+from servelab.engines.verdict.compare import compare_runs
 from servelab.engines.hosts.registry import close_all
 from servelab.engines.probe.artifacts import probe_run, wait_for_ready
 from servelab.engines.probe.conditions import gap, other_cpu_of
 from servelab.engines.probe.summary import ProbeSummary
 from servelab.engines.probe.paired import BACK_TO_BACK, INTERLEAVED, PairedResult, load_paired, measure
-from servelab.engines.runs import Runs
+from servelab.engines.runs.manager import Runs
 from tests.conftest import REPO, need_engine
 from tests.fixtures.tinyfolder import BASELINE, NGRAM, make_folder
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from servelab.engines.adapter import ENGINE_MODULES, EngineAdapter, all_adapters, get_adapter
-from servelab.engines.catalog import load_catalog
-from servelab.engines.experiment import Experiment
+from servelab.engines.adapters.base import ENGINE_MODULES, EngineAdapter, all_adapters, get_adapter
+from servelab.engines.catalog.folder import load_catalog
+from servelab.engines.catalog.experiment import Experiment
 from tests.conftest import EXPERIMENTS
 
 

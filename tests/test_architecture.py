@@ -153,9 +153,9 @@ def _engines_import_graph() -> dict[str, set[str]]:
 
 def test_engines_has_no_import_circle() -> None:
     """No engines module reaches itself through imports, ``TYPE_CHECKING`` ones included (shared values
-    live in the leaf ``engines/values.py``, not in a module that imports its users back)."""
+    live in the leaf ``engines/adapters/exchange.py``, not in a module that imports its users back)."""
     graph = _engines_import_graph()
-    assert "servelab.engines.nodes.run" in graph and "servelab.engines.values" in graph
+    assert "servelab.engines.nodes.run" in graph and "servelab.engines.adapters.exchange" in graph
     reach: dict[str, set[str]] = {}
     for start in graph:
         seen: set[str] = set()
@@ -168,4 +168,4 @@ def test_engines_has_no_import_circle() -> None:
         reach[start] = seen
     circles = {tuple(sorted({m, *(o for o in reach[m] if m in reach[o])})) for m in graph if m in reach[m]}
     assert sorted(circles) == []
-    assert graph["servelab.engines.values"] == set(), "engines/values.py is a leaf: it imports nothing of servelab"
+    assert graph["servelab.engines.adapters.exchange"] == set(), "engines/adapters/exchange.py is a leaf: it imports nothing of servelab"

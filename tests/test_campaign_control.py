@@ -17,7 +17,7 @@ import pytest
 
 from servelab.engines.campaign import control
 from servelab.engines.campaign.control import CampaignStatus
-from servelab.engines.catalog import load_catalog
+from servelab.engines.catalog.folder import load_catalog
 from servelab.engines.errors import ServelabError
 from tests.fixtures.campaignlab import campaign_file, marked, stub_experiment, two_load_campaign
 from tests.fixtures.runlab import Lab

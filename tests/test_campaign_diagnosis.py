@@ -6,9 +6,9 @@ import json
 
 from servelab.engines.campaign.diagnosis import diagnose_point, headline, needs_diagnosis
 from servelab.engines.campaign.report import build_report, render
-from servelab.engines.runs import Runs
-from servelab.engines.catalog import load_catalog
-from servelab.engines.experiment import Experiment
+from servelab.engines.runs.manager import Runs
+from servelab.engines.catalog.folder import load_catalog
+from servelab.engines.catalog.experiment import Experiment
 from tests.fixtures.campaignlab import FULL_SWEEP, recorded_campaign
 from tests.fixtures.runlab import Lab
 

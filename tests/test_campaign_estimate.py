@@ -1,4 +1,4 @@
-"""A campaign plan estimates each load from earlier probed loads of its model on its host (engines/history.py)."""
+"""A campaign plan estimates each load from earlier probed loads of its model on its host (engines/runs/history.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 from servelab.engines.campaign.check import load_checked
 from servelab.engines.campaign.plan import describe, plan_with_history
-from servelab.engines.catalog import load_catalog
-from servelab.engines.history import load_estimates
-from servelab.engines.runs import Runs
+from servelab.engines.catalog.folder import load_catalog
+from servelab.engines.runs.history import load_estimates
+from servelab.engines.runs.manager import Runs
 from tests.fixtures.runlab import Lab, wait_for
 
 

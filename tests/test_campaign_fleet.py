@@ -24,8 +24,8 @@ from servelab.engines.campaign.fleet import (
     new_fleet,
 )
 from servelab.engines.campaign.plan import describe, plan
-from servelab.engines.catalog import load_catalog
-from servelab.engines.runstate import CampaignState
+from servelab.engines.catalog.folder import load_catalog
+from servelab.engines.runs.state import CampaignState
 from tests.fixtures.campaignlab import campaign_file, stub_experiment
 from tests.fixtures.runlab import Lab
 

@@ -25,10 +25,10 @@ import pytest
 
 from servelab.engines.campaign import control
 from servelab.engines.campaign.report import build_report
-from servelab.engines.catalog import load_catalog
+from servelab.engines.catalog.folder import load_catalog
 from servelab.engines.hosts.registry import close_all
-from servelab.engines.runs import Runs
-from servelab.engines.runstate import CampaignState
+from servelab.engines.runs.manager import Runs
+from servelab.engines.runs.state import CampaignState
 from tests.fixtures.campaignlab import marked, stub_experiment
 from tests.fixtures.runlab import toml_value
 from tests.fixtures.ports import free_port

@@ -13,7 +13,7 @@ import pytest
 from servelab.engines.campaign.check import check_campaign, load_checked
 from servelab.engines.campaign.definition import load_campaign
 from servelab.engines.campaign.plan import plan, serve_key
-from servelab.engines.catalog import load_catalog
+from servelab.engines.catalog.folder import load_catalog
 from servelab.engines.errors import ServelabError
 from tests.conftest import EXPERIMENTS, REPO, suite_home_env
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from servelab.engines.campaign.plots import CHARTS, plot_series, write_plots
 from servelab.engines.campaign.report import CampaignReport, build_report
-from servelab.engines.runs import Runs
-from servelab.engines.catalog import load_catalog
+from servelab.engines.runs.manager import Runs
+from servelab.engines.catalog.folder import load_catalog
 from tests.conftest import REPO
 from tests.fixtures.campaignlab import FULL_SWEEP, recorded_campaign
 from tests.fixtures.runlab import Lab

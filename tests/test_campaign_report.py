@@ -14,9 +14,9 @@ import pytest
 
 from servelab.engines.campaign import control
 from servelab.engines.campaign.report import PointRow, _acceptance, batch_size_tables, best_k_per_concurrency, build_report, recommend, render
-from servelab.engines.runs import Runs
-from servelab.engines.catalog import load_catalog
-from servelab.engines.experiment import Experiment
+from servelab.engines.runs.manager import Runs
+from servelab.engines.catalog.folder import load_catalog
+from servelab.engines.catalog.experiment import Experiment
 from servelab.engines.probe.prompts import builtin
 from servelab.engines.adapters.vllm import batch_size_ranges
 from servelab.engines.adapters.sglang import SPEC_COUNTERS

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from servelab.engines.campaign import control
-from servelab.engines.catalog import load_catalog
+from servelab.engines.catalog.folder import load_catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.registry import close_all
 from tests.fixtures.campaignlab import marked, two_load_campaign

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engines.catalog import check, load_catalog, load_file
+from servelab.engines.catalog.folder import check, load_catalog, load_file
 from servelab.engines.errors import ServelabError
 from tests.conftest import EXPERIMENTS
 

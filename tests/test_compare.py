@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servelab.engines.compare import HELPS_ABOVE, Speedup, build, engine_verdict, render, speed_words, speedup
+from servelab.engines.verdict.compare import HELPS_ABOVE, Speedup, build, engine_verdict, render, speed_words, speedup
 from servelab.engines.errors import ServelabError
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from servelab.engines.compare import compare_runs
+from servelab.engines.verdict.compare import compare_runs
 from tests.conftest import REPO
 from tests.fixtures.runlab import STUB_PATH, Lab
 from tests.fixtures.ports import free_port

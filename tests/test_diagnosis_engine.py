@@ -21,8 +21,8 @@ from servelab.engines.diagnosis.model import Diagnosis
 from servelab.engines.diagnosis.report import lines
 from servelab.engines.diagnosis.static import drafter_checks
 from servelab.engines.diagnosis.suite import diagnose_server
-from servelab.engines.experiment import Experiment
-from servelab.engines.hostsfile import HostConfig
+from servelab.engines.catalog.experiment import Experiment
+from servelab.engines.hosts.hostsfile import HostConfig
 from servelab.engines.hosts.local import LocalHost
 from servelab.engines.probe.prompts import builtin
 from tests.conftest import ENGINE_PYTHON, TINY_MODEL

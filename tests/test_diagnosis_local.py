@@ -15,7 +15,7 @@ from servelab.engines.diagnosis.identity import settings_of
 from servelab.engines.diagnosis.local import local_match, stated_match
 from servelab.engines.diagnosis.model import Diagnosis, DrafterIdentity, from_dict
 from servelab.engines.diagnosis.rules import FAR_BELOW_REFERENCE, RunFacts, diagnose
-from servelab.engines.experiment import Experiment
+from servelab.engines.catalog.experiment import Experiment
 from tests.fixtures.findings import NO_COST, NO_REF, arm, meas
 
 FACTS = RunFacts("eagle3", 2, "/m/target", "/m/drafter")

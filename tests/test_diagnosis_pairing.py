@@ -13,8 +13,8 @@ from servelab.engines.diagnosis.local import by_pair, local_match, other_target
 from servelab.engines.diagnosis.model import Diagnosis, DrafterIdentity, Provenance, from_dict
 from servelab.engines.diagnosis.rules import RunFacts, diagnose
 from servelab.engines.drafter.provenance import RecordedTarget, card_base_models, judge
-from servelab.engines.runrecords import RunRecord
-from servelab.engines.values import TargetIdentity
+from servelab.engines.runs.records import RunRecord
+from servelab.engines.adapters.exchange import TargetIdentity
 from tests.fixtures.findings import NO_COST, NO_REF, arm, meas
 
 HEAD = DrafterIdentity("d00d", {"d2t": "present"})

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from servelab.engines.adapter import get_adapter
-from servelab.engines.catalog import load_catalog
+from servelab.engines.adapters.base import get_adapter
+from servelab.engines.catalog.folder import load_catalog
 from servelab.engines.diagnosis.measure import SuiteSettings, measure
 from servelab.engines.probe import prompts
 from servelab.engines.adapters.sglang import draft_tokens_per_step

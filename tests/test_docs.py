@@ -4,7 +4,7 @@
 - every ``servelab WORD`` written as code (a code span or a code-block line) names a real command of
   the CLI's parser (``tui/cli.py:build_parser``), and ``servelab campaign WORD`` a real verb;
 - every key of a TOML code block in docs/experiments.md is a key the experiment model
-  (``engines/experiment.py``) accepts, and a block that is a whole experiment validates;
+  (``engines/catalog/experiment.py``) accepts, and a block that is a whole experiment validates;
 - every drafter-check code and every diagnosis finding code is on its page.
 No server, no host: it reads files and builds the parser.
 """
@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from servelab.engines.diagnosis.verdict import CAUSES
 from servelab.engines.drafter.findings import CODES
-from servelab.engines.experiment import Experiment
+from servelab.engines.catalog.experiment import Experiment
 from servelab.tui.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[1]
@@ -154,7 +154,7 @@ def test_the_key_checker_refuses_a_typo() -> None:
 def test_every_experiment_key_is_documented() -> None:
     """Each field of the experiment model is named as code on its page (a key added to the model
     without a line in the reference fails here)."""
-    from servelab.engines.experiment import MultiNode, Parallel, ProbeSettings, Speculative
+    from servelab.engines.catalog.experiment import MultiNode, Parallel, ProbeSettings, Speculative
 
     pages = {
         "experiments.md": (Experiment, Parallel, Speculative),

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from servelab.engines.adapter import get_adapter
+from servelab.engines.adapters.base import get_adapter
 from servelab.engines.drafter.checks import DrafterCase, check
 from servelab.engines.drafter.facts import read_model
 from servelab.engines.drafter.findings import CODES, Finding
 from servelab.engines.drafter.rules import EngineRules, RulesQuery
 from servelab.engines.drafter.run import check_drafter, source_reader
 from servelab.engines.hosts.local import LocalHost
-from servelab.engines.hostsfile import HostConfig
+from servelab.engines.hosts.hostsfile import HostConfig
 from tests.conftest import ENGINE_PYTHON, TINY_MODEL, need_engine
 from tests.fixtures.drafter_files import d2t_offsets, real_config, tiny_eagle3_config, write_drafter, write_target
 
@@ -268,7 +268,7 @@ async def test_over_ssh_the_same_findings_come_from_ranged_sftp_reads(ssh_config
 
 @pytest.mark.engine
 async def test_the_projects_own_tiny_drafters_written_by_the_safetensors_library(tiny_drafters: Any, tmp_path: Path) -> None:
-    """engines/tinymodel.py's drafters (real safetensors files): the served EAGLE-3 head and the other-seed
+    """envs/tiny/tinymodel.py's drafters (real safetensors files): the served EAGLE-3 head and the other-seed
     Llama pass; the same head without explicit aux ids is the crash of machine-facts.md."""
     import shutil
 

@@ -14,12 +14,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from servelab.engines.adapter import get_adapter
+from servelab.engines.adapters.base import get_adapter
 from servelab.engines.adapters.vllm_mtp import resolve
 from servelab.engines.drafter.findings import Finding
 from servelab.engines.drafter.run import check_drafter
 from servelab.engines.hosts.local import LocalHost
-from servelab.engines.hostsfile import HostConfig
+from servelab.engines.hosts.hostsfile import HostConfig
 from tests.conftest import ENGINE_PYTHON, need_engine
 from tests.fixtures.drafter_pairs import CONFIGS, Pair, all_pairs, config, header_only, materialize
 

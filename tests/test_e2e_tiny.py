@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engines.adapter import get_adapter
-from servelab.engines.catalog import load_catalog
-from servelab.engines.compare import compare_runs, render
+from servelab.engines.adapters.base import get_adapter
+from servelab.engines.catalog.folder import load_catalog
+from servelab.engines.verdict.compare import compare_runs, render
 from servelab.engines.hosts.registry import close_all
 from servelab.engines.logs.analyzer import LogAnalyzer
 from servelab.engines.probe.artifacts import PROBE_JSON, REQUESTS_JSONL, load_probe, probe_when_ready
-from servelab.engines.runs import Runs
+from servelab.engines.runs.manager import Runs
 from tests.conftest import REPO, need_engine
 from tests.fixtures.tinyfolder import BASELINE, NGRAM, make_folder
 from tests.fixtures.procs import marked

@@ -9,9 +9,9 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servelab.engines.adapter import get_adapter
-from servelab.engines.compare import build, engine_verdict
-from servelab.engines.fairness import COMMON, aligned_twin, differences, not_comparable, resolved_settings
+from servelab.engines.adapters.base import get_adapter
+from servelab.engines.verdict.compare import build, engine_verdict
+from servelab.engines.verdict.fairness import COMMON, aligned_twin, differences, not_comparable, resolved_settings
 from tests.conftest import REPO
 
 LOGS = REPO / "tests" / "data" / "logs"
@@ -108,7 +108,7 @@ def test_a_running_sglang_server_says_its_resolved_settings_in_common_terms() ->
     context-length 1024) and SGLang's own defaults for the rest."""
     import json
 
-    from servelab.engines.fairness import served_settings
+    from servelab.engines.verdict.fairness import served_settings
 
     sg = get_adapter("sglang").settings
     info = json.loads(SERVER_INFO.read_text())

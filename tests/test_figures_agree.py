@@ -15,20 +15,20 @@ from textual.widgets import DataTable
 
 from servelab.engines.campaign.check import load_checked
 from servelab.engines.campaign.plan import describe, estimate_text, plan
-from servelab.engines.catalog import load_catalog
-from servelab.engines.compare import METRIC_ROWS, Speedup, build, compare_runs, render, speedup, unstable_note
+from servelab.engines.catalog.folder import load_catalog
+from servelab.engines.verdict.compare import METRIC_ROWS, Speedup, build, compare_runs, render, speedup, unstable_note
 from servelab.engines.diagnosis.model import Arm, Diagnosis, Finding, Measurements, ReferenceMatch, StepCost
 from servelab.engines.diagnosis.reference import closest
 from servelab.engines.diagnosis.report import arm_line
 from servelab.engines.diagnosis.rules import RunFacts, diagnose
 from servelab.engines.diagnosis.stored import DIAGNOSIS_JSON
 from servelab.engines.diagnosis.verdict import NOT_MEANINGFUL, verdict_line
-from servelab.engines.loadtime import load_seconds, load_text
+from servelab.engines.runs.loadtime import load_seconds, load_text
 from servelab.engines.logs.files import analyze_file
-from servelab.engines.logs.values import Analysis, parse_log_time, stage_seconds
+from servelab.engines.logs.analysis import Analysis, parse_log_time, stage_seconds
 from servelab.engines.probe.artifacts import load_stages_s
-from servelab.engines.runs import Runs
-from servelab.engines.runstate import StageState
+from servelab.engines.runs.manager import Runs
+from servelab.engines.runs.state import StageState
 from servelab.tui.app import ServelabApp
 from servelab.tui.widgets.campaign_view import plan_renderable
 from tests.fixtures.tui import SHARED_LOGS, TuiFolder, screen_text, wait_for

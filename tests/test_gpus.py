@@ -23,10 +23,10 @@ from servelab.engines.gpus.parse import GpuSampleError, from_json, parse_line, p
 from servelab.engines.gpus.readings import GpuFigures, GpuTrack, LoadWatch, release
 from servelab.engines.gpus.sample import sample_host
 from servelab.engines.gpus.stream import GpuStream
-from servelab.engines.gpus.values import Holder, HostGpus
+from servelab.engines.gpus.inventory import Holder, HostGpus
 from servelab.engines.hosts.local import LocalHost
-from servelab.engines.hostsfile import HostConfig
-from servelab.engines.owner import me
+from servelab.engines.hosts.hostsfile import HostConfig
+from servelab.engines.hosts.owner import me
 from tests.fixtures.gpus import RECORDED, RECORDED_OTHER_PID, RECORDED_PID, fake_smi, fake_smi_env
 
 __all__ = ["fake_smi"]

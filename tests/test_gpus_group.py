@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from servelab.engines.gpus.sample import sample_host
-from servelab.engines.gpus.values import Holder
+from servelab.engines.gpus.inventory import Holder
 from servelab.engines.gpus.watch import RunGpus
 from tests.conftest import REPO
 from tests.fixtures.gpus import replayed_h200

@@ -1,4 +1,4 @@
-"""A run's header and its shown state (engines/history.py): one word from one look, so the header
+"""A run's header and its shown state (engines/runs/history.py): one word from one look, so the header
 never says a terminal state "alive", and a stop servelab asked for reads "stopped" with its signal
 whatever the engine printed or exited with while dying (#22)."""
 
@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engines.adapter import get_adapter
+from servelab.engines.adapters.base import get_adapter
 from servelab.engines.helpers.runctl import stop_signal_of
-from servelab.engines.history import display_state, headline, shown_state
+from servelab.engines.runs.history import display_state, headline, shown_state
 from servelab.engines.logs.analyzer import LogAnalyzer
-from servelab.engines.runrecords import RunRecord, RunStatus
-from servelab.engines.runstate import RunState
+from servelab.engines.runs.records import RunRecord, RunStatus
+from servelab.engines.runs.state import RunState
 
 DATA = Path(__file__).parent / "data" / "logs"
 #: A real SGLang 0.5.23 start, serve and stop (SIGTERM): its scheduler "crashed with exit code -15"

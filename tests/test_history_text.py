@@ -1,4 +1,4 @@
-"""The figures every list shows, as text (engines/history.py): acceptance with its length, the
+"""The figures every list shows, as text (engines/runs/history.py): acceptance with its length, the
 speedup with its band. Held over whole families of values: the text reads back to the figures."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servelab.engines.history import LatestRun, accept_text, speedup_text
-from servelab.engines.runstate import RunState
+from servelab.engines.runs.history import LatestRun, accept_text, speedup_text
+from servelab.engines.runs.state import RunState
 
 FIGURE = st.one_of(st.none(), st.floats(min_value=0, max_value=50, allow_nan=False))
 

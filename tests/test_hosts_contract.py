@@ -12,7 +12,7 @@ import pytest
 from servelab.engines.hosts.base import Host
 from servelab.engines.hosts.local import LocalHost
 from servelab.engines.hosts.ssh import SshHost
-from servelab.engines.hostsfile import HostConfig
+from servelab.engines.hosts.hostsfile import HostConfig
 from tests.fixtures.sshd import SshServer
 
 NASTY = ["$(touch PWNED)", "`touch PWNED`", "a; touch PWNED", "it's \"quoted\"", "two\nlines", "", "*", "-n", "~", "$HOME"]

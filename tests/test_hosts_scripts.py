@@ -21,8 +21,8 @@ from servelab.engines.hosts.base import Host
 from servelab.engines.hosts.local import LocalHost
 from servelab.engines.hosts.scripts import SCRIPTS, SCRIPTS_DIR, HostScript, HostScripts, ScriptUploadError
 from servelab.engines.hosts.ssh import SshHost
-from servelab.engines.hostsfile import HostConfig
-from servelab.engines.owner import me
+from servelab.engines.hosts.hostsfile import HostConfig
+from servelab.engines.hosts.owner import me
 from tests.conftest import missing
 from tests.fixtures.sshd import SshServer
 

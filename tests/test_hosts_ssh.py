@@ -19,7 +19,7 @@ import pytest
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.hosts.registry import close_all, open_host
 from servelab.engines.hosts.ssh import SshHost, split_target
-from servelab.engines.hostsfile import HostConfig
+from servelab.engines.hosts.hostsfile import HostConfig
 from tests.fixtures.ports import free_port
 from tests.fixtures.sshd import JUMP_ALIAS, SshServer
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from servelab.engines.catalog import load_file
+from servelab.engines.catalog.folder import load_file
 from tests.conftest import REPO
 
 LINE = re.compile(r"^[^\n]+:\d+: [^\n]+: [^\n]+$")

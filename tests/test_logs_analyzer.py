@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engines.adapter import get_adapter
+from servelab.engines.adapters.base import get_adapter
 from servelab.engines.logs import rootcause
 from servelab.engines.logs.analyzer import LogAnalyzer
 from servelab.engines.logs.files import analyze_bytes, guess_engine
 from servelab.engines.logs.hints import HINTS, find_hint
 from servelab.engines.logs.lines import LineSplitter
 from servelab.engines.logs.series import SERIES_POINTS
-from servelab.engines.logs.values import Analysis
+from servelab.engines.logs.analysis import Analysis
 from tests.conftest import SHARED_LOGS
 
 DATA = Path(__file__).resolve().parent / "data" / "logs"

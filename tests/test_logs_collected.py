@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engines.adapter import get_adapter
+from servelab.engines.adapters.base import get_adapter
 from servelab.engines.logs.analyzer import LogAnalyzer
 from servelab.engines.logs.files import analyze_bytes, analyze_file, guess_engine
 from tests.conftest import SHARED_LOGS

@@ -13,8 +13,8 @@ import pytest
 
 from servelab.engines.logs.analyzer import EAGER_LINES
 from servelab.engines.logs.files import analyze_bytes
-from servelab.engines.logs.values import Analysis
-from servelab.engines.runstate import RunState
+from servelab.engines.logs.analysis import Analysis
+from servelab.engines.runs.state import RunState
 
 DATA = Path(__file__).parent / "data" / "logs"
 

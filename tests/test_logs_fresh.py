@@ -24,7 +24,7 @@ import pytest
 
 from servelab.engines.logs.files import analyze_bytes, analyze_file
 from servelab.engines.logs.rootcause import EVIDENCE_WORDS
-from servelab.engines.logs.values import Analysis
+from servelab.engines.logs.analysis import Analysis
 from tests.fixtures.heldout import exception_name
 from tests.fixtures.capture_prefixes import LOGS, STYLES, prefixed
 

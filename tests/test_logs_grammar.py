@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from servelab.engines.adapter import all_adapters, get_adapter
+from servelab.engines.adapters.base import all_adapters, get_adapter
 from servelab.engines.logs.files import analyze_bytes
 from servelab.engines.adapters.vllm import parse_header
 from servelab.engines.logs.grammar import STAGES, LogGrammar, is_primary_process

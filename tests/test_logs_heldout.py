@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from servelab.engines.logs.files import analyze_bytes, analyze_file
-from servelab.engines.logs.values import Analysis
+from servelab.engines.logs.analysis import Analysis
 from tests.fixtures.heldout import (
     CUT_WINDOW,
     DATA,

@@ -14,7 +14,7 @@ import pytest
 from servelab.engines.logs import classify, ingest, prefilter
 from servelab.engines.logs.classify import ANCHOR_SOURCES, CODE, SUPERSEDED, Classified, LineClassifier
 from servelab.engines.logs.lines import LineKind
-from servelab.engines.runstate import RunState
+from servelab.engines.runs.state import RunState
 from servelab.engines.logs.live import analyzer_for
 from servelab.engines.logs.ingest import Worker, receive
 from tests.conftest import SHARED_LOGS

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engines.catalog import load_catalog
+from servelab.engines.catalog.folder import load_catalog
 from servelab.engines.hosts.local import LocalHost
-from servelab.engines.hostsfile import HostConfig
+from servelab.engines.hosts.hostsfile import HostConfig
 from servelab.engines.logs.files import analyze_bytes
 from servelab.engines.logs.live import LiveAnalyses, LiveAnalysis, current_stage
-from servelab.engines.runs import Runs
-from servelab.engines.runstate import RunState
+from servelab.engines.runs.manager import Runs
+from servelab.engines.runs.state import RunState
 from tests.fixtures.runlab import wait_for
 from tests.fixtures.tui import TuiFolder
 from servelab.tui.cli import main

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engines.adapter import get_adapter
+from servelab.engines.adapters.base import get_adapter
 from servelab.engines.logs import prefilter
 from servelab.engines.logs.analyzer import LogAnalyzer
 from servelab.engines.logs.classify import ANCHOR_SOURCES, anchor_ends_find

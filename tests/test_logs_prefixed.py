@@ -22,7 +22,7 @@ from servelab.engines.logs.analyzer import LogAnalyzer
 from servelab.engines.logs.lines import LineSplitter
 from servelab.engines.logs.prefix import LINE_START
 from servelab.engines.logs.files import _grammar, analyze_bytes, guess_engine
-from servelab.engines.logs.values import Analysis
+from servelab.engines.logs.analysis import Analysis
 from tests.conftest import REPO
 from tests.fixtures.capture_prefixes import LOGS, PLATFORM, STYLES, prefixed
 from tests.fixtures.heldout import PREFIXED, load_heldout

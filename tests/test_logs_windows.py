@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engines.adapter import get_adapter
+from servelab.engines.adapters.base import get_adapter
 from servelab.engines.logs.analyzer import LogAnalyzer
 from servelab.engines.logs.files import guess_engine
-from servelab.engines.logs.values import Analysis
-from servelab.engines.runstate import RunState
+from servelab.engines.logs.analysis import Analysis
+from servelab.engines.runs.state import RunState
 from tests.conftest import REPO, SHARED_LOGS
 
 LOGS = sorted({*SHARED_LOGS.rglob("*.log"), *(REPO / "tests" / "data" / "logs").rglob("*.log")})

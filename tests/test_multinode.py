@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engines.catalog import check, load_catalog
-from servelab.engines.hostsfile import HostConfig
+from servelab.engines.catalog.folder import check, load_catalog
+from servelab.engines.hosts.hostsfile import HostConfig
 from servelab.engines.nodes.plan import start_order
 from tests.conftest import EXPERIMENTS, REPO
 

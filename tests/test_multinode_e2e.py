@@ -22,7 +22,7 @@ from servelab.engines.logs.live import LiveAnalyses
 from servelab.engines.probe.artifacts import load_probe, probe_run
 from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeLine, StopReport
 from servelab.engines.nodes.view import NodeChunk, NodesLog, NodesView
-from servelab.engines.runstate import RunState
+from servelab.engines.runs.state import RunState
 from tests.conftest import ENGINE_PYTHON, need_engine, need_sglang
 from tests.fixtures.multinode_lab import SGLANG_2N, VLLM_2N, NodesLab, left_on_machine, mn, poll, write_folder
 from tests.fixtures.sshd import SshServer

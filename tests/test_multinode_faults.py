@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engines.catalog import load_catalog
+from servelab.engines.catalog.folder import load_catalog
 from servelab.engines.hosts.registry import close_all
 from servelab.engines.nodes.hints import local_now, stamp_of
 from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeStatus
-from servelab.engines.runstate import RunState
+from servelab.engines.runs.state import RunState
 from tests.conftest import SGLANG_PYTHON, need_sglang
 from tests.fixtures.ports import free_port
 from tests.fixtures.multinode_lab import SGLANG_2N, NodesLab, left_on_machine, mn, refusal, write_folder

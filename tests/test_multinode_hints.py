@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from servelab.engines.adapter import get_adapter
+from servelab.engines.adapters.base import get_adapter
 from servelab.engines.logs.files import analyze_file
 from servelab.engines.nodes.hints import join_args, rendezvous_hint, stamp_of
 from servelab.engines.nodes.run import NodeRun, NodeState, first_failure
-from servelab.engines.runrecords import RunRecord, RunStatus
-from servelab.engines.runstate import RunState
+from servelab.engines.runs.records import RunRecord, RunStatus
+from servelab.engines.runs.state import RunState
 
 LOGS = Path(__file__).parent / "data" / "logs" / "multinode"
 

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engines.values import LaunchSpec
+from servelab.engines.adapters.exchange import LaunchSpec
 from servelab.engines.hosts.registry import close_all
 from servelab.engines.nodes.ray import ray_temp_dir
 from servelab.engines.nodes.run import MultiNodeRecord, NodeRun, node_run_id
-from servelab.engines.runstate import RunState
+from servelab.engines.runs.state import RunState
 from tests.conftest import ENGINE_PYTHON, need_engine
 from tests.fixtures.multinode_lab import VLLM_RAY_2N, NodesLab, left_on_machine, mn, poll, refusal, write_folder
 from tests.fixtures.raylab import ForeignRay, active_nodes, foreign_ray, ray_status, require_loopback_only  # noqa: F401
@@ -166,7 +166,7 @@ async def ray_holders(m, rec: MultiNodeRecord, port: int) -> dict[int, tuple[str
     """pid -> (the run it is classed as, the Ray node's run, command) for every live process of each
     rank's Ray temp dir, classed from /proc as the GPU sampler reads it (marker, group)."""
     from servelab.engines.gpus.holders import Holder, RunProcesses, holder, owner_of, run_groups
-    from servelab.engines.gpus.values import GpuProcess
+    from servelab.engines.gpus.inventory import GpuProcess
     from servelab.engines.helpers.gpusample import proc_facts
 
     records = await m.runs.list()

@@ -6,7 +6,7 @@ import socket
 import subprocess
 import sys
 
-from servelab.engines.values import NodeAddress, NodeTarget
+from servelab.engines.adapters.exchange import NodeAddress, NodeTarget
 from servelab.engines.helpers import helper_script
 from servelab.engines.nodes.ray import RAY_CHECK_SCRIPT, RAY_UP_LINE, client_port, ray_node_process
 

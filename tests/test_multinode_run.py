@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from servelab.engines.catalog import load_catalog
-from servelab.engines.runs import Runs
+from servelab.engines.catalog.folder import load_catalog
+from servelab.engines.runs.manager import Runs
 from tests.conftest import need_engine
 from tests.fixtures.multinode_lab import VLLM_2N, VLLM_RAY_NORAY, NodesLab, mn, refusal, write_folder
 from tests.fixtures.sshd import SshServer

@@ -12,9 +12,9 @@ import pytest
 from servelab.engines.logs.files import analyze_bytes
 from servelab.engines.logs.live import LiveAnalyses
 from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeStatus, NodeLine, NodeRun, NodeState
-from servelab.engines.runrecords import RunRecord, RunStatus
+from servelab.engines.runs.records import RunRecord, RunStatus
 from servelab.engines.nodes.view import NodeChunk, NodesLog, filter_label, group_id_of, next_filter, rank_analyzer
-from servelab.engines.runstate import RunState
+from servelab.engines.runs.state import RunState
 
 LOGS = Path(__file__).parent / "data" / "logs" / "multinode"
 GROUP = "tiny-2n-20261201-172451-1983"

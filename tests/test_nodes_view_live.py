@@ -10,11 +10,11 @@ from contextlib import aclosing
 
 import pytest
 
-from servelab.engines.compare import compare_runs, render
+from servelab.engines.verdict.compare import compare_runs, render
 from servelab.engines.nodes.run import MultiNodeRuns, NodeLine
 from servelab.engines.nodes.view import NodeChunk, NodesLog, current_view, follow_chunks, head_run_id, lanes_json, resolve_group
 from servelab.engines.probe.artifacts import load_probe, probe_run
-from servelab.engines.runrecords import NoSuchRun
+from servelab.engines.runs.records import NoSuchRun
 from tests.fixtures.runlab import Lab
 from tests.fixtures.sshd import SshServer
 from tests.fixtures.stub_nodes import stub_group

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from servelab.engines.helpers import patchtool as pt
 from servelab.engines.hosts.local import LocalHost
-from servelab.engines.hostsfile import HostConfig
-from servelab.engines.patches import PatchFile, apply_patches, check_patches, revert_patches, state_dir
+from servelab.engines.hosts.hostsfile import HostConfig
+from servelab.engines.catalog.patches import PatchFile, apply_patches, check_patches, revert_patches, state_dir
 from tests.fixtures.patching import udiff
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from servelab.engines.hosts.local import LocalHost
-from servelab.engines.hostsfile import HostConfig
-from servelab.engines.patches import PatchFile, apply_patches, check_patches, revert_patches
+from servelab.engines.hosts.hostsfile import HostConfig
+from servelab.engines.catalog.patches import PatchFile, apply_patches, check_patches, revert_patches
 from tests.conftest import ENGINE_PYTHON, EXPERIMENTS, need_engine
 from tests.fixtures.patching import (
     DEEPSEEK,

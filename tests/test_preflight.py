@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engines.catalog import load_catalog
-from servelab.engines.preflight import CHECK_NAMES, Check, run_preflight
+from servelab.engines.catalog.folder import load_catalog
+from servelab.engines.preflight.checks import CHECK_NAMES, Check, run_preflight
 from tests.conftest import ENGINE_PYTHON, EXPERIMENTS, TINY_MODEL, need_engine
 from tests.fixtures.patching import DEEPSEEK, IMPORT_BLOCK, ONE_LINE, diff_of, engine_site_packages, installed_hashes, make_overlay
 from tests.fixtures.ports import free_port

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engines.adapter import ENGINE_MODULES, ArgValidation, all_adapters, get_adapter
-from servelab.engines.catalog import load_catalog
+from servelab.engines.adapters.base import ENGINE_MODULES, ArgValidation, all_adapters, get_adapter
+from servelab.engines.catalog.folder import load_catalog
 from servelab.engines.adapters.sglang import ARGCHECK as SGLANG_ARGCHECK
 from servelab.engines.helpers import run_script
 from servelab.engines.hosts.local import LocalHost
-from servelab.engines.hostsfile import HostConfig
+from servelab.engines.hosts.hostsfile import HostConfig
 from tests.conftest import EXPERIMENTS, SGLANG_PYTHON, TINY_MODEL, need_sglang
 from tests.fixtures.sglang import validate_many
 

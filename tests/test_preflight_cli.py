@@ -107,8 +107,8 @@ def test_unknown_experiment_is_one_line(setup: tuple[Path, Path], capsys: pytest
 
 async def test_preflight_with_apply_patches_for_a_launch_once(setup: tuple[Path, Path]) -> None:
     """What launch uses: the checked set is then applied, and the report carries the record to store."""
-    from servelab.engines.catalog import load_catalog
-    from servelab.engines.preflight import run_preflight
+    from servelab.engines.catalog.folder import load_catalog
+    from servelab.engines.preflight.checks import run_preflight
 
     folder, root = setup
     catalog = load_catalog(folder)
@@ -128,10 +128,10 @@ async def test_preflight_with_apply_patches_for_a_launch_once(setup: tuple[Path,
 @pytest.mark.ssh
 async def test_preflight_and_patches_over_real_ssh(setup: tuple[Path, Path], ssh_config: object, tmp_path: Path) -> None:
     """The same checks through the SSH host (a real sshd on 127.0.0.1): paths, python, patch set, apply, revert."""
-    from servelab.engines.catalog import load_catalog
+    from servelab.engines.catalog.folder import load_catalog
     from servelab.engines.hosts.registry import close_all
-    from servelab.engines.patches import apply_patches, load_patch_set, revert_patches
-    from servelab.engines.preflight import run_preflight
+    from servelab.engines.catalog.patches import apply_patches, load_patch_set, revert_patches
+    from servelab.engines.preflight.checks import run_preflight
 
     folder, root = setup
     model = tmp_path / "model"
@@ -165,9 +165,9 @@ async def test_preflight_and_patches_over_real_ssh(setup: tuple[Path, Path], ssh
 
 @pytest.mark.ssh
 async def test_a_relative_model_path_over_ssh_says_what_it_is_relative_to(setup: tuple[Path, Path], ssh_config: object, tmp_path: Path) -> None:
-    from servelab.engines.catalog import load_catalog
+    from servelab.engines.catalog.folder import load_catalog
     from servelab.engines.hosts.registry import close_all
-    from servelab.engines.preflight import run_preflight
+    from servelab.engines.preflight.checks import run_preflight
 
     folder, root = setup
     (folder / "hosts.toml").write_text(f'[hosts.box]\nssh = "servelab-test"\npython = "{sys.executable}"\nworkdir = "{tmp_path / "remote-work"}"\n')

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engines.catalog import load_catalog
+from servelab.engines.catalog.folder import load_catalog
 from servelab.engines.errors import ServelabError
-from servelab.engines.preflight import run_preflight
-from servelab.engines.runs import Runs
+from servelab.engines.preflight.checks import run_preflight
+from servelab.engines.runs.manager import Runs
 from tests.conftest import ENGINE_PYTHON, TINY_MODEL, need_engine
 from tests.fixtures.drafter_files import tiny_eagle3_config, write_drafter
 from servelab.tui.cli import main

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engines.adapter import get_adapter
-from servelab.engines.catalog import load_catalog
-from servelab.engines.preflight import CHECK_NAMES, run_preflight
+from servelab.engines.adapters.base import get_adapter
+from servelab.engines.catalog.folder import load_catalog
+from servelab.engines.preflight.checks import CHECK_NAMES, run_preflight
 from tests.conftest import EXPERIMENTS, SGLANG_PYTHON, TINY_MODEL, need_sglang
 
 BROKEN = """\

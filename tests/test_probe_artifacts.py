@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from servelab.engines.catalog import load_catalog
+from servelab.engines.catalog.folder import load_catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.probe.artifacts import identity, load_stages_s, probe_run, probe_when_ready, wait_for_ready
-from servelab.engines.runrecords import RunRecord
+from servelab.engines.runs.records import RunRecord
 from tests.conftest import EXPERIMENTS
 
 

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from servelab.engines.adapter import get_adapter
+from servelab.engines.adapters.base import get_adapter
 from servelab.engines.hosts.ssh import SshHost
-from servelab.engines.hostsfile import HostConfig
+from servelab.engines.hosts.hostsfile import HostConfig
 from servelab.engines.probe import prompts
-from servelab.engines.experiment import ProbeSettings
+from servelab.engines.catalog.experiment import ProbeSettings
 from servelab.engines.probe.runner import run_probe
 from servelab.engines.probe.timer import HostTimer, RequestTimer
 from tests.conftest import ENGINE_PYTHON, missing

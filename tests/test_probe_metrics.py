@@ -108,10 +108,10 @@ async def test_vllm_window_without_speculation_is_none() -> None:
 
 
 async def test_missing_metrics_endpoint_is_one_clean_line() -> None:
-    from servelab.engines.catalog import load_catalog
+    from servelab.engines.catalog.folder import load_catalog
     from servelab.engines.errors import ServelabError
     from servelab.engines.probe import prompts
-    from servelab.engines.experiment import ProbeSettings
+    from servelab.engines.catalog.experiment import ProbeSettings
     from servelab.engines.probe.runner import run_probe
     from tests.conftest import EXPERIMENTS
     from tests.fixtures.fake_sglang import FakeSglangServer

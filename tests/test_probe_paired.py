@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servelab.engines.compare import build, speedup
+from servelab.engines.verdict.compare import build, speedup
 from servelab.engines.probe.conditions import RoundConditions
 from servelab.engines.probe.paired import INTERLEAVED, PairedResult, PairedRound, abba, from_dict, ratio_interval
 

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from servelab.engines.adapter import get_adapter
-from servelab.engines.catalog import load_catalog
+from servelab.engines.adapters.base import get_adapter
+from servelab.engines.catalog.folder import load_catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.probe import prompts
-from servelab.engines.experiment import ProbeSettings
+from servelab.engines.catalog.experiment import ProbeSettings
 from servelab.engines.probe.runner import run_probe, wait_ready
 from tests.conftest import EXPERIMENTS
 from tests.fixtures.engine import TinyServer

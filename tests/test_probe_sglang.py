@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from servelab.engines.adapter import get_adapter
-from servelab.engines.catalog import load_catalog
+from servelab.engines.adapters.base import get_adapter
+from servelab.engines.catalog.folder import load_catalog
 from servelab.engines.probe import prompts
-from servelab.engines.experiment import ProbeSettings
+from servelab.engines.catalog.experiment import ProbeSettings
 from servelab.engines.probe.runner import run_probe
 from servelab.engines.adapters.sglang import draft_tokens_per_step
 from tests.conftest import EXPERIMENTS

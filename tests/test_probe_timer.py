@@ -13,9 +13,9 @@ import pytest
 
 from servelab.engines.errors import ServelabError
 from servelab.engines.probe.client import result_from_events
-from servelab.engines.values import Prompt
+from servelab.engines.adapters.exchange import Prompt
 from servelab.engines.probe import prompts
-from servelab.engines.experiment import ProbeSettings
+from servelab.engines.catalog.experiment import ProbeSettings
 from servelab.engines.probe.runner import CPU_WAIT_NOTE_MS, run_probe
 from servelab.engines.probe.timer import TimedBatch, local_timer, parse_answer
 from tests.fixtures.ports import free_port

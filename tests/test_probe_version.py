@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from servelab.engines.adapter import all_adapters, any_version_paths, get_adapter
+from servelab.engines.adapters.base import all_adapters, any_version_paths, get_adapter
 from servelab.engines.probe.runner import engine_version
 
 

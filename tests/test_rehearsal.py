@@ -10,19 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engines import preflight_cache
-from servelab.engines.adapter import all_adapters, get_adapter
-from servelab.engines.catalog import load_catalog
-from servelab.engines.checkpoint_check import CheckpointCheck, check_checkpoint
-from servelab.engines.experiment import Experiment
+from servelab.engines.preflight import cache as preflight_cache
+from servelab.engines.adapters.base import all_adapters, get_adapter
+from servelab.engines.catalog.folder import load_catalog
+from servelab.engines.preflight.checkpoint import CheckpointCheck, check_checkpoint
+from servelab.engines.catalog.experiment import Experiment
 from servelab.engines.hosts.local import LocalHost
-from servelab.engines.hostsfile import HostConfig
+from servelab.engines.hosts.hostsfile import HostConfig
 from servelab.engines.hosts.registry import close_all
 from servelab.engines.nodes.ray import is_ray_daemon
 from servelab.engines.nodes.run import MultiNodeRuns
-from servelab.engines.rehearsal import PARTS, RehearsalResult, before_launch, last_good, rehearsal_inputs, rehearsal_note, save_good
-from servelab.engines.runs import Runs
-from servelab.engines.safetensors_header import encode
+from servelab.engines.runs.rehearsal import PARTS, RehearsalResult, before_launch, last_good, rehearsal_inputs, rehearsal_note, save_good
+from servelab.engines.runs.manager import Runs
+from servelab.engines.weights.safetensors_header import encode
 from tests.conftest import EXPERIMENTS, TINY_MODEL, need_engine
 from tests.fixtures.rehearsal import make_folder
 

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engines import preflight_cache
-from servelab.engines.catalog import load_catalog
+from servelab.engines.preflight import cache as preflight_cache
+from servelab.engines.catalog.folder import load_catalog
 from servelab.engines.hosts.registry import close_all
-from servelab.engines.rehearsal import last_good, rehearse
-from servelab.engines.runrecords import RunRecord, RunStatus
-from servelab.engines.runs import Runs
-from servelab.engines.runstate import RunState
+from servelab.engines.runs.rehearsal import last_good, rehearse
+from servelab.engines.runs.records import RunRecord, RunStatus
+from servelab.engines.runs.manager import Runs
+from servelab.engines.runs.state import RunState
 from tests.conftest import REPO, TINY_MODEL, need_engine, need_sglang, suite_home_env
 from tests.fixtures.patching import diff_of, engine_site_packages, make_overlay
 from tests.fixtures.procs import marked

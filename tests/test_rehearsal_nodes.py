@@ -23,15 +23,15 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engines import preflight_cache
-from servelab.engines.catalog import load_catalog
+from servelab.engines.preflight import cache as preflight_cache
+from servelab.engines.catalog.folder import load_catalog
 from servelab.engines.hosts.registry import close_all
 from servelab.engines.logs.files import analyze_file
 from servelab.engines.nodes.run import GROUP_JSON
-from servelab.engines.rehearsal import last_good, launch_offer, rehearsal_note, rehearse
-from servelab.engines.runrecords import RunRecord
-from servelab.engines.runs import Runs
-from servelab.engines.runstate import RunState
+from servelab.engines.runs.rehearsal import last_good, launch_offer, rehearsal_note, rehearse
+from servelab.engines.runs.records import RunRecord
+from servelab.engines.runs.manager import Runs
+from servelab.engines.runs.state import RunState
 from tests.conftest import need_sglang
 from tests.fixtures.multinode_lab import SGLANG_2N, write_folder
 from tests.fixtures.procs import marked

@@ -12,13 +12,13 @@ import sys
 
 import pytest
 
-from servelab.engines.catalog import load_catalog
+from servelab.engines.catalog.folder import load_catalog
 from servelab.engines.hosts.base import Host
 
 from servelab.engines.nodes.run import MultiNodeRuns
 from servelab.engines.probe.artifacts import load_probe, probe_run
-from servelab.engines.runrecords import NoSuchRun, RunKind, RunRecord
-from servelab.engines.runs import Runs
+from servelab.engines.runs.records import NoSuchRun, RunKind, RunRecord
+from servelab.engines.runs.manager import Runs
 from tests.fixtures.runlab import Lab, toml_value
 from tests.fixtures.stub_nodes import stub_group
 

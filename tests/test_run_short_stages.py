@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servelab.engines.runstate import StageState
+from servelab.engines.runs.state import StageState
 from servelab.tui.screens.run import SHORT_ROWS, short_stages
 from servelab.tui.widgets.run_view_model import StageRow
 

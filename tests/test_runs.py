@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from servelab.engines.errors import ServelabError
-from servelab.engines.runrecords import RUN_ID_RE, RunRecord, new_run_id
-from servelab.engines.runs import Runs
-from servelab.engines.runstate import RunState
-from servelab.engines.owner import me
+from servelab.engines.runs.records import RUN_ID_RE, RunRecord, new_run_id
+from servelab.engines.runs.manager import Runs
+from servelab.engines.runs.state import RunState
+from servelab.engines.hosts.owner import me
 from tests.fixtures.gpus import gpu_samples, replayed_h200
 from tests.fixtures.runlab import STUB_PATH, Lab, group_members, is_running, proc_stat, wait_for
 
@@ -338,7 +338,7 @@ async def test_a_runs_shared_memory_names_are_its_engines_own_as_its_adapter_giv
     """The host-side cleanup knows no engine: the run's record carries its adapter's /dev/shm
     prefixes. The stub (a vLLM run) holds one file under vLLM's prefix and one under SGLang's:
     its stop removes the first and leaves the second, which no vLLM process makes."""
-    from servelab.engines.adapter import get_adapter
+    from servelab.engines.adapters.base import get_adapter
 
     vllm, sglang = get_adapter("vllm").shm_prefixes[0], get_adapter("sglang").shm_prefixes[0]
     lab.experiment("named", env={"STUB_SHM": "1", "STUB_SHM_PREFIXES": f"{vllm},{sglang}", "STUB_INTERVAL": "0.2"})
@@ -487,8 +487,8 @@ async def test_the_run_control_helper_is_uploaded_again_when_removed(lab: Lab) -
 
 
 def test_home_relative_workdir_over_ssh() -> None:
-    from servelab.engines.hostsfile import HostConfig
-    from servelab.engines.runrecords import runs_root
+    from servelab.engines.hosts.hostsfile import HostConfig
+    from servelab.engines.runs.records import runs_root
 
     assert runs_root(HostConfig(name="g", ssh="gpu", workdir="~/servelab")) == "servelab/runs"
     assert runs_root(HostConfig(name="g", ssh="gpu", workdir="/data/servelab/")) == "/data/servelab/runs"

@@ -15,14 +15,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servelab.engines import preflight_cache
-from servelab.engines.catalog import load_catalog
-from servelab.engines.history import engine_state, latest_probed, latest_runs
+from servelab.engines.preflight import cache as preflight_cache
+from servelab.engines.catalog.folder import load_catalog
+from servelab.engines.runs.history import engine_state, latest_probed, latest_runs
 from servelab.engines.logs.files import analyze_bytes
-from servelab.engines.owner import me
-from servelab.engines.rehearsal import _cache_key
-from servelab.engines.runrecords import RunRecord, RunStatus
-from servelab.engines.runstate import EngineState, RunState
+from servelab.engines.hosts.owner import me
+from servelab.engines.runs.rehearsal import _cache_key
+from servelab.engines.runs.records import RunRecord, RunStatus
+from servelab.engines.runs.state import EngineState, RunState
 from tests.conftest import REPO
 from tests.fixtures.runlab import Lab, is_running, wait_for
 
@@ -177,7 +177,7 @@ async def test_a_semaphore_made_while_the_engine_shuts_down_goes_with_its_stop_a
 
 
 def test_each_engine_has_its_own_stop_plan_and_sglang_gets_time_before_any_sigkill() -> None:
-    from servelab.engines.adapter import all_adapters, get_adapter
+    from servelab.engines.adapters.base import all_adapters, get_adapter
 
     plans = {a.name: a.stop_plan for a in all_adapters()}
     assert set(plans) >= {"vllm", "sglang"}

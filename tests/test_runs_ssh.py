@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from servelab.engines.hosts.ssh import SshHost
-from servelab.engines.runs import Runs
+from servelab.engines.runs.manager import Runs
 from tests.conftest import REPO
 from tests.fixtures.runlab import STUB_PATH, Lab, group_members, is_running, wait_for
 from tests.fixtures.sshd import SshServer

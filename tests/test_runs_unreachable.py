@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from servelab.engines.runrecords import RunUnreachable
+from servelab.engines.runs.records import RunUnreachable
 from tests.conftest import REPO
 from tests.fixtures.runlab import Lab, is_running
 from tests.fixtures.sshd import SshServer

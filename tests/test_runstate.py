@@ -10,8 +10,8 @@ import pytest
 
 from servelab.engines.errors import ServelabError
 from servelab.engines.logs.files import analyze_file
-from servelab.engines.runrecords import RunRecord
-from servelab.engines.runstate import STYLES, RunState, is_terminal
+from servelab.engines.runs.records import RunRecord
+from servelab.engines.runs.state import STYLES, RunState, is_terminal
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNCTL = ROOT / "engines" / "helpers" / "runctl.py"
@@ -90,7 +90,7 @@ def test_run_json_round_trips_with_the_same_strings() -> None:
 
 
 def test_stage_states_are_plain_strings_with_one_style_each() -> None:
-    from servelab.engines.runstate import STAGE_MARKS, STAGE_STYLES, StageState
+    from servelab.engines.runs.state import STAGE_MARKS, STAGE_STYLES, StageState
 
     assert [s.value for s in StageState] == ["pending", "running", "done", "failed"]
     assert set(STAGE_STYLES) == set(StageState) and set(STAGE_MARKS) == set(StageState)

@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from servelab.engines.compare import compare_runs, render
-from servelab.engines.history import display_state, headline
+from servelab.engines.verdict.compare import compare_runs, render
+from servelab.engines.runs.history import display_state, headline
 from servelab.engines.hosts.registry import close_all
-from servelab.engines.runrecords import RunStatus
-from servelab.engines.runstate import RunState
+from servelab.engines.runs.records import RunStatus
+from servelab.engines.runs.state import RunState
 from servelab.engines.probe.artifacts import PROBE_JSON, load_probe, probe_run
 from tests.conftest import REPO, SGLANG_PYTHON
 from tests.fixtures.ports import free_port

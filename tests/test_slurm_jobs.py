@@ -18,11 +18,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from servelab.engines.history import display_state
+from servelab.engines.runs.history import display_state
 from servelab.engines.logs.files import analyze_bytes
-from servelab.engines.runrecords import RunStatus
-from servelab.engines.runs import Runs
-from servelab.engines.runstate import RunState, StageState
+from servelab.engines.runs.records import RunStatus
+from servelab.engines.runs.manager import Runs
+from servelab.engines.runs.state import RunState, StageState
 from servelab.engines.slurm.script import SCRIPT_NAME
 from tests.conftest import REPO
 from tests.fixtures.runlab import STUB_PATH, toml_value

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from servelab.engines.probe.artifacts import PROBE_JSON, probe_run, wait_for_ready
-from servelab.engines.runs import Runs
-from servelab.engines.runstate import RunState
+from servelab.engines.runs.manager import Runs
+from servelab.engines.runs.state import RunState
 from servelab.engines.slurm.script import SCRIPT_NAME, node_log
 from tests.conftest import SGLANG_PYTHON, TINY_MODEL, need_sglang
 from tests.fixtures.ports import free_port

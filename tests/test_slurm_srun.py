@@ -17,10 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from servelab.engines.catalog import load_catalog
-from servelab.engines.hostsfile import SlurmSettings
+from servelab.engines.catalog.folder import load_catalog
+from servelab.engines.hosts.hostsfile import SlurmSettings
 from servelab.engines.slurm.script import HEAD_TOKEN, NODE_TOKEN, RankCommand, node_log, render
-from servelab.engines.values import LaunchSpec
+from servelab.engines.adapters.exchange import LaunchSpec
 
 #: The engine's stand-in: prints its argv, a few variables and the task's own Slurm ids as JSON.
 RECORDER = (

@@ -13,14 +13,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from servelab.engines.catalog import load_catalog
-from servelab.engines.history import display_state
-from servelab.engines.hostsfile import SlurmSettings
+from servelab.engines.catalog.folder import load_catalog
+from servelab.engines.runs.history import display_state
+from servelab.engines.hosts.hostsfile import SlurmSettings
 from servelab.engines.logs.files import analyze_file
-from servelab.engines.runstate import RunState
+from servelab.engines.runs.state import RunState
 from servelab.engines.slurm.script import render
 from servelab.engines.slurm.states import reason_words, view
-from servelab.engines.slurm.values import JobState, SlurmJob, parse_pairs
+from servelab.engines.slurm.scontrol import JobState, SlurmJob, parse_pairs
 from tests.conftest import REPO
 
 #: A real crash's analysis (what a log that ended in a traceback says).

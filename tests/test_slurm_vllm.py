@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engines.history import display_state
-from servelab.engines.preflight import run_preflight
+from servelab.engines.runs.history import display_state
+from servelab.engines.preflight.checks import run_preflight
 from servelab.engines.probe.artifacts import PROBE_JSON, load_probe, probe_run, wait_for_ready
-from servelab.engines.runs import Runs
-from servelab.engines.runstate import RunState
+from servelab.engines.runs.manager import Runs
+from servelab.engines.runs.state import RunState
 from tests.conftest import ENGINE_PYTHON, need_engine
 from tests.fixtures.procs import marked
 from tests.fixtures.slurm import SlurmLab, queued_status, tiny_vllm_experiment

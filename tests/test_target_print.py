@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servelab.engines.helpers import weightprint
-from servelab.engines.hostsfile import HostConfig
+from servelab.engines.hosts.hostsfile import HostConfig
 from servelab.engines.hosts.registry import close_all, open_host
-from servelab.engines.target_print import target_identity
-from servelab.engines.values import TargetIdentity
-from servelab.engines.owner import me
+from servelab.engines.weights.fingerprint import target_identity
+from servelab.engines.adapters.exchange import TargetIdentity
+from servelab.engines.hosts.owner import me
 from tests.fixtures.targets import make
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from servelab.engines.campaign import control
 from servelab.engines.campaign.plots import CampaignPlots, plot_series
-from servelab.engines.catalog import load_catalog
+from servelab.engines.catalog.folder import load_catalog
 from tests.fixtures.campaignlab import marked, recorded_campaign, two_load_campaign
 from tests.fixtures.runlab import Lab
 from tests.fixtures.tui import pilot_wait, screen_text
@@ -207,7 +207,7 @@ def test_a_fleet_campaign_shows_each_points_host_and_its_move() -> None:
     from rich.console import Console
 
     from servelab.engines.campaign.control import CampaignStatus, LoadState, PointState
-    from servelab.engines.runstate import CampaignState
+    from servelab.engines.runs.state import CampaignState
     from servelab.tui.widgets.campaign_view import points_table, status_line
 
     def text(renderable: Any) -> str:

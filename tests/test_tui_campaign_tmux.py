@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from servelab.engines.campaign import control
-from servelab.engines.catalog import load_catalog
+from servelab.engines.catalog.folder import load_catalog
 from servelab.engines.errors import ServelabError
 from tests.fixtures.campaignlab import two_load_campaign
 from tests.fixtures.runlab import Lab

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from servelab.engines.gpus.view import GpuView
-from servelab.engines.runrecords import RunRecord
+from servelab.engines.runs.records import RunRecord
 from servelab.tui.app import ServelabApp
 from servelab.tui.palette import key_commands
 from servelab.tui.screens.confirm import ConfirmScreen

@@ -107,7 +107,7 @@ async def test_runs_and_experiments_keep_a_down_hosts_runs_and_see_runs_launched
 
 
 async def test_no_notification_for_a_run_that_was_ready_before_the_dashboard_opened(tui_folder: TuiFolder, monkeypatch: pytest.MonkeyPatch) -> None:
-    from servelab.engines import watch
+    from servelab.engines.runs import watch
 
     monkeypatch.setattr(watch, "LIST_SECONDS", 0.3)
     old = tui_folder.replay("tiny-cpu-vllm-ngram", SHARDS, rate=0, hold_s=60)

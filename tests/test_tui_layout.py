@@ -9,9 +9,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from servelab.engines.catalog import load_catalog
-from servelab.engines.preflight import run_preflight
-from servelab.engines.runs import Runs
+from servelab.engines.catalog.folder import load_catalog
+from servelab.engines.preflight.checks import run_preflight
+from servelab.engines.runs.manager import Runs
 from tests.conftest import TINY_MODEL
 from tests.fixtures.runlab import STUB_PATH, toml_value
 from tests.fixtures.ports import free_port

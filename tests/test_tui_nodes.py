@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from servelab.engines.nodes.run import GROUP_JSON, MultiNodeRecord, NodeRun, node_run_id
-from servelab.engines.runrecords import new_run_id
-from servelab.engines.runstate import RunState
+from servelab.engines.runs.records import new_run_id
+from servelab.engines.runs.state import RunState
 from servelab.tui.widgets.gpu_rows import GpuRows
 from tests.fixtures.gpus import RECORDED_PID, fake_smi
 from tests.fixtures.runlab import Lab, wait_for

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from textual.widgets import DataTable
 
-from servelab.engines.owner import me
+from servelab.engines.hosts.owner import me
 from servelab.tui.app import ServelabApp
 from servelab.tui.screens.confirm import ConfirmScreen
 from servelab.tui.screens.runs import RunsScreen

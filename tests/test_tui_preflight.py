@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from servelab.engines.catalog import load_catalog
+from servelab.engines.catalog.folder import load_catalog
 from tests.conftest import TINY_MODEL
 from tests.fixtures.drafter_files import tiny_eagle3_config, write_drafter
 from tests.fixtures.tui import TuiFolder, screen_text, wait_for

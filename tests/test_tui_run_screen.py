@@ -12,7 +12,7 @@ from tests.fixtures.tui import SHARED_LOGS
 from tests.fixtures.tui import TuiFolder
 from tests.fixtures.tui import open_run_screen, screen_text, settle, wait_for, watched_run_screen
 from servelab.tui.app import ServelabApp
-from servelab.engines import watch
+from servelab.engines.runs import watch
 from servelab.tui.screens.run import with_history
 from servelab.tui.widgets.run_view_model import StageRow
 from servelab.tui.widgets.log_view import LogPanel
@@ -30,7 +30,7 @@ async def test_crash_pins_root_cause_and_hint_and_rings(tui_folder: TuiFolder, f
     async with watched_run_screen(tui_folder, "kimi-k25-vllm-eagle3", WHITELIST_CRASH, (100, 30), rate=50, exit_code=1, hold_s=5.0) as (app, pilot, screen, bells):
         await wait_for(pilot, lambda: screen.view.state == "crashed" and "exit code 1" in screen.liveness)
         # the state, then the frame that shows it (the header may read CRASHED by the exit code a frame
-        # before the root cause panel is laid out: engines.history.headline)
+        # before the root cause panel is laid out: engines.runs.history.headline)
         await wait_for(pilot, lambda: "CRASHED" in screen_text(app) and "ROOT CAUSE" in screen_text(app))
         text = screen_text(app)
         assert "ROOT CAUSE" in text and "ValueError" in text
@@ -109,7 +109,7 @@ def test_old_spool_copies_are_pruned(tmp_path) -> None:  # type: ignore[no-untyp
 
 
 async def test_a_truncated_log_starts_the_view_and_analysis_afresh(tui_folder: TuiFolder) -> None:
-    from servelab.engines.runrecords import LOG_NAME
+    from servelab.engines.runs.records import LOG_NAME
 
     run_id = tui_folder.replay("tiny-cpu-vllm-baseline", NGRAM_SERVE, rate=0, exit_code=0, hold_s=30.0)
     app = ServelabApp(tui_folder.folder)
@@ -132,12 +132,12 @@ async def test_a_truncated_log_starts_the_view_and_analysis_afresh(tui_folder: T
 async def test_a_long_log_shows_its_end_before_it_is_indexed_then_the_whole_log(tui_folder: TuiFolder, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Opening a long run: its last lines are on screen while the log is still being read from byte 0;
     then the view swaps to the whole log (following its end), which agrees with a scan of the file."""
-    from servelab.engines.runrecords import LOG_NAME, TAIL_BYTES
+    from servelab.engines.runs.records import LOG_NAME, TAIL_BYTES
     from servelab.tui.widgets.line_index import LineIndex
 
     from servelab.engines.logs.analyzer import LogAnalyzer
     from servelab.engines.logs.files import guess_engine
-    from servelab.engines.adapter import get_adapter
+    from servelab.engines.adapters.base import get_adapter
 
     body = NGRAM_SERVE.read_bytes()
     an = LogAnalyzer(get_adapter(guess_engine(body)).grammar)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from servelab.engines.catalog import load_catalog
-from servelab.engines.runs import Runs
+from servelab.engines.catalog.folder import load_catalog
+from servelab.engines.runs.manager import Runs
 from tests.fixtures.screens import NGRAM_SERVE, probe_summary
 from tests.fixtures.tui import TuiFolder
 from tests.fixtures.tui import screen_text
 from tests.fixtures.tui import wait_for
 from servelab.tui.app import ServelabApp
-from servelab.engines.compare import Row, build
+from servelab.engines.verdict.compare import Row, build
 from servelab.tui.screens.compare import CompareScreen
 from servelab.tui.screens.confirm import ConfirmScreen
 from servelab.tui.screens.preflight import PreflightScreen
@@ -41,7 +41,7 @@ def test_best_column_knows_the_direction_of_each_metric() -> None:
 
 
 def best_column(label: str, values: list[float | None] | list[str]) -> int | None:
-    """The best cell of a row as the core builds it (``engines.compare.build``)."""
+    """The best cell of a row as the core builds it (``engines.verdict.compare.build``)."""
     summaries = [{"output_throughput": v, "median_tpot_ms": v, "median_ttft_ms": v} for v in values]
     comp = build([(f"r{i}", s) for i, s in enumerate(summaries)], {}) if label != "engine" else None
     if comp is None:

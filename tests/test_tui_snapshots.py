@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from servelab.engines.catalog import load_catalog
+from servelab.engines.catalog.folder import load_catalog
 from servelab.engines.diagnosis.stored import DIAGNOSIS_JSON
-from servelab.engines.preflight import run_preflight
+from servelab.engines.preflight.checks import run_preflight
 from tests.fixtures.campaignlab import recorded_campaign
 from tests.fixtures.runlab import Lab
 from tests.fixtures.ports import free_port

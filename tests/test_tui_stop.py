@@ -22,7 +22,7 @@ from rich.text import Text
 from textual.widgets import DataTable, Static
 
 from servelab.engines.logs.lines import LineKind
-from servelab.engines.runstate import RunState
+from servelab.engines.runs.state import RunState
 from tests.fixtures.runlab import Lab, wait_for
 from tests.fixtures.tui import RECORDED_LOGS, pilot_wait
 

@@ -1,4 +1,4 @@
-"""The run watcher (engines/watch.py) on a real replayed run, without the app around it."""
+"""The run watcher (engines/runs/watch.py) on a real replayed run, without the app around it."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from collections.abc import Callable
 
 import pytest
 
-from servelab.engines.catalog import load_catalog
-from servelab.engines.runrecords import RunRecord, RunStatus
-from servelab.engines.runs import Runs
-from servelab.engines.runstate import RunState
+from servelab.engines.catalog.folder import load_catalog
+from servelab.engines.runs.records import RunRecord, RunStatus
+from servelab.engines.runs.manager import Runs
+from servelab.engines.runs.state import RunState
 from tests.fixtures.runlab import until
 from tests.fixtures.tui import SHARED_LOGS, TuiFolder
-from servelab.engines import watch
-from servelab.engines.watch import RunWatcher
+from servelab.engines.runs import watch
+from servelab.engines.runs.watch import RunWatcher
 
 NGRAM_SERVE = SHARED_LOGS / "vllm-cpu-ngram-startup-and-serve.log"
 
@@ -124,7 +124,7 @@ async def test_a_dashboard_announces_only_its_own_users_runs_and_never_a_rehears
     """Alice's run and Alice's rehearsal turn ready under two watchers, Alice's and Bob's: Alice's
     announces her run alone (bell, toast, probe on ready hang on it); Bob's announces nothing, yet
     follows both (his views still refresh on them)."""
-    from servelab.engines.owner import Owner
+    from servelab.engines.hosts.owner import Owner
 
     gate = tui_folder.workdir / "go"
     run = tui_folder.replay("tiny-cpu-vllm-ngram", NGRAM_SERVE, rate=400, hold_s=30.0, gate=gate)
@@ -161,7 +161,7 @@ async def test_a_run_started_after_the_dashboard_opened_is_news_even_when_ready_
     opened stays history."""
     import datetime as dt
 
-    from servelab.engines.runrecords import LOG_NAME
+    from servelab.engines.runs.records import LOG_NAME
 
     announced: list[tuple[str, str, str, str]] = []
     watcher = RunWatcher(lambda: Runs(load_catalog(tui_folder.folder)), lambda *event: announced.append(event), lambda rid, exc: None)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from servelab.engines.catalog import load_catalog
+from servelab.engines.catalog.folder import load_catalog
 from servelab.engines.diagnosis.stored import DIAGNOSIS_JSON
-from servelab.engines.runs import Runs
+from servelab.engines.runs.manager import Runs
 from tests.fixtures.screens import NGRAM_SERVE, body_text, dead_start
 from tests.fixtures.tui import TuiFolder, pilot_wait
 from servelab.tui.app import ServelabApp

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from servelab.engines.adapters.vllm import VllmCounterWindow
-from servelab.engines.compare import speedup
+from servelab.engines.verdict.compare import speedup
 from servelab.engines.probe.stats import mad, median
 
 

@@ -24,17 +24,17 @@ from textual.dom import DOMNode
 from textual.screen import Screen
 from textual.theme import Theme
 
-from servelab.engines.catalog import Catalog, default_dir, load_catalog
+from servelab.engines.catalog.folder import Catalog, default_dir, load_catalog
 from servelab.engines.errors import ServelabError
 from servelab.tui.keymap import load_keymap
 from servelab.tui.palette import KeyCommands
 from servelab.tui.widgets.toast_log import ToastLog
 
 if TYPE_CHECKING:
-    from servelab.engines.preflight import Check
+    from servelab.engines.preflight.checks import Check
     from servelab.engines.probe.summary import ProbeSummary
-    from servelab.engines.runs import Runs
-    from servelab.engines.watch import RunWatcher
+    from servelab.engines.runs.manager import Runs
+    from servelab.engines.runs.watch import RunWatcher
     from textual.notifications import SeverityLevel
     from servelab.tui.face import Face
 
@@ -126,7 +126,7 @@ class ServelabApp(App[int]):
 
     def runs(self) -> Runs:
         """The run lifecycle for the folder as last loaded (loads it on first use)."""
-        from servelab.engines.runs import Runs
+        from servelab.engines.runs.manager import Runs
 
         if self.catalog is None:
             self.catalog = load_catalog(self.folder)
@@ -138,7 +138,7 @@ class ServelabApp(App[int]):
 
     @work(exclusive=True, group="watch-runs", exit_on_error=False)
     async def _watch_runs(self) -> None:
-        from servelab.engines.watch import RunWatcher
+        from servelab.engines.runs.watch import RunWatcher
 
         watcher = RunWatcher(self.runs, self.announce, self.follower_failed, self.runs_changed)
         self.watcher = watcher

@@ -15,11 +15,11 @@ if TYPE_CHECKING:
     from textual.message_pump import MessagePump
     from textual.widget import Widget
 
-    from servelab.engines.catalog import Catalog
-    from servelab.engines.logs.values import Analysis
-    from servelab.engines.preflight import Check
+    from servelab.engines.catalog.folder import Catalog
+    from servelab.engines.logs.analysis import Analysis
+    from servelab.engines.preflight.checks import Check
     from servelab.engines.probe.summary import ProbeSummary
-    from servelab.engines.runs import Runs
+    from servelab.engines.runs.manager import Runs
     from servelab.tui.widgets.toast_log import ToastLog
 
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from textual.message_pump import MessagePump
     from textual.screen import Screen
 
-    from servelab.engines.catalog import Catalog
+    from servelab.engines.catalog.folder import Catalog
 
 R = TypeVar("R")
 T = TypeVar("T", bound="Target[Any]")

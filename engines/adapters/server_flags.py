@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from servelab.engines.adapter import render_flags
-from servelab.engines.experiment import Experiment
+from servelab.engines.adapters.base import render_flags
+from servelab.engines.catalog.experiment import Experiment
 
 Axis = Literal["tensor", "pipeline", "data", "expert"]
 

@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from servelab.engines.adapter import ArgValidation, engine_args_problems, render_flags
-from servelab.engines.values import (
+from servelab.engines.adapters.base import ArgValidation, engine_args_problems, render_flags
+from servelab.engines.adapters.exchange import (
     Acceptance, Inexpressible, LatencyHistograms, LaunchSpec, NodePlan, NodeProcess, NodeTarget, PromptSet, RendezvousGrammar, SettingsGrammar, StopPlan,
 )
-from servelab.engines.experiment import Experiment
+from servelab.engines.catalog.experiment import Experiment
 from servelab.engines.nodes.plan import host_port, multinode_problems, rendezvous_of, with_env
 from servelab.engines.logs.grammar import UVICORN_ANSWERED, UVICORN_SERVED, BarRule, Evidence, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, parse_header
 from servelab.engines.adapters.server_flags import ParallelFlag, flag_value, server_flags, with_flag

@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from servelab.engines.adapter import ArgValidation, engine_args_problems
-from servelab.engines.values import (
+from servelab.engines.adapters.base import ArgValidation, engine_args_problems
+from servelab.engines.adapters.exchange import (
     Acceptance, Inexpressible, LatencyHistograms, LaunchSpec, NodePlan, NodeProcess, NodeTarget, PromptSet, RendezvousGrammar, SettingsGrammar, StopPlan,
 )
-from servelab.engines.experiment import Experiment
+from servelab.engines.catalog.experiment import Experiment
 from servelab.engines.nodes.plan import multinode_problems, rendezvous_of, with_env
 from servelab.engines.nodes.ray import ray_env, ray_node_process
 from servelab.engines.logs.grammar import UVICORN_ANSWERED, UVICORN_SERVED, BarRule, Evidence, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, header_parser

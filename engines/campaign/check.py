@@ -6,7 +6,7 @@ from pathlib import Path
 
 from servelab.engines.campaign.definition import Campaign, load_campaign
 from servelab.engines.campaign.plan import plan
-from servelab.engines.catalog import Catalog
+from servelab.engines.catalog.folder import Catalog
 from servelab.engines.errors import Problem, ServelabError
 
 #: Campaign files live here, inside the experiments folder.

@@ -19,14 +19,14 @@ from servelab.engines.campaign.check import campaign_files, load_checked
 from servelab.engines.campaign.definition import load_campaign
 from servelab.engines.campaign.document import PLAN_JSON, Located, Progress, build_document, campaigns_root, new_campaign_id
 from servelab.engines.campaign.plan import Plan, plan
-from servelab.engines.catalog import Catalog
+from servelab.engines.catalog.folder import Catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.helpers import helper_script, last_json, last_line
 from servelab.engines.hosts.base import Host, HostUnreachable
 from servelab.engines.hosts.registry import open_host
 from servelab.engines.hosts.scripts import SCRIPTS
-from servelab.engines.hostsfile import LOCAL, HostConfig
-from servelab.engines.runstate import CampaignState
+from servelab.engines.hosts.hostsfile import LOCAL, HostConfig
+from servelab.engines.runs.state import CampaignState
 
 CTL = "campaignctl.py"
 #: Host scripts the supervisor runs (uploaded beside runctl.py, one file per content version).

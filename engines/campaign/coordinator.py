@@ -29,15 +29,15 @@ import httpx
 
 from servelab.engines.campaign.document import PID_JSON, PLAN_JSON, STATE_JSON
 from servelab.engines.campaign.fleet import Fleet
-from servelab.engines.catalog import Catalog
+from servelab.engines.catalog.folder import Catalog
 from servelab.engines.errors import ServelabError
-from servelab.engines.experiment import Experiment, SourcedExperiment
+from servelab.engines.catalog.experiment import Experiment, SourcedExperiment
 from servelab.engines.hosts.base import HostUnreachable
-from servelab.engines.preflight import run_preflight
+from servelab.engines.preflight.checks import run_preflight
 from servelab.engines.probe.runner import scrape_metrics, wait_ready
 from servelab.engines.probe.timer import HostTimer, TimedBatch
-from servelab.engines.runrecords import Located, RunRecord, RunRef, RunsAPI, RunUnreachable, new_run_id, unreachable_reason
-from servelab.engines.runstate import CampaignState, RunState
+from servelab.engines.runs.records import Located, RunRecord, RunRef, RunsAPI, RunUnreachable, new_run_id, unreachable_reason
+from servelab.engines.runs.state import CampaignState, RunState
 from servelab.engines.atomic_write import write_atomic
 
 POINTS = "points"

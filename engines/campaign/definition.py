@@ -17,8 +17,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field, model_validator
 
 from servelab.engines.errors import Problem
-from servelab.engines.experiment import Experiment, ProbeSettings, Strict
-from servelab.engines.loader import display_path, load_model, locate, parse_toml
+from servelab.engines.catalog.experiment import Experiment, ProbeSettings, Strict
+from servelab.engines.catalog.loader import display_path, load_model, locate, parse_toml
 
 #: Scalar values an axis can take (what a TOML experiment key can hold).
 AxisValue = str | int | float | bool

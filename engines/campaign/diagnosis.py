@@ -16,7 +16,7 @@ from servelab.engines.diagnosis.cost import step_cost
 from servelab.engines.diagnosis.model import Arm, Finding, Measurements
 from servelab.engines.diagnosis.reference import closest
 from servelab.engines.diagnosis.rules import PRAISE_FROM, RunFacts, diagnose
-from servelab.engines.experiment import Experiment
+from servelab.engines.catalog.experiment import Experiment
 
 SOURCE = "the campaign probe (greedy, temperature 0)"
 

@@ -17,17 +17,17 @@ from typing import Any
 import httpx
 import tomlkit
 
-from servelab.engines.adapter import get_adapter
+from servelab.engines.adapters.base import get_adapter
 from servelab.engines.campaign.plan import Plan, Point, point_name
-from servelab.engines.catalog import Catalog
-from servelab.engines.experiment import Experiment, SourcedExperiment
+from servelab.engines.catalog.folder import Catalog
+from servelab.engines.catalog.experiment import Experiment, SourcedExperiment
 from servelab.engines.hosts.base import Host, host_workdir
-from servelab.engines.hostsfile import HostConfig
-from servelab.engines.preflight import run_preflight
+from servelab.engines.hosts.hostsfile import HostConfig
+from servelab.engines.preflight.checks import run_preflight
 from servelab.engines.probe.client import chat_body
 from servelab.engines.probe.prompts import load as load_prompts
-from servelab.engines.runrecords import RunRecord, runs_root
-from servelab.engines.runstate import RunState
+from servelab.engines.runs.records import RunRecord, runs_root
+from servelab.engines.runs.state import RunState
 
 CAMPAIGNS_DIR = "campaigns"
 PLAN_JSON = "plan.json"

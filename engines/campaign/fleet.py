@@ -25,8 +25,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from servelab.engines.hostsfile import HostConfig
-from servelab.engines.runstate import CampaignState
+from servelab.engines.hosts.hostsfile import HostConfig
+from servelab.engines.runs.state import CampaignState
 
 #: What a load weighs in a queue when no earlier load of its model on that host says.
 DEFAULT_ESTIMATE_S = 60.0

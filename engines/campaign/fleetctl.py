@@ -38,12 +38,12 @@ from servelab.engines.campaign.document import (
 )
 from servelab.engines.campaign.fleet import new_fleet
 from servelab.engines.campaign.plan import Plan
-from servelab.engines.catalog import Catalog
+from servelab.engines.catalog.folder import Catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.hosts.registry import open_host
-from servelab.engines.hostsfile import LOCAL
-from servelab.engines.runrecords import unreachable_reason
+from servelab.engines.hosts.hostsfile import LOCAL
+from servelab.engines.runs.records import unreachable_reason
 
 LOG = "supervisor.log"
 #: How long a new coordinator has to record its pid.

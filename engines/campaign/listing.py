@@ -20,7 +20,7 @@ from servelab.engines.campaign.control import CampaignStatus
 from servelab.engines.campaign.document import campaigns_root
 from servelab.engines.campaign.definition import load_campaign
 from servelab.engines.campaign.plan import Plan, plan
-from servelab.engines.catalog import Catalog
+from servelab.engines.catalog.folder import Catalog
 from servelab.engines.errors import Problem, ServelabError
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.hosts.registry import open_host
@@ -29,7 +29,7 @@ from servelab.engines.hosts.registry import open_host
 CAMPAIGN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*-\d{8}-\d{6}-[0-9a-f]{4}$")
 
 if TYPE_CHECKING:
-    from servelab.engines.runrecords import RunsAPI
+    from servelab.engines.runs.records import RunsAPI
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def campaign_entries(catalog: Catalog, estimates: dict[tuple[str, str], float] |
 
 async def campaign_entries_with_history(catalog: Catalog, runs: RunsAPI) -> list[CampaignEntry]:
     """``campaign_entries`` with each load estimated from earlier loads (``plan_with_history``'s rule, one listing for all)."""
-    from servelab.engines.history import load_estimates
+    from servelab.engines.runs.history import load_estimates
 
     hosts = {load.experiment.host for e in campaign_entries(catalog) if e.plan is not None for load in e.plan.loads}
     seconds = await load_estimates(runs, hosts) if hosts else {}

@@ -28,16 +28,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from servelab.engines.adapter import ENGINE_MODULES, get_adapter, speculative_flags
+from servelab.engines.adapters.base import ENGINE_MODULES, get_adapter, speculative_flags
 from servelab.engines.campaign.definition import PROBE_KEYS, AxisValue, Campaign
 from servelab.engines.campaign.fleet import Assignment, FleetHost, LoadNeed, assign, fleet_host
-from servelab.engines.catalog import Catalog
+from servelab.engines.catalog.folder import Catalog
 from servelab.engines.errors import Problem, ServelabError
-from servelab.engines.experiment import Experiment, SourcedExperiment
-from servelab.engines.loader import display_path, locate
+from servelab.engines.catalog.experiment import Experiment, SourcedExperiment
+from servelab.engines.catalog.loader import display_path, locate
 
 if TYPE_CHECKING:
-    from servelab.engines.runrecords import RunsAPI
+    from servelab.engines.runs.records import RunsAPI
 
 #: Keys that never change what is loaded.
 _NOT_SERVED = ("name", "description", "tags", "baseline", "probe")
@@ -241,7 +241,7 @@ def _host_model(catalog: Catalog, base: SourcedExperiment, model: str) -> str:
 
 async def plan_with_history(campaign: Campaign, catalog: Catalog, runs: RunsAPI) -> Plan:
     """The plan, each load estimated from earlier probed loads of its model on its host."""
-    from servelab.engines.history import load_estimates
+    from servelab.engines.runs.history import load_estimates
 
     hosts = {load.experiment.host for load in plan(campaign, catalog).loads} | set(campaign.spec.hosts)
     seconds = await load_estimates(runs, hosts)

@@ -23,7 +23,7 @@ from typing import Any
 
 from servelab.engines.campaign.report import CampaignReport, PointRow
 from servelab.engines.errors import ServelabError
-from servelab.engines.runstate import CampaignState
+from servelab.engines.runs.state import CampaignState
 
 CHARTS = ("speedup", "acceptance", "throughput")
 FILE_FORMATS = ("svg", "png")

@@ -24,25 +24,25 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from servelab.engines.adapter import get_adapter
+from servelab.engines.adapters.base import get_adapter
 from servelab.engines.campaign.control import locate
 from servelab.engines.campaign.document import PLAN_JSON, STATE_JSON, Located
 from servelab.engines.campaign.diagnosis import diagnose_point, headline
-from servelab.engines.catalog import Catalog
+from servelab.engines.catalog.folder import Catalog
 from servelab.engines.diagnosis.degenerate import unique_char_share
 from servelab.engines.diagnosis.model import Finding
 from servelab.engines.errors import ServelabError
-from servelab.engines.experiment import Experiment
+from servelab.engines.catalog.experiment import Experiment
 from servelab.engines.hosts.base import HostUnreachable
-from servelab.engines.values import Acceptance, Prompt, PromptSet
+from servelab.engines.adapters.exchange import Acceptance, Prompt, PromptSet
 from servelab.engines.probe.prompts import load as load_prompts
 from servelab.engines.probe.runner import aggregate, combine, server_figures
 from servelab.engines.probe.metrics import latency_between
 from servelab.engines.probe.client import result_from_events
 from servelab.engines.probe.stats import MAD_TO_SIGMA
 from servelab.engines.probe.summary import ProbeSummary
-from servelab.engines.runrecords import RunsAPI
-from servelab.engines.runstate import CampaignState
+from servelab.engines.runs.records import RunsAPI
+from servelab.engines.runs.state import CampaignState
 
 FORMATS = ("table", "markdown", "csv", "json")
 

@@ -1,4 +1,4 @@
-"""Diagnose a live run of :class:`engines.runs.Runs` and keep ``diagnosis.json`` beside ``probe.json``."""
+"""Diagnose a live run of :class:`engines.runs.manager.Runs` and keep ``diagnosis.json`` beside ``probe.json``."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import json
 import time
 from typing import TYPE_CHECKING
 
-from servelab.engines.adapter import get_adapter
+from servelab.engines.adapters.base import get_adapter
+from servelab.engines.probe.speedup import baseline_speedup
 from servelab.engines.diagnosis.identity import drafter_identity, provenance_of
-from servelab.engines.target_print import target_identity
+from servelab.engines.weights.fingerprint import target_identity
 from servelab.engines.diagnosis.local import reference_for
 from servelab.engines.diagnosis.measure import Progress, SuiteSettings
 from servelab.engines.diagnosis.model import Diagnosis
@@ -19,12 +20,12 @@ from servelab.engines.diagnosis.suite import Baseline, Pairing, diagnose_server
 from servelab.engines.errors import ServelabError
 from servelab.engines.probe.artifacts import load_probe, run_experiment
 from servelab.engines.probe.prompts import load as load_prompts
-from servelab.engines.runstate import RunState, StageState
+from servelab.engines.runs.state import RunState, StageState
 
 if TYPE_CHECKING:
-    from servelab.engines.experiment import Experiment
-    from servelab.engines.runrecords import RunRecord
-    from servelab.engines.runrecords import Located, RunsAPI
+    from servelab.engines.catalog.experiment import Experiment
+    from servelab.engines.runs.records import RunRecord
+    from servelab.engines.runs.records import Located, RunsAPI
 
 #: vLLM samples at 1.0 when neither the request nor generation_config.json sets a temperature.
 DEFAULT_TEMPERATURE = 1.0
@@ -77,8 +78,6 @@ def drafter_path(runs: RunsAPI, rec: RunRecord, draft: str | None) -> str | None
 
 async def baseline_step(runs: RunsAPI, run_id: str, exp_baseline: str | None, model: str) -> tuple[float | None, str | None, float | None, str]:
     """(plain decode ms per token, baseline run, measured speedup, note) from the probed runs."""
-    from servelab.engines.compare import baseline_speedup
-
     own = await load_probe(runs, run_id)
     measured: float | None = None
     base_run: str | None = None

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 from servelab.engines.drafter.facts import FactsError, read_model
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
-from servelab.engines.safetensors_header import HeaderError
+from servelab.engines.weights.safetensors_header import HeaderError
 from servelab.engines.diagnosis.model import DrafterIdentity, Provenance
 from servelab.engines.drafter.provenance import judge, recorded_target
 
 if TYPE_CHECKING:
     from servelab.engines.hosts.base import Host
-    from servelab.engines.values import TargetIdentity
+    from servelab.engines.adapters.exchange import TargetIdentity
 
 #: Bytes of each tensor that go into the fingerprint.
 SAMPLE_BYTES = 256

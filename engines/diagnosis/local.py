@@ -22,9 +22,9 @@ from servelab.engines.diagnosis.stored import load_diagnosis
 from servelab.engines.errors import ServelabError
 
 if TYPE_CHECKING:
-    from servelab.engines.experiment import Experiment
-    from servelab.engines.runrecords import RunRecord, RunsAPI
-    from servelab.engines.values import TargetIdentity
+    from servelab.engines.catalog.experiment import Experiment
+    from servelab.engines.runs.records import RunRecord, RunsAPI
+    from servelab.engines.adapters.exchange import TargetIdentity
 
 
 def _pos1(d: Diagnosis) -> float:

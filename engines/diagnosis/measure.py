@@ -24,13 +24,13 @@ from servelab.engines.diagnosis.degenerate import unique_bigram_share, unique_ch
 from servelab.engines.diagnosis.model import Arm, Measurements
 from servelab.engines.errors import ServelabError
 from servelab.engines.probe.client import stream_chat
-from servelab.engines.values import Acceptance, Prompt, PromptSet
+from servelab.engines.adapters.exchange import Acceptance, Prompt, PromptSet
 from servelab.engines.probe.runner import served_model, wait_ready
 from servelab.engines.probe.stats import median
 
 if TYPE_CHECKING:
-    from servelab.engines.adapter import EngineAdapter
-    from servelab.engines.experiment import Experiment
+    from servelab.engines.adapters.base import EngineAdapter
+    from servelab.engines.catalog.experiment import Experiment
 
 Progress = Callable[[str], None]
 

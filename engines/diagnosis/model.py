@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from servelab.engines.values import AsDict, TargetIdentity
+from servelab.engines.adapters.exchange import AsDict, TargetIdentity
 
 Severity = Literal["error", "warning", "info"]
 #: Order in which severities are ranked (first = most important).

@@ -19,7 +19,7 @@ from servelab.engines.diagnosis.curve import DEAD_START_BELOW, comparable, fall_
 from servelab.engines.diagnosis.model import Finding, Measurements, OtherTarget, Provenance
 
 if TYPE_CHECKING:
-    from servelab.engines.values import TargetIdentity
+    from servelab.engines.adapters.exchange import TargetIdentity
 
 #: A run on other target weights that drafted at least this well at position 1 shows the drafter is trained.
 TRAINED_START = 0.1

@@ -11,7 +11,7 @@ from servelab.engines.diagnosis.degenerate import DEGENERATE_BELOW, is_degenerat
 from servelab.engines.diagnosis.reference import reference_words
 from servelab.engines.diagnosis.model import Arm, Finding, Measurements, OtherTarget, Provenance, ReferenceMatch, StaticCheck, StepCost, rank
 from servelab.engines.diagnosis.pairing import PairFacts, candidates, target_changed
-from servelab.engines.values import TargetIdentity
+from servelab.engines.adapters.exchange import TargetIdentity
 
 #: Acceptance at least this high is what a figure "to praise" looks like.
 PRAISE_FROM = 0.3

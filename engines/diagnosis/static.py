@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from servelab.engines.adapter import get_adapter
+from servelab.engines.adapters.base import get_adapter
 from servelab.engines.diagnosis.model import StaticCheck
 from servelab.engines.drafter.facts import FactsError
 from servelab.engines.drafter.run import check_drafter
@@ -13,7 +13,7 @@ from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
 
 if TYPE_CHECKING:
-    from servelab.engines.experiment import Experiment
+    from servelab.engines.catalog.experiment import Experiment
     from servelab.engines.hosts.base import Host
 
 #: Methods whose drafter is a checkpoint the checks can read.

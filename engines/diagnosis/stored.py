@@ -1,8 +1,8 @@
 """A run's stored diagnosis: ``diagnosis.json`` beside ``probe.json``, read back.
 
 Apart from :mod:`engines.diagnosis.artifacts` (which diagnoses and writes it) so that readers
-(``engines/compare.py``'s verdict lines, the why screen) need not import the diagnosing code,
-which itself asks ``engines/compare.py`` for the baseline speedup.
+(``engines/verdict/compare.py``'s verdict lines, the why screen) need not import the diagnosing code,
+which itself asks ``engines/verdict/compare.py`` for the baseline speedup.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from servelab.engines.diagnosis.model import Diagnosis, from_dict
 from servelab.engines.errors import ServelabError
 
 if TYPE_CHECKING:
-    from servelab.engines.runrecords import Located, RunsAPI
+    from servelab.engines.runs.records import Located, RunsAPI
 
 DIAGNOSIS_JSON = "diagnosis.json"
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from servelab.engines.adapter import get_adapter
+from servelab.engines.adapters.base import get_adapter
 from servelab.engines.diagnosis.cost import step_cost
 from servelab.engines.diagnosis.measure import Progress, SuiteSettings, measure
 from servelab.engines.diagnosis.model import Diagnosis, DrafterIdentity, OtherTarget, Provenance, ReferenceMatch, StaticCheck
@@ -21,10 +21,10 @@ from servelab.engines.diagnosis.reference import closest
 from servelab.engines.diagnosis.rules import RunFacts, diagnose
 from servelab.engines.errors import ServelabError
 from servelab.engines.probe.metrics import latency_between
-from servelab.engines.values import PromptSet, TargetIdentity
+from servelab.engines.adapters.exchange import PromptSet, TargetIdentity
 
 if TYPE_CHECKING:
-    from servelab.engines.experiment import Experiment
+    from servelab.engines.catalog.experiment import Experiment
 
 
 async def _scrape(base_url: str) -> str | None:

@@ -22,9 +22,8 @@ from servelab.engines.diagnosis.degenerate import is_degenerate
 from servelab.engines.diagnosis.explain import cost_model
 from servelab.engines.diagnosis.model import Diagnosis, Finding, ReferenceMatch
 from servelab.engines.diagnosis.reference import reference_words
+from servelab.engines.probe.speedup import NOT_MEANINGFUL
 
-#: The verdict on a speedup measured on looping output.
-NOT_MEANINGFUL = "not meaningful on this output"
 
 #: Each finding's cause without figures: the sentence quotes the table's figures, not the suite's.
 CAUSES: dict[str, str] = {

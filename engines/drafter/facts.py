@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any, overload
 
 from servelab.engines.hosts.base import Host
-from servelab.engines.json_object import json_object
-from servelab.engines.safetensors_header import HeaderError, SafetensorsHeader, decode_ints, read_header, read_tensor
-from servelab.engines.torch_checkpoint_header import read_torch_header
+from servelab.engines.weights.json_object import json_object
+from servelab.engines.weights.safetensors_header import HeaderError, SafetensorsHeader, decode_ints, read_header, read_tensor
+from servelab.engines.weights.torch_header import read_torch_header
 
 #: Small JSON files only: a config larger than this is not a config.
 MAX_JSON = 4_000_000

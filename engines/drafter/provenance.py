@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from servelab.engines.drafter.facts import FactsError, read_json
 from servelab.engines.hosts.base import Host
-from servelab.engines.values import TargetIdentity
+from servelab.engines.adapters.exchange import TargetIdentity
 
 ARGS_FILES = ("training_args.json", "args.json", "train_args.json")
 NAME_KEYS = ("target_model_path", "target_model", "base_model", "base_model_path", "base_model_name_or_path", "basepath")

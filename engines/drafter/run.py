@@ -6,14 +6,14 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from servelab.engines.adapter import EngineAdapter
+from servelab.engines.adapters.base import EngineAdapter
 from servelab.engines.drafter.checks import DrafterCase, check
 from servelab.engines.drafter.facts import FactsError, read_model, weight_names
 from servelab.engines.drafter.findings import Finding, blocking
 from servelab.engines.drafter.rules import EngineRules, RulesQuery, SourceReader
 from servelab.engines.drafter.provenance import judge, recorded_target
 from servelab.engines.helpers import run_helper
-from servelab.engines.target_print import target_identity
+from servelab.engines.weights.fingerprint import target_identity
 from servelab.engines.hosts.base import Host
 
 #: Engine source files are read whole; none of the ones the rules need is near this size.

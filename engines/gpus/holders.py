@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from servelab.engines.gpus.values import GpuProcess, Holder, HostGpus
-from servelab.engines.runrecords import RunRecord
+from servelab.engines.gpus.inventory import GpuProcess, Holder, HostGpus
+from servelab.engines.runs.records import RunRecord
 
 
 @dataclass(frozen=True)

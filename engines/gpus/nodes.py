@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from servelab.engines.gpus.watch import GpuPanel, PanelLine, RunGpus
-from servelab.engines.runrecords import NodeRun, RunRecord
+from servelab.engines.runs.records import NodeRun, RunRecord
 
 
 def node_label(nodes: Iterable[NodeRun]) -> str:

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from servelab.engines.errors import ServelabError
-from servelab.engines.gpus.values import GpuLockHolder, GpuProcess, GpuSample, HostGpus
+from servelab.engines.gpus.inventory import GpuLockHolder, GpuProcess, GpuSample, HostGpus
 
 
 class GpuSampleError(ServelabError):

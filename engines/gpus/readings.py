@@ -7,7 +7,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 from servelab.engines.gpus.holders import HeldBy, RunProcesses, held_by, run_memory
-from servelab.engines.gpus.values import Holder, HostGpus
+from servelab.engines.gpus.inventory import Holder, HostGpus
 
 #: Memory within this of the pre-launch figure counts as returned (driver bookkeeping moves a few MiB).
 RETURN_SLACK_MIB = 64

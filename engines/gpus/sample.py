@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from servelab.engines.gpus.parse import GpuSampleError, parse_output
-from servelab.engines.gpus.values import HostGpus
+from servelab.engines.gpus.inventory import HostGpus
 from servelab.engines.helpers import HelperError, last_line, run_script
 from servelab.engines.hosts.base import Host, host_workdir
 from servelab.engines.hosts.scripts import ScriptUploadError

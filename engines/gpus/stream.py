@@ -17,7 +17,7 @@ from types import TracebackType
 from servelab.engines.errors import ServelabError
 from servelab.engines.gpus.parse import parse_line
 from servelab.engines.gpus.sample import CAMPAIGNS_DIR, SAMPLER
-from servelab.engines.gpus.values import HostGpus
+from servelab.engines.gpus.inventory import HostGpus
 from servelab.engines.gpus.watch import SAMPLE_S
 from servelab.engines.helpers import HelperError, helper_script, last_line
 from servelab.engines.hosts.base import Completed, Host, HostUnreachable, Streamed, host_workdir

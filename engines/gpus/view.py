@@ -9,8 +9,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from servelab.engines.gpus.holders import HeldBy, RunProcesses, held_by, run_groups
-from servelab.engines.gpus.values import GpuLockHolder, GpuSample, Holder, HostGpus
-from servelab.engines.runrecords import RunRecord
+from servelab.engines.gpus.inventory import GpuLockHolder, GpuSample, Holder, HostGpus
+from servelab.engines.runs.records import RunRecord
 
 BAR_WIDTH = 16
 

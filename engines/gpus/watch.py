@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 from servelab.engines.gpus.holders import RunProcesses, run_memory
 from servelab.engines.gpus.readings import RETURN_WITHIN_S, GpuTrack, LoadWatch, Release, epoch_of, release
-from servelab.engines.gpus.values import Holder, HostGpus
+from servelab.engines.gpus.inventory import Holder, HostGpus
 from servelab.engines.gpus.view import GpuView, gpu_line
-from servelab.engines.runrecords import RunRecord
+from servelab.engines.runs.records import RunRecord
 
 #: Seconds between samples while a run's screen is open.
 SAMPLE_S = 1.0

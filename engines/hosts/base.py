@@ -2,7 +2,7 @@
 
 Everything that touches a host goes through it: running an argv (never a shell string built from
 user values), reading and writing files, following a log from a byte offset, and reaching a port
-of the host. The run lifecycle (``engines/runs.py``), preflight and patches are written against
+of the host. The run lifecycle (``engines/runs/manager.py``), preflight and patches are written against
 this interface only, so they behave the same on this machine and on a remote GPU host.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from abc import ABC, abstractmethod
 
-from servelab.engines.owner import me
-from servelab.engines.hostsfile import HostConfig
+from servelab.engines.hosts.owner import me
+from servelab.engines.hosts.hostsfile import HostConfig
 
 
 @dataclass(frozen=True)

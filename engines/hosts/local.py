@@ -15,7 +15,7 @@ from pathlib import Path
 
 from servelab.engines.helpers import hostlib
 from servelab.engines.hosts.base import Completed, Host, Streamed
-from servelab.engines.hostsfile import HostConfig
+from servelab.engines.hosts.hostsfile import HostConfig
 from servelab.engines.atomic_write import write_atomic
 
 

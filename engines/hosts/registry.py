@@ -11,7 +11,7 @@ import asyncio
 
 from servelab.engines.hosts.base import Host
 from servelab.engines.hosts.local import LocalHost
-from servelab.engines.hostsfile import HostConfig
+from servelab.engines.hosts.hostsfile import HostConfig
 
 #: (id(loop), host name) -> (loop, config, host). Holding the loop keeps its id from being reused.
 _cache: dict[tuple[int, str], tuple[object, HostConfig, Host]] = {}

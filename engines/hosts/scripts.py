@@ -33,7 +33,7 @@ from pathlib import Path
 
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import PRIVATE_ROOT, Completed, Host, Streamed, host_workdir, private_dir
-from servelab.engines.hostsfile import HostConfig
+from servelab.engines.hosts.hostsfile import HostConfig
 
 #: Where scripts live under this user's folder of a host's workdir (``hosts.base.private_dir``).
 SCRIPTS_DIR = "helpers"

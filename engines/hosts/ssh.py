@@ -25,7 +25,7 @@ import asyncssh
 
 from servelab.engines.hosts.base import Completed, Host, HostUnreachable, Streamed
 from servelab.engines.hosts.sshconfig import SshTarget, resolve_target, split_target
-from servelab.engines.hostsfile import HostConfig
+from servelab.engines.hosts.hostsfile import HostConfig
 
 T = TypeVar("T")
 __all__ = ["SshHost", "config_paths", "split_target"]

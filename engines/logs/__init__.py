@@ -5,7 +5,7 @@ Modules:
   updates) and :func:`~engines.logs.lines.classify` (a line's kind, noise kinds a viewer can fold).
 - ``grammar``: the shape of an engine's log grammar; the data lives in each adapter
   (``ADAPTER.grammar`` in ``engines/adapters/vllm.py``, ``engines/adapters/sglang.py``).
-- ``values``: the typed answers: :class:`~engines.logs.values.Analysis` (``to_json()`` is
+- ``values``: the typed answers: :class:`~engines.logs.analysis.Analysis` (``to_json()`` is
   ``servelab analyze --json``), ``Stage``, ``Progress``, ``RootCause``, the figures.
 - ``analyzer``: :class:`~engines.logs.analyzer.LogAnalyzer` (``feed``/``finish``/``mark_exited``/
   ``snapshot``), built from:

@@ -47,8 +47,8 @@ from servelab.engines.logs.rules import (
 )
 from servelab.engines.logs.series import SERIES_POINTS, Read, Series, spec_figures, spec_point, throughput_point
 from servelab.engines.logs.stages import StageTracker
-from servelab.engines.logs.values import Analysis, SpecPoint, ThroughputPoint
-from servelab.engines.runstate import RunState, StageState
+from servelab.engines.logs.analysis import Analysis, SpecPoint, ThroughputPoint
+from servelab.engines.runs.state import RunState, StageState
 
 __all__ = ["EAGER_LINES", "MAX_LINE", "LogAnalyzer"]
 

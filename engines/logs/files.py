@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from servelab.engines.adapter import all_adapters, get_adapter
+from servelab.engines.adapters.base import all_adapters, get_adapter
 from servelab.engines.logs.analyzer import LogAnalyzer
 from servelab.engines.logs.grammar import LogGrammar
-from servelab.engines.logs.values import Analysis
+from servelab.engines.logs.analysis import Analysis
 
 __all__ = ["CHUNK", "analyze_bytes", "analyze_file", "guess_engine"]
 

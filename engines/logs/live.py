@@ -7,7 +7,7 @@ open on screen was read twice. Now:
 - :class:`LiveAnalysis` owns one run's byte offset, its ``LogAnalyzer``, what happens when the log
   shrinks (read again from the start) and when the process is gone (``finish`` + ``mark_exited``).
   The analyzer runs in a thread (``asyncio.to_thread``), never on the event loop.
-- :class:`LiveAnalyses` is the registry, keyed by run id, that ``engines.runs.Runs`` holds: every
+- :class:`LiveAnalyses` is the registry, keyed by run id, that ``engines.runs.manager.Runs`` holds: every
   caller that asks about a run through the same ``Runs`` shares one analysis. Whoever already
   streams the log (the run screen) feeds it with :meth:`LiveAnalysis.feed_at`; a poll
   (:meth:`LiveAnalysis.catch_up`) then reads only bytes nobody has fed yet.
@@ -18,12 +18,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from servelab.engines.adapter import get_adapter
+from servelab.engines.adapters.base import get_adapter
 from servelab.engines.hosts.base import Host
 from servelab.engines.logs.analyzer import LogAnalyzer
 from servelab.engines.logs.grammar import STAGE_LABELS, STAGES, LogGrammar
-from servelab.engines.logs.values import Analysis, Stage
-from servelab.engines.runstate import StageState
+from servelab.engines.logs.analysis import Analysis, Stage
+from servelab.engines.runs.state import StageState
 
 __all__ = ["STAGES", "STAGE_LABELS", "LiveAnalyses", "LiveAnalysis", "analyzer_for", "current_stage"]
 

@@ -24,7 +24,7 @@ platform lines, another strips the prefixes; a chunk with many lines left unstri
 from again (a stream of a new shape appeared). A log with no prefix costs nothing once decided:
 the analyzer drops the normalizer (:attr:`PrefixNormalizer.bare`).
 
-What was stripped is :meth:`PrefixNormalizer.value`, a :class:`~servelab.engines.logs.values.LinePrefix`.
+What was stripped is :meth:`PrefixNormalizer.value`, a :class:`~servelab.engines.logs.analysis.LinePrefix`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from servelab.engines.logs.lines import Line, strip_ansi
-from servelab.engines.logs.values import LinePrefix
+from servelab.engines.logs.analysis import LinePrefix
 
 __all__ = ["LEARN_LINES", "LINE_START", "PrefixNormalizer", "shape_of"]
 

@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 
 from servelab.engines.logs.grammar import FatalRule, LogGrammar
-from servelab.engines.logs.values import RootCause
+from servelab.engines.logs.analysis import RootCause
 
 __all__ = ["EVIDENCE_WORDS", "TracebackTracker", "EXCEPTION_LINE"]
 

@@ -14,7 +14,7 @@ from typing import Generic, TypeVar
 
 from servelab.engines.logs.grammar import Header
 from servelab.engines.logs.rules import Rule, to_number
-from servelab.engines.logs.values import SpecFigures, SpecPoint, ThroughputPoint
+from servelab.engines.logs.analysis import SpecFigures, SpecPoint, ThroughputPoint
 
 __all__ = ["SERIES_POINTS", "Raw", "Read", "Series", "spec_figures", "spec_point", "throughput_point"]
 

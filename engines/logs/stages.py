@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 from servelab.engines.logs.grammar import STAGES
 from servelab.engines.logs.rules import to_number
-from servelab.engines.logs.values import Progress, RootCause, Stage
-from servelab.engines.runstate import StageState
+from servelab.engines.logs.analysis import Progress, RootCause, Stage
+from servelab.engines.runs.state import StageState
 
 __all__ = ["StageTracker"]
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from servelab.engines.catalog import Catalog
+from servelab.engines.catalog.folder import Catalog
 from servelab.engines.nodes.run import MultiNodeRuns, NodeCheck
 from servelab.engines.nodes.resolve import group_id_of, node_of
-from servelab.engines.preflight import Check
-from servelab.engines.runrecords import KnownRun
-from servelab.engines.runrecords import RunsAPI
-from servelab.engines.runstate import RunState
+from servelab.engines.preflight.checks import Check
+from servelab.engines.runs.records import KnownRun
+from servelab.engines.runs.records import RunsAPI
+from servelab.engines.runs.state import RunState
 
 
 @dataclass

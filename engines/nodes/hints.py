@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Protocol
 
-from servelab.engines.values import RendezvousGrammar
+from servelab.engines.adapters.exchange import RendezvousGrammar
 
 
 class HasRendezvous(Protocol):

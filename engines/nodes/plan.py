@@ -5,14 +5,14 @@ An experiment with ``hosts = ["gpu-a", "gpu-b"]`` (the first is the head) and
 that node runs, in the order the mechanism needs them. The adapters render the engine-specific
 part (``EngineAdapter.node_plans``); this module holds the checks and helpers that span hosts
 (start order, addresses, rendezvous ports), so no engine is special-cased here. The plan types
-(:class:`NodePlan`, :class:`NodeTarget`, ...) live in ``engines/values.py``, which the adapters import too. ``[multinode]`` itself is
-:class:`engines.experiment.MultiNode`.
+(:class:`NodePlan`, :class:`NodeTarget`, ...) live in ``engines/adapters/exchange.py``, which the adapters import too. ``[multinode]`` itself is
+:class:`engines.catalog.experiment.MultiNode`.
 """
 
 from __future__ import annotations
 
-from servelab.engines.experiment import Experiment, split_host_port
-from servelab.engines.values import Inexpressible, LaunchSpec, NodePlan, NodeTarget
+from servelab.engines.catalog.experiment import Experiment, split_host_port
+from servelab.engines.adapters.exchange import Inexpressible, LaunchSpec, NodePlan, NodeTarget
 
 
 def start_order(plans: list[NodePlan]) -> list[tuple[int, int]]:

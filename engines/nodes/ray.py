@@ -18,7 +18,7 @@ The head's server connects with ``RAY_ADDRESS`` and ``--distributed-executor-bac
 
 from __future__ import annotations
 
-from servelab.engines.values import LaunchSpec, NodeProcess, NodeTarget
+from servelab.engines.adapters.exchange import LaunchSpec, NodeProcess, NodeTarget
 from servelab.engines.nodes.plan import ray_cli
 
 #: What ``ray start`` prints once the node's daemons run (ray/scripts/scripts.py).

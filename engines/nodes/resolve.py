@@ -3,9 +3,9 @@ its node processes' run ids; and the run whose server answers for it (the head's
 
 Every caller that takes a run id from a person (``servelab probe``, the dashboard's probe key,
 ``servelab compare`` / ``nodes``) resolves it once (``Runs.resolve``, which asks this module) and
-hands the :class:`~engines.runrecords.ResolvedRun` down; the :class:`~engines.runrecords.Located`
+hands the :class:`~engines.runs.records.ResolvedRun` down; the :class:`~engines.runs.records.Located`
 head it holds lets each ``Runs`` method act on the run without asking the hosts where it is again.
-The resolved run holds the group as a :class:`~engines.runrecords.GroupSummary`, so the areas below
+The resolved run holds the group as a :class:`~engines.runs.records.GroupSummary`, so the areas below
 nodes/ (probe, diagnosis) read it without importing nodes/; :func:`resolve_group_run` also gives
 the group's whole record, for nodes/ and the dashboard's nodes screen.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from servelab.engines.nodes.run import GROUP_JSON, MultiNodeRecord, group_from_json, node_run_id
-from servelab.engines.runrecords import Located, NoSuchRun, ResolvedRun, RunKind, RunsAPI
+from servelab.engines.runs.records import Located, NoSuchRun, ResolvedRun, RunKind, RunsAPI
 
 __all__ = ["group_id_of", "node_of", "resolve_group_run", "resolve_run"]
 
@@ -37,8 +37,8 @@ def node_of(run_id: str) -> tuple[int, str | None] | None:
 
 async def resolve_group_run(runs: RunsAPI, run_id: str) -> tuple[ResolvedRun, MultiNodeRecord | None]:
     """Resolve ``run_id`` once: a group id or any node's run id -> the head, with the group; an
-    ordinary run -> itself; with the group's record (None for an ordinary run). An id no host holds raises :class:`~engines.runs.NoSuchRun`; a run whose
-    host cannot be reached, :class:`~engines.runs.RunUnreachable` (as :meth:`Runs.find` does).
+    ordinary run -> itself; with the group's record (None for an ordinary run). An id no host holds raises :class:`~engines.runs.manager.NoSuchRun`; a run whose
+    host cannot be reached, :class:`~engines.runs.manager.RunUnreachable` (as :meth:`Runs.find` does).
 
     An id not shaped like a node's is looked up as an ordinary run first, so an ordinary run costs
     one look-up; a node-shaped id whose group does not list it (an experiment named ``x.n1``) is

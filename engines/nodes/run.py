@@ -5,7 +5,7 @@ Each node process is an ordinary run on its own host (``<experiment>.n<rank>-<st
 its own log, pid, pgid and exit code, and servelab only ever signals what runctl started. The
 group itself is ``nodes.json`` beside the head's first run. What differs between engines (the
 commands, each node's quick check, the log lines) comes from the adapter's
-:meth:`~engines.adapter.EngineAdapter.node_plans` and grammar; this module only orders and joins.
+:meth:`~engines.adapters.base.EngineAdapter.node_plans` and grammar; this module only orders and joins.
 
 - **Preflight on every node first**: servelab's preflight for each node's host, plus each
   process's own ``check`` command (the engine's words when it fails). One failing node stops the
@@ -26,21 +26,21 @@ from contextlib import aclosing
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypeVar
 
-from servelab.engines.adapter import get_adapter
+from servelab.engines.adapters.base import get_adapter
 from servelab.engines.errors import ServelabError
-from servelab.engines.experiment import SourcedExperiment
+from servelab.engines.catalog.experiment import SourcedExperiment
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.helpers import run_script
 from servelab.engines.hosts.scripts import ScriptUploadError
-from servelab.engines.hostsfile import HostConfig
-from servelab.engines.logs.values import RootCause
+from servelab.engines.hosts.hostsfile import HostConfig
+from servelab.engines.logs.analysis import RootCause
 from servelab.engines.nodes.plan import start_order
-from servelab.engines.values import NodePlan, NodeProcess
+from servelab.engines.adapters.exchange import NodePlan, NodeProcess
 from servelab.engines.nodes.ray import is_ray_daemon
 from servelab.engines.nodes.hints import RendezvousHint, rendezvous_hint, stamp_of
-from servelab.engines.runrecords import GroupSummary, Located, RunRecord, RunStatus, RunsAPI, new_run_id
-from servelab.engines.runrecords import NodeRun as NodeRun  # nodes.json's node: one of the run values
-from servelab.engines.runstate import RunState
+from servelab.engines.runs.records import GroupSummary, Located, RunRecord, RunStatus, RunsAPI, new_run_id
+from servelab.engines.runs.records import NodeRun as NodeRun  # nodes.json's node: one of the run values
+from servelab.engines.runs.state import RunState
 
 GROUP_JSON = "nodes.json"
 #: Seconds to wait after a node's run ended before its log's last read.
@@ -174,7 +174,7 @@ class StopReport:
     seconds: float = 0.0
 
 
-#: ``-YYYYmmdd-HHMMSS-hhhh``: the tail of every run id (``engines.runs.new_run_id``).
+#: ``-YYYYmmdd-HHMMSS-hhhh``: the tail of every run id (``engines.runs.manager.new_run_id``).
 _ID_TAIL = 21
 
 
@@ -238,7 +238,7 @@ async def merge_nodes(nodes: list[NodeRun], pump: Callable[[NodeRun, Callable[[T
 
 
 class MultiNodeRuns:
-    """Launch, status, merged log and stop of multi-node runs, on top of :class:`engines.runs.Runs`."""
+    """Launch, status, merged log and stop of multi-node runs, on top of :class:`engines.runs.manager.Runs`."""
 
     def __init__(self, runs: RunsAPI) -> None:
         self.runs = runs
@@ -266,8 +266,8 @@ class MultiNodeRuns:
         cannot go ahead anyway, and the check's words are the answer. The patch set is checked on
         every node first and applied on each only once all passed, so a node whose patch does not
         apply leaves every node's package as it was."""
-        from servelab.engines.patches import PatchReport, apply_patches, load_patch_set
-        from servelab.engines.preflight import run_preflight
+        from servelab.engines.catalog.patches import PatchReport, apply_patches, load_patch_set
+        from servelab.engines.preflight.checks import run_preflight
 
         plans = self.plans(exp)
 
@@ -439,7 +439,7 @@ class MultiNodeRuns:
 
     async def find_group(self, run_id: str) -> MultiNodeRecord | None:
         """The multi-node run whose group id is ``run_id``, or None when no host holds such a group."""
-        from servelab.engines.runrecords import NoSuchRun
+        from servelab.engines.runs.records import NoSuchRun
 
         try:
             return await self.load(run_id)

@@ -20,17 +20,17 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 
-from servelab.engines.adapter import get_adapter
+from servelab.engines.adapters.base import get_adapter
 from servelab.engines.logs.analyzer import LogAnalyzer
 from servelab.engines.logs.grammar import Header, LogGrammar
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.logs.live import CHUNK, LiveAnalyses, LiveAnalysis, current_stage
-from servelab.engines.logs.values import Analysis, Stage
+from servelab.engines.logs.analysis import Analysis, Stage
 from servelab.engines.nodes.hints import RendezvousHint
 from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeStatus, NodeFailure, NodeLine, NodeRun, failure_line, follow_node, merge_nodes
 from servelab.engines.nodes.resolve import group_id_of, node_of, resolve_group_run
-from servelab.engines.runrecords import RunsAPI
-from servelab.engines.runstate import RunState, StageState
+from servelab.engines.runs.records import RunsAPI
+from servelab.engines.runs.state import RunState, StageState
 
 __all__ = [
     "Lane",

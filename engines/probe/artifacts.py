@@ -1,4 +1,4 @@
-"""Probe a run of :class:`engines.runs.Runs` and keep the results in its folder on the host.
+"""Probe a run of :class:`engines.runs.manager.Runs` and keep the results in its folder on the host.
 
 ``probe.json`` (summary, identity, load stages) and ``probe-requests.jsonl`` live next to the
 run's log, so ``servelab compare`` works from any machine that can reach the host.
@@ -16,23 +16,23 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from servelab.engines.adapter import get_adapter
+from servelab.engines.adapters.base import get_adapter
 from servelab.engines.errors import ServelabError
-from servelab.engines.experiment import Experiment
-from servelab.engines.logs.values import Stage, stage_seconds, start_to_ready_s
+from servelab.engines.catalog.experiment import Experiment
+from servelab.engines.logs.analysis import Stage, stage_seconds, start_to_ready_s
 from servelab.engines.probe.prompts import load as load_prompts
-from servelab.engines.fairness import resolved_settings
-from servelab.engines.runrecords import LOG_NAME
+from servelab.engines.verdict.fairness import resolved_settings
+from servelab.engines.runs.records import LOG_NAME
 from servelab.engines.gpus.sample import GpuSampleError, sample_host
 from servelab.engines.helpers import HelperError
 from servelab.engines.probe.conditions import RoundConditions
 from servelab.engines.probe.runner import ConditionsProbe, ProbeResult, Progress, run_probe
 from servelab.engines.probe.summary import ProbeSummary
 from servelab.engines.probe.timer import HostTimer
-from servelab.engines.runstate import RunState
+from servelab.engines.runs.state import RunState
 
 if TYPE_CHECKING:
-    from servelab.engines.runrecords import Located, ResolvedRun, RunRecord, RunsAPI
+    from servelab.engines.runs.records import Located, ResolvedRun, RunRecord, RunsAPI
 
 PROBE_JSON = "probe.json"
 REQUESTS_JSONL = "probe-requests.jsonl"
@@ -99,7 +99,7 @@ def identity(exp: Experiment, rec: RunRecord, gpus: list[str], nodes: list[dict[
 
 def load_stages_s(analysis: Mapping[str, Any]) -> dict[str, float]:
     """Seconds each finished startup stage took (``probe.json``'s ``load_stages_s``), from an
-    analysis's JSON: its stages, typed again, timed by :func:`~servelab.engines.logs.values.stage_seconds`."""
+    analysis's JSON: its stages, typed again, timed by :func:`~servelab.engines.logs.analysis.stage_seconds`."""
     out: dict[str, float] = {}
     for stage in (Stage.from_json(st) for st in analysis.get("stages") or []):
         seconds = stage_seconds(stage)

@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from servelab.engines.values import Prompt
+from servelab.engines.adapters.exchange import Prompt
 
 
 @dataclass

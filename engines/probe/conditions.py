@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servelab.engines.probe.summary import ProbeSummary
-from servelab.engines.values import AsDict
+from servelab.engines.adapters.exchange import AsDict
 
 #: Conditions differ when the load average moved by this much (absolute) and by a quarter of the larger.
 LOAD_GAP = 0.5

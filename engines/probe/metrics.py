@@ -4,7 +4,7 @@ Each engine counts acceptance its own way (engine adapters implement ``read_acce
 module holds what they share: counter reading with ``prometheus_client``'s parser (never by
 hand: label escaping and exposition details differ). The :class:`Acceptance` result, the
 :class:`AcceptanceWindow` protocol the runner drives around the timed requests and
-:class:`LatencyHistograms` are named by the adapter protocol, so they live in ``engines/values.py``.
+:class:`LatencyHistograms` are named by the adapter protocol, so they live in ``engines/adapters/exchange.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from servelab.engines.values import Acceptance, LatencyHistograms
+from servelab.engines.adapters.exchange import Acceptance, LatencyHistograms
 
 
 def sum_counters(text: str, names: Iterable[str], by_label: str | None = None) -> dict[str, Any]:

@@ -30,13 +30,13 @@ import httpx
 from servelab.engines.errors import ServelabError
 from servelab.engines.probe.conditions import RoundConditions
 from servelab.engines.probe.runner import Progress, time_round, wait_ready
-from servelab.engines.values import AsDict
+from servelab.engines.adapters.exchange import AsDict
 
 if TYPE_CHECKING:
-    from servelab.engines.experiment import ProbeSettings
+    from servelab.engines.catalog.experiment import ProbeSettings
     from servelab.engines.probe.timer import HostTimer
-    from servelab.engines.runrecords import ResolvedRun, RunsAPI
-    from servelab.engines.values import PromptSet
+    from servelab.engines.runs.records import ResolvedRun, RunsAPI
+    from servelab.engines.adapters.exchange import PromptSet
 
 AB_JSON = "ab.json"
 FORMAT = "servelab-ab/1"

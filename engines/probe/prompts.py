@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from servelab.engines.errors import ServelabError
-from servelab.engines.values import Prompt, PromptSet
+from servelab.engines.adapters.exchange import Prompt, PromptSet
 
 #: Categories of the built-in set, in order.
 CATEGORIES: tuple[str, ...] = ("conversation", "coding", "math", "extraction", "summarisation", "translation")

@@ -23,18 +23,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httpx
 
 from servelab.engines.errors import ServelabError
-from servelab.engines.experiment import ProbeSettings
+from servelab.engines.catalog.experiment import ProbeSettings
 from servelab.engines.probe.client import RequestResult, chat_body, result_from_events, stream_chat
 from servelab.engines.probe.conditions import RoundConditions, from_samples
 from servelab.engines.probe.metrics import NoAcceptance, ServerLatency, latency_between
-from servelab.engines.values import Acceptance, AcceptanceWindow, LatencyHistograms, Prompt, PromptSet
+from servelab.engines.adapters.exchange import Acceptance, AcceptanceWindow, LatencyHistograms, Prompt, PromptSet
 from servelab.engines.probe.stats import mean, median, percentile, summarise
 from servelab.engines.probe.summary import ProbeSummary
 from servelab.engines.probe.timer import RequestTimer, local_timer
 
 if TYPE_CHECKING:
-    from servelab.engines.adapter import EngineAdapter
-    from servelab.engines.experiment import Experiment
+    from servelab.engines.adapters.base import EngineAdapter
+    from servelab.engines.catalog.experiment import Experiment
 
 #: Bumped when the result layout changes.
 FORMAT_VERSION = 1
@@ -131,7 +131,7 @@ async def served_model(http: httpx.AsyncClient) -> str:
 async def engine_version(http: httpx.AsyncClient, adapter: EngineAdapter | None = None) -> str | None:
     """The server's version from the paths its engine's adapter names (every engine's, in turn,
     for a server whose engine is not known)."""
-    from servelab.engines.adapter import any_version_paths
+    from servelab.engines.adapters.base import any_version_paths
 
     paths = adapter.version_paths if adapter is not None else any_version_paths()
     found = await _first_answer(http, paths, lambda answer: str(answer["version"]) if answer.get("version") else None)
@@ -141,7 +141,7 @@ async def engine_version(http: httpx.AsyncClient, adapter: EngineAdapter | None 
 async def server_settings(http: httpx.AsyncClient, adapter: EngineAdapter | None) -> tuple[dict[str, str], str]:
     """The settings the running server says it resolved, in common terms, and the path that said
     them (its adapter's ``settings.info_paths`` in turn); ``({}, "")`` when it says none."""
-    from servelab.engines.fairness import served_settings
+    from servelab.engines.verdict.fairness import served_settings
 
     if adapter is None:
         return {}, ""

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from servelab.engines.values import AsDict
+from servelab.engines.adapters.exchange import AsDict
 #: MAD / |median| above this marks a figure unstable.
 UNSTABLE_RATIO = 0.10
 #: Scales a MAD to a normal standard deviation (used for noise bands).

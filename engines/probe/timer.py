@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from servelab.engines.errors import ServelabError
 from servelab.engines.helpers import HelperError, run_helper
 from servelab.engines.hosts.base import Host
-from servelab.engines.hostsfile import HostConfig
+from servelab.engines.hosts.hostsfile import HostConfig
 
 HELPER = "timed_client.py"
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import Completed, Host
-from servelab.engines.hostsfile import SlurmSettings
-from servelab.engines.slurm.values import SlurmJob, parse_pairs
+from servelab.engines.hosts.hostsfile import SlurmSettings
+from servelab.engines.slurm.scontrol import SlurmJob, parse_pairs
 
 
 def _env(settings: SlurmSettings) -> dict[str, str] | None:

@@ -1,6 +1,6 @@
 """A run on a Slurm host, end to end: submit its batch job, read its state, cancel it.
 
-``engines/runs.py`` hands a run here when its host has a ``[hosts.NAME.slurm]`` table. The run
+``engines/runs/manager.py`` hands a run here when its host has a ``[hosts.NAME.slurm]`` table. The run
 folder (on the shared path) is the same as a plain host's: ``run.json``, ``experiment.toml``,
 ``engine.log``, ``exit_code``; beside them ``job.sbatch`` (the script submitted) and Slurm's
 ``slurm-JOBID.out``. ``run.json`` records the job id at submit, the nodes, head node and head
@@ -19,12 +19,12 @@ from typing import Any
 
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import Host
-from servelab.engines.hostsfile import HostConfig, SlurmSettings
-from servelab.engines.runstate import RunState
+from servelab.engines.hosts.hostsfile import HostConfig, SlurmSettings
+from servelab.engines.runs.state import RunState
 from servelab.engines.slurm import control
 from servelab.engines.slurm.script import SCRIPT_NAME, RankCommand, render
 from servelab.engines.slurm.states import JobView, gone, view
-from servelab.engines.slurm.values import JobState, SlurmJob, has_ended
+from servelab.engines.slurm.scontrol import JobState, SlurmJob, has_ended
 
 STOP_REQUESTED = "stop_requested"
 RUN_JSON = "run.json"

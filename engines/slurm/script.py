@@ -26,8 +26,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from servelab.engines.hostsfile import SlurmSettings
-from servelab.engines.values import LaunchSpec
+from servelab.engines.hosts.hostsfile import SlurmSettings
+from servelab.engines.adapters.exchange import LaunchSpec
 
 MARKER = "SERVELAB_RUN_ID"
 SCRIPT_NAME = "job.sbatch"

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from servelab.engines.runstate import RunState
-from servelab.engines.slurm.values import JobState, SlurmJob
+from servelab.engines.runs.state import RunState
+from servelab.engines.slurm.scontrol import JobState, SlurmJob
 
 #: Slurm's state -> (servelab's state, the words for it). PENDING's words come from its reason.
 _STATES: dict[JobState, tuple[RunState, str]] = {

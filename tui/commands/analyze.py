@@ -7,11 +7,11 @@ import json
 import sys
 from pathlib import Path
 
-from servelab.engines.adapter import ENGINE_MODULES
+from servelab.engines.adapters.base import ENGINE_MODULES
 from servelab.engines.errors import ServelabError
 from servelab.engines.logs.files import analyze_file
-from servelab.engines.logs.values import Analysis
-from servelab.engines.runstate import RunState
+from servelab.engines.logs.analysis import Analysis
+from servelab.engines.runs.state import RunState
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -19,8 +19,8 @@ from servelab.engines.campaign.control import CampaignStatus
 from servelab.engines.campaign.plan import Plan, describe, plan_with_history
 from servelab.engines.campaign.plots import plot_series, write_plots
 from servelab.engines.campaign.report import FORMATS, build_report, render
-from servelab.engines.runs import Runs
-from servelab.engines.catalog import Catalog, load_catalog
+from servelab.engines.runs.manager import Runs
+from servelab.engines.catalog.folder import Catalog, load_catalog
 from servelab.engines.errors import ServelabError
 from servelab.tui.commands.hostloop import run_on_hosts
 
@@ -78,7 +78,7 @@ def _show(args: argparse.Namespace, st: CampaignStatus) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     async def body(catalog: Catalog) -> Plan:
-        from servelab.engines.runs import Runs
+        from servelab.engines.runs.manager import Runs
 
         runs = Runs(catalog)
         planned = await plan_with_history(load_checked(catalog, args.campaign), catalog, runs)

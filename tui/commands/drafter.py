@@ -7,8 +7,8 @@ import json
 import os
 from typing import Any
 
-from servelab.engines.adapter import ENGINE_MODULES, get_adapter
-from servelab.engines.catalog import load_catalog
+from servelab.engines.adapters.base import ENGINE_MODULES, get_adapter
+from servelab.engines.catalog.folder import load_catalog
 from servelab.engines.drafter.facts import FactsError
 from servelab.engines.drafter.run import DrafterReport, check_drafter
 from servelab.engines.errors import ServelabError

@@ -8,15 +8,15 @@ import shlex
 import sys
 from typing import Any
 
-from servelab.engines.adapter import speculative_flags
+from servelab.engines.adapters.base import speculative_flags
 from servelab.engines.campaign.check import campaign_files, check_campaign, find_campaign
-from servelab.engines.catalog import Catalog, check, load_catalog
-from servelab.engines.experiment import SourcedExperiment
-from servelab.engines.hostsfile import HostConfig
-from servelab.engines.loader import display_path
-from servelab.engines.runrecords import runs_root
+from servelab.engines.catalog.folder import Catalog, check, load_catalog
+from servelab.engines.catalog.experiment import SourcedExperiment
+from servelab.engines.hosts.hostsfile import HostConfig
+from servelab.engines.catalog.loader import display_path
+from servelab.engines.runs.records import runs_root
 from servelab.engines.slurm.jobs import script_for
-from servelab.engines.values import LaunchSpec
+from servelab.engines.adapters.exchange import LaunchSpec
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from servelab.engines.catalog import load_catalog
+from servelab.engines.catalog.folder import load_catalog
 from servelab.engines.gpus.sample import sample_host
 from servelab.engines.gpus.view import GpuView
-from servelab.engines.runs import Runs
+from servelab.engines.runs.manager import Runs
 from servelab.tui.commands.hostloop import run_on_hosts
 
 

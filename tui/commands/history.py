@@ -1,16 +1,16 @@
 """``servelab history EXP``: an experiment's runs over time, each with who launched it, when, its
-load time, acceptance, tok/s and verdict (``engines.history.run_history``); ``--json`` too."""
+load time, acceptance, tok/s and verdict (``engines.runs.history.run_history``); ``--json`` too."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
-from servelab.engines.catalog import load_catalog
+from servelab.engines.catalog.folder import load_catalog
 from servelab.engines.errors import ServelabError
-from servelab.engines.history import HistoryRow, accept_text, run_history, speedup_text
-from servelab.engines.loadtime import load_text
-from servelab.engines.runs import Runs
+from servelab.engines.runs.history import HistoryRow, accept_text, run_history, speedup_text
+from servelab.engines.runs.loadtime import load_text
+from servelab.engines.runs.manager import Runs
 from servelab.tui.commands.hostloop import run_on_hosts
 
 COLUMNS = ("RUN", "STARTED", "BY", "STATE", "LOAD", "ACCEPT (RATE · LEN)", "TOK/S", "SPEEDUP", "VERDICT", "TARGET · DRAFTER")

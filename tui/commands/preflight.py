@@ -8,14 +8,14 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from servelab.engines.adapter import get_adapter
-from servelab.engines.catalog import Catalog, load_catalog
+from servelab.engines.adapters.base import get_adapter
+from servelab.engines.catalog.folder import Catalog, load_catalog
 from servelab.engines.errors import ServelabError
-from servelab.engines.experiment import SourcedExperiment
+from servelab.engines.catalog.experiment import SourcedExperiment
 from servelab.engines.helpers import HelperError
 from servelab.engines.hosts.base import Host, HostUnreachable
-from servelab.engines.patches import PatchReport, apply_patches, check_patches, load_patch_set, revert_patches
-from servelab.engines.preflight import Check, PreflightReport, read_hostinfo, run_preflight
+from servelab.engines.catalog.patches import PatchReport, apply_patches, check_patches, load_patch_set, revert_patches
+from servelab.engines.preflight.checks import Check, PreflightReport, read_hostinfo, run_preflight
 from servelab.tui.commands.hostloop import run_on_hosts
 
 
@@ -43,7 +43,7 @@ def _preflight_nodes(catalog: Catalog, exp: SourcedExperiment, as_json: bool) ->
     """A multi-node experiment: each node's own checks (e.g. Ray importable with that node's Python),
     then servelab's preflight on every node's host; the same round a launch runs first."""
     from servelab.engines.nodes.run import MultiNodeRuns
-    from servelab.engines.runs import Runs
+    from servelab.engines.runs.manager import Runs
 
     checks = run_on_hosts(lambda: MultiNodeRuns(Runs(catalog)).preflight(exp))
     if as_json:

@@ -8,12 +8,12 @@ import shutil
 import sys
 from typing import Any
 
-from servelab.engines.align import write_twins
-from servelab.engines.catalog import load_catalog
-from servelab.engines.compare import FORMATS, compare_runs, render, speed_words, wrap_verdict
+from servelab.engines.verdict.align import write_twins
+from servelab.engines.catalog.folder import load_catalog
+from servelab.engines.verdict.compare import FORMATS, compare_runs, render, speed_words, wrap_verdict
 from servelab.engines.probe.paired import AB_JSON, measure
 from servelab.engines.probe.artifacts import PROBE_JSON, REQUESTS_JSONL, probe_run, wait_for_ready
-from servelab.engines.runs import Runs
+from servelab.engines.runs.manager import Runs
 from servelab.tui.commands.hostloop import run_on_hosts
 
 #: Figures the human summary of ``probe`` prints: (label, key, digits).

@@ -7,9 +7,9 @@ import argparse
 import json
 import sys
 
-from servelab.engines.catalog import load_catalog
-from servelab.engines.rehearsal import READY_TIMEOUT_S, rehearse
-from servelab.engines.runs import Runs
+from servelab.engines.catalog.folder import load_catalog
+from servelab.engines.runs.rehearsal import READY_TIMEOUT_S, rehearse
+from servelab.engines.runs.manager import Runs
 from servelab.tui.commands.hostloop import run_on_hosts
 
 

@@ -1,6 +1,6 @@
 """``servelab launch``, ``runs``, ``status``, ``logs``, ``stop`` and ``cleanup``: the run lifecycle.
 
-Each command is one ``asyncio.run`` over :class:`engines.runs.Runs`; the hosts it opened are closed
+Each command is one ``asyncio.run`` over :class:`engines.runs.manager.Runs`; the hosts it opened are closed
 before it returns. Every expected failure is a ``ServelabError`` (one line, exit 1).
 """
 
@@ -12,15 +12,15 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from servelab.engines.catalog import load_catalog
+from servelab.engines.catalog.folder import load_catalog
 from servelab.engines.errors import ServelabError
-from servelab.engines.loadtime import load_seconds, load_text
+from servelab.engines.runs.loadtime import load_seconds, load_text
 from servelab.engines.logs.live import current_stage
-from servelab.engines.history import accept_text, ended_words, engine_state, probe_of
+from servelab.engines.runs.history import accept_text, ended_words, engine_state, probe_of
 from servelab.engines.hosts.base import HostUnreachable
-from servelab.engines.runrecords import KnownRun, Located, NoSuchRun
-from servelab.engines.runs import CHUNK, Runs
-from servelab.engines.runstate import EngineState, RunState
+from servelab.engines.runs.records import KnownRun, Located, NoSuchRun
+from servelab.engines.runs.manager import CHUNK, Runs
+from servelab.engines.runs.state import EngineState, RunState
 from servelab.tui.commands.hostloop import run_on_hosts
 
 T = TypeVar("T")
@@ -78,7 +78,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
         if multinode and args.host:
             raise ServelabError(f"--host: {args.experiment} names its own hosts (hosts = [...]); a multi-node run cannot be moved")
         if not args.skip_preflight:
-            from servelab.engines.rehearsal import before_launch  # httpx and the rehearsal only when launching
+            from servelab.engines.runs.rehearsal import before_launch  # httpx and the rehearsal only when launching
 
             await before_launch(runs, args.experiment, args.host, say=lambda line: print(line, file=sys.stderr, flush=True))
         if multinode:
@@ -132,7 +132,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
 
 async def _group_head(runs: Runs, ref: str) -> str | None:
     """The head's run id when ``ref`` is a multi-node run's group id (not itself a run), else None."""
-    from servelab.engines.runrecords import RunKind
+    from servelab.engines.runs.records import RunKind
 
     try:
         resolved = await runs.resolve(ref)

@@ -26,7 +26,7 @@ from servelab.engines.campaign.control import CampaignStatus
 from servelab.engines.campaign.listing import CurrentStep, current_step
 from servelab.engines.campaign.plots import CampaignPlots, plot_series
 from servelab.engines.campaign.report import CampaignReport, build_report
-from servelab.engines.catalog import Catalog, load_catalog
+from servelab.engines.catalog.folder import Catalog, load_catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.tui.face import servelab_app, writable

@@ -25,10 +25,10 @@ from servelab.engines.campaign import control
 from servelab.engines.campaign.control import CampaignStatus
 from servelab.engines.campaign.listing import CampaignEntry, StartedCampaigns, campaign_entries_with_history, started_campaigns
 from servelab.engines.campaign.plan import estimate_text
-from servelab.engines.catalog import Catalog, load_catalog
+from servelab.engines.catalog.folder import Catalog, load_catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
-from servelab.engines.runstate import CampaignState
+from servelab.engines.runs.state import CampaignState
 from servelab.tui.face import servelab_app, writable
 from servelab.tui.navigation import Confirm, OpenCampaign, go
 from servelab.tui.widgets.campaign_view import plan_renderable, state_text, status_line

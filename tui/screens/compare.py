@@ -1,4 +1,4 @@
-"""Compare probed runs: the table and verdict of ``engines.compare``, best value per row
+"""Compare probed runs: the table and verdict of ``engines.verdict.compare``, best value per row
 highlighted, a diff-only toggle, and a Markdown export for a chat or an issue."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 
-from servelab.engines.compare import Comparison, compare_runs, render
+from servelab.engines.verdict.compare import Comparison, compare_runs, render
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
-from servelab.engines.history import latest_probed
+from servelab.engines.runs.history import latest_probed
 from servelab.engines.probe.paired import measure
 from servelab.tui.face import servelab_app
 from servelab.tui.navigation import OpenWhy, go

@@ -24,11 +24,11 @@ from textual.containers import Container, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 
-from servelab.engines.catalog import Catalog, FileEntry, load_catalog
+from servelab.engines.catalog.folder import Catalog, FileEntry, load_catalog
 from servelab.engines.errors import ServelabError
-from servelab.engines.loader import display_path
-from servelab.engines.history import LatestRun, latest_runs
-from servelab.engines.owner import me
+from servelab.engines.catalog.loader import display_path
+from servelab.engines.runs.history import LatestRun, latest_runs
+from servelab.engines.hosts.owner import me
 from servelab.tui.face import servelab_app, writable
 from servelab.tui.navigation import Confirm, OpenCompare, OpenHistory, OpenPreflight, OpenRun, ask, go
 from servelab.tui.widgets.list_screen import Col, ListScreen, cursor_bindings, middle_cut
@@ -345,7 +345,7 @@ class ExperimentsScreen(ListScreen[Row]):
         """``l`` offers a rehearsal first when the experiment changed since its last good one (the
         core's ``launch_offer`` decides); a rehearsal that fails opens its run, whose screen shows
         the root cause, and launches nothing."""
-        from servelab.engines.rehearsal import launch_offer, rehearse
+        from servelab.engines.runs.rehearsal import launch_offer, rehearse
 
         note = await launch_offer(catalog, name)
         if note is not None:

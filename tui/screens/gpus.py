@@ -22,7 +22,7 @@ from servelab.engines.errors import ServelabError
 from servelab.engines.gpus.stream import watch_host
 from servelab.engines.gpus.view import GpuView, unnamed_runs
 from servelab.engines.hosts.base import HostUnreachable
-from servelab.engines.runrecords import RunRecord
+from servelab.engines.runs.records import RunRecord
 from servelab.tui.face import servelab_app
 from servelab.tui.widgets.gpu_rows import HOLDER_STYLE
 from servelab.tui.widgets.key_footer import KeyFooter

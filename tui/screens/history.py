@@ -2,7 +2,7 @@
 ``servelab history EXP``): who launched each, when, its state, load time, acceptance, tok/s, speedup
 and verdict, rehearsals marked. ``b`` chooses the highlighted run as the baseline and ``c`` compares the
 highlighted run against it (``compare --baseline-run``); enter opens the run. It draws
-``engines.history.run_history``'s rows and decides nothing of its own."""
+``engines.runs.history.run_history``'s rows and decides nothing of its own."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Header, Static
 
 from servelab.engines.errors import ServelabError
-from servelab.engines.history import HistoryRow, accept_text, run_history, speedup_text
+from servelab.engines.runs.history import HistoryRow, accept_text, run_history, speedup_text
 from servelab.engines.hosts.base import HostUnreachable
-from servelab.engines.loadtime import load_text
+from servelab.engines.runs.loadtime import load_text
 from servelab.tui.face import servelab_app
 from servelab.tui.navigation import OpenCompare, OpenRun, go
 from servelab.tui.widgets.key_footer import KeyFooter

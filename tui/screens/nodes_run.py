@@ -25,13 +25,13 @@ from servelab.engines.errors import ServelabError
 from servelab.engines.gpus.nodes import NodeGpus, node_gpus, nodes_panel
 from servelab.engines.gpus.stream import watch_host
 from servelab.engines.hosts.base import HostUnreachable
-from servelab.engines.history import probe_of
+from servelab.engines.runs.history import probe_of
 from servelab.engines.probe.summary import ProbeSummary
 from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeLine, NodeRun
 from servelab.engines.nodes.resolve import resolve_group_run
 from servelab.engines.nodes.view import NodeChunk, NodesLog, NodesView, filter_label, follow_chunks, next_filter
-from servelab.engines.runs import Runs
-from servelab.engines.runstate import RunState
+from servelab.engines.runs.manager import Runs
+from servelab.engines.runs.state import RunState
 from servelab.tui.face import probe_of_app, request_probe, servelab_app
 from servelab.tui.navigation import Confirm, OpenSingleRun, OpenWhy, go
 from servelab.tui.widgets.gpu_rows import GpuRows

@@ -15,11 +15,11 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from servelab.engines.catalog import Catalog
+from servelab.engines.catalog.folder import Catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
 from servelab.engines.nodes.group import launch_experiment
-from servelab.engines.preflight import Check, run_preflight
+from servelab.engines.preflight.checks import Check, run_preflight
 from servelab.tui.face import servelab_app
 from servelab.tui.widgets.preflight_checks import checks_table
 

@@ -28,12 +28,12 @@ from servelab.engines.errors import ServelabError
 from servelab.engines.gpus.stream import watch_host
 from servelab.engines.gpus.watch import RunGpus
 from servelab.engines.hosts.base import HostUnreachable
-from servelab.engines.history import Headline, earlier_stage_seconds, headline, probe_of
+from servelab.engines.runs.history import Headline, earlier_stage_seconds, headline, probe_of
 from servelab.engines.probe.summary import ProbeSummary
 from servelab.engines.logs.live import LiveAnalysis
-from servelab.engines.runrecords import RunRecord, RunStatus, RunUnreachable
-from servelab.engines.runs import Runs
-from servelab.engines.runstate import StageState
+from servelab.engines.runs.records import RunRecord, RunStatus, RunUnreachable
+from servelab.engines.runs.manager import Runs
+from servelab.engines.runs.state import StageState
 from servelab.tui.face import probe_of_app, request_probe, servelab_app, writable
 from servelab.tui.navigation import Confirm, OpenWhy, go
 from servelab.tui.widgets.line_index import LineIndex
@@ -100,7 +100,7 @@ class RunScreen(Screen[None]):
         self.alive: bool | None = None
         self.exit_code: int | None = None
         #: The last look at the run's process; the header's state and liveness are both made from it
-        #: and the log's word (``engines.history.headline``), so they cannot contradict.
+        #: and the log's word (``engines.runs.history.headline``), so they cannot contradict.
         self.status: RunStatus | None = None
         #: What went wrong reaching the run (a lost log stream, a host error), shown instead; None when fine.
         self.trouble: str | None = None
@@ -357,7 +357,7 @@ class RunScreen(Screen[None]):
         self._look_now.set()
 
     def headline(self) -> Headline:
-        """The header's state and liveness, made together (``engines.history.headline``)."""
+        """The header's state and liveness, made together (``engines.runs.history.headline``)."""
         return headline(self.status, self.view.state, blamed=self.view.root_cause is not None)
 
     @property

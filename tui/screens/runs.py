@@ -15,13 +15,13 @@ from textual.widgets import DataTable, Header, Static
 
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import HostUnreachable
-from servelab.engines.history import ended_words
+from servelab.engines.runs.history import ended_words
 from servelab.engines.hosts.seen import HostSeen
 from servelab.engines.nodes.group import RunsRow, runs_rows
 from servelab.engines.nodes.run import MultiNodeRuns
-from servelab.engines.owner import Owner, is_mine, me
-from servelab.engines.runrecords import KnownRun, RunRecord
-from servelab.engines.runstate import RunState
+from servelab.engines.hosts.owner import Owner, is_mine, me
+from servelab.engines.runs.records import KnownRun, RunRecord
+from servelab.engines.runs.state import RunState
 from servelab.tui.face import servelab_app, writable
 from servelab.tui.navigation import Confirm, OpenHostGpus, OpenRun, ask, go
 from servelab.tui.widgets.host_action import host_action

@@ -16,8 +16,8 @@ from servelab.engines.campaign.diagnosis import headline
 from servelab.engines.campaign.listing import CampaignEntry, CurrentStep
 from servelab.engines.campaign.plan import estimate_text
 from servelab.engines.campaign.report import CampaignReport, PointRow
-from servelab.engines.loader import display_path
-from servelab.engines.runstate import CampaignState
+from servelab.engines.catalog.loader import display_path
+from servelab.engines.runs.state import CampaignState
 
 CURRENT_MARK = "▶"
 

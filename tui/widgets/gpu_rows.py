@@ -7,7 +7,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from servelab.engines.gpus.values import Holder
+from servelab.engines.gpus.inventory import Holder
 from servelab.engines.gpus.watch import GpuPanel
 
 HOLDER_STYLE = {Holder.THIS_RUN: "green", Holder.OTHER_RUN: "yellow", Holder.FOREIGN: "red"}

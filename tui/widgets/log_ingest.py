@@ -33,7 +33,7 @@ from servelab.engines.logs.ingest import receive, send, unpack_analysis
 from servelab.tui.widgets.line_index import LineIndex
 
 if TYPE_CHECKING:  # the worker process imports the analyzer; the dashboard only receives its snapshots
-    from servelab.engines.logs.values import Analysis
+    from servelab.engines.logs.analysis import Analysis
 
 #: Seconds between two updates of the screen from the ingest (new rows, kinds, analysis): a
 #: following view repaints at most this often, so keys find the UI thread free.

@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from servelab.engines.nodes.view import LaneView
-from servelab.engines.runstate import StageState
+from servelab.engines.runs.state import StageState
 from servelab.tui.widgets.run_view_model import format_duration, stage_row
 from servelab.tui.widgets.stage_timeline import BAR_WIDTH
 

@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Collapsible, Static
 
-from servelab.engines.preflight import CHECK_NAMES, Check
+from servelab.engines.preflight.checks import CHECK_NAMES, Check
 
 #: How each finding severity is marked.
 SEVERITY_MARKS: dict[str, tuple[str, str]] = {"error": ("✗", "bold red"), "warning": ("!", "yellow"), "info": ("i", "dim")}

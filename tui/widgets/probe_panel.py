@@ -10,8 +10,8 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from servelab.engines.compare import unstable_note
-from servelab.engines.logs.values import SpecFigures
+from servelab.engines.verdict.compare import unstable_note
+from servelab.engines.logs.analysis import SpecFigures
 from servelab.engines.probe.summary import ProbeSummary
 
 

@@ -6,7 +6,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 from textual.widgets import Static
 
-from servelab.engines.logs.values import RootCause
+from servelab.engines.logs.analysis import RootCause
 
 
 def root_cause_renderable(cause: RootCause, hint: str | None, *, excerpt_lines: int = 4, message_chars: int = 180) -> Group:

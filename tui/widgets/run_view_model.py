@@ -1,4 +1,4 @@
-"""What the run screen shows, built from the core's typed :class:`~engines.logs.values.Analysis`.
+"""What the run screen shows, built from the core's typed :class:`~engines.logs.analysis.Analysis`.
 
 Textual-free, so it is tested without an app. A renamed field of the analysis is a type error
 here (mypy and the tests), not a dashboard that quietly goes blank.
@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from servelab.engines.logs.live import STAGE_LABELS, STAGES
-from servelab.engines.logs.values import Analysis, RootCause, SpecFigures, Stage, stage_seconds
-from servelab.engines.runstate import RunState, StageState
+from servelab.engines.logs.analysis import Analysis, RootCause, SpecFigures, Stage, stage_seconds
+from servelab.engines.runs.state import RunState, StageState
 
 
 @dataclass

@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from servelab.engines.runstate import StageState
+from servelab.engines.runs.state import StageState
 from servelab.tui.widgets.run_view_model import StageRow, format_duration
 
 BAR_WIDTH = 22

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from servelab.engines.hosts.base import Host, HostUnreachable
-from servelab.engines.safetensors_header import HeaderError, SafetensorsHeader, read_header
+from servelab.engines.weights.safetensors_header import HeaderError, SafetensorsHeader, read_header
 
 INDEX = "model.safetensors.index.json"
 #: A config's torch_dtype in a safetensors header's words.

@@ -2,7 +2,7 @@
 cannot express, the multi-node plan types (a node, its processes, the engine's rendezvous lines)
 and what the probe hands an adapter and gets back (prompts, an acceptance window, histogram names).
 
-A leaf: it imports nothing of servelab, so ``engines/adapter.py`` (the protocol), the adapters
+A leaf: it imports nothing of servelab, so ``engines/adapters/base.py`` (the protocol), the adapters
 (``engines/adapters/vllm.py``, ``engines/adapters/sglang.py``) and ``engines/nodes/`` can all name these types without
 importing each other.
 """

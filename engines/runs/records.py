@@ -1,9 +1,9 @@
-"""The values of a run, and the protocol the layers below ``engines.runs`` act on runs through.
+"""The values of a run, and the protocol the layers below ``engines.runs.manager`` act on runs through.
 
-``engines/runs.py`` (``Runs``) is the top of engines/' areas: it launches and tracks runs and
+``engines/runs/manager.py`` (``Runs``) is the top of engines/' areas: it launches and tracks runs and
 resolves a run id (an ordinary run, a multi-node group or one of its nodes). The areas below it
 (nodes, campaign, diagnosis, probe) hold a run as these values and act on it through
-:class:`RunsAPI`, which ``Runs`` implements; none of them imports ``engines.runs``
+:class:`RunsAPI`, which ``Runs`` implements; none of them imports ``engines.runs.manager``
 (import-linter's layers contract in pyproject.toml).
 """
 
@@ -20,16 +20,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import Host, host_workdir
 from servelab.engines.hosts.seen import HostSeen
-from servelab.engines.hostsfile import HostConfig
-from servelab.engines.logs.values import Analysis
-from servelab.engines.owner import Owner
-from servelab.engines.runstate import RunState
+from servelab.engines.hosts.hostsfile import HostConfig
+from servelab.engines.logs.analysis import Analysis
+from servelab.engines.hosts.owner import Owner
+from servelab.engines.runs.state import RunState
 from servelab.engines.slurm.states import JobView
-from servelab.engines.values import LaunchSpec, TargetIdentity
+from servelab.engines.adapters.exchange import LaunchSpec, TargetIdentity
 
 if TYPE_CHECKING:
-    from servelab.engines.catalog import Catalog
-    from servelab.engines.experiment import SourcedExperiment
+    from servelab.engines.catalog.folder import Catalog
+    from servelab.engines.catalog.experiment import SourcedExperiment
     from servelab.engines.logs.live import LiveAnalyses
 
 RUNS_DIR = "runs"
@@ -323,8 +323,8 @@ class ResolvedRun:
 
 
 class RunsAPI(Protocol):
-    """What the areas below ``engines.runs`` may ask of the runs of one experiments folder
-    (``engines.runs.Runs`` is the implementation; a caller passes its ``Runs`` down)."""
+    """What the areas below ``engines.runs.manager`` may ask of the runs of one experiments folder
+    (``engines.runs.manager.Runs`` is the implementation; a caller passes its ``Runs`` down)."""
 
     catalog: Catalog
     #: Hosts the last :meth:`list` could not reach, with the one-line reason.

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from servelab.engines.errors import ServelabError
-from servelab.engines.experiment import SourcedExperiment
+from servelab.engines.catalog.experiment import SourcedExperiment
 from servelab.engines.helpers import HelperError, run_helper
 from servelab.engines.hosts.base import Host, HostUnreachable
-from servelab.engines.hostsfile import HostConfig
+from servelab.engines.hosts.hostsfile import HostConfig
 
 HELPER = "patchtool.py"
 #: Patch paths are ``a/<package>/...``: one leading component is stripped.

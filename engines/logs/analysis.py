@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from servelab.engines.runstate import RunState, StageState
+from servelab.engines.runs.state import RunState, StageState
 
 __all__ = [
     "Analysis",

@@ -1,7 +1,7 @@
 """What "load" means, everywhere: seconds from start to ready.
 
 - :func:`load_seconds`: start to ready by the log's own clock
-  (:func:`~servelab.engines.logs.values.start_to_ready_s`, the gaps between stages included), from
+  (:func:`~servelab.engines.logs.analysis.start_to_ready_s`, the gaps between stages included), from
   the live analysis or from what the probe kept; never the sum of the stage bars;
 - :func:`load_text`: that figure as every view shows it.
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from servelab.engines.logs.values import Analysis, start_to_ready_s
+from servelab.engines.logs.analysis import Analysis, start_to_ready_s
 from servelab.engines.probe.summary import ProbeSummary
 
 

@@ -25,30 +25,30 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from servelab.engines.adapter import get_adapter
-from servelab.engines.values import LaunchSpec, StopPlan
-from servelab.engines.catalog import Catalog
+from servelab.engines.adapters.base import get_adapter
+from servelab.engines.adapters.exchange import LaunchSpec, StopPlan
+from servelab.engines.catalog.folder import Catalog
 from servelab.engines.errors import ServelabError
-from servelab.engines.experiment import SourcedExperiment
+from servelab.engines.catalog.experiment import SourcedExperiment
 from servelab.engines.helpers import run_script
 from servelab.engines.helpers.runctl import STOP_REQUESTED, stop_signal_of
 from servelab.engines.hosts.base import Host, HostUnreachable, host_workdir, place_of
 from servelab.engines.hosts.registry import open_host
 from servelab.engines.hosts.seen import HostSeen, SeenStore, clock, host_key
-from servelab.engines.hostsfile import HostConfig
-from servelab.engines.logs.values import Analysis
+from servelab.engines.hosts.hostsfile import HostConfig
+from servelab.engines.logs.analysis import Analysis
 from servelab.engines.logs.live import LiveAnalyses
 from servelab.engines.nodes.resolve import resolve_run
-from servelab.engines.owner import me
-from servelab.engines.preflight import run_preflight
+from servelab.engines.hosts.owner import me
+from servelab.engines.preflight.checks import run_preflight
 from servelab.engines.diagnosis.identity import drafter_identity
-from servelab.engines.target_print import target_identity
-from servelab.engines.values import TargetIdentity
-from servelab.engines.runstate import RunState
+from servelab.engines.weights.fingerprint import target_identity
+from servelab.engines.adapters.exchange import TargetIdentity
+from servelab.engines.runs.state import RunState
 from servelab.engines.slurm import jobs as slurm_jobs
 from servelab.engines.slurm.states import JobView
-from servelab.engines.slurm.values import has_ended
-from servelab.engines.runrecords import (
+from servelab.engines.slurm.scontrol import has_ended
+from servelab.engines.runs.records import (
     ARTIFACT_RE,
     EXIT_CODE,
     LOG_NAME,
@@ -221,7 +221,7 @@ class Runs:
     async def _preflight(
         self, exp: SourcedExperiment, cfg: HostConfig, progress: Callable[[Any], None] | None = None
     ) -> dict[str, Any]:
-        """``engines.preflight.run_preflight`` with the patch set applied: a failed check refuses the launch.
+        """``engines.preflight.checks.run_preflight`` with the patch set applied: a failed check refuses the launch.
 
         Returns the patch record (sha256 of every patch and patched file) for the run.
         """

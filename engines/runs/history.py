@@ -20,15 +20,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from statistics import median
 
-from servelab.engines.compare import baseline_speedup
+from servelab.engines.probe.speedup import baseline_speedup
 from servelab.engines.errors import ServelabError
-from servelab.engines.loadtime import load_seconds, load_text
-from servelab.engines.logs.values import Analysis
+from servelab.engines.runs.loadtime import load_seconds, load_text
+from servelab.engines.logs.analysis import Analysis
 from servelab.engines.probe.artifacts import load_probe
 from servelab.engines.probe.summary import ProbeSummary
-from servelab.engines.runrecords import RunRecord, RunStatus
-from servelab.engines.runrecords import RunsAPI
-from servelab.engines.runstate import EngineState, RunState
+from servelab.engines.runs.records import RunRecord, RunStatus
+from servelab.engines.runs.records import RunsAPI
+from servelab.engines.runs.state import EngineState, RunState
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """``servelab compare A B --align``: write the aligned twin of each run whose engine's resolved
-settings differ from the first run's in a way that moves throughput (``engines.fairness``)."""
+settings differ from the first run's in a way that moves throughput (``engines.verdict.fairness``)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from servelab.engines.adapter import get_adapter
+from servelab.engines.adapters.base import get_adapter
 from servelab.engines.errors import ServelabError
-from servelab.engines.fairness import aligned_twin, need_tokens, not_comparable
+from servelab.engines.verdict.fairness import aligned_twin, need_tokens, not_comparable
 
 if TYPE_CHECKING:
-    from servelab.engines.runrecords import RunsAPI
+    from servelab.engines.runs.records import RunsAPI
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from servelab.engines.hosts.base import Host
-from servelab.engines.safetensors_header import HeaderError, SafetensorsHeader, TensorInfo
+from servelab.engines.weights.safetensors_header import HeaderError, SafetensorsHeader, TensorInfo
 
 #: Bytes read from the end of the file to find the zip's end records (their comment is at most 64 KiB).
 TAIL = 66_000

@@ -34,21 +34,21 @@ from typing import Any, Protocol
 
 import httpx
 
-from servelab.engines import preflight_cache
-from servelab.engines.catalog import Catalog
-from servelab.engines.checkpoint_check import CheckpointCheck, check_checkpoint
+from servelab.engines.preflight import cache as preflight_cache
+from servelab.engines.catalog.folder import Catalog
+from servelab.engines.preflight.checkpoint import CheckpointCheck, check_checkpoint
 from servelab.engines.errors import ServelabError
-from servelab.engines.experiment import SourcedExperiment
+from servelab.engines.catalog.experiment import SourcedExperiment
 from servelab.engines.helpers import HelperError, run_helper
 from servelab.engines.hosts.base import HostUnreachable, place_of
 from servelab.engines.hosts.registry import open_host
-from servelab.engines.hostsfile import HostConfig
-from servelab.engines.logs.values import Analysis, stage_seconds
+from servelab.engines.hosts.hostsfile import HostConfig
+from servelab.engines.logs.analysis import Analysis, stage_seconds
 from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeRuns, NodeCheck, NodeFailure, failure_line
-from servelab.engines.patches import load_patch_set
-from servelab.engines.runs import Runs
-from servelab.engines.runstate import RunState, StageState
-from servelab.engines.values import LaunchSpec
+from servelab.engines.catalog.patches import load_patch_set
+from servelab.engines.runs.manager import Runs
+from servelab.engines.runs.state import RunState, StageState
+from servelab.engines.adapters.exchange import LaunchSpec
 
 KIND = "rehearsal"
 #: The inputs a rehearsal's answer depends on, in the words a launch says what changed.
@@ -85,7 +85,7 @@ class RehearsalInputs:
 
 async def _host_parts(catalog: Catalog, sourced: SourcedExperiment, cfg: HostConfig, specs: list[LaunchSpec]) -> dict[str, str]:
     """What preflight's cache keys on for what ``specs`` start on ``cfg``, read the same way (no engine import)."""
-    from servelab.engines.adapter import get_adapter
+    from servelab.engines.adapters.base import get_adapter
 
     e = sourced.experiment
     h = open_host(cfg)

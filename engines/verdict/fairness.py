@@ -18,7 +18,7 @@ from typing import Any
 
 import tomlkit
 
-from servelab.engines.values import SettingsGrammar
+from servelab.engines.adapters.exchange import SettingsGrammar
 
 #: Read at most this much of a log's head (the settings are said before the server is ready).
 HEAD_BYTES = 4 << 20

@@ -20,18 +20,18 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from servelab.engines.adapter import get_adapter
-from servelab.engines import preflight_cache
-from servelab.engines.catalog import Catalog
+from servelab.engines.adapters.base import get_adapter
+from servelab.engines.preflight import cache as preflight_cache
+from servelab.engines.catalog.folder import Catalog
 from servelab.engines.drafter.facts import FactsError
 from servelab.engines.drafter.findings import Finding
 from servelab.engines.drafter.run import DrafterReport, check_drafter
 from servelab.engines.errors import ServelabError
-from servelab.engines.experiment import SourcedExperiment
+from servelab.engines.catalog.experiment import SourcedExperiment
 from servelab.engines.helpers import HelperError, helper_script, last_json, last_line, run_helper, run_script
 from servelab.engines.hosts.base import Host, HostUnreachable
-from servelab.engines.hostsfile import HostConfig
-from servelab.engines.patches import PatchReport, apply_patches, check_patches, load_patch_set
+from servelab.engines.hosts.hostsfile import HostConfig
+from servelab.engines.catalog.patches import PatchReport, apply_patches, check_patches, load_patch_set
 
 #: The checks, in the order a report lists them.
 CHECK_NAMES: tuple[str, ...] = (

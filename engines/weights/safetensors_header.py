@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from servelab.engines.hosts.base import Host
-from servelab.engines.json_object import json_object
+from servelab.engines.weights.json_object import json_object
 
 #: A header larger than this is not a safetensors header (the format caps it at 100 MB).
 MAX_HEADER = 100_000_000

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from servelab.engines.values import AcceptanceWindow, Inexpressible, LatencyHistograms, LaunchSpec, NodePlan, NodeTarget, PromptSet, RendezvousGrammar, SettingsGrammar, StopPlan
+from servelab.engines.adapters.exchange import AcceptanceWindow, Inexpressible, LatencyHistograms, LaunchSpec, NodePlan, NodeTarget, PromptSet, RendezvousGrammar, SettingsGrammar, StopPlan
 
 if TYPE_CHECKING:
     import httpx
 
     from servelab.engines.drafter.rules import EngineRules, RulesQuery, SourceReader
-    from servelab.engines.experiment import Experiment
+    from servelab.engines.catalog.experiment import Experiment
     from servelab.engines.logs.grammar import LogGrammar
 
 #: Modules that each define ``ADAPTER``. One line per engine.
@@ -77,7 +77,7 @@ class EngineAdapter(Protocol):
     sampling_defaults_arg: str
     #: The server's own TTFT / inter-token latency histograms in ``/metrics`` (None: it has none).
     latency_histograms: LatencyHistograms | None
-    #: Where the log says the settings the engine resolved, in common terms (``engines.fairness``).
+    #: Where the log says the settings the engine resolved, in common terms (``engines.verdict.fairness``).
     settings: SettingsGrammar
     #: ``[engine_args]`` a campaign adds to every load so that ``/metrics`` carries what its
     #: records are replayed from (the acceptance counters); the definition's own values win.

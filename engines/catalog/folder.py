@@ -12,12 +12,12 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from servelab.engines.adapter import ENGINE_MODULES, get_adapter
-from servelab.engines.values import LaunchSpec, NodeAddress, NodePlan, NodeTarget
+from servelab.engines.adapters.base import ENGINE_MODULES, get_adapter
+from servelab.engines.adapters.exchange import LaunchSpec, NodeAddress, NodePlan, NodeTarget
 from servelab.engines.errors import Problem, ServelabError
-from servelab.engines.experiment import Experiment, SourcedExperiment, split_host_port
-from servelab.engines.hostsfile import LOCAL, HostConfig, HostsFile
-from servelab.engines.loader import display_path, load_model, locate, parse_toml
+from servelab.engines.catalog.experiment import Experiment, SourcedExperiment, split_host_port
+from servelab.engines.hosts.hostsfile import LOCAL, HostConfig, HostsFile
+from servelab.engines.catalog.loader import display_path, load_model, locate, parse_toml
 from servelab.engines.slurm.script import HEAD_TOKEN, NODE_TOKEN, RankCommand
 
 HOSTS_FILE = "hosts.toml"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from servelab.engines.errors import ServelabError
 from servelab.engines.helpers import run_helper
 from servelab.engines.hosts.base import Host, HostUnreachable, private_dir
-from servelab.engines.values import TargetIdentity
+from servelab.engines.adapters.exchange import TargetIdentity
 
 HELPER = "weightprint.py"
 CACHE_FILE = "weightprint-cache.json"

@@ -2,7 +2,7 @@
 
 Textual-free: the dashboard (``tui/app.py``) starts it and turns its announcements into bells, notices
 and the probe on ready. Only the dashboard's own user's runs that are not rehearsals are announced
-(``engines.owner.acts_on``): a colleague's run or a rehearsal is followed (views refresh on it) but
+(``engines.hosts.owner.acts_on``): a colleague's run or a rehearsal is followed (views refresh on it) but
 never belled, toasted or probed.
 
 Each running run is polled through ``Runs.status``, whose analysis is the run's one shared
@@ -10,7 +10,7 @@ Each running run is polled through ``Runs.status``, whose analysis is the run's 
 stream and not read again here. Each change of a run's shown state (a stop from any screen or any
 process, ready, a crash) is told to ``on_change``, the one event every view of runs refreshes on,
 within a poll (``POLL_SECONDS``). A process that exited with a non-zero exit code also counts as a
-crash when the log did not say so (the one rule, :func:`engines.history.display_state`). A follower that fails on something unexpected is reported
+crash when the log did not say so (the one rule, :func:`engines.runs.history.display_state`). A follower that fails on something unexpected is reported
 (``on_error``) and forgotten, so the next listing starts it again rather than the run going quiet.
 """
 
@@ -22,13 +22,13 @@ from collections.abc import Callable
 
 from servelab.engines.errors import ServelabError
 from servelab.engines.gpus.readings import epoch_of
-from servelab.engines.history import display_state
+from servelab.engines.runs.history import display_state
 from servelab.engines.hosts.base import HostUnreachable
-from servelab.engines.logs.values import Analysis
-from servelab.engines.owner import Owner, acts_on, me
-from servelab.engines.runrecords import RunStatus
-from servelab.engines.runs import Runs
-from servelab.engines.runstate import RunState
+from servelab.engines.logs.analysis import Analysis
+from servelab.engines.hosts.owner import Owner, acts_on, me
+from servelab.engines.runs.records import RunStatus
+from servelab.engines.runs.manager import Runs
+from servelab.engines.runs.state import RunState
 
 LIST_SECONDS = 5.0
 #: How often a running run's analysis is polled (it reads only the bytes added since).
@@ -53,7 +53,7 @@ class RunWatcher:
     ) -> None:
         self._runs = runs
         #: Whose dashboard this is: only its own user's runs, rehearsals left out, are announced
-        #: (``engines.owner.acts_on``); everyone's still refresh the views (``on_change``).
+        #: (``engines.hosts.owner.acts_on``); everyone's still refresh the views (``on_change``).
         self.owner = owner if owner is not None else me()
         #: Runs followed but never announced (another user's, or a rehearsal).
         self._silent: set[str] = set()
@@ -171,7 +171,7 @@ class RunWatcher:
         self._ended(run_id, experiment, status)
 
     def _ended(self, run_id: str, experiment: str, status: RunStatus) -> None:
-        # The one crash rule (engines.history.display_state): what the process did, the log's word
+        # The one crash rule (engines.runs.history.display_state): what the process did, the log's word
         # having been announced already by _check.
         if display_state(status.record.status, status.exit_code, None) is RunState.CRASHED:
             self._once(run_id, experiment, "crashed", f"exit code {status.exit_code}")

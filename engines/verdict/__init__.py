@@ -1,0 +1,1 @@
+"""The verdict between runs: compare, the comparability of two servers' settings and the aligned twin."""
