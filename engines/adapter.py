@@ -4,7 +4,7 @@ An engine is one module (``engines/adapters/vllm.py``, ``engines/adapters/sglang
 never branches on an engine's name: it asks the adapter. Adding a third engine is one new file
 (and its ``_argcheck.py`` beside it) plus one registry line: its module name in :data:`ENGINE_MODULES`,
 or, for a plug-in outside this package, :func:`register_engine` / the ``SERVELAB_ENGINES`` variable
-(``tests/third_engine/`` is one, a test double).
+(DEVELOPERS.md lists a new engine's files).
 
 Members, by concern:
 - command line: :meth:`EngineAdapter.problems`, :meth:`EngineAdapter.launch_spec` and
@@ -41,7 +41,7 @@ ENGINE_MODULES: dict[str, str] = {
     "vllm": "servelab.engines.adapters.vllm",
     "sglang": "servelab.engines.adapters.sglang",
 }
-#: The plug-in entry point: ``NAME=MODULE`` pairs, comma-separated (``toyllm=tests.third_engine.adapter``),
+#: The plug-in entry point: ``NAME=MODULE`` pairs, comma-separated (``myengine=mypackage.myengine_adapter``),
 #: each an engine whose module (importable where servelab runs) defines ``ADAPTER``. Read once, at import.
 PLUGIN_ENV = "SERVELAB_ENGINES"
 _NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
