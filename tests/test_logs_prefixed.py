@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from servelab.engines.logs.analyzer import LogAnalyzer
 from servelab.engines.logs.lines import LineSplitter
-from servelab.engines.logs.prefix import LINE_START
+from servelab.engines.logs.prefix import line_start
 from servelab.engines.logs.files import _grammar, analyze_bytes, guess_engine
 from servelab.engines.logs.analysis import Analysis
 from tests.conftest import REPO
@@ -60,7 +60,7 @@ def test_prefixed_logs_read_as_the_bare_logs(style: str) -> None:
         if got != want:
             diff = {k: (want[k], got[k]) for k in want if want[k] != got[k]}
             failures.append(f"{_name(path)}: {diff}")
-        elif len(LINE_START.findall(bare)) >= 2:
+        elif len(line_start().findall(bare)) >= 2:
             # a log with engine lines to learn from: what was stripped is recorded, every line of it
             # (a line that is the prefix alone, a blank line behind it, may be dropped whole instead)
             done = a.prefix.dropped if style == PLATFORM and a.prefix else a.prefix.stripped + a.prefix.dropped if a.prefix else 0

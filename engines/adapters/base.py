@@ -2,7 +2,9 @@
 
 An engine is one module (``engines/adapters/vllm.py``, ``engines/adapters/sglang.py``) exposing ``ADAPTER``. The core
 never branches on an engine's name: it asks the adapter. Adding a third engine is one new file
-(and its ``_argcheck.py`` beside it) plus its module name in :data:`ENGINE_MODULES`.
+(and its ``_argcheck.py`` beside it) plus one registry line: its module name in :data:`ENGINE_MODULES`,
+or, for a plug-in outside this package, :func:`register_engine` / the ``SERVELAB_ENGINES`` variable
+(DEVELOPERS.md lists a new engine's files).
 
 Members, by concern:
 - command line: :meth:`EngineAdapter.problems`, :meth:`EngineAdapter.launch_spec` and
@@ -17,11 +19,14 @@ Members, by concern:
 from __future__ import annotations
 
 import importlib
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from servelab.engines.adapters.exchange import AcceptanceWindow, Inexpressible, LatencyHistograms, LaunchSpec, NodePlan, NodeTarget, PromptSet, RendezvousGrammar, SettingsGrammar, StopPlan
+from servelab.engines.errors import ServelabError
 
 if TYPE_CHECKING:
     import httpx
@@ -30,11 +35,41 @@ if TYPE_CHECKING:
     from servelab.engines.catalog.experiment import Experiment
     from servelab.engines.logs.grammar import LogGrammar
 
-#: Modules that each define ``ADAPTER``. One line per engine.
+#: Modules that each define ``ADAPTER``. One line per engine; a plug-in engine is added by
+#: :func:`register_engine` or by :data:`PLUGIN_ENV` (what a subprocess, the CLI, reads).
 ENGINE_MODULES: dict[str, str] = {
     "vllm": "servelab.engines.adapters.vllm",
     "sglang": "servelab.engines.adapters.sglang",
 }
+#: The plug-in entry point: ``NAME=MODULE`` pairs, comma-separated (``myengine=mypackage.myengine_adapter``),
+#: each an engine whose module (importable where servelab runs) defines ``ADAPTER``. Read once, at import.
+PLUGIN_ENV = "SERVELAB_ENGINES"
+_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+_MODULE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+#: ``PLUGIN_ENV`` entries that are not ``NAME=MODULE``: said where an unknown engine is reported.
+_BAD_PLUGINS: list[str] = []
+
+
+def register_engine(name: str, module: str) -> None:
+    """Add engine ``name`` whose adapter is ``module.ADAPTER`` (a built-in engine keeps its own).
+    ``ValueError`` when the name or the module path is malformed."""
+    if not _NAME.fullmatch(name) or not _MODULE.fullmatch(module):
+        raise ValueError(f"engine {name!r} = {module!r}: want a lower-case name and a dotted module path")
+    ENGINE_MODULES.setdefault(name, module)
+
+
+def _register_plugins(text: str) -> None:
+    for entry in filter(None, (e.strip() for e in text.split(","))):
+        name, eq, module = entry.partition("=")
+        try:
+            if not eq:
+                raise ValueError(entry)
+            register_engine(name.strip(), module.strip())
+        except ValueError:
+            _BAD_PLUGINS.append(entry)
+
+
+_register_plugins(os.environ.get(PLUGIN_ENV, ""))
 
 
 @dataclass(frozen=True)
@@ -141,8 +176,12 @@ def get_adapter(name: str) -> EngineAdapter:
     """The adapter for an engine name; ``KeyError`` with the known names when there is none."""
     module = ENGINE_MODULES.get(name)
     if module is None:
-        raise KeyError(f"unknown engine {name!r} (known: {', '.join(sorted(ENGINE_MODULES))})")
-    adapter: EngineAdapter = importlib.import_module(module).ADAPTER
+        bad = f"; {PLUGIN_ENV} entries not NAME=MODULE: {', '.join(map(repr, _BAD_PLUGINS))}" if _BAD_PLUGINS else ""
+        raise KeyError(f"unknown engine {name!r} (known: {', '.join(sorted(ENGINE_MODULES))}{bad})")
+    try:
+        adapter: EngineAdapter = importlib.import_module(module).ADAPTER
+    except (ImportError, AttributeError) as exc:
+        raise ServelabError(f"engine {name!r}: {module}.ADAPTER cannot be loaded ({type(exc).__name__}: {exc})") from exc
     return adapter
 
 

@@ -70,6 +70,9 @@ ALGORITHMS: dict[str, str] = {
 _W = ("weights", "drafter")
 _TQDM_BAR = r":\s+\d+%\|[^|]*\| (?P<n>\d+)/(?P<total>\d+) \[[\d:]+<[\d:?]+(?:,\s+(?P<rate>[\d.?]+)(?P<unit>s/it|it/s))?"
 
+#: Where SGLang's logger header begins ("[2026-12-01 12:00:00 TP0] ").
+_DATED = rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+
 GRAMMAR = LogGrammar(
     engine="sglang",
     parse=parse_header,
@@ -166,6 +169,10 @@ GRAMMAR = LogGrammar(
         ("init_model_parallel_group", "config"),
     ),
     spec_settings={"num_steps": ("server_args=", r"speculative_num_steps'?(?:=|: )(?P<v>\d+)")},
+    # its logger header "[2026-12-01 12:00:00 TP0] " (a launcher may re-log it behind its own) and
+    # the bare rank tag "[TP0] " (see engines/logs/prefix.py)
+    line_starts=(_DATED, rb"\[(?:TP|DP|PP|EP)\d+[\] ]"),
+    relogged_starts=(_DATED,),
 )
 
 

@@ -79,6 +79,8 @@ _TQDM_BAR = r":\s+\d+%\|[^|]*\| (?P<n>\d+)/(?P<total>\d+) \[[\d:]+<[\d:?]+(?:,\s
 #: vLLM's process names, as a pasted log shows them when its process tag lost the leading "("
 #: (``EngineCore_DP0 pid=7) INFO ...``, seen in real issue logs).
 BARE_PROCESSES = ("EngineCore", "Worker", "RayWorkerWrapper", "VllmWorker", "APIServer")
+#: Where vLLM's logger header begins ("INFO 12-01 12:00:00 "; see engines/logs/prefix.py).
+_HEADER = rb"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"
 #: How a vLLM log line splits into process, level, time and message.
 parse_header = header_parser(BARE_PROCESSES)
 
@@ -231,6 +233,9 @@ GRAMMAR = LogGrammar(
     # determine_available_memory, compile_or_warm_up_model, ...); V0's profile_run calls
     # execute_model at startup, outside any worker_busy_loop
     serving_calls=(("worker_busy_loop", "execute_model"),),
+    # its logger header "INFO 12-01 12:00:00 [core.py:712] " (a launcher may re-log it behind its own)
+    line_starts=(_HEADER,),
+    relogged_starts=(_HEADER,),
 )
 
 

@@ -233,6 +233,13 @@ class LogGrammar:
     #: ``TP0`` … ``TP15``): a multi-node run then shows a stage row per rank
     #: (``engines.nodes.view``). Empty when a node's stage lines carry no rank tag.
     rank_tag: str = ""
+    #: Where this engine's own line begins, as bytes regex sources (its logger header, a rank tag of
+    #: its own): ``engines.logs.prefix`` tells a capture tool's prefix from the engine's line by them,
+    #: beside the forms every engine shares (a process tag, a traceback, Python logging, uvicorn).
+    line_starts: tuple[bytes, ...] = ()
+    #: Of those, the headers a launcher's Python logger may re-log behind its own header
+    #: (``2026-01-01 12:00:00 INFO <engine header> msg``): the launcher's header is a prefix.
+    relogged_starts: tuple[bytes, ...] = ()
 
 
 # -- header parsing -------------------------------------------------------------------------------

@@ -5,8 +5,9 @@ journald ``Dec 01 12:00:00 gpu-3 vllm[2211]: ``, ``kubectl logs --timestamps`` a
 some platforms print a timestamp-and-pod line after every engine line. None of these is a list
 here: :class:`PrefixNormalizer` learns the shape.
 
-How: on the log's first lines, :data:`LINE_START` finds where an engine's own line begins (a vLLM
-or SGLang logger header, a process tag, a traceback's first line, an exception line). The bytes in
+How: on the log's first lines, :func:`line_start` finds where an engine's own line begins (a
+registered engine's logger header or rank tag, its grammar's ``line_starts``; a process tag, a
+traceback's first line, an exception line: :data:`NEUTRAL_STARTS`). The bytes in
 front of it, when there are any, are a prefix candidate; its *shape* generalises it (a run of word
 characters is any word, a padding run of spaces any padding, punctuation stays), so ``vllm-1  | ``
 and ``sglang-1 | `` (two interleaved streams) are one shape. The shapes that stand before most
@@ -33,33 +34,57 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from functools import lru_cache
 
 from servelab.engines.logs.lines import Line, strip_ansi
 from servelab.engines.logs.analysis import LinePrefix
 
-__all__ = ["LEARN_LINES", "LINE_START", "PrefixNormalizer", "shape_of"]
+__all__ = ["LEARN_LINES", "NEUTRAL_STARTS", "PrefixNormalizer", "line_start", "line_starts", "shape_of"]
 
 _LEVEL = rb"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)"
-#: Where an engine's own line begins (searched, leftmost wins: a line that begins with one of these
-#: has no prefix). Engine forms only, so a capture tool's stamp is never taken for one.
-LINE_START = re.compile(
-    _LEVEL + rb" \d\d-\d\d \d\d:\d\d:\d\d"  # vLLM's logger header
-    rb"|" + _LEVEL + rb":  "  # uvicorn ("INFO:     127.0.0.1:...")
-    rb"|\([^()\n]{0,80}?pid=\d+[^()\n]{0,80}?\) "  # vLLM / Ray process tag "(EngineCore pid=7) "
-    rb"|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"  # SGLang "[2026-12-01 12:00:00 TP0] "
-    rb"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? (?:- )?" + _LEVEL + rb"\b"  # Python logging, SGLang 2025
-    rb"|\[rank\d+\]:"  # torch's per-rank tag
-    rb"|\[(?:TP|DP|PP|EP)\d+[\] ]"  # SGLang's bare rank tag
-    rb"|Traceback \(most recent call last\):"
-    rb'|  File "'  # a traceback's frame (its indentation is the engine's)
-    rb"|(?<![\w.])[A-Za-z_][\w.]*(?:Error|Exception|Interrupt): "  # an exception line
+#: Where a line of any engine begins, beside each engine's own forms (its grammar's ``line_starts``):
+#: the forms of the tools every engine's processes share. Engine forms only, so a capture tool's
+#: stamp is never taken for one.
+NEUTRAL_STARTS: tuple[bytes, ...] = (
+    _LEVEL + rb":  ",  # uvicorn ("INFO:     127.0.0.1:...")
+    rb"\([^()\n]{0,80}?pid=\d+[^()\n]{0,80}?\) ",  # Ray's process tag (vLLM's processes print it too) "(EngineCore pid=7) "
+    rb"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? (?:- )?" + _LEVEL + rb"\b",  # Python logging (SGLang 2025 prints it too)
+    rb"\[rank\d+\]:",  # torch's per-rank tag
+    rb"Traceback \(most recent call last\):",
+    rb'  File "',  # a traceback's frame (its indentation is the engine's)
+    rb"(?<![\w.])[A-Za-z_][\w.]*(?:Error|Exception|Interrupt): ",  # an exception line
 )
+#: Of those, the headers a launcher's Python logger may re-log after its own (beside each engine's
+#: ``relogged_starts``).
+NEUTRAL_RELOGGED: tuple[bytes, ...] = (NEUTRAL_STARTS[1],)
 #: A Python logger's header at the start of a line (a launcher's, when an engine line follows it) ...
 _OUTER = re.compile(rb"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)? (?:- )?" + _LEVEL + rb"\b")
-#: ... and where that engine line begins: a process tag or an engine's logger header, after a space.
-_INNER = re.compile(
-    rb"(?<= )(?:\([^()\n]{0,80}?pid=\d+[^()\n]{0,80}?\) |" + _LEVEL + rb" \d\d-\d\d \d\d:\d\d:\d\d|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)"
-)
+
+
+@lru_cache(maxsize=16)
+def _compile(starts: tuple[bytes, ...], relogged: tuple[bytes, ...]) -> tuple[re.Pattern[bytes], re.Pattern[bytes]]:
+    """Where a line begins (searched, leftmost wins: a line that begins with one has no prefix), and
+    where an engine line re-logged behind :data:`_OUTER` begins (after a space)."""
+    return re.compile(b"|".join(starts)), re.compile(rb"(?<= )(?:" + b"|".join(relogged) + rb")")
+
+
+def line_starts() -> tuple[re.Pattern[bytes], re.Pattern[bytes]]:
+    """:func:`_compile` over every registered engine's grammar (its ``line_starts`` and
+    ``relogged_starts``, in registry order) and the neutral forms: a plug-in engine's header counts
+    as soon as it is registered."""
+    from servelab.engines.adapters.base import all_adapters
+
+    grammars = [a.grammar for a in all_adapters()]
+    starts = tuple(dict.fromkeys(s for g in grammars for s in g.line_starts))
+    relogged = tuple(dict.fromkeys(s for g in grammars for s in g.relogged_starts))
+    return _compile(starts + NEUTRAL_STARTS, relogged + NEUTRAL_RELOGGED)
+
+
+def line_start() -> re.Pattern[bytes]:
+    """Where an engine's own line begins, for every registered engine (see :func:`line_starts`)."""
+    return line_starts()[0]
+
+
 #: A platform line: a timestamp and at most two names, nothing else (no engine text).
 _PLATFORM = re.compile(
     rb"(?:[\w.+:/-]+ +){0,2}[\w.+:/-]*\d\d:\d\d:\d\d[\w.+:/-]*(?: +[\w.+:/@=-]+){0,2} *\r?"
@@ -209,6 +234,7 @@ class PrefixNormalizer:
         self._tail = b""  # an unfinished line (held: its prefix may be cut)
         self._midline = False  # the text given out last ended inside a line (its prefix already gone)
         self._relearn = _RELEARN
+        self._line_start, self._relogged = line_starts()
         self.stripped = 0
         self.dropped = 0
         #: Fed split lines (:meth:`feed_lines`) rather than bytes.
@@ -226,10 +252,10 @@ class PrefixNormalizer:
         self._lines += 1
         if len(self._sample) < _SAMPLE and line.strip():
             self._sample.append(line)
-        m = LINE_START.search(line)
+        m = self._line_start.search(line)
         if m is not None:
             p = m.start()
-            if _OUTER.match(line, p) and (inner := _INNER.search(line, m.end(), _MAX_PREFIX + 80)) is not None:
+            if _OUTER.match(line, p) and (inner := self._relogged.search(line, m.end(), _MAX_PREFIX + 80)) is not None:
                 p = inner.start()  # a launcher's Python logger re-logging the engine's lines
             if p == 0:
                 self._starts += 1
@@ -284,7 +310,7 @@ class PrefixNormalizer:
         seg = line.split(b"\r", 1)[0]
         if b"\x1b" in seg:
             seg = strip_ansi(seg)
-        m = LINE_START.search(seg)
+        m = self._line_start.search(seg)
         return not (m is not None and 0 < m.start() <= _MAX_PREFIX and seg[m.start() - 1 : m.start()] in (b" ", b"\t"))
 
     def _settled(self) -> bool:
@@ -343,7 +369,7 @@ class PrefixNormalizer:
                     # a prefix ends in a stamp, a separator, a unit[pid]: or a tag]: never in a phrase's
                     # comma or a parenthesis ("Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): ")
                     continue
-                m = LINE_START.search(line)
+                m = self._line_start.search(line)
                 if m is not None and m.start() < len(text):
                     continue
                 shape = shape_of(text)
