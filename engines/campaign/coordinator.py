@@ -39,6 +39,7 @@ from servelab.engines.probe.timer import HostTimer, TimedBatch
 from servelab.engines.runs.records import Located, RunRecord, RunRef, RunsAPI, RunUnreachable, new_run_id, unreachable_reason
 from servelab.engines.runs.state import CampaignState, RunState
 from servelab.engines.atomic_write import write_atomic
+from servelab.engines.placements.base import placement_for
 
 POINTS = "points"
 POLL_S = 0.5
@@ -221,7 +222,7 @@ class Coordinator:
         point = self.points[name]
         probe = point["probe"]
         h = self.runs.host(host)
-        there = rec.head_address if rec.slurm_job and rec.head_address else "127.0.0.1"
+        there = placement_for(h.config).server_address(rec)
         timer = HostTimer(h, h.config.python, f"http://{there}:{rec.port}")
         here = await self.runs.base_url(self._ref(rec.id))
         bodies = [dict(b, model=model) for b in point["bodies"]]

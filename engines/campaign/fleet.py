@@ -27,6 +27,7 @@ from typing import Any
 
 from servelab.engines.hosts.hostsfile import HostConfig
 from servelab.engines.runs.state import CampaignState
+from servelab.engines.placements.base import placement_for
 
 #: What a load weighs in a queue when no earlier load of its model on that host says.
 DEFAULT_ESTIMATE_S = 60.0
@@ -56,13 +57,8 @@ class FleetHost:
 
 
 def fleet_host(cfg: HostConfig) -> FleetHost:
-    """A hosts.toml entry as a fleet host: a plain host's ``gpus``, a Slurm host's ``gpus_per_node``."""
-    if cfg.slurm is not None:
-        gpus = cfg.slurm.gpus_per_node or None
-    else:
-        ids = cfg.gpu_ids
-        gpus = len(ids) if ids is not None else None
-    return FleetHost(cfg.name, cfg.kind, cfg.campaign_slots, gpus)
+    """A hosts.toml entry as a fleet host, its GPUs as its placement counts them (a plain host's ``gpus``, a batch host's per node)."""
+    return FleetHost(cfg.name, cfg.kind, cfg.campaign_slots, placement_for(cfg).gpus(cfg))
 
 
 @dataclass(frozen=True)

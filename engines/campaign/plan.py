@@ -35,6 +35,7 @@ from servelab.engines.catalog.folder import Catalog
 from servelab.engines.errors import Problem, ServelabError
 from servelab.engines.catalog.experiment import Experiment, SourcedExperiment
 from servelab.engines.catalog.loader import display_path, locate
+from servelab.engines.placements.base import placement_for
 
 if TYPE_CHECKING:
     from servelab.engines.runs.records import RunsAPI
@@ -272,10 +273,9 @@ def plan(campaign: Campaign, catalog: Catalog, estimate: LoadEstimate | None = N
                                             f"{name} is a multi-node experiment: a fleet campaign spreads single-node loads (not supported yet)"))
                 continue
             host = catalog.hosts.get(found.experiment.host)
-            if host is not None and host.slurm is not None and not campaign.is_fleet:  # campaignctl would start engines on the login node itself
-                out.problems.append(Problem(shown, locate(campaign.text, ("base",)), f"base[{i}]",
-                                            f"{name} runs on Slurm host {found.experiment.host}: a campaign runs there as a fleet "
-                                            f"(hosts = [\"{found.experiment.host}\"]: each load a batch job)"))
+            refusal = placement_for(host).campaign_refusal(found.experiment.host, name) if host is not None and not campaign.is_fleet else None
+            if refusal is not None:
+                out.problems.append(Problem(shown, locate(campaign.text, ("base",)), f"base[{i}]", refusal))
                 continue
             bases.append(found)
     baseline = spec.baseline

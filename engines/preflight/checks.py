@@ -32,6 +32,7 @@ from servelab.engines.helpers import HelperError, helper_script, last_json, last
 from servelab.engines.hosts.base import Host, HostUnreachable
 from servelab.engines.hosts.hostsfile import HostConfig
 from servelab.engines.catalog.patches import PatchReport, apply_patches, check_patches, load_patch_set
+from servelab.engines.placements.base import placement_for
 
 #: The checks, in the order a report lists them.
 CHECK_NAMES: tuple[str, ...] = (
@@ -190,8 +191,7 @@ async def run_preflight(
     adapter = get_adapter(e.engine)
     python = cfg.python
     report = PreflightReport(experiment=sourced.name, host=h.name)
-    if h.config.slurm is not None:
-        report.where = " (its login node, with the host's Python: no job, no queue time)"
+    report.where = placement_for(cfg).preflight_where
     started = time.monotonic()
 
     def done(check: Check) -> Check:

@@ -19,19 +19,15 @@ import asyncio
 import builtins
 import datetime as dt
 import json
-import re
-import secrets
 from collections.abc import AsyncGenerator, Callable
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import replace
 from typing import Any
 
 from servelab.engines.adapters.base import get_adapter
-from servelab.engines.adapters.exchange import LaunchSpec, StopPlan
+from servelab.engines.adapters.exchange import LaunchSpec
 from servelab.engines.catalog.folder import Catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.catalog.experiment import SourcedExperiment
-from servelab.engines.helpers import run_script
-from servelab.engines.helpers.runctl import STOP_REQUESTED, stop_signal_of
 from servelab.engines.hosts.base import Host, HostUnreachable, host_workdir, place_of
 from servelab.engines.hosts.registry import open_host
 from servelab.engines.hosts.seen import HostSeen, SeenStore, clock, host_key
@@ -45,9 +41,8 @@ from servelab.engines.diagnosis.identity import drafter_identity
 from servelab.engines.weights.fingerprint import target_identity
 from servelab.engines.adapters.exchange import TargetIdentity
 from servelab.engines.runs.state import RunState
-from servelab.engines.slurm import jobs as slurm_jobs
-from servelab.engines.slurm.states import JobView
-from servelab.engines.slurm.scontrol import has_ended
+from servelab.engines.placements.base import Placement, placement_for
+from servelab.engines.placements.plain import runctl
 from servelab.engines.runs.records import (
     ARTIFACT_RE,
     EXIT_CODE,
@@ -91,27 +86,23 @@ class Runs:
         #: One live analysis per run, shared by everyone who asks through this ``Runs``; pass the
         #: previous one's when the folder is reloaded, so a run's followers keep sharing one.
         self.live = live if live is not None else LiveAnalyses()
-        #: Slurm's last view of each Slurm run asked about (``engines/slurm``), by run id.
-        self.jobs: dict[str, JobView] = {}
+        #: Each host kind's placement (``engines/placements``), made on first use; it keeps what it
+        #: last learnt of each run (a scheduler's view of its job).
+        self._placements: dict[str, Placement] = {}
 
     # -- hosts and the helper ---------------------------------------------------------------------
     def host(self, name: str) -> Host:
         return open_host(self.catalog.host(name))
 
+    def placement(self, cfg: HostConfig) -> Placement:
+        """How runs start, live, stop and are reached on this host's kind (one per kind and ``Runs``)."""
+        if cfg.kind not in self._placements:
+            self._placements[cfg.kind] = placement_for(cfg)
+        return self._placements[cfg.kind]
+
     async def _ctl(self, host: Host, *args: str, timeout: float = 60.0) -> dict[str, Any]:
-        """Run a runctl.py command on the host with the host's Python (a host script); its JSON answer."""
-        done = await run_script(host, host.config.python, "runctl.py", *args, timeout=timeout)
-        if not done.ok:
-            err = done.stderr.decode("utf-8", "replace").strip().splitlines()
-            why = err[-1] if err else f"exit code {done.exit_code}"
-            if done.exit_code == 127:
-                why = f"cannot run the host's python {host.config.python!r} ({why})"
-            raise ServelabError(f"{host.name}: run control failed: {why}")
-        try:
-            data: dict[str, Any] = json.loads(done.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            raise ServelabError(f"{host.name}: run control gave no answer (stdout: {done.text()[:200]!r})") from None
-        return data
+        """Run a runctl.py command on the host (``engines.placements.plain.runctl``); its JSON answer."""
+        return await runctl(host, *args, timeout=timeout)
 
     # -- launch -----------------------------------------------------------------------------------
     async def launch(
@@ -141,7 +132,7 @@ class Runs:
             )
         cfg = self.catalog.host(host or exp.experiment.host)
         patch_record = {} if skip_preflight else await self._preflight(exp, cfg, progress)
-        if rehearsal and cfg.slurm is None:  # a port of its own: it may run beside a live run of the experiment
+        if rehearsal and self.placement(cfg).rehearsal_port_of_its_own:  # it may run beside a live run of the experiment
             exp = exp.model_copy(update={"experiment": exp.experiment.model_copy(update={"port": await self.free_port(cfg, exp.experiment.port)})})
         spec = self.catalog.launch_spec(exp, cfg)
         if rehearsal:
@@ -202,21 +193,11 @@ class Runs:
             await h.make_shared_dir(runs_root(cfg))  # every user of the host adds runs; each removes only its own
             await h.write_bytes(f"{run_dir}/experiment.toml", exp.text.encode("utf-8"))
             await h.write_bytes(f"{run_dir}/{RUN_JSON}", _dump(rec.to_json()))
-            if cfg.slurm is not None:  # a batch job: Slurm holds the GPUs and starts it when it can
-                ranks = self.catalog.slurm_ranks(exp)  # a multi-node job: srun, one task per node
-                if ranks and rehearsal:
-                    raise ServelabError(f"{exp.name}: rehearsing a multi-node experiment on Slurm is not supported yet")
-                return RunRecord.from_json(await slurm_jobs.submit(h, rec.to_json(), ranks))
-            answer = await self._ctl(h, "start", run_dir)
+            return await self.placement(cfg).start(h, rec, exp, self.catalog, rehearsal=rehearsal)
         except HostUnreachable as exc:
             raise ServelabError(str(exc)) from None
         except OSError as exc:  # a workdir this user may not write (another user's runs/ on a shared host)
             raise ServelabError(f"cannot launch {exp.name} on {cfg.name}: {exc.filename or run_dir}: {exc.strerror or exc}") from None
-        if answer.get("refused"):
-            raise ServelabError(f"cannot launch {exp.name} on {cfg.name}: " + "; ".join(answer["refused"]))
-        if not answer.get("ok"):
-            raise ServelabError(f"cannot launch {exp.name} on {cfg.name}: {answer.get('error', 'unknown error')}")
-        return RunRecord.from_json(answer["record"])
 
     async def _preflight(
         self, exp: SourcedExperiment, cfg: HostConfig, progress: Callable[[Any], None] | None = None
@@ -324,9 +305,10 @@ class Runs:
             return []
         answer = await self._ctl(h, "status", runs_root(h.config), *ids)
         out = [(RunRecord.from_json(r), r) for r in answer.get("runs", [])]
-        for rec, _ in out:  # a batch job's state is Slurm's (one scontrol each while it may still change)
-            if rec.slurm_job and not has_ended(rec.slurm_state):
-                await self._job_liveness(h, rec)
+        placement = self.placement(h.config)
+        for rec, _ in out:  # what the placement alone knows (a batch job's state is its scheduler's)
+            if placement.may_change(rec):
+                await placement.liveness(h, rec)
         return out
 
     async def latest_of(self, ref: str) -> str | None:
@@ -448,7 +430,7 @@ class Runs:
             self.seen.unreachable(self._seen_key(h.config), unreachable_reason(h.config, exc))
             raise self._run_unreachable(rec.id, h.name, unreachable_reason(h.config, exc)) from None
         self.seen.answered(self._seen_key(h.config), [rec.to_json()])
-        job = self.jobs.get(rec.id) if rec.slurm_job else None
+        job = self.placement(h.config).view(rec)
         if not analyze:
             return RunStatus(record=rec, alive=alive, exit_code=code, job=job)
         try:
@@ -462,54 +444,9 @@ class Runs:
         return RunStatus(record=rec, alive=alive, exit_code=code, analysis=analysis, job=job)
 
     async def _liveness(self, h: Host, rec: RunRecord) -> tuple[bool, int | None]:
-        """(alive, exit code) of a run; updates ``rec.status`` and ``rec.exit_code`` as runctl would.
-        A Slurm run's come from its job (``engines/slurm/jobs``), kept in :attr:`jobs`."""
-        if rec.slurm_job:
-            return await self._job_liveness(h, rec)
-        code = await self._exit_code(h, rec)
-        alive = bool(code is None and rec.pid and await _process_alive(h, rec.pid, rec.start_time))
-        supervised = False
-        if not alive and code is None and rec.pid:
-            # the engine is gone and no exit code yet: its supervisor, alive, is about to write it
-            # (a stop's last instant reads "running", never a transient "lost"); one seen gone has
-            # written whatever it would, maybe between the two reads: the code is read again
-            supervised = rec.supervisor_pid is not None and await _process_alive(h, rec.supervisor_pid, None)
-            if not supervised:
-                code = await self._exit_code(h, rec)
-        if alive:
-            rec.status = RunState.RUNNING
-        elif code is not None:
-            try:
-                rec.stop_signal = stop_signal_of(await h.read_bytes(f"{rec.run_dir}/{STOP_REQUESTED}"))
-            except FileNotFoundError:
-                rec.stop_signal = None
-            rec.status = RunState.STOPPED if rec.stop_signal is not None else RunState.EXITED
-        elif rec.pid:
-            rec.status = RunState.RUNNING if supervised else RunState.LOST  # else nobody will write it
-        rec.exit_code = code
-        return alive, code
-
-    @staticmethod
-    async def _exit_code(h: Host, rec: RunRecord) -> int | None:
-        try:
-            return int((await h.read_bytes(f"{rec.run_dir}/{EXIT_CODE}")).strip() or b"0")
-        except (FileNotFoundError, ValueError):
-            return None
-
-    async def _job_liveness(self, h: Host, rec: RunRecord) -> tuple[bool, int | None]:
-        job, data = await slurm_jobs.state(h, rec.to_json())
-        self.jobs[rec.id] = job
-        fresh = RunRecord.from_json(data)
-        for f in fields(RunRecord):
-            setattr(rec, f.name, getattr(fresh, f.name))
-        code = await self._exit_code(h, rec)
-        if code is None:
-            code = job.exit_code if job.state.is_terminal else None
-        rec.exit_code = code
-        if code is not None and not job.state.is_terminal:  # the engine ended; Slurm is still ending its job
-            rec.status = RunState.EXITED
-            return False, code
-        return job.alive, code
+        """(alive, exit code) of a run, as its host's placement finds it; updates ``rec.status`` and
+        ``rec.exit_code`` (``engines/placements``)."""
+        return await self.placement(h.config).liveness(h, rec)
 
     # -- the log ----------------------------------------------------------------------------------
     async def log_tail(self, run: RunRef, nbytes: int = TAIL_BYTES) -> LogTail:
@@ -593,35 +530,12 @@ class Runs:
         ``engine_plan=False`` stops the group as a whole (a node of a multi-node group, whose broken
         collective leaves its leader unable to shut its children down in order)."""
         h, rec = await self._at(run)
-        if rec.slurm_job:  # the job is the unit that stops: scancel of the job servelab submitted
-            try:
-                job, data = await slurm_jobs.cancel(h, rec.to_json(), grace)
-            except HostUnreachable as exc:
-                raise self._run_unreachable(rec.id, h.name, unreachable_reason(h.config, exc)) from None
-            self.jobs[rec.id] = job
-            stopped = RunRecord.from_json(data)
-            self.seen.answered(self._seen_key(h.config), [stopped.to_json()])
-            return RunStatus(record=stopped, alive=job.alive, exit_code=stopped.exit_code, job=job)
-        if rec.pid is None:
-            raise ServelabError(f"run {rec.id} has no process (status {rec.status})")
-        try:  # the engine's own shutdown path and least grace (a run of no engine, a Ray daemon: the plain stop)
-            plan = get_adapter(rec.engine).stop_plan if engine_plan else StopPlan()
-        except KeyError:
-            plan = StopPlan()
-        grace, leader_first = max(grace, plan.min_grace_s), leader_first or plan.leader_first
         try:
-            answer = await self._ctl(h, "stop", rec.run_dir, f"{grace:g}", *(["--leader-first"] if leader_first else []), timeout=grace + 60)
+            stopped = await self.placement(h.config).stop(h, rec, grace, leader_first=leader_first, engine_plan=engine_plan)
         except HostUnreachable as exc:
             raise self._run_unreachable(rec.id, h.name, unreachable_reason(h.config, exc)) from None
-        if answer.get("error"):
-            raise ServelabError(f"{h.name}: {answer['error']}")
-        if answer.get("remaining"):
-            raise ServelabError(f"run {rec.id}: processes still alive after SIGKILL: {answer['remaining']}")
-        state = answer.get("state") or {}
-        stopped = RunRecord.from_json(state)
-        self.seen.answered(self._seen_key(h.config), [stopped.to_json()])
-        cleaned = [str(s.get("path")) for s in answer.get("cleaned") or [] if isinstance(s, dict)]
-        return RunStatus(record=stopped, alive=bool(state.get("alive")), exit_code=state.get("exit_code"), cleaned=cleaned)
+        self.seen.answered(self._seen_key(h.config), [stopped.record.to_json()])
+        return stopped
 
     async def cleanup(self, host: str | None = None, dry_run: bool = True, *, run: str | None = None) -> builtins.list[str]:
         """Leftovers of ended servelab runs: their stray processes and /dev/shm files.
@@ -664,12 +578,7 @@ class Runs:
     async def base_url(self, run: RunRef) -> str:
         """``http://127.0.0.1:<port>`` reaching the run's server from here (forwarded over SSH)."""
         h, rec = await self._at(run)
-        if rec.slurm_job and rec.head_address and rec.head_address != "127.0.0.1":  # the job's head node
-            if h.config.is_local:
-                return f"http://{rec.head_address}:{rec.port}"
-            return f"http://127.0.0.1:{await h.forward_port(rec.port, rec.head_address)}"
-        port = await h.forward_port(rec.port)
-        return f"http://127.0.0.1:{port}"
+        return await self.placement(h.config).base_url(h, rec)
 
 
 def _check_artifact(name: str, *, reading: bool = False) -> None:
@@ -688,12 +597,3 @@ async def weights_identities(h: Host, cfg: HostConfig, model: str, drafter: str 
     ident = await drafter_identity(h, drafter) if drafter else None
     return target, ident.fingerprint if ident is not None else ""
 
-
-async def _process_alive(h: Host, pid: int, start_time: int | None) -> bool:
-    """The process exists on the host, is not a zombie, and (when known) started when recorded."""
-    try:
-        stat = (await h.read_bytes(f"/proc/{pid}/stat")).decode("utf-8", "replace")
-    except (FileNotFoundError, OSError):
-        return False
-    rest = stat[stat.rfind(")") + 2 :].split()
-    return bool(rest) and rest[0] not in ("Z", "X") and (start_time is None or (len(rest) > 19 and int(rest[19]) == start_time))

@@ -101,6 +101,8 @@ class JobView:
     exit_code: int | None
     #: Position among the partition's pending jobs (1: next), None when not pending.
     queue_position: int | None = None
+    #: The scheduler's name, as a status line labels its view.
+    scheduler: str = "slurm"
 
     @property
     def is_queued(self) -> bool:

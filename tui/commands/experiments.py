@@ -15,7 +15,7 @@ from servelab.engines.catalog.experiment import SourcedExperiment
 from servelab.engines.hosts.hostsfile import HostConfig
 from servelab.engines.catalog.loader import display_path
 from servelab.engines.runs.records import runs_root
-from servelab.engines.slurm.jobs import script_for
+from servelab.engines.placements.base import placement_for
 from servelab.engines.adapters.exchange import LaunchSpec
 
 
@@ -81,13 +81,13 @@ def cmd_show(args: argparse.Namespace) -> int:
         {"file": p.file, "path": str(exp.patch_path(p)), "sha256": digest, "description": p.description}
         for p, digest in exp.patch_hashes()
     ]
-    script = _job_script(cat, exp, host, spec)
+    preview = placement_for(host).preview(host, cat, exp, spec)
     if args.json:
         print(
             json.dumps(
                 {
                     "name": e.name,
-                    **({"slurm_script": script} if script is not None else {}),
+                    **({preview.key: preview.text} if preview is not None else {}),
                     "file": display_path(exp.path),
                     "host": host.model_dump(),
                     "argv": spec.argv,
@@ -132,20 +132,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     print("\npatches" + ("" if patches else "  none"))
     for p in patches:
         print(f"  {p['file']}  sha256 {(p['sha256'] or 'MISSING')[:16]}  {p['description']}")
-    if script is not None:
-        print("\njob script  (sbatch --parsable on the login node; the run id is chosen at launch)")
-        print("  " + "\n  ".join(script.rstrip("\n").splitlines()))
+    if preview is not None:
+        print(f"\n{preview.heading}")
+        print("  " + "\n  ".join(preview.text.rstrip("\n").splitlines()))
     pr = e.probe
     print(f"\nprobe     prompts={pr.prompts} max_tokens={pr.max_tokens} concurrency={pr.concurrency} repeats={pr.repeats} warmup={pr.warmup} auto={pr.auto}")
     return 0
-
-
-def _job_script(cat: Catalog, exp: SourcedExperiment, host: HostConfig, spec: LaunchSpec) -> str | None:
-    """The batch script a Slurm host would be sent for this experiment (None for a plain host)."""
-    if host.slurm is None:
-        return None
-    run_id = f"{exp.name}-YYYYmmdd-HHMMSS-xxxx"
-    return script_for(host, run_id, f"{runs_root(host)}/{run_id}", spec.argv, spec.env, cat.slurm_ranks(exp))
 
 
 def _chunks(argv: list[str]) -> list[str]:

@@ -84,13 +84,15 @@ def cmd_launch(args: argparse.Namespace) -> int:
         if multinode:
             return await _launch_nodes(runs, args)
         rec = await runs.launch(args.experiment, args.host, skip_preflight=args.skip_preflight)
+        placement = runs.placement(runs.catalog.host(rec.host))
         if args.json:
-            job = {"slurm_job": rec.slurm_job} if rec.slurm_job else {}
-            print(json.dumps({"run": rec.id, "host": rec.host, "pid": rec.pid, "port": rec.port, "log_path": rec.log_path, "run_dir": rec.run_dir, **job}), flush=True)
+            facts = placement.launch_facts(rec)
+            print(json.dumps({"run": rec.id, "host": rec.host, "pid": rec.pid, "port": rec.port, "log_path": rec.log_path, "run_dir": rec.run_dir, **facts}), flush=True)
         else:
             print(rec.id, flush=True)
-        if rec.slurm_job:  # stderr: stdout stays the run id
-            print(f"submitted Slurm job {rec.slurm_job} on {rec.host} (servelab status {rec.id}: its queue state)", file=sys.stderr, flush=True)
+        note = placement.launch_note(rec)
+        if note is not None:  # stderr: stdout stays the run id
+            print(note, file=sys.stderr, flush=True)
         if args.follow:
             await _print_log(runs, rec.id, follow=True, errors=False)
         return 0
@@ -264,7 +266,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 async def _engine_state(runs: Runs, known: KnownRun) -> EngineState | None:
     """A live run's engine state from its log (one look); None for an ended or stale run."""
     rec = known.record
-    if known.stale or not rec.status.is_active or rec.slurm_job:
+    if known.stale or not rec.status.is_active or not runs.placement(runs.catalog.host(rec.host)).engine_state_in_listing(rec):
         return None
     try:
         return engine_state(await runs.status(Located(runs.host(rec.host), rec)))
@@ -316,9 +318,9 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"{'probe':<9} " + ", ".join(x for x in (f"{tps:.1f} tok/s" if tps is not None else "", f"acceptance {acc}" if acc else "") if x))
         target = r.target.get("fingerprint") or "- (not a readable safetensors folder)"
         print(f"{'weights':<9} target {target} ({r.model})" + (f", drafter {r.drafter_fingerprint}" if r.drafter_fingerprint else ""))
-        if st.job is not None:  # a Slurm job: Slurm's view, in the core's words
+        if st.job is not None:  # a batch job: its scheduler's view, in the core's words
             where = f", nodes {st.job.node_list}, head {st.record.head_node} at {st.record.head_address}" if st.job.node_list else ""
-            print(f"{'slurm':<9} job {st.job.job_id}: {st.job.words}{where}")
+            print(f"{st.job.scheduler:<9} job {st.job.job_id}: {st.job.words}{where}")
             if st.job.started_at:
                 print(f"{'started':<9} {st.job.started_at} (job start; submitted {st.job.submitted_at or '-'})")
         a = st.analysis
