@@ -123,6 +123,24 @@ async def test_reconnects_after_the_server_side_session_dies(ssh_config: SshServ
         await host.close()
 
 
+async def test_a_command_cut_by_the_host_going_down_is_an_unreachable_host_not_an_exit_code(downable_sshd: SshServer, tmp_path: Path) -> None:
+    """The server's session dies mid-command (the host went away): the channel closes with no exit
+    status. That is the host, unreachable, never a command that 'exited 137' (a Slurm query read so
+    made a fleet campaign fail a point instead of moving it off the dropped host)."""
+    host = _host(downable_sshd.alias)
+    started = tmp_path / "started"
+    try:
+        run = asyncio.ensure_future(host.run(["sh", "-c", 'touch "$1"; exec sleep 60', "sh", str(started)], timeout=90))
+        while not started.exists():  # the command runs on the host: its session is the one cut
+            assert not run.done(), run.result()
+            await asyncio.sleep(0.05)
+        downable_sshd.go_down()
+        with pytest.raises(HostUnreachable, match="connection lost while running sh"):
+            await run
+    finally:
+        await host.close()
+
+
 @pytest.fixture
 def http_server() -> Iterator[int]:
     class Handler(http.server.BaseHTTPRequestHandler):

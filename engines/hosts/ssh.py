@@ -230,6 +230,11 @@ class SshHost(Host):
             self._lost()
             raise HostUnreachable(f"{self.name}: connection lost while running {argv[0]}: {_one_line(exc)}") from None
         status = proc.exit_status
+        if status is None and proc.exit_signal is None:
+            # The channel closed with neither an exit status nor a signal: the server's session was cut
+            # (the host went away mid-command), not a command that died; never a made-up exit code.
+            self._lost(conn)
+            raise HostUnreachable(f"{self.name}: connection lost while running {argv[0]}: the session ended without an exit status")
         if status is None or status < 0:
             status = 128 + 9 if proc.exit_signal is None else 128 + _signal_number(proc.exit_signal[0])
         return Completed(list(argv), status, bytes(out or b""), bytes(err or b""))
