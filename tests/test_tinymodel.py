@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import ENGINE_PYTHON, REPO, need_engine
 
 pytestmark = pytest.mark.engine
-SCRIPT = REPO / "engines" / "tinymodel.py"
+SCRIPT = REPO / "envs" / "tiny" / "tinymodel.py"
 
 
 def digests(folder: Path) -> dict[str, str]:
