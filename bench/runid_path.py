@@ -88,12 +88,17 @@ class Profile:
 def inner() -> None:
     """Run in the tree on PYTHONPATH: start the runs, count each path, print one JSON line."""
     sys.path.insert(0, os.environ["RUNID_TREE"])
-    from servelab.engines.runs import manager as runs_mod
-    from servelab.engines.catalog.folder import load_catalog
     from servelab.engines.hosts.registry import close_all
     from servelab.engines.nodes.run import MultiNodeRuns
     from servelab.engines.probe import artifacts
-    from servelab.engines.runs.manager import Runs
+
+    try:  # the tree's layout: packages by area (#33), or the flat engines/ before it
+        from servelab.engines.catalog.folder import load_catalog
+        from servelab.engines.runs import manager as runs_mod
+    except ImportError:
+        from servelab.engines import runs as runs_mod  # type: ignore[no-redef]
+        from servelab.engines.catalog import load_catalog  # type: ignore[no-redef,attr-defined]
+    Runs = runs_mod.Runs
     from servelab.tui.cli import main as cli_main
     from tests.fixtures.ports import free_port
     from tests.fixtures.runlab import STUB_PATH, make_lab, toml_value
