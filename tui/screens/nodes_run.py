@@ -18,7 +18,6 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.screen import Screen
 from textual.widgets import Header, Static
 
 from servelab.engines.errors import ServelabError
@@ -30,7 +29,6 @@ from servelab.engines.probe.summary import ProbeSummary
 from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeLine, NodeRun
 from servelab.engines.nodes.resolve import resolve_group_run
 from servelab.engines.nodes.view import NodeChunk, NodesLog, NodesView, filter_label, follow_chunks, next_filter
-from servelab.engines.runs.manager import Runs
 from servelab.engines.runs.state import RunState
 from servelab.tui.face import probe_of_app, request_probe, servelab_app
 from servelab.tui.navigation import Confirm, OpenSingleRun, OpenWhy, go
@@ -40,6 +38,7 @@ from servelab.tui.widgets.log_view import LogPanel
 from servelab.tui.widgets.node_lanes import lanes_table
 from servelab.tui.widgets.probe_panel import ProbePanel
 from servelab.tui.widgets.root_cause import RootCausePanel
+from servelab.tui.screens.live_run import LiveRunScreen
 from servelab.tui.widgets.spool import spool_path
 from servelab.tui.widgets.key_footer import KeyFooter
 
@@ -51,7 +50,7 @@ def _lane_states(view: NodesView | None) -> list[tuple[str, RunState]]:
     return [(lv.lane.label, lv.state) for lv in view.lanes] if view is not None else []
 
 
-class NodesRunScreen(Screen[None]):
+class NodesRunScreen(LiveRunScreen):
     """Every node of one multi-node run, live."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -62,15 +61,14 @@ class NodesRunScreen(Screen[None]):
     ]
 
     def __init__(self, run_id: str, record: MultiNodeRecord | None = None) -> None:
-        super().__init__()
-        self.run_id = run_id
+        super().__init__(run_id)
         self.record = record
         self.nodes_log: NodesLog | None = None
         self.view: NodesView | None = None
         self.status: MultiNodeStatus | None = None
         #: The node whose lines the log shows (None: every node's).
         self.node_filter: int | None = None
-        self.merged = LogIngest(self._fresh(run_id, ".nodes.log"), self._update)
+        self.merged = LogIngest(self.fresh_spool(".nodes.log"), self._update)
         self._per_node: dict[int, LogIngest] = {}
         self.probe: ProbeSummary | None = None
         self.liveness = "connecting…"
@@ -82,13 +80,6 @@ class NodesRunScreen(Screen[None]):
         #: ended): the status poll runs at once instead of at its next period.
         self._news = asyncio.Event()
 
-    @staticmethod
-    def _fresh(run_id: str, suffix: str) -> Path:
-        path = spool_path(run_id).with_suffix(suffix)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"")
-        return path
-
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static("", id="nodes-title", classes="title-bar")
@@ -99,10 +90,6 @@ class NodesRunScreen(Screen[None]):
         yield ProbePanel(id="probe")
         yield LogPanel(self.merged.index, id="log")
         yield KeyFooter()
-
-    @property
-    def runs(self) -> Runs:
-        return servelab_app(self).runs()
 
     @property
     def group_id(self) -> str:
@@ -123,12 +110,8 @@ class NodesRunScreen(Screen[None]):
         if self.nodes_log is not None:
             self.nodes_log.close()
 
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("stop", "probe") and servelab_app(self).readonly:
-            return False
-        if action == "stop" and self.ended:
-            return None
-        return True
+    def stop_offered(self) -> bool:
+        return not self.ended
 
     # -- workers ---------------------------------------------------------------------------------
     @work(exclusive=True, group="follow", exit_on_error=False)
@@ -323,7 +306,7 @@ class NodesRunScreen(Screen[None]):
         else:
             ingest = self._per_node.get(self.node_filter)
             if ingest is None:
-                ingest = self._per_node[self.node_filter] = LogIngest(self._fresh(self.group_id, f".n{self.node_filter}.log"), self._update)
+                ingest = self._per_node[self.node_filter] = LogIngest(self.fresh_spool(f".n{self.node_filter}.log", self.group_id), self._update)
                 path = self._node_spool(self.node_filter)
                 if path.exists():
                     ingest.append(path.read_bytes())

@@ -21,7 +21,6 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Container
-from textual.screen import Screen
 from textual.widgets import Header, Static
 
 from servelab.engines.errors import ServelabError
@@ -32,9 +31,8 @@ from servelab.engines.runs.history import Headline, earlier_stage_seconds, headl
 from servelab.engines.probe.summary import ProbeSummary
 from servelab.engines.logs.live import LiveAnalysis
 from servelab.engines.runs.records import RunRecord, RunStatus, RunUnreachable
-from servelab.engines.runs.manager import Runs
 from servelab.engines.runs.state import StageState
-from servelab.tui.face import probe_of_app, request_probe, servelab_app, writable
+from servelab.tui.face import probe_of_app, request_probe, servelab_app
 from servelab.tui.navigation import Confirm, OpenWhy, go
 from servelab.tui.widgets.line_index import LineIndex
 from servelab.tui.widgets.log_ingest import IngestUpdate, LogIngest
@@ -44,7 +42,7 @@ from servelab.tui.widgets.preflight_checks import PreflightBlock
 from servelab.tui.widgets.probe_panel import ProbePanel
 from servelab.tui.widgets.root_cause import RootCausePanel
 from servelab.tui.widgets.run_view_model import RunView, StageRow, format_duration, view_from_analysis
-from servelab.tui.widgets.spool import prune_spool, spool_path
+from servelab.tui.screens.live_run import LiveRunScreen
 from servelab.tui.widgets.stage_timeline import StageTimeline
 from servelab.tui.widgets.key_footer import KeyFooter
 
@@ -82,7 +80,7 @@ def with_history(stage: StageRow, earlier_s: float | None, running_for_s: float 
     return replace(stage, eta_s=max(earlier_s - elapsed, 0.0), detail=f"{stage.detail}  {note}".strip())
 
 
-class RunScreen(Screen[None]):
+class RunScreen(LiveRunScreen):
     """One run, live."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -93,8 +91,7 @@ class RunScreen(Screen[None]):
     ]
 
     def __init__(self, run_id: str) -> None:
-        super().__init__()
-        self.run_id = run_id
+        super().__init__(run_id)
         self.record: RunRecord | None = None
         self.view = view_from_analysis(None)
         self.alive: bool | None = None
@@ -132,11 +129,7 @@ class RunScreen(Screen[None]):
         self._look_now = asyncio.Event()
 
     def _fresh_spool(self, suffix: str = ".log") -> Path:
-        path = spool_path(self.run_id).with_suffix(suffix)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        prune_spool(path.parent)
-        path.write_bytes(b"")
-        return path
+        return self.fresh_spool(suffix)
 
     # -- layout ----------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -152,10 +145,6 @@ class RunScreen(Screen[None]):
         yield ProbePanel(id="probe")
         yield LogPanel(self.index, id="log")
         yield KeyFooter()
-
-    @property
-    def runs(self) -> Runs:
-        return servelab_app(self).runs()
 
     def on_mount(self) -> None:
         self.title = "run"
@@ -181,11 +170,11 @@ class RunScreen(Screen[None]):
         self.ingest.close()
         self._drop_tail()
 
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if not writable(self, action, ("stop", "probe")):
-            return False
-        if action == "stop" and self.alive is False and not (self.gpus is not None and self.gpus.held_by_this_run):
-            return None  # ended, and nothing of its group holds a GPU
+    def stop_offered(self) -> bool:
+        # ended, and nothing of its group holds a GPU: nothing to stop
+        return not (self.alive is False and not (self.gpus is not None and self.gpus.held_by_this_run))
+
+    def offers(self, action: str) -> bool | None:
         if action == "toggle_preflight":
             return bool(self.query(PreflightBlock))
         return True
