@@ -38,7 +38,7 @@ from servelab.tui.widgets.log_view import LogPanel
 from servelab.tui.widgets.node_lanes import lanes_table
 from servelab.tui.widgets.probe_panel import ProbePanel
 from servelab.tui.widgets.root_cause import RootCausePanel
-from servelab.tui.screens.live_run import LiveRunScreen
+from servelab.tui.widgets.live_run_screen import LiveRunScreen
 from servelab.tui.widgets.spool import spool_path
 from servelab.tui.widgets.key_footer import KeyFooter
 

@@ -42,7 +42,7 @@ from servelab.tui.widgets.preflight_checks import PreflightBlock
 from servelab.tui.widgets.probe_panel import ProbePanel
 from servelab.tui.widgets.root_cause import RootCausePanel
 from servelab.tui.widgets.run_view_model import RunView, StageRow, format_duration, view_from_analysis
-from servelab.tui.screens.live_run import LiveRunScreen
+from servelab.tui.widgets.live_run_screen import LiveRunScreen
 from servelab.tui.widgets.stage_timeline import StageTimeline
 from servelab.tui.widgets.key_footer import KeyFooter
 

@@ -1,4 +1,5 @@
-"""What the two live run screens share (one run: ``run.py``; a multi-node group: ``nodes_run.py``):
+"""What the two live run screens share (one run: ``screens/run.py``; a multi-node group: ``screens/nodes_run.py``;
+here beside ``list_screen.py``, since a screen module imports no other):
 the runs they act through, their local log spools, and the one rule for which actions they offer
 (a read-only dashboard starts and stops nothing; stop is offered while there is something to stop)."""
 
