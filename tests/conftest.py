@@ -112,6 +112,13 @@ SUITE_XDG = {"XDG_CONFIG_HOME": "config", "XDG_CACHE_HOME": "cache", "XDG_DATA_H
 for _var, _sub in SUITE_XDG.items():
     os.environ[_var] = str(_SUITE_HOME / _sub)
 os.environ.setdefault("SERVELAB_CACHE", tempfile.mkdtemp(prefix="servelab-test-cache-"))
+#: One OpenMP thread per engine process the suite starts (local, under Slurm and Ray: they inherit this
+#: environment; over SSH the suite's sshd sets it, tests/fixtures/sshd.py). The suite runs two to four
+#: tiny-model engines at once on two cores; torch's default of one thread per core makes each engine's
+#: threads spin against the others': a tiny EAGLE-3 server generated 14 tokens/s with two busy
+#: processes beside it and 208 with one thread, and started in 36 s instead of 19 (bench/omp_threads.py).
+ENGINE_THREADS = "1"
+os.environ["OMP_NUM_THREADS"] = ENGINE_THREADS
 
 
 def suite_home_env() -> dict[str, str]:
