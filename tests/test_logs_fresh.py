@@ -41,6 +41,8 @@ KNOWN_MISSES = {
     "vllm-sampler-warmup-oom-error-lines-19445.log": "exception lines of one chain pasted outer first: the generic wrapper is taken",
     "lmm-r1-openrlhf-llmrayactor-fatal-signal-raylet-died-68.log": "disputed: the raylet's death against vLLM's 'Got fatal signal' that points above",
     "sglang-compose-prefix-capture-cuda-graph-failed-exception-11218.log": "disputed: a wrapper whose inner text is empty is still a wrapper",
+    "ktransformers-sglang-sigquit-then-scheduler-init-device-graphs-traceback-cut-1751.log": "disputed: the launcher's unnamed sigquit against the scheduler's own cut traceback (fresh-7's 1969 read the other way)",
+    "lmcache-v0-tp2-worker-exception-start-worker-execution-loop-traceback-cut-355.log": "disputed: readiness from a worker's failed-execution dump with no ready or request line",
 }
 #: The expectation's evidence kind -> the words the answer may give.
 KIND_WORDS = {

@@ -103,7 +103,10 @@ HEALTHY = [p for p in LOGS if _serving_evidence(p)]
 def test_crashed_log_cut_above_its_first_fatal_line_keeps_state_and_root_cause(path: Path) -> None:
     lines, engine, an, whole = _whole(path)
     assert an.fatal_line is not None
-    first = an.fatal_line - 1  # its index in lines
+    # the first line the answer rests on: the fatal line, or evidence above it that counts only once
+    # something failed (a native library's error record before a wrapper's cut traceback)
+    cause_line = whole.root_cause.line if whole.root_cause is not None and whole.root_cause.line else an.fatal_line
+    first = min(an.fatal_line, cause_line) - 1  # its index in lines
     bad = []
     for k in _cuts(1, first + 1, first):
         _an, a = _read(lines[k:], engine)

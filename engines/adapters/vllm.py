@@ -21,6 +21,7 @@ from servelab.engines.catalog.experiment import Experiment
 from servelab.engines.nodes.plan import multinode_problems, rendezvous_of, with_env
 from servelab.engines.nodes.ray import ray_env, ray_node_process
 from servelab.engines.logs.grammar import UVICORN_ANSWERED, UVICORN_SERVED, BarRule, Evidence, FatalRule, LogGrammar, MetricRule, StageRule, Wrapper, header_parser
+from servelab.engines.logs.rules import DEATH
 from servelab.engines.adapters.server_flags import ParallelFlag, flag_value, server_flags, with_flag
 
 #: vLLM's host-side argument check, run by the host's interpreter (see engines/helpers/validate_args.py).
@@ -151,6 +152,8 @@ GRAMMAR = LogGrammar(
         Wrapper("WorkerProc initialization failed due to an exception in a background process"),
         Wrapper("Worker failed with error", r"Worker failed with error '(?P<inner>.*)', please check"),
         Wrapper("EngineCore failed to start"),
+        # V0's front end when its engine process died while starting (the cause is that process's own output)
+        Wrapper("Engine process failed to start"),
         Wrapper("vLLM server process exited before becoming ready"),
         # EngineDeadError: the output handler (or a request) found the engine core dead, which it
         # reads only once the engine is up (a failure while starting is "initialization failed")
@@ -162,6 +165,9 @@ GRAMMAR = LogGrammar(
         FatalRule("Worker proc "),
         FatalRule("EngineCore failed to start", wrapper=True),
         FatalRule("EngineCore encountered a fatal error", wrapper=True),
+        # V0's front end ending the server because its engine process is gone (it also shows the server
+        # was serving: a request reached it, see ``serving``): a death, below any traceback that says why
+        FatalRule("MQLLMEngine is already dead", r"(?P<message>MQLLMEngine is already dead, terminating server process)", rank=4, kind=DEATH),
         FatalRule("Exception in worker", r"Exception in worker \S+ while processing method \w+: (?P<message>.*?)(?:, Traceback|$)", "Exception"),
         FatalRule(": error: ", r"^(?P<prog>[\w. -]+): error: (?P<message>.+)$", "ArgumentError", anywhere=True),
         FatalRule("Value error, ", r"Value error, (?P<message>.*?) \[type=value_error", "ValueError", anywhere=True),

@@ -83,6 +83,20 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
         anywhere=True,
         then="what():",
     ),
+    # libc++'s report of the same (macOS, Android, clang builds), the exception's type and message on
+    # one line: "libc++abi: terminating due to uncaught exception of type std::runtime_error: [METAL] ..."
+    FatalRule(
+        "terminating due to uncaught exception of type ",
+        r"(?P<message>terminating due to uncaught exception of type (?P<exception>[\w:<>]+)(?:: .*?)?)\s*$",
+        rank=3,
+        anywhere=True,
+        kind=NATIVE,
+    ),
+    # a C++ exception's message on its own line, when the line that threw it ("terminate called after
+    # throwing ...", which takes it as its ``then``) is above the window: "  what():  [PG ID 2 ...]
+    # Process group watchdog thread terminated with exception: CUDA error: ..." (the "Exception raised
+    # from ..." location after it says where, this says what)
+    FatalRule("what():", r"(?:^|\s)what\(\):\s+(?P<message>\S.*?)\s*$", rank=3, anywhere=True),
     # a worker killed by a signal: "Worker VllmWorkerProcess pid 214281 died, exit code: -11" (not SIGTERM /
     # SIGINT, -15 / -2: the worker was told to stop, as on Ctrl-C)
     FatalRule("died, exit code", r"(?P<message>\S+(?: pid \d+)? died, exit code:? -(?!15\b|2\b)\d+)", rank=4, anywhere=True, kind=DEATH),
@@ -129,6 +143,9 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     FatalRule(" exit code", _DEATH, rank=4, anywhere=True, kind=DEATH),
     FatalRule(" Exit code", _DEATH, rank=4, anywhere=True, kind=DEATH),
     FatalRule("died unexpectedly", r"(?P<message>[^,;:\]\[|]*?\S+ died unexpectedly)", rank=4, anywhere=True, kind=DEATH),
+    # a front end naming its engine's process as dead, often as an exception's repr on an error record
+    # ("ERROR ... RuntimeError('Engine process (pid 76) died.')"): a death, not only an error line
+    FatalRule(" died", r"(?P<message>\S+ process \((?:PID|pid)[:=]? ?\d+\) died\b\.?)", rank=4, anywhere=True, kind=DEATH),
     # systemd's word on a unit's main process ("vllm.service: Main process exited, code=exited,
     # status=1/FAILURE", "code=killed, status=9/KILL"; a clean exit, status 0, is none)
     FatalRule("Main process exited, code=", r"(?P<message>Main process exited, code=\w+, status=(?!0/)\d+/\w+)", rank=4, anywhere=True, kind=DEATH),
@@ -151,6 +168,18 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     # ncclCommWatchdog at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1601 (most recent call
     # first):" names where the runtime failed, when its message is above the window or is its record's
     FatalRule("Exception raised from ", r"^(?P<message>Exception raised from \S+ at \S+:\d+)", rank=3, anywhere=True),
+    # a native communication library's own error record (UCX, UCS, NIXL's UCX backend: "[1754890927.298391]
+    # [host:270 :0]  ib_mlx5dv_md.c:1100 UCX  ERROR mlx5_7: ibv_modify_qp(...) failed to modify to RTR: No
+    # such device"): the library may recover, so it counts only when the run failed otherwise, and an
+    # exception the engine logged over it (its repr on an error record, "nixlBackendError('NIXL_ERR_BACKEND')")
+    # says more; a wrapper ("EngineCore failed to start.") says less
+    FatalRule(
+        " ERROR ",
+        r"(?P<where>[\w.-]+\.(?:c|cc|cpp|cu):\d+) +[A-Z][A-Z0-9]{1,7} +(?:ERROR|FATAL) +(?P<message>\S.*?)\s*$",
+        rank=7,
+        anywhere=True,
+        weak=True,
+    ),
     # Kubernetes' and launchers' words for a dead container: "Crashed container in pod: vllm-0",
     # "Back-off restarting failed container", "OOMKilled", "CrashLoopBackOff"
     FatalRule("rashed container", r"(?P<message>[Cc]rashed container\b.*?)\s*$", rank=4, anywhere=True, kind=DEATH),
