@@ -271,7 +271,7 @@ def test_every_real_log_in_one_stream_reads_the_same_in_bulk_and_line_by_line() 
 
 def test_a_log_without_newlines_keeps_memory_bounded_and_chunking_free() -> None:
     """Megabytes with no newline (a binary dump, a runaway line): cut every MAX_LINE bytes, identically."""
-    from servelab.engines.logs.analyzer import MAX_LINE
+    from servelab.engines.logs.glued import MAX_LINE
 
     head = GOOD.read_bytes()[:4000]
     data = head + b"x\r" * (MAX_LINE + 12345) + b"\nINFO:     Application startup complete.\n" + b"y" * (MAX_LINE * 2 + 7)

@@ -43,6 +43,8 @@ KNOWN_MISSES = {
     "sglang-compose-prefix-capture-cuda-graph-failed-exception-11218.log": "disputed: a wrapper whose inner text is empty is still a wrapper",
     "ktransformers-sglang-sigquit-then-scheduler-init-device-graphs-traceback-cut-1751.log": "disputed: the launcher's unnamed sigquit against the scheduler's own cut traceback (fresh-7's 1969 read the other way)",
     "lmcache-v0-tp2-worker-exception-start-worker-execution-loop-traceback-cut-355.log": "disputed: readiness from a worker's failed-execution dump with no ready or request line",
+    "sglang-eagle-v2-cublas-execution-failed-runtimeerror-sigquit-second-scheduler-traceback-cut-19081.log": "disputed: a crash inside the scheduler's event loop reads as serving (the grammar's serving frames); the reader saw no ready line",
+    "vllm-ray-ansi-raylet-worker-died-system-error-then-enginecore-exception-cut-16692.log": "disputed: a crash inside the engine core's busy loop reads as serving (the grammar's serving frames); the reader saw no ready line",
 }
 #: The expectation's evidence kind -> the words the answer may give.
 KIND_WORDS = {

@@ -125,6 +125,9 @@ GRAMMAR = LogGrammar(
         # evidence of death (its own traceback, when the window holds it, is stronger)
         FatalRule("Received sigquit from a child proc", r"(?P<message>Received sigquit from a child process)", rank=4, kind="process death", unnamed=True),
         FatalRule("Scheduler hit an exception"),
+        # the scheduler's watchdog: a batch ran past --watchdog-timeout and SGLang kills itself (each TP
+        # rank says so): "Watchdog timeout (self.watchdog_timeout=300)"
+        FatalRule("Watchdog timeout", r"(?P<message>Watchdog timeout \(self\.watchdog_timeout=[\d.]+\))", rank=2),
         # a child process died (real 0.5.23 log, scheduler killed after ready):
         # "Subprocess scheduler_0 (pid=1388) crashed with exit code -9. Triggering SIGQUIT for cleanup..."
         # a signal exit is fatal evidence without a traceback (ranked with the generic worker death)

@@ -165,6 +165,9 @@ GRAMMAR = LogGrammar(
         FatalRule("Worker proc "),
         FatalRule("EngineCore failed to start", wrapper=True),
         FatalRule("EngineCore encountered a fatal error", wrapper=True),
+        # AsyncLLM failing each request in flight when it finds its engine core dead: the engine was
+        # serving, and these lines only say it died ("Request cmpl-... failed (engine dead).")
+        FatalRule("Request ", r"Request \S+ failed \(engine dead\)", wrapper=True),
         # V0's front end ending the server because its engine process is gone (it also shows the server
         # was serving: a request reached it, see ``serving``): a death, below any traceback that says why
         FatalRule("MQLLMEngine is already dead", r"(?P<message>MQLLMEngine is already dead, terminating server process)", rank=4, kind=DEATH),
@@ -223,6 +226,8 @@ GRAMMAR = LogGrammar(
         Evidence("Error in completion stream generator"),
         # dump_input.py, when the engine core's execute_model raises (a scheduled batch, not startup)
         Evidence("Dumping input data for V1 LLM engine"),
+        # a request failed because the engine died under it: it had reached the engine
+        Evidence("Request ", r"^Request \S+ failed \(engine dead\)"),
         Evidence("Dumping scheduler output"),
         # V0's launcher.py logs this from its request handlers' dead-engine hook (a request reached the
         # server after its engine died): "MQLLMEngine is already dead, terminating server process"

@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Iterable
 
 from servelab.engines.logs.frames import FrameRuns
+from servelab.engines.logs.glued import GLUED_MIN, MAX_LINE, Unglue, cut_long_lines, has_long_line
 from servelab.engines.logs.grammar import STAGES, Header, LogGrammar, is_primary_process
 from servelab.engines.logs.hints import find_hint
 from servelab.engines.logs.lines import Line, strip_ansi
@@ -58,31 +59,6 @@ _KEY = 6
 EAGER_LINES = 2000
 
 
-#: A physical line longer than this is read as several lines of this size (memory stays bounded
-#: on a log with no newline at all). The cut points depend on the bytes only, not on the chunking.
-MAX_LINE = 1 << 20
-
-
-def _has_long_line(buf: bytes, start: int = 0) -> bool:
-    """True when some line of ``buf[start:]`` is longer than MAX_LINE: a few C-speed ``rfind`` hops of up
-    to MAX_LINE bytes each (splitting the chunk into lines only to measure them cost more than reading it)."""
-    pos, n = start, len(buf)
-    while n - pos > MAX_LINE:
-        nl = buf.rfind(b"\n", pos, pos + MAX_LINE + 1)
-        if nl == -1:
-            return True
-        pos = nl + 1
-    return False
-
-
-def _cut_long_lines(buf: bytes) -> bytes:
-    parts = buf.split(b"\n")
-    for i, p in enumerate(parts):
-        if len(p) > MAX_LINE:
-            parts[i] = b"\n".join(p[j : j + MAX_LINE] for j in range(0, len(p), MAX_LINE))
-    return b"\n".join(parts)
-
-
 def _decode(b: bytes) -> str:
     return b.decode("utf-8", "replace")
 
@@ -97,6 +73,7 @@ class LogAnalyzer:
     def __init__(self, grammar: LogGrammar) -> None:
         self.grammar = grammar
         self._parse = grammar.parse
+        self._unglue = Unglue(grammar)
         self._index: dict[str, list[Rule]] = {}
         self._anywhere: list[Rule] = []
         self._anywhere_groups: tuple[tuple[str, tuple[Rule, ...]], ...] = ()
@@ -212,8 +189,8 @@ class LogAnalyzer:
                 self._tail_seen = 0
                 start = nl + 1
         buf = self._tail + data if self._tail else data
-        if len(buf) - start > MAX_LINE and _has_long_line(buf, start):
-            buf = _cut_long_lines(buf[start:])
+        if len(buf) - start > MAX_LINE and has_long_line(buf, start):
+            buf = cut_long_lines(buf[start:])
             start = 0
         cut = buf.rfind(b"\n", start)
         if cut >= 0:
@@ -413,6 +390,10 @@ class LogAnalyzer:
         """
         if not seg:
             return
+        if len(seg) >= GLUED_MIN and (records := self._unglue.split(seg)) is not None:
+            for record in records:  # records a paste glued into one line: each read as its own
+                self._segment(record)
+            return
         self._partial = True
         if known or self._eager:
             self._line(self._number, seg)
@@ -554,11 +535,13 @@ class LogAnalyzer:
                 gd = m.groupdict()
                 if (gd.get("message") or "").lstrip().startswith(TB_START):
                     return  # the record goes on as a traceback ("warmup error: Traceback ..."): that traceback says it
-                if f.rank is not None:
+                if f.wrapper:  # a wrapper with a shape of its own: matched, it only marks the failure
+                    self._tb.add_marker(number, process, msg.strip(), True)
+                elif f.rank is not None:
                     message = (gd.get("message") or msg).strip()
                     self._tb.add_evidence(number, process, gd.get("exception") or f.exception or None, message, msg, f, gd.get("where"))
-                    return
-                self._tb.add_error(number, process, gd.get("exception") or f.exception or "Error", (gd.get("message") or msg).strip(), [msg])
+                else:
+                    self._tb.add_error(number, process, gd.get("exception") or f.exception or "Error", (gd.get("message") or msg).strip(), [msg])
             else:
                 self._tb.add_marker(number, process, msg.strip(), f.wrapper)
         elif kind == FATAL_THEN:

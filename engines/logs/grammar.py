@@ -402,6 +402,9 @@ def _parse(bare_procs: tuple[str, ...], text: str) -> Header:
                 return Header(inner[20:], level, inner[:19], msg)
             if inner[:2] in ("TP", "DP", "PP", "EP") and inner[2:3].isdigit():
                 return Header(inner, "", "", text[close + 2 :])
+            if len(inner) >= 14 and inner[2] == "-" and inner[5] == " " and inner[8] == ":" and inner[:2].isdigit():
+                # SGLang's diffusion runtime (multimodal_gen): "[12-11 17:52:54] msg", no year, no rank
+                return Header(inner[15:], "", inner[:14], text[close + 2 :])
     elif bare_procs and text.startswith(bare_procs):
         # a paste that lost the leading "(" (seen in real issue logs)
         close = text.find(") ")

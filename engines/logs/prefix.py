@@ -255,8 +255,10 @@ class PrefixNormalizer:
         m = self._line_start.search(line)
         if m is not None:
             p = m.start()
-            if _OUTER.match(line, p) and (inner := self._relogged.search(line, m.end(), _MAX_PREFIX + 80)) is not None:
-                p = inner.start()  # a launcher's Python logger re-logging the engine's lines
+            if _OUTER.match(line, p) and (inner := self._relogged.search(line, p + 1, _MAX_PREFIX + 80)) is not None:
+                # a launcher's Python logger re-logging the engine's lines, or a capture tool's stamp
+                # before an engine header that starts with its level ("2024-07-23 19:51:51 ERROR 07-23 14:21:51 ...")
+                p = inner.start()
             if p == 0:
                 self._starts += 1
                 self._at0 += 1

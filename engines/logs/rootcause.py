@@ -551,9 +551,13 @@ class TracebackTracker:
             chosen = None  # only a wrapper of the traceback printed inside its message
         if chosen is not None:
             message = "\n".join(chosen.lines)
+            # an exception line an error record logged on its own, no frame in the window: what the
+            # answer rests on is that line (a traceback's own last line keeps its frames above it)
+            alone = not b.frames and b.where is None and b.level in ERROR_LEVELS and len(b.exceptions) == 1
             excerpt = excerpt + [f"{chosen.type}: {message}"]
             cause = RootCause(
-                chosen.type, message, b.process, chosen.line, excerpt[-EXCERPT_LINES:], _where(chosen.where or ""), evidence=EVIDENCE_WORDS["traceback"]
+                chosen.type, message, b.process, chosen.line, excerpt[-EXCERPT_LINES:], _where(chosen.where or ""),
+                evidence=EVIDENCE_WORDS["error line" if alone else "traceback"],
             )
             return _Candidate(cause, tier, COMPLETE), first.line, False
         last = b.exceptions[-1]

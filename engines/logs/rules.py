@@ -38,6 +38,8 @@ _DEATH = (
 #: An exception's repr: ``TypeName('message')``.
 #: (a repr printed with ``\n`` escapes or cut by the terminal ends at the first escape or at the line's end)
 _REPR = r"(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception))\((?P<q>['\"])(?P<message>.+?)(?:(?P=q)\)|\\n|\s*$)"
+#: An exception line as a whole message: ``TypeName: message``.
+_EXC_LINE = r"^(?P<exception>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): (?P<message>\S.*?)\s*$"
 #: A C++ runtime's own record (glog / c10: PyTorch, NCCL process groups), error or fatal level:
 #: "[rank0]:[E219 12:14:43.351647859 ProcessGroupNCCL.cpp:1595] [PG ID 2 ...] Process group watchdog
 #: thread terminated with exception: CUDA error: an illegal memory access was encountered"
@@ -109,7 +111,10 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     # child that died of one ("Segmentation fault (core dumped)", "Aborted (core dumped)")
     FatalRule("Segfault encountered", r"(?P<message>Segfault encountered)", rank=0, anywhere=True, kind=NATIVE),
     # (below faulthandler's "Fatal Python error: ...", which the same crash prints with the Python stacks)
-    FatalRule(" received at time=", r"(?P<message>SIG[A-Z]+ received at time=\d+)", rank=1, anywhere=True, kind=NATIVE),
+    FatalRule(" received at time=", r"(?P<message>SIG[A-Z]+ received at time=\d+(?: on cpu \d+)?)", rank=1, anywhere=True, kind=NATIVE),
+    # LLVM's own fatal error (report_fatal_error, then abort), from a JIT compiler inside the engine
+    # (Triton, XLA): "LLVM ERROR: Failed to compute parent layout for slice layout."
+    FatalRule("LLVM ERROR: ", r"(?P<message>LLVM ERROR: .+?)\s*$", rank=1, anywhere=True, kind=NATIVE),
     FatalRule(" received by PID ", r"(?P<message>SIG[A-Z]+ \(@0x[0-9a-f]+\) received by PID \d+)", rank=1, anywhere=True, kind=NATIVE),
     FatalRule(
         "(core dumped)",
@@ -142,6 +147,9 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     # (a stop's own code, 0 / 2 / 15 / -2 / -15, is not a death: the process was told to stop)
     FatalRule(" exit code", _DEATH, rank=4, anywhere=True, kind=DEATH),
     FatalRule(" Exit code", _DEATH, rank=4, anywhere=True, kind=DEATH),
+    # a launcher's line of its own for the dead child's code, after the line that named it ("Rank 0
+    # scheduler is dead. Please check if there are relevant logs." then "Exit code: -9")
+    FatalRule("Exit code: ", r"^(?P<message>Exit code: (?!-?(?:0|2|15)\b)-?\d+(?: \(SIG[A-Z]+\))?)\s*$", rank=4, kind=DEATH),
     FatalRule("died unexpectedly", r"(?P<message>[^,;:\]\[|]*?\S+ died unexpectedly)", rank=4, anywhere=True, kind=DEATH),
     # a front end naming its engine's process as dead, often as an exception's repr on an error record
     # ("ERROR ... RuntimeError('Engine process (pid 76) died.')"): a death, not only an error line
@@ -222,6 +230,11 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     # an exception's repr on an error record, before its traceback or without one:
     # "ERROR engine.start: nixlBackendError('NIXL_ERR_BACKEND')"
     FatalRule("Error('", _REPR, rank=6, anywhere=True, levels=("ERROR", "CRITICAL", "FATAL"), kind=ERROR_LINE),
+    # an exception line as an error record's whole message, its traceback cut or logged elsewhere
+    # ("ERROR 07-23 14:21:51 async_llm_engine.py:45] TypeError: ... got an unexpected keyword argument"):
+    # a failed request logs the same, so it counts only when the run failed otherwise
+    FatalRule("Error: ", _EXC_LINE, rank=6, anywhere=True, levels=("ERROR", "CRITICAL", "FATAL"), weak=True, kind=ERROR_LINE),
+    FatalRule("Exception: ", _EXC_LINE, rank=6, anywhere=True, levels=("ERROR", "CRITICAL", "FATAL"), weak=True, kind=ERROR_LINE),
     FatalRule('Error("', _REPR, rank=6, anywhere=True, levels=("ERROR", "CRITICAL", "FATAL"), kind=ERROR_LINE),
 )
 #: Lines worth a hint when nothing else explains a failure, wherever they are in the line: NCCL's own
