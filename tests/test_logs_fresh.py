@@ -33,12 +33,11 @@ BATCHES = sorted(p.parent for p in DATA.glob("fresh-*/expectations.json"))
 #: Logs still read wrong (the class is in the batch's SCORE.md): strict, so a fix is noticed.
 KNOWN_MISSES = {
     "runpod-worker-exited-exit-code-136-glued-newline-199.log": "readiness from a request line behind a glued launcher tag",
-    "anyscale-table-prefix-actor-died-creation-task-54739.log": "an exception line behind a table prefix on a two-line log",
     "dynamo-v0-worker-died-exit-code-minus15-run-mp-engine-cut-1492.log": "disputed: a child ended by SIGTERM against the engine's cut traceback",
     "sglang-tp2-old-gpu-id-format-startup-complete-744.log": "disputed: SGLang's uvicorn start-up before its warm-up is not ready",
     "sglang-router-tp2-startup-complete-2361.log": "disputed: SGLang's uvicorn start-up before its warm-up is not ready",
     "vllm-offline-tp2-nccl-watchdog-illegal-memory-access-7161.log": "readiness from a progress bar's tail glued into a C++ record",
-    "vllm-sampler-warmup-oom-error-lines-19445.log": "exception lines of one chain pasted outer first: the generic wrapper is taken",
+    "vllm-sampler-warmup-oom-error-lines-19445.log": "disputed: cause right (the OOM under vLLM's warm-up wrapper); a bare exception line with no level reads as a traceback's end, the reader called it an error line",
     "lmm-r1-openrlhf-llmrayactor-fatal-signal-raylet-died-68.log": "disputed: the raylet's death against vLLM's 'Got fatal signal' that points above",
     "sglang-compose-prefix-capture-cuda-graph-failed-exception-11218.log": "disputed: a wrapper whose inner text is empty is still a wrapper",
     "ktransformers-sglang-sigquit-then-scheduler-init-device-graphs-traceback-cut-1751.log": "disputed: the launcher's unnamed sigquit against the scheduler's own cut traceback (fresh-7's 1969 read the other way)",

@@ -154,6 +154,8 @@ GRAMMAR = LogGrammar(
         Wrapper("EngineCore failed to start"),
         # V0's front end when its engine process died while starting (the cause is that process's own output)
         Wrapper("Engine process failed to start"),
+        # the sampler's warm-up re-raising the allocator's OOM as a RuntimeError with advice (the OOM says how much)
+        Wrapper("CUDA out of memory occurred when warming up"),
         Wrapper("vLLM server process exited before becoming ready"),
         # EngineDeadError: the output handler (or a request) found the engine core dead, which it
         # reads only once the engine is up (a failure while starting is "initialization failed")

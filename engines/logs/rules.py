@@ -230,6 +230,10 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     # an exception's repr on an error record, before its traceback or without one:
     # "ERROR engine.start: nixlBackendError('NIXL_ERR_BACKEND')"
     FatalRule("Error('", _REPR, rank=6, anywhere=True, levels=("ERROR", "CRITICAL", "FATAL"), kind=ERROR_LINE),
+    # an exception line behind a capture tool's column separator on a log too short to learn the
+    # prefix from (a table row, a viewer's pipe: "U | 2025-07-18 11:29:37.824 | worker |   | ray.exceptions.
+    # ActorDiedError: The actor died ..."); once a prefix is learnt the line reads without it
+    FatalRule(" | ", r"\| +(?P<exception>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): (?P<message>\S.*?)\s*$", rank=6, anywhere=True, kind=ERROR_LINE),
     # an exception line as an error record's whole message, its traceback cut or logged elsewhere
     # ("ERROR 07-23 14:21:51 async_llm_engine.py:45] TypeError: ... got an unexpected keyword argument"):
     # a failed request logs the same, so it counts only when the run failed otherwise
