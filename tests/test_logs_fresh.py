@@ -43,6 +43,8 @@ KNOWN_MISSES = {
     "ktransformers-sglang-sigquit-then-scheduler-init-device-graphs-traceback-cut-1751.log": "disputed: the launcher's unnamed sigquit against the scheduler's own cut traceback (fresh-7's 1969 read the other way)",
     "lmcache-v0-tp2-worker-exception-start-worker-execution-loop-traceback-cut-355.log": "disputed: readiness from a worker's failed-execution dump with no ready or request line",
     "sglang-eagle-v2-cublas-execution-failed-runtimeerror-sigquit-second-scheduler-traceback-cut-19081.log": "disputed: a crash inside the scheduler's event loop reads as serving (the grammar's serving frames); the reader saw no ready line",
+    "sglang-logviewer-table-prefix-pp-cp-scheduler-event-loop-pp-cut-25887.log": "disputed: a crash inside the scheduler's event loop reads as serving (the grammar's serving frames); the reader saw no ready line",
+    "vllm-caret-ansi-cr-remnants-cudaerrorassert-cut-output-handler-31709.log": "the window starts inside the engine core's CUDA error message: servelab names its advice line (cudaErrorAssert) as a fatal record, the reader as the cut traceback's",
     "vllm-ray-ansi-raylet-worker-died-system-error-then-enginecore-exception-cut-16692.log": "disputed: a crash inside the engine core's busy loop reads as serving (the grammar's serving frames); the reader saw no ready line",
 }
 #: The expectation's evidence kind -> the words the answer may give.

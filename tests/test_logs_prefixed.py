@@ -87,8 +87,12 @@ def test_bare_logs_learn_no_prefix_from_engine_text() -> None:
     assert len(CAPTURED_PREFIXED) >= 5
     for path in LOGS:
         p = analyze_bytes(path.read_bytes()).prefix
-        if path in CAPTURED_PREFIXED:
+        if path in CAPTURED_PREFIXED and b"^[[" not in path.read_bytes():
             assert p is not None and p.shapes and p.stripped > 0, (_name(path), p)
+        elif path in CAPTURED_PREFIXED:
+            # colour codes in a terminal's caret notation ("^[[36m(WorkerDict pid=7)^[[0m") are escapes,
+            # stripped as such: what stands before the engine's text is then its own process tag
+            assert p is None or p.stripped > 0, (_name(path), p)
         elif p is not None:
             assert p.dropped == 0 and all(e[:2] == "20" and e[10] == "T" for e in p.examples), (_name(path), p)
 

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from functools import lru_cache
 
-from servelab.engines.logs.lines import Line, strip_ansi
+from servelab.engines.logs.lines import Line, has_escapes, strip_ansi
 from servelab.engines.logs.analysis import LinePrefix
 
 __all__ = ["LEARN_LINES", "NEUTRAL_STARTS", "PrefixNormalizer", "line_start", "line_starts", "shape_of"]
@@ -289,7 +289,7 @@ class PrefixNormalizer:
             line = buf[pos:nl]
             if line[-1:] == b"\r":
                 line = line[:-1]
-            if b"\x1b" in line:
+            if has_escapes(line):
                 line = strip_ansi(line)
             self._observe(line)  # first: the log's first engine line, bare, is free itself (a live view stays live)
             free = self._free_line(line)
@@ -310,7 +310,7 @@ class PrefixNormalizer:
         if not self._free():
             return False
         seg = line.split(b"\r", 1)[0]
-        if b"\x1b" in seg:
+        if has_escapes(seg):
             seg = strip_ansi(seg)
         m = self._line_start.search(seg)
         return not (m is not None and 0 < m.start() <= _MAX_PREFIX and seg[m.start() - 1 : m.start()] in (b" ", b"\t"))
@@ -498,7 +498,7 @@ class PrefixNormalizer:
         body = self._literal_lines(data, pos, nl, cut) if self._literals else None
         if body is None:
             body = self._lines_of(data, nl, cut)  # begins with the first line's own \n
-        if b"\x1b" in first:
+        if has_escapes(first):
             first = strip_ansi(first)
         if self._drop is not None and self._drop_line.fullmatch(first) is not None:
             self.dropped += 1
@@ -528,7 +528,7 @@ class PrefixNormalizer:
         read in place); None when a line there kept a prefix (a new stream: the regex takes it)."""
         if cut - nl <= 1:
             return None
-        if data.find(b"\x1b", nl, cut) != -1:
+        if has_escapes(data, nl, cut):
             # colours: taken out first (the analyzer would do it anyway), then the body on its own
             rep = strip_ansi(data[nl:cut])
             k = 0
@@ -566,7 +566,7 @@ class PrefixNormalizer:
         if stop - start <= 1:
             return data[start:stop]
         src: bytes | memoryview
-        if data.find(b"\x1b", start, stop) != -1:
+        if has_escapes(data, start, stop):
             src = strip_ansi(data[start:stop])
         else:
             src = memoryview(data)[start:stop]

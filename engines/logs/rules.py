@@ -76,6 +76,14 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
         rank=2,
         anywhere=True,
     ),
+    # ProcessGroupNCCL's watchdog on a collective that failed (the abort follows): "[PG ID 2 PG GUID 3 Rank 7]
+    # failure detected by watchdog at work sequence id: 40231 PG status: last enqueued work: ..."
+    FatalRule(
+        "failure detected by watchdog",
+        r"(?P<message>failure detected by watchdog at work sequence id: \d+)",
+        rank=2,
+        anywhere=True,
+    ),
     # a C++ exception nobody caught (SIGABRT follows): "terminate called after throwing an instance of 'c10::DistBackendError'"
     # its "  what():  CUDA error: an illegal memory access was encountered" line says what it was
     FatalRule(
@@ -134,6 +142,9 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
         rank=7,
         anywhere=True,
     ),
+    # the CUDA runtime's advice line that ends a CUDA error's message (the error's own line may be above
+    # the window): "Search for `cudaErrorAssert' in https://docs.nvidia.com/cuda/... for more information."
+    FatalRule("Search for `cudaError", r"(?P<message>Search for `cudaError\w+' in \S+ for more information\.?)", rank=7, anywhere=True),
     FatalRule(
         "HIP error: ",
         r"(?P<message>HIP error: (?:an illegal memory access was encountered|device-side assert triggered|unspecified launch failure))",
