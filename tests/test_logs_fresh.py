@@ -44,6 +44,10 @@ KNOWN_MISSES = {
     "lmcache-v0-tp2-worker-exception-start-worker-execution-loop-traceback-cut-355.log": "disputed: readiness from a worker's failed-execution dump with no ready or request line",
     "sglang-eagle-v2-cublas-execution-failed-runtimeerror-sigquit-second-scheduler-traceback-cut-19081.log": "disputed: a crash inside the scheduler's event loop reads as serving (the grammar's serving frames); the reader saw no ready line",
     "sglang-logviewer-table-prefix-pp-cp-scheduler-event-loop-pp-cut-25887.log": "disputed: a crash inside the scheduler's event loop reads as serving (the grammar's serving frames); the reader saw no ready line",
+    "sglang-eagle3-indexkernel-device-assert-then-scheduler-exception-cut-8870.log": "disputed: a crash inside the scheduler's event loop reads as serving (the grammar's serving frames); the reader saw no ready line",
+    "sglang-warmup-502-assertionerror-initialization-failed-chinese-killed-16855.log": "disputed: a prefill batch with 6 running requests before the warm-up's failure reads as serving; the reader took the warm-up error as never ready",
+    "sglang-mi300x-dsv4-flash-launcher-rank0-scheduler-died-exit-code-minus3-25118.log": "disputed: the launcher's death report is printed as a RuntimeError's exception line, which servelab names; the reader named no exception",
+    "sglang-h20-2node-c10d-socket-timeout-then-init-distributed-traceback-cut-3398.log": "a c10d socket timeout at warning level above the scheduler's cut traceback: the reader's message is the timeout's, servelab's the cut traceback's",
     "vllm-caret-ansi-cr-remnants-cudaerrorassert-cut-output-handler-31709.log": "the window starts inside the engine core's CUDA error message: servelab names its advice line (cudaErrorAssert) as a fatal record, the reader as the cut traceback's",
     "vllm-ray-ansi-raylet-worker-died-system-error-then-enginecore-exception-cut-16692.log": "disputed: a crash inside the engine core's busy loop reads as serving (the grammar's serving frames); the reader saw no ready line",
 }

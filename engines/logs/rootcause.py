@@ -527,9 +527,11 @@ class TracebackTracker:
             # a header it was logged with ("Exception in worker VllmWorkerProcess while processing
             # method determine_num_available_blocks.") says where: kept, and a cut traceback that
             # says something ranks above one that says nothing (its window starts at the header)
-            head = f"{said.rstrip('.: ')}: " if said else ""
+            # (the header's own words as it printed them: "WorkerProc hit an exception." stays a sentence)
+            head = (f"{said} " if said.endswith(".") else f"{said.rstrip(': ')}: ") if said else ""
+            cut = "The traceback is cut off" if head.endswith(". ") else "the traceback is cut off"
             cause = RootCause(
-                None, f"{head}the traceback is cut off before its exception line{last_frame}", b.process, b.start_line, excerpt, where,
+                None, f"{head}{cut} before its exception line{last_frame}", b.process, b.start_line, excerpt, where,
                 evidence=EVIDENCE_WORDS["traceback cut"],
             )
             return _Candidate(cause, tier, INCOMPLETE, rank=-1 if said else 0, engine=b.engine_where is not None), b.start_line - bool(said), False
