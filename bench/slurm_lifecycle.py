@@ -79,7 +79,7 @@ async def main(stubs: int, vllm: bool) -> None:
             rec = await runs.launch("stub", skip_preflight=True)
             submit.append(time.perf_counter() - t)
             running.append(submit[-1] + await until_running(runs, rec.id))
-            s, g = await cancel_to_gone(runs, cluster, rec.id, str(rec.slurm_job))
+            s, g = await cancel_to_gone(runs, cluster, rec.id, str(rec.placement.job))
             stop.append(s)
             gone.append(g)
         if stubs:
@@ -106,7 +106,7 @@ async def main(stubs: int, vllm: bool) -> None:
             t = time.perf_counter()
             await probe_run(runs, rec.id)
             line("  probe through the head address", [time.perf_counter() - t])
-            s, g = await cancel_to_gone(runs, cluster, rec.id, str(rec.slurm_job))
+            s, g = await cancel_to_gone(runs, cluster, rec.id, str(rec.placement.job))
             line("  servelab stop (scancel, ended)", [s])
             line("  cancel to gone from squeue", [g])
     finally:

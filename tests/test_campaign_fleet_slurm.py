@@ -89,7 +89,7 @@ async def test_fleet_campaign_moves_a_dropped_hosts_points_and_reports_them_all(
                               lambda s: any(p["host"] == "remote" and p["status"] == "done" for p in s["points"].values()))
         remote_load = next(ld for ld in before["loads"] if ld["host"] == "remote" and ld["status"] in ("launching", "ready"))
         done_there = {n for n, p in before["points"].items() if p["host"] == "remote" and p["status"] == "done"}
-        job = json.loads((lab.shared / "runs" / remote_load["run_id"] / "run.json").read_text())["slurm_job"]
+        job = json.loads((lab.shared / "runs" / remote_load["run_id"] / "run.json").read_text())["placement"]["job"]
         t_drop = time.monotonic()
         downable_sshd.go_down()
         lab.cluster.run("scancel", job, check=False)  # one machine: see the module's docstring
@@ -158,7 +158,7 @@ async def test_stop_ends_only_its_own_runs_and_jobs_and_resume_keeps_done_points
         state_path = Path(st.dir) / "state.json"
         running = await _until(state_path, "a point done and both loads ready", lambda s: any(p["status"] == "done" for p in s["points"].values())
                                and all(ld["status"] == "ready" for ld in s["loads"]))
-        job = json.loads((lab.shared / "runs" / next(ld["run_id"] for ld in running["loads"] if ld["host"] == "cluster") / "run.json").read_text())["slurm_job"]
+        job = json.loads((lab.shared / "runs" / next(ld["run_id"] for ld in running["loads"] if ld["host"] == "cluster") / "run.json").read_text())["placement"]["job"]
         stopped = servelab(lab.folder, "campaign", "stop", st.id)
         assert f"campaign {st.id} on the fleet local, cluster: stopped" in stopped, stopped
         state = _state(state_path)
@@ -192,7 +192,7 @@ async def test_a_node_failure_requeues_the_loads_unfinished_points(slurm_lab: Sl
     state_path = Path(st.dir) / "state.json"
     try:
         first = await _until(state_path, "a point done", lambda s: any(p["status"] == "done" for p in s["points"].values()))
-        job = json.loads((lab.shared / "runs" / first["loads"][0]["run_id"] / "run.json").read_text())["slurm_job"]
+        job = json.loads((lab.shared / "runs" / first["loads"][0]["run_id"] / "run.json").read_text())["placement"]["job"]
         node = lab.cluster.run("squeue", "-h", "-j", job, "-o", "%N").stdout.strip()
         lab.cluster.run("scontrol", "update", f"nodename={node}", "state=down", "reason=fleet-test")
         requeued = await _until(state_path, "requeued", lambda s: bool(s["loads"][0]["moves"]))

@@ -12,6 +12,8 @@ import pytest
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.hostsfile import HostConfig
 from servelab.engines.placements.base import PLACEMENT_MODULES, Placement, placement_for
+from servelab.engines.runs.placed import Placed, placed_of
+from servelab.engines.runs.records import RunRecord
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -47,7 +49,32 @@ def test_the_run_lifecycle_and_the_cli_never_test_a_host_kind() -> None:
     """The run manager, campaigns, preflight and the CLI ask a placement; only the placements and
     the Slurm package name a scheduler's fields."""
     done = subprocess.run(
-        ["grep", "-rlE", "--include=*.py", r"\.slurm\b|slurm_job|slurm_jobs|(cfg|host|config)\.kind ==", "engines/runs/manager.py", "engines/campaign", "engines/preflight", "tui"],
+        ["grep", "-rlE", "--include=*.py", r"\.slurm\b|slurm_job|slurm_jobs|(cfg|host|config)\.kind ==", "engines/runs/manager.py", "engines/runs/records.py", "engines/runs/state.py", "engines/campaign", "engines/preflight", "tui"],
         cwd=REPO, capture_output=True, text=True,
     )
     assert done.returncode == 1 and done.stdout == "", done.stdout
+
+
+_RUN = {"id": "x-20261207-050000-abcd", "experiment": "x", "engine": "vllm", "host": "h", "argv": ["vllm"], "env": {},
+        "port": 8000, "model": "m", "run_dir": "/w/runs/x", "log_path": "/w/runs/x/engine.log", "status": "queued"}
+
+
+@pytest.mark.parametrize(
+    ("on_disk", "placed"),
+    [
+        ({}, Placed()),  # a run started as a process
+        ({"placement": {"job": "41", "nodes": "n[1-2]", "state": "RUNNING", "reason": "None", "node_count": 2}},
+         Placed("41", "n[1-2]", "RUNNING", "None", 2)),
+        # a record an older servelab wrote: the placement's facts as flat <kind>_ keys
+        ({"slurm_job": "7", "slurm_nodes": "n1", "slurm_state": "COMPLETED", "slurm_reason": "", "slurm_node_count": 1},
+         Placed("7", "n1", "COMPLETED", "", 1)),
+        ({"slurm_job": "8"}, Placed("8")),
+        ({"slurm_job": None, "slurm_nodes": ""}, Placed()),  # submitted by nothing yet
+    ],
+)
+def test_a_run_record_keeps_its_placements_facts_in_one_field_and_reads_older_records(on_disk: dict[str, object], placed: Placed) -> None:
+    rec = RunRecord.from_json({**_RUN, **on_disk})
+    assert rec.placement == placed == placed_of({**_RUN, **on_disk})
+    written = rec.to_json()
+    assert written["placement"] == placed.to_json() and not [k for k in written if k.endswith(("_job", "_node_count"))]
+    assert RunRecord.from_json(written).placement == placed  # and it reads back the same

@@ -78,7 +78,7 @@ async def test_queued_while_drained_then_running_reached_and_cancelled_alone(slu
     other = slurm_lab.cluster.run("sbatch", "--parsable", "--wrap", "sleep 300", "-o", "/dev/null").stdout.strip()  # not servelab's
     slurm_lab.cluster.drain("maint")
     rec = await runs.launch("stub", skip_preflight=True)
-    assert rec.slurm_job and rec.slurm_job != other and rec.status is RunState.QUEUED
+    assert rec.placement.job and rec.placement.job != other and rec.status is RunState.QUEUED
     script = Path(rec.run_dir, SCRIPT_NAME).read_text()
     assert "#SBATCH --partition=lab" in script and f"export SERVELAB_RUN_ID={rec.id}" in script
     st = await queued_status(runs, rec.id)
@@ -86,15 +86,15 @@ async def test_queued_while_drained_then_running_reached_and_cancelled_alone(slu
     assert not st.alive and st.job.started_at is None
     assert display_state(st.status, st.exit_code, st.analysis) is RunState.QUEUED
     cli = servelab(slurm_lab, "status", rec.id)
-    assert f"{rec.id}  queued" in cli and f"slurm     job {rec.slurm_job}: queued: drained" in cli, cli
+    assert f"{rec.id}  queued" in cli and f"slurm     job {rec.placement.job}: queued: drained" in cli, cli
     slurm_lab.cluster.resume()
     st = await wait_state(runs, rec.id, {RunState.RUNNING})
-    assert st.record.slurm_nodes in ("n1", "n2") and st.record.head_node == st.record.slurm_nodes
+    assert st.record.placement.nodes in ("n1", "n2") and st.record.head_node == st.record.placement.nodes
     assert st.record.head_address == "127.0.0.1" and st.job.started_at and st.job.submitted_at
     assert st.job.submitted_at < st.job.started_at  # it waited in the queue: the load counts from the start
     assert st.record.started_local == st.job.started_at.replace("T", " ")
     on_disk = json.loads(Path(rec.run_dir, "run.json").read_text())
-    assert on_disk["slurm_job"] == rec.slurm_job and on_disk["head_address"] == "127.0.0.1" and on_disk["slurm_nodes"]
+    assert on_disk["placement"]["job"] == rec.placement.job and on_disk["head_address"] == "127.0.0.1" and on_disk["placement"]["nodes"]
     url = await runs.base_url(rec.id)
     assert url == f"http://127.0.0.1:{port}"
     for _ in range(100):
@@ -107,7 +107,7 @@ async def test_queued_while_drained_then_running_reached_and_cancelled_alone(slu
     stopped = await runs.stop(rec.id)
     assert stopped.status is RunState.STOPPED and stopped.job is not None and stopped.job.words == "cancelled by servelab stop"
     jobs = slurm_lab.cluster.jobs()
-    assert rec.slurm_job not in jobs and other in jobs  # only its own job
+    assert rec.placement.job not in jobs and other in jobs  # only its own job
     again = await slurm_lab.runs().status(rec.id)  # a new Runs reads the recorded end
     assert again.status is RunState.STOPPED
 
@@ -138,7 +138,7 @@ async def test_engine_crash_in_a_job_gives_its_root_cause(slurm_lab: SlurmLab) -
     runs = slurm_lab.runs()
     rec = await runs.launch("crash", skip_preflight=True)
     st = await wait_state(runs, rec.id, {RunState.EXITED}, job_ended=True)
-    assert st.exit_code == 1 and st.job is not None and st.job.slurm_state == "FAILED"
+    assert st.exit_code == 1 and st.job is not None and st.job.scheduler_state == "FAILED"
     assert display_state(st.status, st.exit_code, st.analysis) is RunState.CRASHED
     assert st.analysis is not None and st.analysis.root_cause is not None
     assert st.analysis.root_cause.message == expected.root_cause.message
@@ -152,7 +152,7 @@ async def test_login_node_over_ssh_submits_reads_and_cancels(slurm_lab: SlurmLab
     port = stub_experiment(slurm_lab, "far", host="remote", STUB_HTTP="1")
     runs = slurm_lab.runs()
     rec = await runs.launch("far", skip_preflight=True)
-    assert rec.slurm_job and rec.host == "remote"
+    assert rec.placement.job and rec.host == "remote"
     st = await wait_state(runs, rec.id, {RunState.RUNNING})
     assert st.job is not None and st.record.head_address == "127.0.0.1"
     url = await runs.base_url(rec.id)
@@ -166,7 +166,7 @@ async def test_login_node_over_ssh_submits_reads_and_cancels(slurm_lab: SlurmLab
                 await asyncio.sleep(0.2)
     assert body["data"][0]["id"] == "stub-model"
     stopped = await runs.stop(rec.id)
-    assert stopped.status is RunState.STOPPED and rec.slurm_job not in slurm_lab.cluster.jobs()
+    assert stopped.status is RunState.STOPPED and rec.placement.job not in slurm_lab.cluster.jobs()
 
 
 async def test_runs_list_reads_each_jobs_state_from_slurm(slurm_lab: SlurmLab) -> None:
@@ -180,8 +180,8 @@ async def test_runs_list_reads_each_jobs_state_from_slurm(slurm_lab: SlurmLab) -
     runs = slurm_lab.runs()
     for _ in range(100):
         listed = {r.id: r for r in await runs.list("cluster")}
-        if listed[run_id].slurm_state == "COMPLETED":
+        if listed[run_id].placement.state == "COMPLETED":
             break
         await asyncio.sleep(0.2)
-    assert listed[run_id].status is RunState.EXITED and listed[run_id].slurm_state == "COMPLETED"
+    assert listed[run_id].status is RunState.EXITED and listed[run_id].placement.state == "COMPLETED"
     assert json.loads(Path(listed[run_id].run_dir, "run.json").read_text())["status"] == "exited"

@@ -49,7 +49,7 @@ async def test_sglang_two_nodes_under_srun_ready_probed_and_cancelled(slurm_lab:
     port = sglang_two_nodes(slurm_lab, "tiny2n")
     runs: Runs = slurm_lab.runs()
     rec = await runs.launch("tiny2n", skip_preflight=True)
-    assert rec.slurm_job and rec.slurm_node_count == 2
+    assert rec.placement.job and rec.placement.node_count == 2
     script = Path(rec.run_dir, SCRIPT_NAME).read_text()
     assert "#SBATCH --nodes=2" in script and "srun --nodes=2 --ntasks=2 --ntasks-per-node=1" in script
     t0 = time.monotonic()
@@ -59,7 +59,7 @@ async def test_sglang_two_nodes_under_srun_ready_probed_and_cancelled(slurm_lab:
     assert st.status is RunState.RUNNING, st.job
     running = time.monotonic() - t0
     # the run folder: the job, the nodes Slurm chose, the head (the allocation's first host) and its address
-    assert st.record.slurm_nodes == "n[1-2]" and st.record.head_node == "n1" and st.record.head_address == "127.0.0.1"
+    assert st.record.placement.nodes == "n[1-2]" and st.record.head_node == "n1" and st.record.head_address == "127.0.0.1"
     await wait_for_ready(runs, rec.id, timeout_s=400, poll_s=1.0)
     ready = time.monotonic() - t0
     head_log = Path(rec.log_path).read_text(errors="replace")
@@ -74,7 +74,7 @@ async def test_sglang_two_nodes_under_srun_ready_probed_and_cancelled(slurm_lab:
     assert len({pid for pid, _, cmd in both if "sglang" in cmd}) >= 2, both  # both ranks' engines, under the job
     t1 = time.monotonic()
     stopped = await runs.stop(rec.id)
-    assert stopped.status is RunState.STOPPED and rec.slurm_job not in slurm_lab.cluster.jobs()
+    assert stopped.status is RunState.STOPPED and rec.placement.job not in slurm_lab.cluster.jobs()
     for _ in range(100):  # Slurm ends every task of the job; servelab signals no process
         if not marked({rec.id}):
             break

@@ -42,7 +42,7 @@ async def test_tiny_vllm_queued_then_ready_probed_and_cancelled(slurm_lab: Slurm
         assert time.monotonic() - t0 < 60, st.job
         await asyncio.sleep(0.2)
     assert st.status is RunState.RUNNING and st.job is not None and st.job.started_at
-    assert st.record.head_address == "127.0.0.1" and st.record.slurm_nodes in ("n1", "n2")
+    assert st.record.head_address == "127.0.0.1" and st.record.placement.nodes in ("n1", "n2")
     await wait_for_ready(runs, rec.id, timeout_s=480, poll_s=1.0)
     st = await runs.status(rec.id)
     assert st.analysis is not None and display_state(st.status, st.exit_code, st.analysis) is RunState.READY
@@ -53,7 +53,7 @@ async def test_tiny_vllm_queued_then_ready_probed_and_cancelled(slurm_lab: Slurm
     summary = await load_probe(runs, rec.id)
     assert summary is not None and summary.engine == "vllm"
     stopped = await runs.stop(rec.id)
-    assert stopped.status is RunState.STOPPED and rec.slurm_job not in slurm_lab.cluster.jobs()
+    assert stopped.status is RunState.STOPPED and rec.placement.job not in slurm_lab.cluster.jobs()
     for _ in range(50):  # the job's processes go with it (Slurm kills the step; servelab signals none)
         if not marked({rec.id}):
             break

@@ -32,7 +32,7 @@ async def test_run_screen_shows_queue_reason_then_running_then_the_end(slurm_lab
         assert isinstance(screen, RunScreen)
         await wait_for(pilot, lambda: "queued: drained (position 1)" in screen.liveness, timeout=30)
         await wait_for(pilot, lambda: "queued: drained" in screen_text(app), timeout=10)
-        assert f"job {rec.slurm_job}" in screen.liveness
+        assert f"job {rec.placement.job}" in screen.liveness
         slurm_lab.cluster.resume()
         await wait_for(pilot, lambda: screen.liveness.startswith("running · job") and " on n" in screen.liveness, timeout=30)
         await runs.stop(rec.id)

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from servelab.engines.hosts.base import Host
     from servelab.engines.hosts.hostsfile import HostConfig
     from servelab.engines.runs.records import RunRecord, RunStatus
-    from servelab.engines.slurm.states import JobView
+    from servelab.engines.runs.placed import JobView
 
 #: The module of each host kind's placement (each defines ``PLACEMENT``, its class). One line a kind.
 PLACEMENT_MODULES: dict[str, str] = {

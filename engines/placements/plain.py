@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from servelab.engines.placements.base import Preview
     from servelab.engines.catalog.experiment import SourcedExperiment
     from servelab.engines.catalog.folder import Catalog
-    from servelab.engines.slurm.states import JobView
+    from servelab.engines.runs.placed import JobView
 
 
 async def runctl(host: Host, *args: str, timeout: float = 60.0) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from servelab.engines.runs.records import RunRecord, RunStatus, runs_root
 from servelab.engines.runs.state import RunState
 from servelab.engines.slurm import jobs
 from servelab.engines.slurm.scontrol import has_ended
-from servelab.engines.slurm.states import JobView
+from servelab.engines.runs.placed import JobView
 
 if TYPE_CHECKING:
     from servelab.engines.adapters.exchange import LaunchSpec
@@ -44,10 +44,10 @@ class SlurmPlacement:
         return RunRecord.from_json(await jobs.submit(h, rec.to_json(), ranks))
 
     def may_change(self, rec: RunRecord) -> bool:
-        return bool(rec.slurm_job) and not has_ended(rec.slurm_state)  # one scontrol each while it may still change
+        return bool(rec.placement.job) and not has_ended(rec.placement.state)  # one scontrol each while it may still change
 
     async def liveness(self, h: Host, rec: RunRecord) -> tuple[bool, int | None]:
-        if not rec.slurm_job:
+        if not rec.placement.job:
             return await self._plain.liveness(h, rec)
         job, data = await jobs.state(h, rec.to_json())
         self.views[rec.id] = job
@@ -64,10 +64,10 @@ class SlurmPlacement:
         return job.alive, code
 
     def view(self, rec: RunRecord) -> JobView | None:
-        return self.views.get(rec.id) if rec.slurm_job else None
+        return self.views.get(rec.id) if rec.placement.job else None
 
     async def stop(self, h: Host, rec: RunRecord, grace: float, *, leader_first: bool, engine_plan: bool) -> RunStatus:
-        if not rec.slurm_job:
+        if not rec.placement.job:
             return await self._plain.stop(h, rec, grace, leader_first=leader_first, engine_plan=engine_plan)
         job, data = await jobs.cancel(h, rec.to_json(), grace)
         self.views[rec.id] = job
@@ -75,14 +75,14 @@ class SlurmPlacement:
         return RunStatus(record=stopped, alive=job.alive, exit_code=stopped.exit_code, job=job)
 
     async def base_url(self, h: Host, rec: RunRecord) -> str:
-        if rec.slurm_job and rec.head_address and rec.head_address != "127.0.0.1":  # the job's head node
+        if rec.placement.job and rec.head_address and rec.head_address != "127.0.0.1":  # the job's head node
             if h.config.is_local:
                 return f"http://{rec.head_address}:{rec.port}"
             return f"http://127.0.0.1:{await h.forward_port(rec.port, rec.head_address)}"
         return await self._plain.base_url(h, rec)
 
     def server_address(self, rec: RunRecord) -> str:
-        return rec.head_address if rec.slurm_job and rec.head_address else "127.0.0.1"
+        return rec.head_address if rec.placement.job and rec.head_address else "127.0.0.1"
 
     def gpus(self, cfg: HostConfig) -> int | None:
         return jobs.settings_of(cfg).gpus_per_node or None
@@ -94,15 +94,15 @@ class SlurmPlacement:
         return f'{experiment} runs on Slurm host {host}: a campaign runs there as a fleet (hosts = ["{host}"]: each load a batch job)'
 
     def launch_facts(self, rec: RunRecord) -> dict[str, str]:
-        return {"slurm_job": rec.slurm_job} if rec.slurm_job else {}
+        return {"slurm_job": rec.placement.job} if rec.placement.job else {}
 
     def launch_note(self, rec: RunRecord) -> str | None:
-        if not rec.slurm_job:
+        if not rec.placement.job:
             return None
-        return f"submitted Slurm job {rec.slurm_job} on {rec.host} (servelab status {rec.id}: its queue state)"
+        return f"submitted Slurm job {rec.placement.job} on {rec.host} (servelab status {rec.id}: its queue state)"
 
     def engine_state_in_listing(self, rec: RunRecord) -> bool:
-        return not rec.slurm_job
+        return not rec.placement.job
 
     def preview(self, cfg: HostConfig, catalog: Catalog, exp: SourcedExperiment, spec: LaunchSpec) -> Preview | None:
         run_id = f"{exp.name}-YYYYmmdd-HHMMSS-xxxx"

@@ -23,8 +23,8 @@ from servelab.engines.hosts.seen import HostSeen
 from servelab.engines.hosts.hostsfile import HostConfig
 from servelab.engines.logs.analysis import Analysis
 from servelab.engines.hosts.owner import Owner
+from servelab.engines.runs.placed import KEY as PLACED_KEY, JobView, Placed, placed_of
 from servelab.engines.runs.state import RunState
-from servelab.engines.slurm.states import JobView
 from servelab.engines.adapters.exchange import LaunchSpec, TargetIdentity
 
 if TYPE_CHECKING:
@@ -89,21 +89,17 @@ class RunRecord:
     gpu_peak_mib: dict[str, int] = field(default_factory=dict)
     #: Seconds from the engine's start to its first GPU allocation (to the supervisor's sample).
     gpu_first_alloc_s: float | None = None
-    #: A run on a Slurm host (``engines/slurm``): the batch job servelab submitted, the nodes Slurm
-    #: chose (``n[1-2]``), the head node and the address its ports are reached at, and Slurm's last
-    #: state and reason as servelab saw them ("" until known).
-    slurm_job: str | None = None
-    slurm_nodes: str = ""
+    #: Where the run's placement put it, when that is more than a process (``engines/runs/placed.py``:
+    #: a scheduler's job, its nodes and last state); empty for a run started as a process group.
+    placement: Placed = field(default_factory=Placed)
+    #: The node its server runs on and the address its ports are reached at, when its placement chose
+    #: one ("" for a run on its host itself).
     head_node: str = ""
     head_address: str = ""
-    slurm_state: str = ""
-    slurm_reason: str = ""
     #: The last signal servelab's stop sent (``SIGTERM``, ``SIGKILL`` after the grace), None when no
     #: stop was asked for: a run servelab stopped reads "stopped · SIGTERM" whatever it printed or
     #: exited with while dying.
     stop_signal: str | None = None
-    #: Nodes of the job (a multi-node experiment's srun tasks, one per node; the head is rank 0).
-    slurm_node_count: int = 1
     #: The served target by its weights, not its path (``TargetIdentity.to_dict()``; empty when the
     #: folder is not a readable safetensors checkpoint, e.g. a hub id the engine downloads).
     target: dict[str, str] = field(default_factory=dict)
@@ -138,8 +134,8 @@ class RunRecord:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunRecord:
         """Build from run.json (or runctl's status), ignoring keys this version does not know."""
-        known = {f.name for f in fields(cls)}
-        rec = cls(**{k: v for k, v in data.items() if k in known})
+        known = {f.name for f in fields(cls)} - {PLACED_KEY}
+        rec = cls(**{k: v for k, v in data.items() if k in known}, placement=placed_of(data))
         rec.status = RunState.parse(rec.status)
         return rec
 
@@ -155,7 +151,7 @@ class RunStatus:
     analysis: Analysis | None = None
     #: Why the analysis is missing when the analyzer failed (one line).
     analysis_error: str | None = None
-    #: Slurm's view, in servelab's words, for a run on a Slurm host (None elsewhere).
+    #: Its scheduler's view, in servelab's words, for a run placed as a job (None for a process).
     job: JobView | None = None
     #: What a stop removed with the run (its own /dev/shm files), as runctl answered; empty otherwise.
     cleaned: list[str] = field(default_factory=list)
@@ -191,7 +187,7 @@ class RunStatus:
             }
         )
         if self.job is not None:
-            out["slurm"] = self.job.to_json()
+            out[self.job.scheduler] = self.job.to_json()
         return out
 
 

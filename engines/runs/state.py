@@ -5,8 +5,8 @@ Two sources name a run's state, and every screen, the CLI and the JSON use these
 - the host (``engines/helpers/runctl.py``, which runs with the host's Python and cannot import
   servelab, spells the same strings): ``launching``, ``running``, ``exited``, ``stopped``,
   ``lost``, and ``refused`` when a launch was turned down;
-- the scheduler (``engines/slurm/states.py``, a Slurm host's batch job): ``queued``, and the ends
-  Slurm itself brings, ``timed out``, ``out of memory``, ``node failed``, ``preempted``,
+- a scheduler's placement (a batch job, ``engines/placements/``): ``queued``, and the ends the
+  scheduler itself brings, ``timed out``, ``out of memory``, ``node failed``, ``preempted``,
   ``cancelled``;
 - the log analyzer: ``starting``, ``loading``, ``ready``, ``crashed``, ``exited``, and ``waiting``
   before the first byte has been read.
@@ -34,7 +34,7 @@ class RunState(StrEnum):
     STOPPED = "stopped"
     LOST = "lost"
     REFUSED = "refused"
-    # what the scheduler did (engines.slurm.states): a batch job waiting, or ended by Slurm
+    # what a scheduler did (a placement's job): a batch job waiting, or ended by the scheduler
     QUEUED = "queued"
     TIMED_OUT = "timed out"
     OUT_OF_MEMORY = "out of memory"

@@ -14,16 +14,18 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+from dataclasses import replace
 from collections.abc import Sequence
 from typing import Any
 
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import Host
 from servelab.engines.hosts.hostsfile import HostConfig, SlurmSettings
+from servelab.engines.runs.placed import KEY as PLACED, JobView, Placed, placed_of, without_flat_keys
 from servelab.engines.runs.state import RunState
 from servelab.engines.slurm import control
 from servelab.engines.slurm.script import SCRIPT_NAME, RankCommand, render
-from servelab.engines.slurm.states import JobView, gone, view
+from servelab.engines.slurm.states import gone, view
 from servelab.engines.slurm.scontrol import JobState, SlurmJob, has_ended
 
 STOP_REQUESTED = "stop_requested"
@@ -51,9 +53,12 @@ def _dump(data: dict[str, Any]) -> bytes:
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
-async def _update(h: Host, run_dir: str, **fields: Any) -> dict[str, Any]:
+async def _update(h: Host, run_dir: str, placed: Placed | None = None, **fields: Any) -> dict[str, Any]:
+    """``run.json`` with ``fields`` (and the job's facts, ``placed``) written over it."""
     data: dict[str, Any] = json.loads((await h.read_bytes(f"{run_dir}/{RUN_JSON}")).decode("utf-8"))
     data.update(fields)
+    if placed is not None:
+        data = {**without_flat_keys(data), PLACED: placed.to_json()}
     await h.write_bytes(f"{run_dir}/{RUN_JSON}", _dump(data))
     return data
 
@@ -68,7 +73,7 @@ async def submit(h: Host, record: dict[str, Any], ranks: Sequence[RankCommand] =
     path = f"{run_dir}/{SCRIPT_NAME}"
     await h.write_bytes(path, script.encode("utf-8"))
     job_id = await control.submit(h, settings_of(cfg), path)
-    return await _update(h, run_dir, slurm_job=job_id, status=str(RunState.QUEUED), slurm_node_count=max(1, len(ranks)))
+    return await _update(h, run_dir, Placed(job=job_id, node_count=max(1, len(ranks))), status=str(RunState.QUEUED))
 
 
 def _local_clock(slurm_time: str | None) -> str:
@@ -86,44 +91,47 @@ async def state(h: Host, rec: dict[str, Any]) -> tuple[JobView, dict[str, Any]]:
     changed: nodes and head once placed, the final state once ended)."""
     settings = settings_of(h.config)
     run_dir = str(rec["run_dir"])
-    job_id = str(rec.get("slurm_job") or "")
+    placed = placed_of(rec)
+    job_id = placed.job
     stop_requested = await h.exists(f"{run_dir}/{STOP_REQUESTED}")
     final = RunState.parse(rec.get("status") or "launching")
-    if has_ended(str(rec.get("slurm_state") or "")):  # ended, and servelab saw how: Slurm need not be asked
+    if has_ended(placed.state):  # ended, and servelab saw how: Slurm need not be asked
         return _recorded(rec, final), rec
     job = await control.query(h, settings, job_id)
     if job is None:
         v = gone(job_id, stop_requested=stop_requested)
-        return v, await _update(h, run_dir, status=str(v.state), slurm_state="gone", slurm_reason="")
+        return v, await _update(h, run_dir, replace(placed, state="gone", reason=""), status=str(v.state))
     position = await control.queue_position(h, settings, job) if job.state is JobState.PENDING else None
     v = view(job, stop_requested=stop_requested, queue_position=position)
     updates: dict[str, Any] = {}
+    now = placed
     if v.node_list and not rec.get("head_address"):
         # the head is the first host of the allocation (what a multi-node job's script dials)
-        multi = int(rec.get("slurm_node_count") or 1) > 1
-        head = (not multi and job.batch_host) or await control.first_node(h, settings, v.node_list)
-        updates.update(slurm_nodes=v.node_list, head_node=head, head_address=await control.node_address(h, settings, head))
+        head = (placed.node_count <= 1 and job.batch_host) or await control.first_node(h, settings, v.node_list)
+        now = replace(now, nodes=v.node_list)
+        updates.update(head_node=head, head_address=await control.node_address(h, settings, head))
     if v.started_at and not rec.get("started_local"):
         updates["started_local"] = _local_clock(v.started_at)
     status = str(v.state)
-    if status != rec.get("status") or v.slurm_state != rec.get("slurm_state") or v.reason != rec.get("slurm_reason"):
-        updates.update(status=status, slurm_state=v.slurm_state, slurm_reason=v.reason)
+    if status != rec.get("status") or v.scheduler_state != placed.state or v.reason != placed.reason:
+        now = replace(now, state=v.scheduler_state, reason=v.reason)
+        updates["status"] = status
         if v.exit_code is not None and v.state.is_terminal:
             updates["exit_code"] = v.exit_code
-    if updates:
-        rec = await _update(h, run_dir, **updates)
+    if updates or now != placed:
+        rec = await _update(h, run_dir, now if now != placed else None, **updates)
     return v, rec
 
 
 def _recorded(rec: dict[str, Any], final: RunState) -> JobView:
     """The view of an ended job from what ``run.json`` recorded of it."""
-    text = str(rec.get("slurm_state") or "")
-    if text == "gone":
-        return gone(str(rec.get("slurm_job") or ""), stop_requested=final is RunState.STOPPED)
+    placed = placed_of(rec)
+    if placed.state == "gone":
+        return gone(placed.job, stop_requested=final is RunState.STOPPED)
     job = SlurmJob(
-        job_id=str(rec.get("slurm_job") or ""), name="", state=JobState.parse(text), state_text=text,
-        reason=str(rec.get("slurm_reason") or ""), submit_time=None, start_time=None, end_time=None, time_limit="",
-        node_list=str(rec.get("slurm_nodes") or ""), batch_host=str(rec.get("head_node") or ""),
+        job_id=placed.job, name="", state=JobState.parse(placed.state), state_text=placed.state,
+        reason=placed.reason, submit_time=None, start_time=None, end_time=None, time_limit="",
+        node_list=placed.nodes, batch_host=str(rec.get("head_node") or ""),
         exit_code=rec.get("exit_code"), exit_signal=None, partition="",
     )
     return view(job, stop_requested=final is RunState.STOPPED)
@@ -132,7 +140,7 @@ def _recorded(rec: dict[str, Any], final: RunState) -> JobView:
 async def cancel(h: Host, rec: dict[str, Any], grace: float) -> tuple[JobView, dict[str, Any]]:
     """``scancel`` the run's own job (the id servelab recorded at submit) and wait until Slurm says
     it ended (at most ``grace`` + 30 s)."""
-    job_id = str(rec.get("slurm_job") or "")
+    job_id = placed_of(rec).job
     if not job_id:
         raise ServelabError(f"run {rec.get('id')} has no Slurm job recorded: nothing of servelab's to cancel")
     await h.write_bytes(f"{rec['run_dir']}/{STOP_REQUESTED}", b"")

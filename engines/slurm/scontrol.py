@@ -54,7 +54,7 @@ ENDED = frozenset({
 
 
 def has_ended(state_text: str) -> bool:
-    """Whether a recorded Slurm state (``run.json``'s ``slurm_state``) is a job's end ("gone": Slurm forgot it)."""
+    """Whether a recorded Slurm state (``run.json``'s ``placement.state``) is a job's end ("gone": Slurm forgot it)."""
     return state_text == "gone" or JobState.parse(state_text) in ENDED
 
 

@@ -8,8 +8,7 @@ crash), and OUT_OF_MEMORY, NODE_FAIL, PREEMPTED and CANCELLED are each said in t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from servelab.engines.runs.placed import JobView
 from servelab.engines.runs.state import RunState
 from servelab.engines.slurm.scontrol import JobState, SlurmJob
 
@@ -80,43 +79,6 @@ def reason_words(reason: str) -> str:
     return word
 
 
-@dataclass(frozen=True)
-class JobView:
-    """A Slurm run as servelab says it: the run's state, the words, and the times that matter."""
-
-    job_id: str
-    state: RunState
-    #: One line: "queued: Resources", "time limit reached", "running", ...
-    words: str
-    #: Slurm's own state word and reason, as it gave them.
-    slurm_state: str
-    reason: str
-    #: The engine may be running on the job's nodes (its log and port are worth reading).
-    alive: bool
-    #: When the job started on its nodes (the ETA's origin), None while queued.
-    started_at: str | None
-    submitted_at: str | None
-    node_list: str
-    batch_host: str
-    exit_code: int | None
-    #: Position among the partition's pending jobs (1: next), None when not pending.
-    queue_position: int | None = None
-    #: The scheduler's name, as a status line labels its view.
-    scheduler: str = "slurm"
-
-    @property
-    def is_queued(self) -> bool:
-        return self.state is RunState.QUEUED
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "job_id": self.job_id, "state": str(self.state), "words": self.words, "slurm_state": self.slurm_state,
-            "reason": self.reason, "alive": self.alive, "started_at": self.started_at, "submitted_at": self.submitted_at,
-            "node_list": self.node_list, "batch_host": self.batch_host, "exit_code": self.exit_code,
-            "queue_position": self.queue_position,
-        }
-
-
 def view(job: SlurmJob, *, stop_requested: bool = False, queue_position: int | None = None) -> JobView:
     """What a job is, in servelab's words. ``stop_requested``: servelab cancelled it (``servelab stop``)."""
     state, words = _STATES.get(job.state, (RunState.LOST, f"in a state servelab does not know: {job.state_text}")) if job.state else (
@@ -134,13 +96,14 @@ def view(job: SlurmJob, *, stop_requested: bool = False, queue_position: int | N
     alive = state is RunState.RUNNING
     started = job.start_time if state is not RunState.QUEUED else None  # a pending job's StartTime is Slurm's guess
     return JobView(
-        job_id=job.job_id, state=state, words=words, slurm_state=job.state_text, reason=job.reason, alive=alive,
+        job_id=job.job_id, state=state, words=words, scheduler_state=job.state_text, reason=job.reason, alive=alive,
         started_at=started, submitted_at=job.submit_time, node_list=job.node_list, batch_host=job.batch_host,
         exit_code=job.exit_code, queue_position=queue_position if job.state is JobState.PENDING else None,
+        scheduler="slurm",
     )
 
 
 def gone(job_id: str, *, stop_requested: bool) -> JobView:
     """A job Slurm no longer knows (past ``MinJobAge``) and servelab never saw end: its end is unknown."""
     state, words = (RunState.STOPPED, "cancelled by servelab stop") if stop_requested else (RunState.LOST, "no longer known to Slurm (its end was not seen)")
-    return JobView(job_id, state, words, "", "", False, None, None, "", "", None)
+    return JobView(job_id, state, words, "", "", False, None, None, "", "", None, scheduler="slurm")
