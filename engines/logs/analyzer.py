@@ -21,7 +21,7 @@ from servelab.engines.logs.frames import FrameRuns
 from servelab.engines.logs.glued import GLUED_MIN, MAX_LINE, Unglue, cut_long_lines, has_long_line
 from servelab.engines.logs.grammar import STAGES, Header, LogGrammar, is_primary_process
 from servelab.engines.logs.hints import find_hint
-from servelab.engines.logs.lines import Line, has_escapes, strip_ansi
+from servelab.engines.logs.lines import Line, strip_ansi, strip_caret
 from servelab.engines.logs.prefilter import LineStarts, Prefilter
 from servelab.engines.logs.prefix import PrefixNormalizer
 from servelab.engines.logs.rootcause import ERROR_LEVELS, TB_START, TracebackTracker
@@ -270,7 +270,7 @@ class LogAnalyzer:
         :class:`~engines.logs.lines.LineSplitter` does. ``starts``: the prefilter's line starts in
         ``raw``, found already (see :meth:`feed`).
         """
-        if has_escapes(raw, start, stop):
+        if raw.find(b"\x1b", start, stop) != -1:  # (caret notation is read per line: _segment)
             raw = strip_ansi(raw[start:stop])
             start, stop = 0, len(raw)
             starts = None  # offsets of the bytes before
@@ -390,6 +390,8 @@ class LogAnalyzer:
         """
         if not seg:
             return
+        if "^" in seg and ("^[" in seg or seg.endswith("^M")):
+            seg = strip_caret(seg)  # escapes a paste kept in caret notation
         if len(seg) >= GLUED_MIN and (records := self._unglue.split(seg)) is not None:
             for record in records:  # records a paste glued into one line: each read as its own
                 self._segment(record)

@@ -45,8 +45,8 @@ def cut_long_lines(buf: bytes) -> bytes:
     return b"\n".join(parts)
 
 
-#: Lines shorter than this are never several records (two headers and two short messages).
-GLUED_MIN = 120
+#: Lines shorter than this are not read as several records (two headers and two short records are longer).
+GLUED_MIN = 240
 
 
 class Unglue:
@@ -60,7 +60,7 @@ class Unglue:
 
     def split(self, line: str) -> list[str] | None:
         """The records of ``line``, or None when it is one."""
-        if self._heads is None or len(line) < GLUED_MIN:
+        if self._heads is None or len(line) < GLUED_MIN or line.count(":") < 4:  # (two stamps hold four)
             return None
         at = [m.start() for m in self._heads.finditer(line)]
         if len(at) < 2:

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-__all__ = ["CLASSIFY_MARKS", "Line", "LineKind", "LineSplitter", "classify", "classify_run", "has_escapes", "is_noise", "strip_ansi"]
+__all__ = ["CLASSIFY_MARKS", "Line", "LineKind", "LineSplitter", "classify", "classify_run", "has_escapes", "is_noise", "strip_ansi", "strip_caret"]
 
 # CSI sequences (colours, cursor moves) and OSC sequences (titles, links).
 _ANSI = re.compile(rb"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[@-Z\\-_])")
@@ -44,6 +44,14 @@ class Line:
 #: keeps them: ESC as the two characters ``^[`` ("^[[1;36m(EngineCore_DP0 pid=7)^[[0;0m"), and a CR
 #: before the line's end as ``^M``.
 _CARET = re.compile(rb"\^\[\[[0-9;?]*[ -/]*[@-~]|\^M(?=\r?\n|$)", re.M)
+
+
+_CARET_TEXT = re.compile(r"\^\[\[[0-9;?]*[ -/]*[@-~]|\^M$")
+
+
+def strip_caret(text: str) -> str:
+    """One decoded line without escape sequences in caret notation (see ``_CARET``)."""
+    return _CARET_TEXT.sub("", text) if "^[" in text or text.endswith("^M") else text
 
 
 def has_escapes(data: bytes, start: int = 0, stop: int | None = None) -> bool:

@@ -498,7 +498,7 @@ class PrefixNormalizer:
         body = self._literal_lines(data, pos, nl, cut) if self._literals else None
         if body is None:
             body = self._lines_of(data, nl, cut)  # begins with the first line's own \n
-        if has_escapes(first):
+        if b"\x1b" in first:
             first = strip_ansi(first)
         if self._drop is not None and self._drop_line.fullmatch(first) is not None:
             self.dropped += 1
@@ -528,7 +528,7 @@ class PrefixNormalizer:
         read in place); None when a line there kept a prefix (a new stream: the regex takes it)."""
         if cut - nl <= 1:
             return None
-        if has_escapes(data, nl, cut):
+        if data.find(b"\x1b", nl, cut) != -1:
             # colours: taken out first (the analyzer would do it anyway), then the body on its own
             rep = strip_ansi(data[nl:cut])
             k = 0
@@ -566,7 +566,7 @@ class PrefixNormalizer:
         if stop - start <= 1:
             return data[start:stop]
         src: bytes | memoryview
-        if has_escapes(data, start, stop):
+        if data.find(b"\x1b", start, stop) != -1:
             src = strip_ansi(data[start:stop])
         else:
             src = memoryview(data)[start:stop]

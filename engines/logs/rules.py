@@ -38,8 +38,6 @@ _DEATH = (
 #: An exception's repr: ``TypeName('message')``.
 #: (a repr printed with ``\n`` escapes or cut by the terminal ends at the first escape or at the line's end)
 _REPR = r"(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception))\((?P<q>['\"])(?P<message>.+?)(?:(?P=q)\)|\\n|\s*$)"
-#: An exception line as a whole message: ``TypeName: message``.
-_EXC_LINE = r"^(?P<exception>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): (?P<message>\S.*?)\s*$"
 #: A C++ runtime's own record (glog / c10: PyTorch, NCCL process groups), error or fatal level:
 #: "[rank0]:[E219 12:14:43.351647859 ProcessGroupNCCL.cpp:1595] [PG ID 2 ...] Process group watchdog
 #: thread terminated with exception: CUDA error: an illegal memory access was encountered"
@@ -164,7 +162,8 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     FatalRule("died unexpectedly", r"(?P<message>[^,;:\]\[|]*?\S+ died unexpectedly)", rank=4, anywhere=True, kind=DEATH),
     # a front end naming its engine's process as dead, often as an exception's repr on an error record
     # ("ERROR ... RuntimeError('Engine process (pid 76) died.')"): a death, not only an error line
-    FatalRule(" died", r"(?P<message>\S+ process \((?:PID|pid)[:=]? ?\d+\) died\b\.?)", rank=4, anywhere=True, kind=DEATH),
+    FatalRule(" process (pid", r"(?P<message>\S+ process \(pid[:=]? ?\d+\) died\b\.?)", rank=4, anywhere=True, kind=DEATH),
+    FatalRule(" process (PID", r"(?P<message>\S+ process \(PID[:=]? ?\d+\) died\b\.?)", rank=4, anywhere=True, kind=DEATH),
     # systemd's word on a unit's main process ("vllm.service: Main process exited, code=exited,
     # status=1/FAILURE", "code=killed, status=9/KILL"; a clean exit, status 0, is none)
     FatalRule("Main process exited, code=", r"(?P<message>Main process exited, code=\w+, status=(?!0/)\d+/\w+)", rank=4, anywhere=True, kind=DEATH),
@@ -193,7 +192,7 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     # exception the engine logged over it (its repr on an error record, "nixlBackendError('NIXL_ERR_BACKEND')")
     # says more; a wrapper ("EngineCore failed to start.") says less
     FatalRule(
-        " ERROR ",
+        "  ERROR ",
         r"(?P<where>[\w.-]+\.(?:c|cc|cpp|cu):\d+) +[A-Z][A-Z0-9]{1,7} +(?:ERROR|FATAL) +(?P<message>\S.*?)\s*$",
         rank=7,
         anywhere=True,
@@ -244,12 +243,7 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     # an exception line behind a capture tool's column separator on a log too short to learn the
     # prefix from (a table row, a viewer's pipe: "U | 2025-07-18 11:29:37.824 | worker |   | ray.exceptions.
     # ActorDiedError: The actor died ..."); once a prefix is learnt the line reads without it
-    FatalRule(" | ", r"\| +(?P<exception>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): (?P<message>\S.*?)\s*$", rank=6, anywhere=True, kind=ERROR_LINE),
-    # an exception line as an error record's whole message, its traceback cut or logged elsewhere
-    # ("ERROR 07-23 14:21:51 async_llm_engine.py:45] TypeError: ... got an unexpected keyword argument"):
-    # a failed request logs the same, so it counts only when the run failed otherwise
-    FatalRule("Error: ", _EXC_LINE, rank=6, anywhere=True, levels=("ERROR", "CRITICAL", "FATAL"), weak=True, kind=ERROR_LINE),
-    FatalRule("Exception: ", _EXC_LINE, rank=6, anywhere=True, levels=("ERROR", "CRITICAL", "FATAL"), weak=True, kind=ERROR_LINE),
+    FatalRule("Error: ", r"\| +(?P<exception>(?:[A-Za-z_]\w*\.)*[A-Z]\w*Error): (?P<message>\S.*?)\s*$", rank=6, anywhere=True, kind=ERROR_LINE),
     FatalRule('Error("', _REPR, rank=6, anywhere=True, levels=("ERROR", "CRITICAL", "FATAL"), kind=ERROR_LINE),
 )
 #: Lines worth a hint when nothing else explains a failure, wherever they are in the line: NCCL's own
