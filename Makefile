@@ -52,20 +52,16 @@ MYPY_CACHE ?= $(HOME)/.cache/servelab/mypy-$(PY_TAG)
 
 # Three pytest runs, all always run, and make fails if any fails: the suite in two workers (a serial
 # run left one of the two cores idle on average; tests/fixtures/scheduling.py keeps each shared
-# server in one worker and queues the long units first) and, beside it, the Ray tests inside a
-# network namespace with only `lo` (Ray registers the host's other addresses otherwise; its own
-# namespace shares no port with the suite, and its output is printed once it ends); then the tests
-# that compare the host's conditions with a quiet machine, one at a time, alone.
+# server in one worker and queues the long units first), then the tests that compare the host's
+# conditions with a quiet machine, one at a time, then the Ray tests inside a network namespace with
+# only `lo` (Ray registers the host's other addresses otherwise).
 TEST_WORKERS ?= 2
-RAY_OUT ?= $(CURDIR)/.ray-tests.out
 test: app engine ray sglang-engine tiny-model tiny-variants sshd-deps slurm-deps
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/mypy --cache-dir $(MYPY_CACHE)
-	rc=0; \
-	  ( unshare --net sh -c 'ip link set lo up && exec $(VENV)/bin/pytest -ra --durations=10 -m ray -p no:cacheprovider' > $(RAY_OUT) 2>&1 ) & ray=$$!; \
-	  $(VENV)/bin/pytest -ra --durations=30 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder -m "not ray and not alone" || rc=1; \
-	  wait $$ray || rc=1; cat $(RAY_OUT); \
+	rc=0; $(VENV)/bin/pytest -ra --durations=30 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder -m "not ray and not alone" || rc=1; \
 	  $(VENV)/bin/pytest -ra --durations=10 -m "alone and not ray" -p no:cacheprovider || rc=1; \
+	  unshare --net sh -c 'ip link set lo up && exec $(VENV)/bin/pytest -ra --durations=10 -m ray -p no:cacheprovider' || rc=1; \
 	  exit $$rc
 
 setup: app engine ray sglang-engine tiny-model tiny-variants sshd-deps slurm-deps
