@@ -115,8 +115,9 @@ os.environ.setdefault("SERVELAB_CACHE", tempfile.mkdtemp(prefix="servelab-test-c
 #: One OpenMP thread per engine process the suite starts (local, under Slurm and Ray: they inherit this
 #: environment; over SSH the suite's sshd sets it, tests/fixtures/sshd.py). The suite runs two to four
 #: tiny-model engines at once on two cores; torch's default of one thread per core makes each engine's
-#: threads spin against the others': a tiny EAGLE-3 server generated 14 tokens/s with two busy
-#: processes beside it and 208 with one thread, and started in 36 s instead of 19 (bench/omp_threads.py).
+#: threads spin against the others'. A tiny EAGLE-3 server beside two busy processes generated 14 tokens/s
+#: and 208 with one thread in the first measurement; the effect varies from run to run (later runs of
+#: bench/omp_threads.py: 137-200 against 189-200), and the suite's story setup took 242 s instead of 618.
 ENGINE_THREADS = "1"
 os.environ["OMP_NUM_THREADS"] = ENGINE_THREADS
 
