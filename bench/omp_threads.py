@@ -17,7 +17,6 @@ import argparse
 import json
 import multiprocessing
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -31,7 +30,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from tests.fixtures.engine import wait_healthy  # noqa: E402
 from tests.fixtures.ports import free_port  # noqa: E402
-from vllm_start import argv_for, busy_seconds  # noqa: E402
+from vllm_start import argv_for, busy_seconds, stop_server  # noqa: E402
 
 
 def _spin() -> None:
@@ -58,12 +57,7 @@ def one(experiment: str, threads: str, prompts: list[str], log: Path) -> str:
             tokens += int(httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=600).json()["usage"]["completion_tokens"])
         t2, b2 = time.monotonic(), busy_seconds()
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_server(proc)
     return (f"threads {threads:>7}: start {t1 - t0:5.1f} s, {b1 - b0:5.1f} CPU s;  "
             f"{tokens} tokens in {t2 - t1:5.1f} s = {tokens / (t2 - t1):6.1f} tokens/s, {b2 - b1:5.1f} CPU s")
 

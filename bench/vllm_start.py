@@ -70,13 +70,18 @@ def one_start(experiment: str, layout: str, log: Path) -> tuple[float, float]:
         wall = time.monotonic() - t0
         cpu = busy_seconds() - before
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_server(proc)
     return wall, cpu
+
+
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    """SIGINT, as Ctrl-C stops a server; its whole group SIGKILLed after 60 s."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def main() -> int:
