@@ -390,7 +390,7 @@ class LogAnalyzer:
         """
         if not seg:
             return
-        if "^" in seg and ("^[" in seg or seg.endswith("^M")):
+        if "^" in seg and ("^[" in seg or "^M" in seg):
             seg = strip_caret(seg)  # escapes a paste kept in caret notation
         if len(seg) >= GLUED_MIN and (records := self._unglue.split(seg)) is not None:
             for record in records:  # records a paste glued into one line: each read as its own

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-__all__ = ["CLASSIFY_MARKS", "Line", "LineKind", "LineSplitter", "classify", "classify_run", "has_escapes", "is_noise", "strip_ansi", "strip_caret"]
+__all__ = ["CLASSIFY_MARKS", "Line", "LineKind", "LineSplitter", "classify", "classify_run", "is_noise", "strip_ansi", "strip_caret"]
 
 # CSI sequences (colours, cursor moves) and OSC sequences (titles, links).
 _ANSI = re.compile(rb"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[@-Z\\-_])")
@@ -42,29 +42,23 @@ class Line:
 
 #: The same sequences in a terminal's caret notation, as ``cat -v`` or a pager shows them and a paste
 #: keeps them: ESC as the two characters ``^[`` ("^[[1;36m(EngineCore_DP0 pid=7)^[[0;0m"), and a CR
-#: before the line's end as ``^M``.
-_CARET = re.compile(rb"\^\[\[[0-9;?]*[ -/]*[@-~]|\^M(?=\r?\n|$)", re.M)
-
-
-_CARET_TEXT = re.compile(r"\^\[\[[0-9;?]*[ -/]*[@-~]|\^M$")
+#: before the line's end as ``^M``. One pattern, for raw bytes and for a decoded line.
+_CARET_PATTERN = r"\^\[\[[0-9;?]*[ -/]*[@-~]|\^M(?=\r?\n|$)"
+_CARET = re.compile(_CARET_PATTERN.encode(), re.M)
+_CARET_TEXT = re.compile(_CARET_PATTERN, re.M)
 
 
 def strip_caret(text: str) -> str:
-    """One decoded line without escape sequences in caret notation (see ``_CARET``)."""
-    return _CARET_TEXT.sub("", text) if "^[" in text or text.endswith("^M") else text
-
-
-def has_escapes(data: bytes, start: int = 0, stop: int | None = None) -> bool:
-    """``data[start:stop]`` holds an escape sequence :func:`strip_ansi` removes (raw or in caret notation)."""
-    stop = len(data) if stop is None else stop
-    return data.find(b"\x1b", start, stop) != -1 or data.find(b"^[", start, stop) != -1 or data.find(b"^M", start, stop) != -1
+    """One decoded line without escape sequences in caret notation (the caller checks for ``^[`` or
+    ``^M`` first: the analyzer's per-line path)."""
+    return _CARET_TEXT.sub("", text)
 
 
 def strip_ansi(data: bytes) -> bytes:
     """Remove ANSI escape sequences from raw bytes (and their caret notation, a paste of a terminal's)."""
     if b"\x1b" in data:
         data = _ANSI.sub(b"", data)
-    return _CARET.sub(b"", data) if b"^" in data else data
+    return _CARET.sub(b"", data) if b"^[" in data or b"^M" in data else data
 
 
 class LineSplitter:
@@ -163,8 +157,7 @@ class LineSplitter:
             if self._in_cr_run:
                 return
             pos = self._line_start  # a blank physical line is located at its start
-        if has_escapes(seg):
-            seg = strip_ansi(seg)
+        seg = strip_ansi(seg)
         try:
             text = seg.decode()
         except UnicodeDecodeError:

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from functools import lru_cache
 
-from servelab.engines.logs.lines import Line, has_escapes, strip_ansi
+from servelab.engines.logs.lines import Line, strip_ansi
 from servelab.engines.logs.analysis import LinePrefix
 
 __all__ = ["LEARN_LINES", "NEUTRAL_STARTS", "PrefixNormalizer", "line_start", "line_starts", "shape_of"]
@@ -289,8 +289,7 @@ class PrefixNormalizer:
             line = buf[pos:nl]
             if line[-1:] == b"\r":
                 line = line[:-1]
-            if has_escapes(line):
-                line = strip_ansi(line)
+            line = strip_ansi(line)
             self._observe(line)  # first: the log's first engine line, bare, is free itself (a live view stays live)
             free = self._free_line(line)
             pos = nl + 1
@@ -310,8 +309,7 @@ class PrefixNormalizer:
         if not self._free():
             return False
         seg = line.split(b"\r", 1)[0]
-        if has_escapes(seg):
-            seg = strip_ansi(seg)
+        seg = strip_ansi(seg)
         m = self._line_start.search(seg)
         return not (m is not None and 0 < m.start() <= _MAX_PREFIX and seg[m.start() - 1 : m.start()] in (b" ", b"\t"))
 
