@@ -162,8 +162,7 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     FatalRule("died unexpectedly", r"(?P<message>[^,;:\]\[|]*?\S+ died unexpectedly)", rank=4, anywhere=True, kind=DEATH),
     # a front end naming its engine's process as dead, often as an exception's repr on an error record
     # ("ERROR ... RuntimeError('Engine process (pid 76) died.')"): a death, not only an error line
-    FatalRule(" process (pid", r"(?P<message>\S+ process \(pid[:=]? ?\d+\) died\b\.?)", rank=4, anywhere=True, kind=DEATH),
-    FatalRule(" process (PID", r"(?P<message>\S+ process \(PID[:=]? ?\d+\) died\b\.?)", rank=4, anywhere=True, kind=DEATH),
+    FatalRule(" process (", r"(?P<message>\S+ process \((?:pid|PID)[:=]? ?\d+\) died\b\.?)", rank=4, anywhere=True, kind=DEATH),
     # systemd's word on a unit's main process ("vllm.service: Main process exited, code=exited,
     # status=1/FAILURE", "code=killed, status=9/KILL"; a clean exit, status 0, is none)
     FatalRule("Main process exited, code=", r"(?P<message>Main process exited, code=\w+, status=(?!0/)\d+/\w+)", rank=4, anywhere=True, kind=DEATH),
