@@ -96,7 +96,7 @@ async def state(h: Host, rec: dict[str, Any]) -> tuple[JobView, dict[str, Any]]:
     stop_requested = await h.exists(f"{run_dir}/{STOP_REQUESTED}")
     final = RunState.parse(rec.get("status") or "launching")
     if has_ended(placed.state):  # ended, and servelab saw how: Slurm need not be asked
-        return _recorded(rec, final), rec
+        return _recorded(rec, placed, final), rec
     job = await control.query(h, settings, job_id)
     if job is None:
         v = gone(job_id, stop_requested=stop_requested)
@@ -123,9 +123,8 @@ async def state(h: Host, rec: dict[str, Any]) -> tuple[JobView, dict[str, Any]]:
     return v, rec
 
 
-def _recorded(rec: dict[str, Any], final: RunState) -> JobView:
-    """The view of an ended job from what ``run.json`` recorded of it."""
-    placed = placed_of(rec)
+def _recorded(rec: dict[str, Any], placed: Placed, final: RunState) -> JobView:
+    """The view of an ended job from what ``run.json`` recorded of it (``placed``: its job's facts)."""
     if placed.state == "gone":
         return gone(placed.job, stop_requested=final is RunState.STOPPED)
     job = SlurmJob(
