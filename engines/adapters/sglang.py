@@ -137,7 +137,7 @@ GRAMMAR = LogGrammar(
         FatalRule("ERROR:    [Errno ", r"ERROR:\s+(?P<message>\[Errno \d+\] .+)$", "OSError"),
         # argparse's own exit (real 0.5.23 log): "sglang serve: error: unrecognized arguments: --no-such-flag 1"
         FatalRule(": error: ", r"^(?P<prog>[\w. -]+): error: (?P<message>.+)$", "ArgumentError", anywhere=True),
-        FatalRule("Initialization failed. warmup error", r"warmup error: (?P<message>.+)", "Exception"),
+        FatalRule("Initialization failed. warmup error", r"warmup error: (?P<message>.+)", "Exception", warmup=True),
     ),
     metrics=(
         MetricRule(
@@ -160,6 +160,9 @@ GRAMMAR = LogGrammar(
     serving_errors=(Evidence("Dumping requests before crash"),),
     # the scheduler's event loops (event_loop_normal, event_loop_overlap, event_loop_pp...) run batches
     serving_frames=("event_loop_",),
+    # the launcher's warm-up request (after uvicorn is up, before "fired up") runs a prefill and a
+    # decode batch in the scheduler's event loop
+    warmup_work=("Prefill batch", "Decode batch"),
     frame_stages=(
         ("cuda_graph_runner", "cuda_graphs"),
         ("init_cuda_graphs", "cuda_graphs"),

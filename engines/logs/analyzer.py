@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 from servelab.engines.logs.frames import FrameRuns
 from servelab.engines.logs.glued import GLUED_MIN, MAX_LINE, Unglue, cut_long_lines, has_long_line
-from servelab.engines.logs.grammar import STAGES, Header, LogGrammar, is_primary_process
+from servelab.engines.logs.grammar import STAGES, Header, LogGrammar
 from servelab.engines.logs.hints import find_hint
 from servelab.engines.logs.lines import Line, strip_ansi, strip_caret
 from servelab.engines.logs.needles import Needles
@@ -64,6 +64,9 @@ def _decode(b: bytes) -> str:
     return b.decode("utf-8", "replace")
 
 
+#: The warm-up stage's index: what runs in it (the server's own warm-up request) is not serving.
+_WARMUP = STAGES.index("warmup")
+
 #: Notable warning lines kept for hints when no exception explains a problem.
 NOTABLE_LINES = 32
 
@@ -71,7 +74,10 @@ NOTABLE_LINES = 32
 class LogAnalyzer:
     """Incremental analyzer for one engine's log. Feed bytes; ask ``snapshot()`` any time."""
 
-    def __init__(self, grammar: LogGrammar) -> None:
+    def __init__(self, grammar: LogGrammar, *, rank_zero_only: bool = False) -> None:
+        """``rank_zero_only``: stage lines from rank 0 only, even in a log without any (a per-rank
+        reader, :func:`engines.nodes.view.rank_analyzer`); by default such a log's stages follow the
+        first rank that printed one."""
         self.grammar = grammar
         self._parse = grammar.parse
         self._unglue = Unglue(grammar)
@@ -100,12 +106,15 @@ class LogAnalyzer:
         self._open_tb = self._tb.open_processes  # the tracker's dict of open tracebacks (truthy: one is open)
         self._hdr: tuple[Header, str] | None = None  # the last line read, parsed
         self._frame_runs = FrameRuns(self._tb)
-        self._timeline = StageTracker()
+        self._timeline = StageTracker(rank_zero_only=rank_zero_only)
         self._last_ts: str | None = None
         self._ready_line: int | None = None
         self._up_line: int | None = None  # the HTTP server said it is up (before the engine's ready line)
+        self._warmup_line: int | None = None  # the start-up's warm-up began here, before any ready line
         self._serving_error_line: int | None = None  # an error only raised while serving
         self._served = False  # an answered request or figures: the server was serving
+        self._served_more = False  # served evidence other than the engine's batches (warmup_work), or a ready line
+        self._warmup_failed = False  # the warm-up said it failed: batches before it were its own
         self._never_up = False  # the HTTP server could not bind: a ready line before that was premature
         self._shutdown = False
         self._shutdown_line: int | None = None  # first line of an orderly stop
@@ -483,40 +492,15 @@ class LogAnalyzer:
         ts = self._last_ts
         timeline = self._timeline
         if kind == STAGE or kind == BAR:
-            if not is_primary_process(process):
-                return
-            m = r.regex.search(msg) if r.regex else None
-            if r.regex is not None and m is None:
-                return
-            if kind == BAR:
-                assert m is not None
-                timeline.bar(r.stages, m, ts)
-                return
-            detail = None
-            if r.detail:
-                try:
-                    detail = r.detail.format(**(m.groupdict() if m else {}))
-                except (KeyError, IndexError, ValueError):
-                    detail = None
-            if r.event == "start":
-                timeline.start(timeline.pick_start(r.stages), ts, detail)
-            elif r.event == "end":
-                i = timeline.pick_running(r.stages)
-                if i is None:
-                    i = timeline.pick_start(r.stages)
-                timeline.end(i, ts, detail)
-            else:
-                i = timeline.pick_running(r.stages)
-                if i is None:
-                    i = timeline.pick_start(r.stages)
-                    timeline.start(i, ts, detail)
-                elif detail:
-                    timeline.stages[i].detail = detail
+            began = timeline.apply(r, process, msg, ts)
+            if began == _WARMUP and self._warmup_line is None and self._ready_line is None:
+                self._warmup_line = number
         elif kind == READY:
+            self._served_more = True
             self._mark_ready(number, ts)
         elif kind == SERVED:
             if r.regex is None or r.regex.search(msg):
-                self._serving(number)
+                self._serving(number, r.needle)
         elif kind == UP:
             if self._up_line is None and (r.regex is None or r.regex.search(msg)):
                 self._up_line = number
@@ -533,6 +517,8 @@ class LogAnalyzer:
                 return
             if f.startup:
                 self._never_up = True
+            if f.warmup:
+                self._warmup_failed = True
             if r.regex is not None:
                 m = r.regex.search(msg)
                 if m is None:
@@ -557,7 +543,7 @@ class LogAnalyzer:
             m = r.regex.search(msg) if r.regex else None
             if m is None:
                 return
-            self._serving(number)
+            self._serving(number, r.needle)
             (self._spec_series if r.extra == "spec" else self._tp_series).add((number, self._text_now, r))
         elif kind == WARN:
             self._notable.append(msg)
@@ -569,10 +555,19 @@ class LogAnalyzer:
                     self._settings[r.extra] = v
 
     # -- figures --------------------------------------------------------------------------------
-    def _serving(self, number: int) -> None:
+    def _warming(self) -> bool:
+        """The start-up's warm-up is running and nothing said ready: the engine's batches now are the
+        warm-up request's (the grammar's ``warmup_work``), not serving."""
+        return self._ready_line is None and self._timeline.stages[_WARMUP].status == StageState.RUNNING
+
+    def _serving(self, number: int, needle: str = "") -> None:
         """Serving figures or an answered request mean the server was up, even when its ready line is
-        not in the log (an excerpt, a rotated log)."""
+        not in the log (an excerpt, a rotated log); not the warm-up's own batches."""
+        work = needle in self.grammar.warmup_work
+        if work and self._warming():
+            return
         self._served = True
+        self._served_more = self._served_more or not work
         if self._ready_line is None:
             self._mark_ready(number, self._last_ts)
 
@@ -619,8 +614,14 @@ class LogAnalyzer:
         # the evidence, strongest first: the server served (or said it is ready), it raised an error
         # only raised while serving, its HTTP server was up
         fatal, first_fatal, last_fatal = tb.fatal_state()
-        serving_error = self._serving_error_line is not None or tb.serving_line is not None
+        serving_line = tb.serving_line
+        warmup = self._warmup_line if self.grammar.warmup_work else None
+        if serving_line is not None and warmup is not None and serving_line > warmup and (self._ready_line is None or serving_line < self._ready_line):
+            serving_line = None  # a crash in the warm-up request's batch: the server was still starting
+        serving_error = self._serving_error_line is not None or serving_line is not None
         ready_line = self._ready_line
+        if self._warmup_failed and not self._served_more and not serving_error:
+            ready_line = None  # only batches before the warm-up failed: they were the warm-up's
         if self._never_up and not self._served and not serving_error:
             ready_line = None  # it said it started, then could not bind: a crash at start-up
         ready = ready_line is not None or (serving_error and not fatal)

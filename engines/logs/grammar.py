@@ -151,6 +151,9 @@ class FatalRule:
     #: The line means the HTTP server never came up (it could not bind): a ready line before it
     #: was premature, unless the log shows the server serving.
     startup: bool = False
+    #: The line says the start-up's warm-up failed (SGLang's "Initialization failed. warmup error"):
+    #: the engine's batches before it (the grammar's ``warmup_work``) were the warm-up's, not serving.
+    warmup: bool = False
     #: What the evidence is, in words, for the answer ("a native crash", "killed by a signal", ...).
     kind: str = ""
 
@@ -222,6 +225,11 @@ class LogGrammar:
     #: Function names whose frames in a traceback mean it failed while serving (the scheduler's
     #: ``event_loop_*``): the same as a serving error.
     serving_frames: tuple[str, ...] = ()
+    #: The serving and figures needles that the engine's own warm-up request also prints (SGLang's
+    #: scheduler batches): while the log shows the warm-up stage running, before any ready line, those
+    #: lines and the serving frames of a traceback are the warm-up's, not serving. An answered HTTP
+    #: request is not among them: the HTTP server answered.
+    warmup_work: tuple[str, ...] = ()
     #: (caller, callee): a frame ``in callee`` after a frame ``in caller`` in the same traceback is a
     #: serving frame, where the callee alone is not (vLLM's ``execute_model`` runs for scheduled
     #: batches when the worker's busy loop calls it, but V0's memory profiling calls it at startup).

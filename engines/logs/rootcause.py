@@ -155,6 +155,9 @@ class TracebackTracker:
         self._wrapper_marks: dict[str, int] = {}
         #: process -> (line, (level, tag, ts), message) of its last error record outside a traceback
         self._last_error: dict[str, tuple[int, tuple[str, str, str], str]] = {}
+        #: per process, its last lines when they were a frame's code and caret lines outside any open
+        #: traceback (the window starts inside one): (line, level, the lines)
+        self._code_tail: dict[str, tuple[int, str, list[str]]] = {}
         self._tier_cache: dict[str, int] = {}
         #: ", in NAME" for the grammar's serving frames: a traceback through one failed while serving.
         self.serving_frame_needles = tuple(f", in {n}" for n in (*grammar.serving_frames, *SERVING_FRAMES))
@@ -246,6 +249,13 @@ class TracebackTracker:
             b.tag = tag
             self._continue(b, number, level, ts, msg, tag)
             return True
+        tail = self._code_tail.pop(proc, None) if self._code_tail else None
+        if msg[:4] == "    " and stripped or _is_caret(msg):
+            # a frame's code line (or its caret line) with no traceback open: the window may start
+            # inside one, whose exception line then ends it
+            kept = tail[2][-2:] if tail is not None and tail[1] == level else []
+            self._code_tail[proc] = (number, level, [*kept, stripped])
+            return False
         error_record = level in ERROR_LEVELS
         colon = msg.find(": ", 0, 120)
         if (
@@ -260,7 +270,9 @@ class TracebackTracker:
                 # with its message are read as the whole traceback's would be
                 b = self._start(proc, number, level, "", False)
                 b.tag = tag
-                b.exceptions.append(_Exc(m["type"], [m["text"] or ""], number))
+                if tail is not None and tail[1] == level and number - tail[0] <= _PREFACE_GAP:
+                    b.frames.extend(tail[2])  # the last frame's code right above: a traceback's end, its top cut
+                b.exceptions.append(_Exc(m["type"], [(m["text"] or "").rstrip()], number))  # (as a traceback's own: stripped)
                 b.state = _EXC
                 return True
         return False

@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from servelab.engines.logs.grammar import STAGES
-from servelab.engines.logs.rules import to_number
+from servelab.engines.logs.grammar import STAGES, is_primary_process
+from servelab.engines.logs.rules import BAR, Rule, to_number
 from servelab.engines.logs.analysis import Progress, RootCause, Stage
 from servelab.engines.runs.state import StageState
 
@@ -21,9 +21,50 @@ __all__ = ["StageTracker"]
 class StageTracker:
     """The stages of one run (``STAGES`` order); ``furthest`` is the index of the furthest one started."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, rank_zero_only: bool = False) -> None:
         self.stages = [Stage(n) for n in STAGES]
         self.furthest = -1  # nothing started: the process printed nothing yet
+        #: whose stage lines count: "" rank 0's; a rank's name while none of rank 0's was seen
+        #: (one node of a multi-node run logs TP8-15 only); None: no stage line yet
+        self._lead: str | None = "" if rank_zero_only else None
+
+    def apply(self, r: Rule, process: str, msg: str, ts: str | None) -> int | None:
+        """A stage or bar rule's line: moves the stages when the line is the leading rank's and its
+        regex matches. Returns the stage a ``start`` event began (None otherwise)."""
+        if not is_primary_process(process):
+            # rank 0 draws the stages; a log with none of its stage lines follows the first rank that printed one
+            if self._lead is None:
+                self._lead = process
+            if process != self._lead:
+                return None
+        elif self._lead != "":
+            self._lead = ""  # rank 0 from now on
+        m = r.regex.search(msg) if r.regex else None
+        if r.regex is not None and m is None:
+            return None
+        if r.kind == BAR:
+            assert m is not None
+            self.bar(r.stages, m, ts)
+            return None
+        detail = None
+        if r.detail:
+            try:
+                detail = r.detail.format(**(m.groupdict() if m else {}))
+            except (KeyError, IndexError, ValueError):
+                detail = None
+        if r.event == "start":
+            began = self.pick_start(r.stages)
+            self.start(began, ts, detail)
+            return began
+        i = self.pick_running(r.stages)
+        if r.event == "end":
+            self.end(self.pick_start(r.stages) if i is None else i, ts, detail)
+        elif i is None:
+            i = self.pick_start(r.stages)
+            self.start(i, ts, detail)
+        elif detail:
+            self.stages[i].detail = detail
+        return None
 
     def pick_start(self, cands: tuple[int, ...]) -> int:
         for i in cands:

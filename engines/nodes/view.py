@@ -98,7 +98,7 @@ def rank_analyzer(engine: str, rank: int) -> LogAnalyzer:
     grammar: LogGrammar = get_adapter(engine).grammar
     if rank == 0 or not grammar.rank_tag:
         return LogAnalyzer(grammar)
-    return LogAnalyzer(replace(grammar, parse=_swap_rank(grammar.parse, grammar.rank_tag, rank)))
+    return LogAnalyzer(replace(grammar, parse=_swap_rank(grammar.parse, grammar.rank_tag, rank)), rank_zero_only=True)
 
 
 def _rank_make(engine: str, *, rank: int) -> LogAnalyzer:
