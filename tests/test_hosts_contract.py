@@ -152,3 +152,58 @@ async def test_stream_of_a_missing_program_ends_at_once_with_127(host: Host) -> 
     code, _err = await stream.finish()
     assert code == 127
     await stream.close()
+
+
+@pytest.mark.parametrize("how", ["stream closed", "stream close cancelled", "run cancelled"])
+def test_a_local_child_leaves_nothing_for_after_the_event_loop(how: str, tmp_path: Path) -> None:
+    """A dashboard that quits while a sampler runs (output nobody read still in its pipe) or mid-command:
+    the child's pipes are closed while the loop runs, so nothing prints "Event loop is closed" on the
+    user's terminal when they are collected after it."""
+    import gc
+
+    host = LocalHost(HostConfig(name="local", python=sys.executable, workdir=str(tmp_path)))
+    talker = [sys.executable, "-c", "import sys, time; sys.stdout.write(('x' * 99 + '\\n') * 3000); sys.stdout.flush(); time.sleep(60)"]
+
+    async def main() -> None:
+        if how == "run cancelled":
+            task = asyncio.ensure_future(host.run(talker))
+            deadline = asyncio.get_running_loop().time() + 30
+            while not _child_started(talker):  # cancelled mid-command, not before it started
+                assert asyncio.get_running_loop().time() < deadline and not task.done()
+                await asyncio.sleep(0.05)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return
+        stream = await host.stream(talker)
+        assert (await stream.readline()).startswith(b"x")
+        if how == "stream closed":
+            await stream.close()
+            return
+        closing = asyncio.ensure_future(stream.close())
+        await asyncio.sleep(0)  # the SIGTERM sent, its wait begun
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+
+    seen: list[str] = []
+    hook, sys.unraisablehook = sys.unraisablehook, lambda u: seen.append(f"{u.exc_value!r} in {u.object!r}")
+    try:
+        asyncio.run(main())
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
+    assert seen == []
+    assert not _child_started(talker)  # and the child is gone
+
+
+def _child_started(argv: list[str]) -> bool:
+    """A process of ``argv`` runs (its command line read from /proc)."""
+    want = "\0".join(argv).encode()
+    for p in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if p.read_bytes().rstrip(b"\0") == want:
+                return True
+        except OSError:
+            continue
+    return False

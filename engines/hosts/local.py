@@ -46,7 +46,10 @@ class LocalHost(Host):
             # killing an ended process raises ProcessLookupError, which would hide the cancel.
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-            await proc.wait()
+            try:
+                await proc.wait()
+            finally:
+                _close_pipes(proc)
             raise
         return Completed(list(argv), proc.returncode if proc.returncode is not None else -1, out, err)
 
@@ -114,19 +117,36 @@ class LocalStream(Streamed):
         return await self.proc.wait(), err
 
     async def close(self) -> None:
-        if self.proc.returncode is None:
-            try:  # the group our child leads (start_new_session), as an SSH stream's close does; before any await
-                os.killpg(self.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                await asyncio.wait_for(self.proc.wait(), 5.0)
-            except (asyncio.TimeoutError, TimeoutError):
-                try:
-                    os.killpg(self.pid, signal.SIGKILL)  # the group it leads (start_new_session)
+        try:
+            if self.proc.returncode is None:
+                try:  # the group our child leads (start_new_session), as an SSH stream's close does; before any await
+                    os.killpg(self.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
-                await self.proc.wait()
+                try:
+                    await asyncio.wait_for(self.proc.wait(), 5.0)
+                except (asyncio.TimeoutError, TimeoutError):
+                    try:
+                        os.killpg(self.pid, signal.SIGKILL)  # the group it leads (start_new_session)
+                    except ProcessLookupError:
+                        pass
+                    await self.proc.wait()
+        finally:
+            _close_pipes(self.proc)
+
+
+def _close_pipes(proc: asyncio.subprocess.Process) -> None:
+    """Close a finished (or abandoned) child's pipes now, while the event loop runs.
+
+    Output nobody read keeps a pipe open after the child ended; asyncio then closes it when the
+    transport is collected, after the loop has closed, and prints "Exception ignored in
+    BaseSubprocessTransport.__del__ ... Event loop is closed" on the user's terminal (a dashboard
+    that quits while a sampler runs). ``asyncio.subprocess.Process`` has no public close: its
+    transport's ``close`` (which also kills a child still running) is the one way.
+    """
+    transport = getattr(proc, "_transport", None)
+    if transport is not None:
+        transport.close()
 
 
 class _Ended(Streamed):
