@@ -43,6 +43,7 @@ from servelab.engines.logs.rules import (
     STAGE_CONTEXT,
     UP,
     WARN,
+    WARNED,
     Rule,
     compile_rules,
     to_number,
@@ -545,6 +546,9 @@ class LogAnalyzer:
                 return
             self._serving(number, r.needle)
             (self._spec_series if r.extra == "spec" else self._tp_series).add((number, self._text_now, r))
+        elif kind == WARNED:
+            if level in ("WARNING", "WARN") or (r.regex is not None and r.regex.search(msg)):
+                self._tb.note_warning(number, msg.strip())
         elif kind == WARN:
             self._notable.append(msg)
         elif kind == SETTING:

@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import functools
+import re
 from pathlib import Path
 
 from servelab.engines.adapters.base import all_adapters, get_adapter
@@ -16,14 +18,26 @@ from servelab.engines.logs.analysis import Analysis
 __all__ = ["CHUNK", "analyze_bytes", "analyze_file", "guess_engine"]
 
 def guess_engine(head: bytes) -> str:
-    """The engine whose adapter's ``log_signatures`` occur most often in ``head``."""
+    """The engine whose adapter's ``log_signatures`` occur most often in ``head``, each line in its own
+    dated header counting twice: the writer's own header outweighs the tag of a process that relays it
+    ("(APIServer pid=7) (SGLangEngine pid=9) [2026-03-22 13:53:42 TP0] Decode batch ...")."""
     text = head.decode("utf-8", "replace")
     best, best_score = "", -1
     for adapter in all_adapters():
-        score = sum(text.count(sig) for sig in adapter.log_signatures)
+        score = sum(text.count(sig) for sig in adapter.log_signatures) + 2 * _header_lines(adapter.grammar, head)
         if score > best_score:
             best, best_score = adapter.name, score
     return best
+
+
+@functools.lru_cache(maxsize=8)
+def _headers(starts: tuple[bytes, ...]) -> re.Pattern[bytes] | None:
+    return re.compile(b"|".join(starts)) if starts else None
+
+
+def _header_lines(grammar: LogGrammar, head: bytes) -> int:
+    rx = _headers(grammar.relogged_starts)
+    return 0 if rx is None else sum(1 for line in head.splitlines() if rx.search(line))
 
 
 def _grammar(engine: str) -> LogGrammar:

@@ -37,6 +37,10 @@ EXCEPTION_LINE = re.compile(
 )
 _FRAME = re.compile(r'\s*File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>\S+))?')
 TB_START = "Traceback (most recent call last)"
+#: An exception whose message reports that a process died with an exit code: a launcher's word on its
+#: child ("Exception: Server process exited with code -9.", "RuntimeError: Rank 0 scheduler died during
+#: initialization (exit code: -3)"). A stop's own code (0, 2, 15, -2, -15) is not a death.
+_DEATH_REPORT = re.compile(r"\b(?:died|exited|crashed|terminated)\b[^.]{0,60}?\b(?:exit )?code:? ?(?!-?(?:0|2|15)\b)-?\d+")
 #: An exception raised with no message prints its type alone: "asyncio.exceptions.TimeoutError".
 _BARE_EXCEPTION = re.compile(r"(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)")
 #: Frames only a request in flight reaches, whatever the engine: uvicorn handing an HTTP request to the app.
@@ -158,6 +162,7 @@ class TracebackTracker:
         #: per process, its last lines when they were a frame's code and caret lines outside any open
         #: traceback (the window starts inside one): (line, level, the lines)
         self._code_tail: dict[str, tuple[int, str, list[str]]] = {}
+        self._warning: tuple[int, str] | None = None  # the last warning that named a failure
         self._tier_cache: dict[str, int] = {}
         #: ", in NAME" for the grammar's serving frames: a traceback through one failed while serving.
         self.serving_frame_needles = tuple(f", in {n}" for n in (*grammar.serving_frames, *SERVING_FRAMES))
@@ -286,6 +291,10 @@ class TracebackTracker:
         """Close tracebacks whose process has been silent for ``STALE_LINES`` lines."""
         for proc in [p for p, b in self._open.items() if number - b.last > STALE_LINES]:
             self._close(proc)
+
+    def note_warning(self, number: int, text: str) -> None:
+        """A warning-level record that names a failure: a traceback cut right after it is said with it."""
+        self._warning = (number, text)
 
     def add_marker(self, number: int, process: str, message: str, is_wrapper: bool) -> None:
         """A fatal line without its own exception ("WorkerProc failed to start.")."""
@@ -536,6 +545,14 @@ class TracebackTracker:
                 cause = RootCause(exc, text, b.process, b.start_line - 1, [said, *excerpt][-EXCERPT_LINES:], where, evidence=EVIDENCE_WORDS["error line"])
                 return _Candidate(cause, tier, INCOMPLETE, rank=-1), b.start_line - 1, False
             last_frame = f" (last frame: {where})" if where else ""
+            warned = self._warning
+            start = b.start_line
+            if not said and warned is not None and 0 < start - warned[0] <= _PREFACE_GAP:
+                # what the traceback does not say, a warning just above it may ("... with
+                # ImportError('libcuda.so.1: ...')", "socket ... timed out after 1800000ms"): the
+                # answer starts at that warning
+                last_frame += f"; the warning before it: {warned[1]}"
+                start = warned[0]
             # a header it was logged with ("Exception in worker VllmWorkerProcess while processing
             # method determine_num_available_blocks.") says where: kept, and a cut traceback that
             # says something ranks above one that says nothing (its window starts at the header)
@@ -543,7 +560,7 @@ class TracebackTracker:
             head = (f"{said} " if said.endswith(".") else f"{said.rstrip(': ')}: ") if said else ""
             cut = "The traceback is cut off" if head.endswith(". ") else "the traceback is cut off"
             cause = RootCause(
-                None, f"{head}{cut} before its exception line{last_frame}", b.process, b.start_line, excerpt, where,
+                None, f"{head}{cut} before its exception line{last_frame}", b.process, start, excerpt, where,
                 evidence=EVIDENCE_WORDS["traceback cut"],
             )
             return _Candidate(cause, tier, INCOMPLETE, rank=-1 if said else 0, engine=b.engine_where is not None), b.start_line - bool(said), False
@@ -563,6 +580,12 @@ class TracebackTracker:
             return None, None, False
         if b.embeds:
             chosen = None  # only a wrapper of the traceback printed inside its message
+        if chosen is not None and _DEATH_REPORT.search(chosen.lines[0]) is not None:
+            # the launcher's exception only reports its child's death: evidence of that death, ranked
+            # with a launcher's other words for one (the child's own traceback, even cut, says more)
+            said = chosen.lines[0].strip()
+            cause = RootCause(None, said, b.process, chosen.line, [*excerpt, f"{chosen.type}: {said}"][-EXCERPT_LINES:], _where(chosen.where or ""), evidence=EVIDENCE_WORDS["process death"])
+            return _Candidate(cause, tier, EVIDENCE, rank=4), chosen.line, False
         if chosen is not None:
             message = "\n".join(chosen.lines)
             # an exception line an error record logged on its own, no frame in the window: what the

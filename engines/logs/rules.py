@@ -14,10 +14,10 @@ from typing import Any
 
 from servelab.engines.logs.grammar import STAGES, FatalRule, LogGrammar
 
-__all__ = ["FATAL_EVIDENCE", "FATAL_THEN", "LATE", "NOTABLE_ANYWHERE", "STAGE_CONTEXT", "Rule", "compile_rules", "to_number"]
+__all__ = ["FAILURE_WARNING_NEEDLES", "FATAL_EVIDENCE", "FATAL_THEN", "LATE", "NOTABLE_ANYWHERE", "WARNED", "STAGE_CONTEXT", "Rule", "compile_rules", "to_number"]
 
 #: The kinds of rule.
-STAGE, BAR, READY, SHUTDOWN, FATAL, METRIC, SETTING, WARN, SERVED, UP, SERVING_ERROR, FATAL_THEN = range(12)
+STAGE, BAR, READY, SHUTDOWN, FATAL, METRIC, SETTING, WARN, SERVED, UP, SERVING_ERROR, FATAL_THEN, WARNED = range(13)
 #: Rules read one line at a time only until the run is up (access and figures lines are many; once
 #: the run is ready, evidence that it was up tells nothing new).
 LATE = (SERVED, METRIC, UP, SERVING_ERROR)
@@ -40,8 +40,10 @@ _DEATH = (
 _REPR = r"(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception))\((?P<q>['\"])(?P<message>.+?)(?:(?P=q)\)|\\n|\s*$)"
 #: A C++ runtime's own record (glog / c10: PyTorch, NCCL process groups), error or fatal level:
 #: "[rank0]:[E219 12:14:43.351647859 ProcessGroupNCCL.cpp:1595] [PG ID 2 ...] Process group watchdog
-#: thread terminated with exception: CUDA error: an illegal memory access was encountered"
-_CPP_RECORD = r"\[[{lvl}]\d{{3,4}} \d\d:\d\d:\d\d\.\d+ (?:\d+ )?(?P<where>[\w.-]+\.(?:cpp|cc|cu|h|hpp):\d+)\] (?:\[[^\]]*\] )*"
+#: thread terminated with exception: CUDA error: an illegal memory access was encountered"; before
+#: PyTorch 2.2 without the date and time: "[E ProcessGroupNCCL.cpp:916] [Rank 7] NCCL watchdog thread
+#: terminated with exception: CUDA error: unknown error"
+_CPP_RECORD = r"\[[{lvl}](?:\d{{3,4}} \d\d:\d\d:\d\d\.\d+ (?:\d+ )?| )(?P<where>[\w.-]+\.(?:cpp|cc|cu|h|hpp):\d+)\] (?:\[[^\]]*\] )*"
 _CPP_EF = _CPP_RECORD.format(lvl="EF")
 #: Fatal evidence without a traceback that any engine on CUDA / NCCL / PyTorch prints, strongest
 #: first (``rank``); engine-specific phrases live in each adapter's grammar. A traceback whose
@@ -207,10 +209,14 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     # "kserve ERROR [__main__.py:<module>():254] Failed to start model server: integer division or modulo by zero"
     # (when what follows is only a wrapper, "See root cause above", it counts as that wrapper)
     # ... and a launcher's or a backend's word that the server failed to come up, with the exception
-    # it names ("Failed to initialize Python stub: AttributeError: 'AsyncLLM' object has no attribute 'engine'")
+    # it names ("Failed to initialize Python stub: AttributeError: 'AsyncLLM' object has no attribute 'engine'");
+    # the statement is the message, with the tag of the backend that said it (Triton's glog record
+    # "E1216 02:12:49.624646 179 model.py:248] \"[vllm] Failed to start engine: NoneType: None\\n\"", where
+    # "NoneType: None" is Python's word for no exception at all)
     FatalRule(
         "Failed to ",
-        r"Failed to (?:start|initiali[sz]e|launch|load|create|spawn)\b[\w .-]{0,40}: (?:(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception)): )?(?P<message>.+?)\s*$",
+        r"(?P<message>(?:\[[\w.-]+\] )?Failed to (?:start|initiali[sz]e|launch|load|create|spawn)\b[\w .-]{0,40}: "
+        r"(?:(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception)): )?.+?)(?:\\n)?\"?\s*$",
         rank=6,
         anywhere=True,
         kind=ERROR_LINE,
@@ -249,6 +255,13 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
 #: warnings ("NCCL WARN socketStartConnect: Connect to ... failed") and PyTorch's barrier report that
 #: names the rank that failed first.
 NOTABLE_ANYWHERE = ("NCCL WARN", "monitoredBarrier")
+#: A warning-level record that names a failure (kind ``WARNED``): an exception's repr ("Failed to import
+#: from vllm._C with ImportError('libcuda.so.1: cannot open shared object file ...')"), a timeout
+#: ("[W208 00:55:32.444 socket.cpp:487] [c10d] waitForInput: socket ... timed out after 1800000ms").
+#: Alone it fails nothing; a traceback cut before its exception line right after it is said with it.
+FAILURE_WARNING_NEEDLES = ("Error('", 'Error("', "Exception('", "timed out", "Failed to ")
+#: (at a logger's warning level, or a C++ runtime's "[W..." record: this regex)
+_CPP_W = re.compile(_CPP_RECORD.format(lvl="W"))
 #: How a hint reads a failed stage (the frames say where an excerpt's traceback failed).
 STAGE_CONTEXT = {
     "config": "during distributed set-up",
@@ -292,6 +305,8 @@ def compile_rules(g: LogGrammar) -> list[Rule]:
         rules.append(Rule(n, WARN))
     for n in NOTABLE_ANYWHERE:
         rules.append(Rule(n, WARN, anywhere=True))
+    for n in FAILURE_WARNING_NEEDLES:
+        rules.append(Rule(n, WARNED, regex=_CPP_W, anywhere=True))
     for kind, table in ((UP, g.up), (SERVED, g.serving), (SERVING_ERROR, g.serving_errors)):
         for e in table:
             rules.append(Rule(e.needle, kind, regex=re.compile(e.regex) if e.regex else None, anywhere=e.anywhere))
