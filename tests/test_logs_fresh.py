@@ -32,6 +32,8 @@ DATA = Path(__file__).resolve().parent / "data" / "logs"
 BATCHES = sorted(p.parent for p in DATA.glob("fresh-*/expectations.json"))
 #: Logs still read wrong (the class is in the batch's SCORE.md): strict, so a fix is noticed.
 KNOWN_MISSES = {
+    "vllm-apiserver-started-routes-listed-qwen3coder-pr34495.log": "disputed: vLLM lists its routes before uvicorn binds; 'Application startup complete' is the ready line (notes/engine-grammar.md); the reader took the route list as ready",
+    "sglang-timestamped-custom-allreduce-scheduler-traceback-cut-13016.log": "disputed: a crash inside the scheduler's event loop reads as serving (the grammar's serving frames); the reader saw no ready line",
     "vllm-ascend-launcher-apiserver-died-exit-code-1-dp2-9071.log": "disputed: the launcher's RuntimeError that reports a child's exit code is read as that death (fresh-11's and fresh-13's readers named no exception); this reader named the RuntimeError",
     "aibrix-v0-graph-capture-init-engine-routes-listed-801.log": "disputed: vLLM lists its routes before uvicorn binds (a taken port fails after them); the reader took the route list as ready",
     "runpod-json-error-v0-run-engine-loop-task-finished-unexpectedly-68.log": "the reader's message is V0's wrapper ('Task finished unexpectedly') above a cut traceback; servelab names the cut traceback, and reads V0's engine_step frames as not serving (fresh-9's 6697 read them so)",

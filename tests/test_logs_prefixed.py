@@ -75,8 +75,9 @@ CAPTURED_PREFIXED = {c.path for c in load_heldout() if PREFIXED in c.classes} | 
     batch.parent / c["file"]
     for batch in (REPO / "tests" / "data" / "logs").glob("fresh-*/expectations.json")
     for c in json.loads(batch.read_text())["cases"]
-    # (relay_prefix: some lines only, behind the logger of a process that relays the engine's stderr)
-    if (c.get("capture_prefix") or c.get("relay_prefix")) and c["file"] != "anyscale-table-prefix-actor-died-creation-task-54739.log"
+    # (relay_prefix: some lines only, behind the logger of a process that relays the engine's stderr;
+    # quote_prefix: pasted inside a Markdown quote, "> " before every line)
+    if (c.get("capture_prefix") or c.get("relay_prefix") or c.get("quote_prefix")) and c["file"] != "anyscale-table-prefix-actor-died-creation-task-54739.log"
     # a prefix is learnt from two lines at least: a one-line excerpt behind one cannot show it
     and len((batch.parent / c["file"]).read_text(errors="replace").splitlines()) > 2
 }

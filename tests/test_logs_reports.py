@@ -109,3 +109,36 @@ def test_the_writers_header_outweighs_a_relaying_processs_tag() -> None:
     # and a vLLM log relayed by anything stays vLLM's
     vllm = (LOGS / "fresh-12" / "llm-d-cuda-dev-triple-tag-workerproc-importerror-cdiv-663.log").read_bytes()
     assert guess_engine(vllm) == "vllm"
+
+
+# -- batch 14: a runtime's fatal words in other shapes ------------------------------------------
+_ROCM = "Memory access fault by GPU node-1 (Agent handle: 0x3d1bda20) on address 0x7fa18d83f000. Reason: Page not present or supervisor privilege."
+_CUT = ["(APIServer pid=562) Traceback (most recent call last):", '(APIServer pid=562)   File "/usr/local/bin/vllm", line 33, in <module>']
+
+
+@pytest.mark.parametrize("before", [True, False])
+def test_rocms_gpu_memory_access_fault_is_a_native_crash_above_a_cut_traceback(before: bool) -> None:
+    lines = [_ROCM, *_CUT] if before else [*_CUT, _ROCM]
+    rc = analyze_bytes(("\n".join(lines) + "\n").encode(), "vllm").root_cause
+    assert rc is not None and rc.message.startswith("Memory access fault by GPU node-1") and rc.evidence == EVIDENCE_WORDS["native crash"]
+
+
+_WATCHDOG_TIMEOUT = "[rank6]:[E207 01:29:36.730311765 ProcessGroupNCCL.cpp:616] [Rank 6] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600050 milliseconds before timing out."
+
+
+@pytest.mark.parametrize("width", [None, 166, 140, 120, 116])
+def test_a_watchdog_timeout_wrapped_by_a_terminal_is_still_the_cause(width: int | None) -> None:
+    record = _WATCHDOG_TIMEOUT if width is None else "\n".join(_WATCHDOG_TIMEOUT[i : i + width] for i in range(0, len(_WATCHDOG_TIMEOUT), width))
+    a = analyze_bytes(f"[2025-02-07 01:19:40 TP0] Load weight end. type=DeepseekV3ForCausalLM\n{record}\n".encode(), "sglang")
+    assert a.state == RunState.CRASHED and a.root_cause is not None
+    assert a.root_cause.message.startswith("Watchdog caught collective operation timeout")
+    if width is None or width > 140:
+        assert "OpType=ALLREDUCE" in a.root_cause.message
+
+
+def test_a_gaudi_builds_graph_warm_up_is_a_stage_with_its_progress() -> None:
+    log = (LOGS / "fresh-14" / "habana-vllm-fork-gaudi3-405b-fp8-hpu-decode-warmup-in-progress-1194.log").read_bytes()
+    a = analyze_bytes(log, "vllm")
+    st = a.stage("cuda_graphs")
+    assert a.state == RunState.LOADING and st.status == "running" and st.progress is not None
+    assert (st.progress.done, st.progress.total) == (204, 416)

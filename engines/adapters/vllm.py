@@ -138,6 +138,8 @@ GRAMMAR = LogGrammar(
         BarRule("Loading safetensors", _W, _SHARD_BAR),
         BarRule("Loading pt checkpoint", _W, _SHARD_BAR),
         BarRule("Capturing CUDA graph", ("cuda_graphs",), r"Capturing CUDA graph(?:s| shapes)[^:]*" + _TQDM_BAR),
+        # the Gaudi (HPU) builds' graph warm-up, bucket by bucket: "[Warmup][Decode][204/416] batch_size:224 ..."
+        BarRule("[Warmup][", ("cuda_graphs",), r"\[Warmup\]\[\w+\]\[(?P<n>\d+)/(?P<total>\d+)\]"),
     ),
     ready=("INFO:     Application startup complete",),
     shutdown=(

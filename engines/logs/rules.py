@@ -72,7 +72,8 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     # WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=.., Timeout(ms)=600000) ran for 600059 milliseconds before timing out."
     FatalRule(
         "Watchdog caught collective operation timeout",
-        r"(?P<message>Watchdog caught collective operation timeout: WorkNCCL\((?:.*?(?P<op>OpType=\w+))?.*?\) ran for \d+ milliseconds)",
+        # (or to the end of its line, when a terminal wrapped the record before "ran for")
+        r"(?P<message>Watchdog caught collective operation timeout(?:: WorkNCCL\((?:.*?(?P<op>OpType=\w+))?.*?\) ran for \d+ milliseconds|.*?(?=\s*$)))",
         rank=2,
         anywhere=True,
     ),
@@ -132,6 +133,10 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
         kind=NATIVE,
     ),
     FatalRule("Segmentation fault", r"^(?:.*\b\d+ )?(?P<message>Segmentation fault)\s*$", rank=1, anywhere=True, kind=NATIVE),
+    # ROCm's HSA runtime on a GPU page fault (the process aborts, no Python exception): "Memory access
+    # fault by GPU node-1 (Agent handle: 0x3d1bda20) on address 0x7fa18d83f000. Reason: Page not present
+    # or supervisor privilege." (CUDA's illegal memory access on AMD)
+    FatalRule("Memory access fault by GPU", r"(?P<message>Memory access fault by GPU node-\d+\b.*?)\s*$", rank=1, anywhere=True, kind=NATIVE),
     # CUDA's sticky errors: the context is lost, whatever level the line that says so is at ("WARNING
     # ... Failed to pickle inputs of failed execution: CUDA error: an illegal memory access was encountered");
     # below every other record (an exception's repr or a C++ record on the same line names more)
