@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -154,6 +155,28 @@ async def test_stream_of_a_missing_program_ends_at_once_with_127(host: Host) -> 
     await stream.close()
 
 
+#: A child that says on a FIFO (argv[1]) when it started and when SIGTERM reached it, then writes more
+#: than a pipe and a paused reader hold (300 KB) and waits for a signal; argv[2] "stay" outlives SIGTERM
+#: (and its pipe closed under it), "go" ends on it.
+_TALKER = """
+import os, signal, sys
+said = open(sys.argv[1], "w", buffering=1)
+def on_term(signum, frame):
+    said.write("term\\n")
+    if sys.argv[2] == "go":
+        os._exit(0)
+signal.signal(signal.SIGTERM, on_term)
+said.write("started\\n")
+try:
+    sys.stdout.write(("x" * 99 + "\\n") * 3000)
+    sys.stdout.flush()
+except OSError:
+    pass  # its reader closed the pipe: only a signal ends it
+while True:
+    signal.pause()
+"""
+
+
 @pytest.mark.parametrize("how", ["stream closed", "stream close cancelled", "run cancelled"])
 def test_a_local_child_leaves_nothing_for_after_the_event_loop(how: str, tmp_path: Path) -> None:
     """A dashboard that quits while a sampler runs (output nobody read still in its pipe) or mid-command:
@@ -162,29 +185,33 @@ def test_a_local_child_leaves_nothing_for_after_the_event_loop(how: str, tmp_pat
     import gc
 
     host = LocalHost(HostConfig(name="local", python=sys.executable, workdir=str(tmp_path)))
-    talker = [sys.executable, "-c", "import sys, time; sys.stdout.write(('x' * 99 + '\\n') * 3000); sys.stdout.flush(); time.sleep(60)"]
+    fifo = tmp_path / "said"
+    os.mkfifo(fifo)
+    talker = [sys.executable, "-c", _TALKER, str(fifo), "stay" if how == "stream close cancelled" else "go"]
 
     async def main() -> None:
-        if how == "run cancelled":
-            task = asyncio.ensure_future(host.run(talker))
-            deadline = asyncio.get_running_loop().time() + 30
-            while not _child_started(talker):  # cancelled mid-command, not before it started
-                assert asyncio.get_running_loop().time() < deadline and not task.done()
-                await asyncio.sleep(0.05)
-            task.cancel()
+        started = asyncio.ensure_future(host.run(talker)) if how == "run cancelled" else None
+        stream = await host.stream(talker) if started is None else None
+        said = await asyncio.wait_for(asyncio.to_thread(open, fifo), 30)  # the child opened it: it runs
+        try:
+            assert await asyncio.wait_for(asyncio.to_thread(said.readline), 30) == "started\n"
+            if started is not None:
+                started.cancel()  # mid-command: the child is writing more than the pipe holds
+                with pytest.raises(asyncio.CancelledError):
+                    await asyncio.wait_for(started, 60)  # (a cleanup waiting on a paused pipe never ends)
+                return
+            assert stream is not None and (await stream.readline()).startswith(b"x")
+            if how == "stream closed":
+                await stream.close()
+                return
+            closing = asyncio.ensure_future(stream.close())
+            # SIGTERM reached the child, which stays: close() waits for it now
+            assert await asyncio.wait_for(asyncio.to_thread(said.readline), 30) == "term\n"
+            closing.cancel()
             with pytest.raises(asyncio.CancelledError):
-                await task
-            return
-        stream = await host.stream(talker)
-        assert (await stream.readline()).startswith(b"x")
-        if how == "stream closed":
-            await stream.close()
-            return
-        closing = asyncio.ensure_future(stream.close())
-        await asyncio.sleep(0)  # the SIGTERM sent, its wait begun
-        closing.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await closing
+                await asyncio.wait_for(closing, 60)
+        finally:
+            said.close()
 
     seen: list[str] = []
     hook, sys.unraisablehook = sys.unraisablehook, lambda u: seen.append(f"{u.exc_value!r} in {u.object!r}")

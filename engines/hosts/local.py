@@ -46,10 +46,11 @@ class LocalHost(Host):
             # killing an ended process raises ProcessLookupError, which would hide the cancel.
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
+            _stop_reading(proc)
             try:
                 await proc.wait()
             finally:
-                _close_pipes(proc)
+                _close_transport(proc)
             raise
         return Completed(list(argv), proc.returncode if proc.returncode is not None else -1, out, err)
 
@@ -123,6 +124,7 @@ class LocalStream(Streamed):
                     os.killpg(self.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
+                _stop_reading(self.proc)
                 try:
                     await asyncio.wait_for(self.proc.wait(), 5.0)
                 except (asyncio.TimeoutError, TimeoutError):
@@ -132,11 +134,26 @@ class LocalStream(Streamed):
                         pass
                     await self.proc.wait()
         finally:
-            _close_pipes(self.proc)
+            _close_transport(self.proc)
 
 
-def _close_pipes(proc: asyncio.subprocess.Process) -> None:
-    """Close a finished (or abandoned) child's pipes now, while the event loop runs.
+def _stop_reading(proc: asyncio.subprocess.Process) -> None:
+    """Close the child's pipes (what it wrote and nobody read is dropped), without ending it.
+
+    ``Process.wait()`` returns only once the child has ended *and* its pipes are closed. A reader that
+    stopped reading (a cancelled ``communicate``, a stream read to its first lines) leaves the pipe
+    paused once its buffer is full (128 KiB), so the end of file never arrives and ``wait()`` never
+    returns: a cancelled command that had printed more than that hung its caller for good.
+    """
+    transport = getattr(proc, "_transport", None)
+    for fd in (0, 1, 2):
+        pipe = transport.get_pipe_transport(fd) if transport is not None else None
+        if pipe is not None:
+            pipe.close()
+
+
+def _close_transport(proc: asyncio.subprocess.Process) -> None:
+    """Close a finished (or abandoned) child's transport now, while the event loop runs.
 
     Output nobody read keeps a pipe open after the child ended; asyncio then closes it when the
     transport is collected, after the loop has closed, and prints "Exception ignored in
