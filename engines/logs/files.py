@@ -22,9 +22,10 @@ def guess_engine(head: bytes) -> str:
     dated header counting twice: the writer's own header outweighs the tag of a process that relays it
     ("(APIServer pid=7) (SGLangEngine pid=9) [2026-03-22 13:53:42 TP0] Decode batch ...")."""
     text = head.decode("utf-8", "replace")
+    lines = head.splitlines()
     best, best_score = "", -1
     for adapter in all_adapters():
-        score = sum(text.count(sig) for sig in adapter.log_signatures) + 2 * _header_lines(adapter.grammar, head)
+        score = sum(text.count(sig) for sig in adapter.log_signatures) + 2 * _header_lines(adapter.grammar, lines)
         if score > best_score:
             best, best_score = adapter.name, score
     return best
@@ -35,9 +36,10 @@ def _headers(starts: tuple[bytes, ...]) -> re.Pattern[bytes] | None:
     return re.compile(b"|".join(starts)) if starts else None
 
 
-def _header_lines(grammar: LogGrammar, head: bytes) -> int:
+def _header_lines(grammar: LogGrammar, lines: list[bytes]) -> int:
+    """How many of ``lines`` hold one of the grammar's own dated headers."""
     rx = _headers(grammar.relogged_starts)
-    return 0 if rx is None else sum(1 for line in head.splitlines() if rx.search(line))
+    return 0 if rx is None else sum(1 for line in lines if rx.search(line))
 
 
 def _grammar(engine: str) -> LogGrammar:
