@@ -21,8 +21,8 @@ __all__ = ["KEY", "JobView", "Placed", "placed_of", "without_flat_keys"]
 
 #: The field's key in ``run.json``.
 KEY = "placement"
-#: The flat keys of older records, by the suffix after ``<kind>_``.
-_FLAT = {"job": "job", "nodes": "nodes", "state": "state", "reason": "reason", "node_count": "node_count"}
+#: The flat keys of older records: ``<kind>_`` then the field's name.
+_FLAT = ("job", "nodes", "state", "reason", "node_count")
 
 
 @dataclass(frozen=True)
@@ -70,13 +70,13 @@ def placed_of(record: Mapping[str, Any]) -> Placed:
     kind = _flat_kind(record)
     if kind is None:
         return Placed()
-    return Placed.from_json({name: record.get(f"{kind}_{suffix}") for suffix, name in _FLAT.items()})
+    return Placed.from_json({name: record.get(f"{kind}_{name}") for name in _FLAT})
 
 
 def without_flat_keys(record: Mapping[str, Any]) -> dict[str, Any]:
     """The record without an older version's flat keys (they now live under :data:`KEY`)."""
     kind = _flat_kind(record)
-    drop = {f"{kind}_{suffix}" for suffix in _FLAT} if kind is not None else set()
+    drop = {f"{kind}_{name}" for name in _FLAT} if kind is not None else set()
     return {k: v for k, v in record.items() if k not in drop}
 
 
