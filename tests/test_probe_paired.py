@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from servelab.engines.verdict.compare import build, speedup
 from servelab.engines.probe.conditions import RoundConditions
-from servelab.engines.probe.paired import INTERLEAVED, PairedResult, PairedRound, abba, from_dict, ratio_interval
+from servelab.engines.probe.paired import BUSY_QUEUE, INTERLEAVED, PairedResult, PairedRound, abba, from_dict, ratio_interval
 
 
 def test_abba_order() -> None:
@@ -50,6 +50,23 @@ def test_the_file_reads_back_and_the_line_says_how_it_was_measured() -> None:
     assert "95% interval of 4 per-pair ratios" in line and "4 pairs interleaved A B B A on local" in line
     with pytest.raises(ValueError):
         from_dict({"format": "other"})
+
+
+@given(st.lists(st.tuples(st.floats(0.0, 40.0), st.floats(0.0, 40.0)), min_size=1, max_size=8), st.integers(1, 16))
+def test_the_line_names_a_busy_host_exactly_when_the_median_queue_reaches_twice_its_cpus(queues: list[tuple[float, float]], cpus: int) -> None:
+    rounds = [PairedRound(i, o, 100.0, 110.0, 0.0, 1.0, RoundConditions(runnable=a, cpus=cpus), RoundConditions(runnable=b, cpus=cpus))
+              for i, (o, (a, b)) in enumerate(zip(abba(len(queues)), queues, strict=True))]
+    p = PairedResult("base-1", "spec-1", INTERLEAVED, "local", "builtin:mixed", "h1", 64, 1, rounds, "20261206-020000")
+    sides = sorted(q for pair in queues for q in pair)
+    median = (sides[len(sides) // 2 - 1] + sides[len(sides) // 2]) / 2  # an even count: two sides a round
+    line = p.line("faster")
+    if median >= BUSY_QUEUE * cpus:
+        assert f"on local; host busy: a median {median:.1f} tasks wanted its {cpus} CPU" in line
+    else:
+        assert "host busy" not in line and line.endswith("on local")
+    unknown = PairedResult(**{**p.__dict__, "rounds": [PairedRound(i, o, 100.0, 110.0, 0.0, 1.0, RoundConditions(), RoundConditions())
+                                                        for i, o in enumerate(abba(len(queues)))]})
+    assert "host busy" not in unknown.line("faster")  # nothing recorded: nothing claimed
 
 
 def probe(run: str, tput: float, date: str, load: float) -> tuple[str, dict[str, object]]:

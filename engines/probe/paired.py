@@ -43,6 +43,8 @@ FORMAT = "servelab-ab/1"
 INTERLEAVED, BACK_TO_BACK = "interleaved", "back to back"
 #: The same bars as compare's verdict.
 HELPS_ABOVE, HURTS_BELOW = 1.10, 1.00
+#: A paired verdict names the host busy when a median of this many runnable tasks per CPU wanted one.
+BUSY_QUEUE = 2.0
 #: Two-sided 97.5 % quantiles of Student's t by degrees of freedom (1-30); 1.96 beyond.
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
          2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
@@ -124,7 +126,25 @@ class PairedResult(AsDict):
         n = len(self.ratios)
         how = f"{n} pair{'s' if n != 1 else ''} {'interleaved A B B A' if self.mode == INTERLEAVED else 'back to back'}"
         how += f" on {self.host}" if not self.cross_host else f" ({self.cross_host})"
+        if busy := self.busy():
+            how += f"; {busy}"
         return how + (f"; {self.note}" if self.note else "")
+
+    def busy(self) -> str:
+        """``host busy: a median 12.8 tasks wanted its 2 CPUs`` when, over every side of every round, the
+        median count of runnable tasks was at least twice the host's CPUs ("" otherwise, or unknown).
+        Pairing cancels a load both sides share; it does not make a starved host's answer a quiet
+        host's (speculation spends compute to save steps), so the verdict names the load it ran under."""
+        sides = [side for r in self.rounds for side in (r.base, r.cand)]
+        queue = sorted(s.runnable for s in sides if s.runnable is not None)
+        cpus = max((s.cpus for s in sides if s.cpus), default=None)
+        if not queue or cpus is None:
+            return ""
+        mid = len(queue) // 2
+        median = queue[mid] if len(queue) % 2 else (queue[mid - 1] + queue[mid]) / 2
+        if median < BUSY_QUEUE * cpus:
+            return ""
+        return f"host busy: a median {median:.1f} tasks wanted its {cpus} CPU{'s' if cpus != 1 else ''}"
 
     def figure(self) -> str:
         """``1.18x (1.10-1.27, 95% interval of 6 per-pair ratios)``."""
