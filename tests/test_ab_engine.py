@@ -118,6 +118,18 @@ def ab(pair: Pair, base: str, cand: str, pairs: int = PAIRS) -> PairedResult:
     return asyncio.run(go())
 
 
+def stored(pair: Pair) -> PairedResult | None:
+    """The candidate's stored paired measurement (its ``ab.json``)."""
+
+    async def go() -> PairedResult | None:
+        try:
+            return await load_paired(Runs(load_catalog(pair.folder)), pair.cand)
+        finally:
+            await close_all()
+
+    return asyncio.run(go())
+
+
 _QUIET: list[PairedResult] = []
 
 
@@ -135,14 +147,7 @@ def test_ab_interleaves_both_servers_and_keeps_each_rounds_conditions(pair: Pair
             assert side.server_cores is not None and side.server_cores > 0  # the server's own session was watched
     value, low, high = result.band
     assert low <= value <= high and len(result.ratios) == PAIRS
-
-    async def stored() -> PairedResult | None:
-        try:
-            return await load_paired(Runs(load_catalog(pair.folder)), pair.cand)
-        finally:
-            await close_all()
-
-    assert asyncio.run(stored()) == result
+    assert stored(pair) == result
 
 
 def test_a_burner_between_two_probes_is_named_and_each_pair_records_it_on_both_sides(pair: Pair, burners: list[subprocess.Popen[bytes]]) -> None:
@@ -177,20 +182,13 @@ def test_a_burner_between_two_probes_is_named_and_each_pair_records_it_on_both_s
     # under two full-speed burners on two cores is the quiet answer: speculation spends compute to save
     # steps, so a starved host may really make it slower (0.32x against 1.15x quiet on the CI machine).
     # What must hold is that each round recorded the burners on both of its sides, in A B B A order, and
-    # that this loaded measurement is the one now stored, beside (not instead of) the conditions it ran in.
+    # that this loaded measurement is the one now stored.
     assert [r.order for r in loaded.rounds] == ["AB", "BA", "AB", "BA"]
     for r in loaded.rounds:
         for side in (r.base, r.cand):
             assert side.runnable is not None and side.runnable >= 2  # the two burners at least, on both sides
     assert _QUIET and loaded.date != _QUIET[0].date
-
-    async def stored() -> PairedResult | None:
-        try:
-            return await load_paired(Runs(load_catalog(pair.folder)), pair.cand)
-        finally:
-            await close_all()
-
-    assert asyncio.run(stored()) == loaded
+    assert stored(pair) == loaded
 
 
 def test_back_to_back_when_the_candidate_does_not_serve(pair: Pair) -> None:
