@@ -19,21 +19,10 @@ from servelab.engines.drafter.run import check_drafter, source_reader
 from servelab.engines.hosts.local import LocalHost
 from servelab.engines.hosts.hostsfile import HostConfig
 from tests.conftest import ENGINE_PYTHON, TINY_MODEL, need_engine
+from tests.fixtures.drafter_files import host, site_root  # noqa: F401 (fixtures)
 from tests.fixtures.drafter_files import d2t_offsets, real_config, tiny_eagle3_config, write_drafter, write_target
 
 KIMI_VOCAB = 163840
-
-
-@pytest.fixture(scope="module")
-def host() -> LocalHost:
-    need_engine()
-    return LocalHost(HostConfig(name="local", python=str(ENGINE_PYTHON)))
-
-
-@pytest.fixture(scope="module")
-def site_root() -> str:
-    need_engine()
-    return str(next((ENGINE_PYTHON.parent.parent / "lib").glob("python3*/site-packages")))
 
 
 async def rules_for(host: LocalHost, root: str, engine: str, target: Path, drafter: Path, method: str, read: Any = None) -> EngineRules:

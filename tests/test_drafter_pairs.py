@@ -20,22 +20,11 @@ from servelab.engines.drafter.findings import Finding
 from servelab.engines.drafter.run import check_drafter
 from servelab.engines.hosts.local import LocalHost
 from servelab.engines.hosts.hostsfile import HostConfig
-from tests.conftest import ENGINE_PYTHON, need_engine
+from tests.conftest import ENGINE_PYTHON
+from tests.fixtures.drafter_files import host, site_root  # noqa: F401 (fixtures)
 from tests.fixtures.drafter_pairs import CONFIGS, Pair, all_pairs, config, header_only, materialize
 
 PAIRS = all_pairs()
-
-
-@pytest.fixture(scope="module")
-def host() -> LocalHost:
-    need_engine()
-    return LocalHost(HostConfig(name="local", python=str(ENGINE_PYTHON)))
-
-
-@pytest.fixture(scope="module")
-def site_root() -> str:
-    need_engine()
-    return str(next((ENGINE_PYTHON.parent.parent / "lib").glob("python3*/site-packages")))
 
 
 async def judge(host: LocalHost, root: str, pair: Pair, drafter: Path, target: Path, num_tokens: int | None = None) -> list[Finding]:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 
 import pytest
 from hypothesis import given
@@ -15,7 +13,7 @@ from hypothesis import strategies as st
 from servelab.engines.probe.conditions import from_samples, gap
 from servelab.engines.probe.summary import ProbeSummary
 from servelab.engines.probe.timer import local_timer
-from tests.fixtures.slowstream import SlowStream
+from tests.fixtures.slowstream import slow_server  # noqa: F401 (a fixture)
 
 
 def sample(t: float, load: float, total: int, busy: int, me: int, server: int | None) -> dict[str, object]:
@@ -65,17 +63,6 @@ def burner() -> Iterator[subprocess.Popen[bytes]]:
     finally:
         proc.kill()
         proc.wait()
-
-
-@pytest.fixture
-def slow_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), SlowStream)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 async def test_the_timed_client_counts_a_burner_as_another_process_unless_it_is_the_server(slow_server: str, burner: subprocess.Popen[bytes]) -> None:

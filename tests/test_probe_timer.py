@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
-from collections.abc import Iterator
 from dataclasses import replace
-from http.server import ThreadingHTTPServer
 
 import pytest
 
@@ -19,21 +16,10 @@ from servelab.engines.catalog.experiment import ProbeSettings
 from servelab.engines.probe.runner import CPU_WAIT_NOTE_MS, run_probe
 from servelab.engines.probe.timer import TimedBatch, local_timer, parse_answer
 from tests.fixtures.ports import free_port
-from tests.fixtures.slowstream import GAP_S, SlowStream
+from tests.fixtures.slowstream import GAP_S, slow_server  # noqa: F401 (a fixture)
 from tests.fixtures.fake_sglang import FakeSglangServer
 
 PROMPT = Prompt("p", "math", ({"role": "user", "content": "hi"},))
-
-
-@pytest.fixture
-def slow_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), SlowStream)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 async def test_timed_client_stamps_each_message_with_the_kernel_clock(slow_server: str) -> None:

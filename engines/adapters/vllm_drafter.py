@@ -132,14 +132,7 @@ async def read_rules(read: SourceReader, query: RulesQuery) -> EngineRules:
     if drafter_arch and query.method in prefix:
         p = prefix[query.method]
         cls_name = drafter_arch if drafter_arch.startswith(p) or drafter_arch.endswith(p) else p + drafter_arch
-        entry = entries.get(cls_name)
-        if entry is not None:
-            rel = _module_file(entry[0])
-            text = await read(rel)
-            if text is not None:
-                files.append(rel)
-                read_flags = frozenset(_QUOTED.findall(text))
-                flags_reader = rel
+        read_flags, flags_reader = await _flags_of(entries.get(cls_name), read, files)
 
     mtp = _mtp_rule(spec, query, entries) if query.method == "mtp" and spec is not None else None
 
@@ -159,14 +152,7 @@ async def read_rules(read: SourceReader, query: RulesQuery) -> EngineRules:
         if read_flags is None and spec_archs:
             layer = query.drafter_config.get("transformer_layer_config") or {}
             layer_type = str(layer.get("model_type", "llama")) if isinstance(layer, dict) else "llama"
-            entry = entries.get(spec_archs.get(layer_type, ""))
-            if entry is not None:
-                rel = _module_file(entry[0])
-                text = await read(rel)
-                if text is not None:
-                    files.append(rel)
-                    read_flags = frozenset(_QUOTED.findall(text))
-                    flags_reader = rel
+            read_flags, flags_reader = await _flags_of(entries.get(spec_archs.get(layer_type, "")), read, files)
 
     source = f"read from the installed vLLM {version or '?'}" + (f" ({'; '.join(notes)})" if notes else "")
     return EngineRules(
@@ -203,6 +189,19 @@ def _mtp_rule(spec: str, query: RulesQuery, entries: dict[str, tuple[str, str]])
         n_predict=r.n_predict, count_key=r.count_key, evidence=ev + ("" if registered is not False else f"; {r.architecture} is not in {REGISTRY}"),
         tokens_divisible="% n_predict != 0" in spec, reuse_warning="multiple times of forward on same MTP layer" in spec,
     )
+
+
+async def _flags_of(entry: tuple[str, str] | None, read: SourceReader, files: list[str]) -> tuple[frozenset[str] | None, str]:
+    """The quoted names in the module of a registry ``entry`` (the config keys its class reads) and
+    that module's path, noted in ``files``; (None, "") when there is no entry or the file is absent."""
+    if entry is None:
+        return None, ""
+    rel = _module_file(entry[0])
+    text = await read(rel)
+    if text is None:
+        return None, ""
+    files.append(rel)
+    return frozenset(_QUOTED.findall(text)), rel
 
 
 def _module_file(mod: str) -> str:

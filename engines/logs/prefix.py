@@ -102,6 +102,8 @@ _PERCENT_NEXT = re.compile(rb" *\d+(?:\.\d+)?%")
 _INDENTED = re.compile(rb"[ \t]+[\w.-]+(?: +[\w.-]+)* +")
 #: How a prefix's last field ends: a colon, a bracket, a separator glyph.
 _FIELD_END = re.compile(rb"(?:[:\]|>]|[\x80-\xff])$")
+#: A list item's bullet or number ("- ", "* ", "• ", "2. ", "3) "): a message's own text, never a prefix.
+_BULLET = re.compile(rb"(?:(?<= )|^)(?:[-*+]|\xe2\x80\xa2|\d{1,3}[.)])[ \t]+$")
 _TOKEN = re.compile(rb"[\w.-]+| +|.", re.S)
 _WORD = rb"[\w.-]+"
 
@@ -255,6 +257,8 @@ class PrefixNormalizer:
         m = self._line_start.search(line)
         if m is not None:
             p = m.start()
+            if (b := _BULLET.search(line, 0, p)) is not None:
+                p = b.start()  # a list's bullet before it ("- ImportError: ...") is the message's own text
             if _OUTER.match(line, p) and (inner := self._relogged.search(line, p + 1, _MAX_PREFIX + 80)) is not None:
                 # a launcher's Python logger re-logging the engine's lines, or a capture tool's stamp
                 # before an engine header that starts with its level ("2024-07-23 19:51:51 ERROR 07-23 14:21:51 ...")

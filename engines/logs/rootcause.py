@@ -74,6 +74,8 @@ ECHO_EXCEPTIONS = ("CancelledError",)
 _REPR_WHOLE = re.compile(r"(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))\((?P<q>['\"]?)(?P<message>.*?)(?P=q)\)")
 #: A record that introduces a traceback without saying why: it ends a sentence or a label, names an
 #: exception, or says only that something failed ("Invocation of collective_rpc method failed").
+#: An exception message that is only a quoted key or name (KeyError's "'gfx1101'").
+_BARE_KEY = re.compile(r"(?P<q>['\"])(?P<key>[^\s'\"]{2,80})(?P=q)")
 _HEADER = re.compile(r"[.:]$|xception|\b(?:failed|errored|crashed|error)$", re.I)
 #: Lines a bare traceback may start after the error record it was logged with (other ranks' between).
 _PREFACE_GAP = 4
@@ -123,6 +125,18 @@ class _Candidate:
     weak: bool = False  # evidence that counts only when something else was fatal
     unnamed: bool = False  # a death that names no child: a child's own traceback, even cut, says more
     engine: bool = False  # a traceback whose frames reach the engine's own package
+
+
+def _last_code(excerpt: list[str]) -> str:
+    """The source line of a cut traceback's last frame ("raise Exception("), "" when the excerpt ends
+    on a frame's ``File`` line."""
+    lines = list(excerpt)
+    while lines and _is_caret(lines[-1]):
+        lines.pop()  # the carets under the last frame's code
+    if len(lines) < 2 or not lines[-2].startswith('File "'):
+        return ""
+    code = lines[-1].strip()
+    return "" if not code or code.startswith('File "') else code[:80]
 
 
 def _is_caret(s: str) -> bool:
@@ -544,7 +558,8 @@ class TracebackTracker:
                 exc, text = (named["exception"], named["message"] or said) if named is not None else (None, said)
                 cause = RootCause(exc, text, b.process, b.start_line - 1, [said, *excerpt][-EXCERPT_LINES:], where, evidence=EVIDENCE_WORDS["error line"])
                 return _Candidate(cause, tier, INCOMPLETE, rank=-1), b.start_line - 1, False
-            last_frame = f" (last frame: {where})" if where else ""
+            code = _last_code(excerpt)
+            last_frame = f" (last frame: {where}{f', at `{code}`' if code else ''})" if where else ""
             warned = self._warning
             start = b.start_line
             if not said and warned is not None and 0 < start - warned[0] <= _PREFACE_GAP:
@@ -557,7 +572,10 @@ class TracebackTracker:
             # method determine_num_available_blocks.") says where: kept, and a cut traceback that
             # says something ranks above one that says nothing (its window starts at the header)
             # (the header's own words as it printed them: "WorkerProc hit an exception." stays a sentence)
-            head = (f"{said} " if said.endswith(".") else f"{said.rstrip(': ')}: ") if said else ""
+            # a wrapper's record above it ("EngineCore failed to start.") is said too, in its own words:
+            # it ranks no higher for it (a wrapper says less than a header that names where)
+            words = said or (_RAY_REPEATED.sub("", b.preface).strip() if b.preface else "")
+            head = (f"{words} " if words.endswith(".") else f"{words.rstrip(': ')}: ") if words else ""
             cut = "The traceback is cut off" if head.endswith(". ") else "the traceback is cut off"
             cause = RootCause(
                 None, f"{head}{cut} before its exception line{last_frame}", b.process, start, excerpt, where,
@@ -566,11 +584,11 @@ class TracebackTracker:
             return _Candidate(cause, tier, INCOMPLETE, rank=-1 if said else 0, engine=b.engine_where is not None), b.start_line - bool(said), False
         chosen: _Exc | None = None
         harvested: str | None = None
-        for e in b.exceptions:
+        for i, e in enumerate(b.exceptions):
             text = "\n".join(e.lines)
             inner = "" if e.type.rsplit(".", 1)[-1] in ECHO_EXCEPTIONS else self._wrapper(f"{e.type}: {text}")
             if inner is None:
-                chosen = e
+                chosen = self._restated(e, b.exceptions[i + 1 :])
                 break
             if inner and harvested is None:
                 harvested = inner
@@ -609,6 +627,22 @@ class TracebackTracker:
         return _Candidate(cause, tier, WRAPPER), first.line, True
 
     # -- helpers --------------------------------------------------------------------------------
+    def _restated(self, e: _Exc, later: list[_Exc]) -> _Exc:
+        """The exception that says what ``e`` meant: an exception whose whole message is a bare key
+        (``KeyError: 'gfx1101'``, ``KeyError: 'qwen3'``) handled and raised again with a sentence that
+        names that key ("Unknown GPU architecture: gfx1101 ...", "... has model type `qwen3` but
+        Transformers does not recognize this architecture") is said by that sentence; a wrapper's
+        words never replace it."""
+        key = _BARE_KEY.fullmatch("\n".join(e.lines).strip())
+        for nxt in later:
+            if key is None:
+                break
+            text = "\n".join(nxt.lines)
+            if key["key"] not in text or text.strip() == key.group(0) or self._wrapper(f"{nxt.type}: {text}") is not None:
+                break
+            e, key = nxt, _BARE_KEY.fullmatch(text.strip())
+        return e
+
     def _wrapper(self, text: str) -> str | None:
         """None when ``text`` is not a wrapper; "" for a wrapper; its inner text when harvestable."""
         for w in self._wrappers:

@@ -188,6 +188,10 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     # "Check failed: ..."): its own failure, with no Python exception (a record that only points
     # elsewhere, "received errors ... check rank 0 logs", or retries a socket, is not a cause)
     FatalRule(".cpp:", _CPP_EF + r"(?P<message>.*?\b(?:[Ee]xception|[Ee]rror|[Ff]ailed)\b: .*)$", rank=3, anywhere=True),
+    # a C++ runtime's error- or fatal-level record that a wait ran out ("[E1226 15:44:09.437 socket.cpp:1011]
+    # [c10d] The client socket has timed out after 600000ms while trying to connect to (host, 8000)."):
+    # the last of its retries (the earlier ones say "failed to connect" and go on)
+    FatalRule(" timed out after ", _CPP_EF + r"(?P<message>.*?\btimed out after \d+ ?(?:ms|milliseconds|s|seconds)\b.*?)\s*$", rank=3, anywhere=True),
     # a C++ exception's own report (c10::Error, before its native frames): "Exception raised from
     # ncclCommWatchdog at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1601 (most recent call
     # first):" names where the runtime failed, when its message is above the window or is its record's
