@@ -1,0 +1,128 @@
+"""Issue #34, batch 15's classes: what an exception chain, a cut traceback, a C++ record and a list say.
+
+- an exception whose message is only a quoted key, handled and raised again with a sentence naming that key,
+  is said by the sentence; a wrapper never replaces it, and a later exception that does not name it is not it;
+- a traceback cut before its exception line is said with the wrapper record it was logged with and with its
+  last frame's own code line;
+- a C++ runtime's error record that a wait ran out is fatal evidence;
+- a list item's bullet ("- ImportError: ...") is never a line prefix, bare or behind a capture tool's.
+
+The lines are real (fresh-15 logs, sources on their line 1), recombined.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from servelab.engines.logs.files import analyze_bytes
+from servelab.engines.logs.rootcause import TB_START
+from servelab.engines.runs.state import RunState
+
+_HANDLED = "During handling of the above exception, another exception occurred:"
+_CAUSE = "The above exception was the direct cause of the following exception:"
+
+
+def _chain(*parts: tuple[str, str, str]) -> bytes:
+    """Tracebacks chained by the separators given: (separator, frame's code line, exception line)."""
+    out: list[str] = []
+    for i, (sep, code, exc) in enumerate(parts):
+        if i:
+            out += ["", sep, ""]
+        out += [TB_START + ":", f'  File "/usr/lib/python3.12/site-packages/aiter/jit/utils/chip_info.py", line {60 + i}, in get_gfx', f"    {code}", exc]
+    return ("\n".join(out) + "\n").encode()
+
+
+_KEYS = st.text(alphabet=st.sampled_from("abcdefghijklmnopqrstuvwxyz0123456789_-"), min_size=2, max_size=20)
+
+
+@given(_KEYS, st.sampled_from([_HANDLED, _CAUSE]), st.sampled_from(["KeyError", "ValueError", "RuntimeError"]))
+def test_a_bare_key_raised_again_in_a_sentence_is_said_by_the_sentence(key: str, sep: str, outer: str) -> None:
+    sentence = f"Unknown GPU architecture: {key}. Supported architectures: ['gfx90a', 'gfx942']"
+    rc = analyze_bytes(_chain((sep, "return gfx_mapping[arch]", f"KeyError: '{key}'"), (sep, "raise " + outer + "(", f"{outer}: {sentence}")), "vllm").root_cause
+    assert rc is not None and rc.exception == outer and rc.message == sentence
+
+
+@given(_KEYS)
+def test_a_later_exception_that_does_not_name_the_key_leaves_the_key(key: str) -> None:
+    rc = analyze_bytes(_chain((_HANDLED, "return table[name]", f"KeyError: '{key}'"), (_HANDLED, "raise TypeError(", "TypeError: 'NoneType' object is not subscriptable")), "vllm").root_cause
+    assert rc is not None and rc.exception == "KeyError" and rc.message == f"'{key}'"
+
+
+def test_a_wrapper_naming_the_key_never_replaces_it() -> None:
+    wrapper = "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {'gfx1101': 1}"
+    rc = analyze_bytes(_chain((_CAUSE, "return gfx_mapping[arch]", "KeyError: 'gfx1101'"), (_CAUSE, "raise RuntimeError(", wrapper)), "vllm").root_cause
+    assert rc is not None and rc.exception == "KeyError" and rc.message == "'gfx1101'"
+
+
+def test_a_message_that_is_a_sentence_is_never_restated() -> None:
+    first = "ValueError: max_model_len 'x' is larger than the model's"
+    rc = analyze_bytes(_chain((_HANDLED, "raise ValueError(", first), (_HANDLED, "raise RuntimeError(", "RuntimeError: bad max_model_len 'x'")), "vllm").root_cause
+    assert rc is not None and rc.exception == "ValueError"
+
+
+_CUT = [
+    "ERROR 09-23 01:13:49 [core.py:396] EngineCore failed to start.",
+    "ERROR 09-23 01:13:49 [core.py:396] Traceback (most recent call last):",
+    'ERROR 09-23 01:13:49 [core.py:396]   File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", line 387, in run_engine_core',
+    "ERROR 09-23 01:13:49 [core.py:396]     engine_core = EngineCoreProc(*args, **kwargs)",
+    "ERROR 09-23 01:13:49 [core.py:396]                   ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+    'ERROR 09-23 01:13:49 [core.py:396]   File "/usr/local/lib/python3.12/dist-packages/vllm/executor/uniproc_executor.py", line 46, in _init_executor',
+]
+
+
+@pytest.mark.parametrize("carets", [False, True])
+def test_a_cut_traceback_says_its_wrapper_record_and_its_last_code_line(carets: bool) -> None:
+    lines = [*_CUT, "ERROR 09-23 01:13:49 [core.py:396]     self.collective_rpc(\"init_device\")"]
+    if carets:
+        lines.append("ERROR 09-23 01:13:49 [core.py:396]     ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^")
+    rc = analyze_bytes(("\n".join(lines) + "\n").encode(), "vllm").root_cause
+    assert rc is not None and rc.exception is None
+    assert rc.message.startswith("EngineCore failed to start. The traceback is cut off before its exception line")
+    assert 'at `self.collective_rpc("init_device")`' in rc.message
+
+
+def test_a_cut_traceback_ending_on_a_file_line_names_no_code() -> None:
+    rc = analyze_bytes(("\n".join(_CUT) + "\n").encode(), "vllm").root_cause
+    assert rc is not None and rc.message.endswith("(last frame: executor/uniproc_executor.py:46 in _init_executor)")
+
+
+_C10D = "[E1226 15:44:09.437224181 socket.cpp:1011] [c10d] The client socket has timed out after 600000ms while trying to connect to (sws-8h100grid-05, 8000)."
+
+
+@pytest.mark.parametrize("record", [_C10D, _C10D.replace("[E1226 15:44:09.437224181 ", "[E "), _C10D.replace("600000ms", "600 seconds")])
+def test_a_cpp_error_record_that_a_wait_timed_out_is_fatal(record: str) -> None:
+    frames = ["frame #56: __libc_start_main + 0x85 (0x7f5b7dc41305 in /lib/x86_64-linux-gnu/libc.so.6)", "frame #57: _start + 0x21 (0x6297b1 in sglang::scheduler)", ""]
+    a = analyze_bytes(("\n".join([*frames, record]) + "\n").encode(), "sglang")
+    assert a.state == RunState.CRASHED and a.root_cause is not None
+    assert "The client socket has timed out after 600" in a.root_cause.message
+
+
+def test_a_cpp_record_that_only_failed_to_connect_once_is_no_cause() -> None:
+    retry = "[W1226 15:34:09.437224181 socket.cpp:752] [c10d] The client socket has failed to connect to [head]:8000 (errno: 111 - Connection refused)."
+    a = analyze_bytes((retry + "\n").encode(), "sglang")
+    assert a.state != RunState.CRASHED
+
+
+_LIST = [
+    "ImportError: ",
+    "[sgl_kernel] CRITICAL: Could not load any common_ops library!",
+    "Attempted locations:",
+    "1. Architecture-specific pattern: /usr/local/lib/python3.10/dist-packages/sgl_kernel/sm100/common_ops.*",
+    "GPU Info:",
+    "- Compute capability: 86",
+    "Error details from previous import attempts:",
+    "- ImportError: /usr/local/lib/python3.10/dist-packages/sgl_kernel/sm100/common_ops.abi3.so: undefined symbol: _ZNK3c10",
+    "- ModuleNotFoundError: No module named 'common_ops'",
+]
+
+
+@pytest.mark.parametrize("bullet", ["- ", "* ", "• ", "2. ", "3) "])
+@pytest.mark.parametrize("outer", ["", "sglang-1  | ", "[pod/sglang-0/server] "])
+def test_a_list_bullet_before_an_exception_is_never_a_prefix(bullet: str, outer: str) -> None:
+    lines = [ln.replace("- ", bullet, 1) if ln.startswith("- ") else ln for ln in _LIST]
+    a = analyze_bytes("".join(f"{outer}{ln}\n" for ln in lines).encode(), "sglang")
+    assert a.prefix is None or all(e == outer for e in a.prefix.examples), a.prefix
+    assert a.root_cause is not None and a.root_cause.exception == "ImportError"
+    assert "Attempted locations:" in a.root_cause.message and "GPU Info:" in a.root_cause.message
