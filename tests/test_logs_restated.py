@@ -44,8 +44,9 @@ def test_a_bare_key_raised_again_in_a_sentence_is_said_by_the_sentence(key: str,
     assert rc is not None and rc.exception == outer and rc.message == sentence
 
 
-@given(_KEYS)
+@given(_KEYS.filter(lambda k: k not in {"NoneType", "object", "is", "not", "subscriptable"}))
 def test_a_later_exception_that_does_not_name_the_key_leaves_the_key(key: str) -> None:
+    # (a key is named only as a whole word: "no" is not named by "NoneType", nor "ob" by "object")
     rc = analyze_bytes(_chain((_HANDLED, "return table[name]", f"KeyError: '{key}'"), (_HANDLED, "raise TypeError(", "TypeError: 'NoneType' object is not subscriptable")), "vllm").root_cause
     assert rc is not None and rc.exception == "KeyError" and rc.message == f"'{key}'"
 

@@ -638,7 +638,8 @@ class TracebackTracker:
             if key is None:
                 break
             text = "\n".join(nxt.lines)
-            if key["key"] not in text or text.strip() == key.group(0) or self._wrapper(f"{nxt.type}: {text}") is not None:
+            named = re.search(rf"(?<![\w-]){re.escape(key['key'])}(?![\w-])", text)
+            if named is None or text.strip() == key.group(0) or self._wrapper(f"{nxt.type}: {text}") is not None:
                 break
             e, key = nxt, _BARE_KEY.fullmatch(text.strip())
         return e
