@@ -127,3 +127,60 @@ def test_a_list_bullet_before_an_exception_is_never_a_prefix(bullet: str, outer:
     assert a.prefix is None or all(e == outer for e in a.prefix.examples), a.prefix
     assert a.root_cause is not None and a.root_cause.exception == "ImportError"
     assert "Attempted locations:" in a.root_cause.message and "GPU Info:" in a.root_cause.message
+
+
+# -- batch 16's classes -------------------------------------------------------------------------------------
+
+_FAULT = [
+    '  File "/usr/lib/python3.11/multiprocessing/spawn.py", line 120 in spawn_main',
+    '  File "<string>", line 1 in <module>',
+    "Fatal Python error: Segmentation fault",
+    "",
+    "Current thread 0x00007f4858f86740 (most recent call first):",
+    '  File "/usr/lib/python3.11/site-packages/sglang/srt/distributed/device_communicators/pynccl_wrapper.py", line 351 in ncclCommInitRank',
+    '  File "/usr/lib/python3.11/site-packages/sglang/srt/distributed/device_communicators/pynccl.py", line 108 in __init__',
+]
+
+
+@pytest.mark.parametrize("start", range(3))
+def test_faulthandlers_frames_have_no_code_line_and_the_native_crash_is_the_cause(start: int) -> None:
+    a = analyze_bytes(("\n".join(_FAULT[start:]) + "\n").encode(), "sglang")
+    assert a.state == RunState.CRASHED and a.root_cause is not None
+    assert a.root_cause.message.startswith("Fatal Python error: Segmentation fault") and a.root_cause.exception is None
+
+
+def test_a_python_frames_next_line_is_still_its_code() -> None:
+    tb = [TB_START + ":", '  File "/x/sglang/srt/model_executor/cuda_graph_runner.py", line 309, in __init__', "    raise Exception("]
+    rc = analyze_bytes(("\n".join(tb) + "\n").encode(), "sglang").root_cause
+    assert rc is not None and rc.message.endswith("at `raise Exception(`)")
+
+
+@pytest.mark.parametrize("prefix", ["", "(APIServer pid=27876) "])
+def test_vllms_supported_tasks_line_ends_the_start_up_stages(prefix: str) -> None:
+    lines = [
+        f"{prefix}INFO 08-18 14:15:03 [model.py:644] Resolved architecture: Qwen3ForCausalLM",
+        f"{prefix}INFO 08-18 14:15:04 [api_server.py:592] Supported tasks: ['generate']",
+    ]
+    a = analyze_bytes(("\n".join(lines) + "\n").encode(), "vllm")
+    assert a.state == RunState.LOADING and not a.was_ready
+    assert [s.name for s in a.stages if s.status.value == "done"][-1] == "warmup"
+
+
+_SGLANG_TB = [
+    "[2024-10-22 06:31:49 TP0] Capture cuda graph begin. This can take up to several minutes.",
+    "[2024-10-22 06:31:49 TP0] Traceback (most recent call last):",
+    '  File "/x/sglang/srt/model_executor/cuda_graph_runner.py", line 233, in capture_one_batch_size',
+    "    self.model_runner.attn_backend.init_forward_metadata_capture_cuda_graph(",
+    '  File "/x/sglang/srt/layers/attention/flashinfer_backend.py", line 452, in call_begin_forward',
+    "    wrapper.begin_forward(",
+]
+
+
+@pytest.mark.parametrize("end", ["", "RuntimeError: CUDA error: an illegal memory access was encountered"])
+def test_a_stamped_traceback_record_goes_on_with_its_unprefixed_frames(end: str) -> None:
+    rc = analyze_bytes(("\n".join([*_SGLANG_TB, end]) + "\n").encode(), "sglang").root_cause
+    assert rc is not None and rc.process == "TP0" and rc.where == "attention/flashinfer_backend.py:452 in call_begin_forward"
+    if end:
+        assert rc.exception == "RuntimeError" and "illegal memory access" in rc.message
+    else:
+        assert rc.message.endswith("at `wrapper.begin_forward(`)")

@@ -127,6 +127,9 @@ GRAMMAR = LogGrammar(
         StageRule("Capturing cudagraphs for decoding", ("cuda_graphs",), "start"),
         StageRule("Graph capturing finished in", ("cuda_graphs",), "end", r"in (?P<s>\d+) secs?, took (?P<g>[\d.]+) GiB", "captured in {s} s, {g} GiB"),
         StageRule("init engine (profile, create kv cache, warmup model) took", ("warmup",), "start", r"took (?P<s>[\d.]+) s", "engine init {s} s"),
+        # the front end asks the engine core what it serves once the core is up, then builds its routes
+        # ("Supported tasks: ['generate']": the API server's init_app_state, or the offline LLM's)
+        StageRule("Supported tasks: ", ("warmup",), "end"),
         StageRule("Starting vLLM API server", ("warmup",), "end"),
         StageRule("Starting vLLM server on", ("warmup",), "end"),
         StageRule("Starting vLLM API server", ("ready",), "start", r"on (?P<u>\S+)", "{u}"),

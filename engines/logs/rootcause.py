@@ -50,6 +50,8 @@ SERVING_FRAMES = ("run_asgi",)
 _POINTS_ELSEWHERE = re.compile(r"\b(?:[Ss]ee|[Cc]heck)\b[^.\n]{0,40}\broot cause\b|\broot cause (?:is )?above\b")
 #: A native crash report's symbolised C++ frame (PyTorch's signal handler): not a Python traceback's.
 NATIVE_FRAME = 'File "<unknown>", line 0'
+#: A frame as faulthandler prints it (a native crash's dump: no comma before "in", no code line after it).
+_FAULT_FRAME = re.compile(r'File "[^"]*", line \d+ in \S+')
 CHAIN_MARKERS = (
     "During handling of the above exception, another exception occurred",
     "The above exception was the direct cause of the following exception",
@@ -249,7 +251,9 @@ class TracebackTracker:
                 block.embeds = True
             self._close(proc)
         if TB_START in msg:
-            raw = (process == "" and proc != "") or (bool(proc) and not tag and not msg.startswith(TB_START))
+            # (raw: its lines go on with no prefix: a rank's traceback re-logged inside a record, or one
+            # logged alone by a process whose records have a stamp and no level, SGLang's "[ts TP0] Traceback")
+            raw = (process == "" and proc != "") or (bool(proc) and not tag and (not msg.startswith(TB_START) or bool(ts) and not level))
             b = self._start(proc, number, level, msg, raw)
             b.tag = tag
             last = self._last_error.get(proc)
@@ -468,7 +472,9 @@ class TracebackTracker:
                     self.serving_frame(number, stripped, b)
                 if self._pkg in stripped:
                     b.engine_where = stripped
-                b.expect_code = True
+                # faulthandler's frames ('File "x.py", line 120 in spawn_main') come without code lines:
+                # what follows one is never its code ("Fatal Python error: Segmentation fault")
+                b.expect_code = _FAULT_FRAME.fullmatch(stripped) is None
                 return True
             m = EXCEPTION_LINE.match(stripped) if stripped and not msg[:1].isspace() else None
             if m:
