@@ -5,7 +5,8 @@
 - a traceback cut before its exception line is said with the wrapper record it was logged with and with its
   last frame's own code line;
 - a C++ runtime's error record that a wait ran out is fatal evidence;
-- a list item's bullet ("- ImportError: ...") is never a line prefix, bare or behind a capture tool's.
+- a list item's bullet ("- ImportError: ...") is never a line prefix, bare or behind a capture tool's, and a
+  heading behind a stamp ("2026-01-05T10:00:00Z GPU Info:") is the message's text, not a platform's line.
 
 The lines are real (fresh-15 logs, sources on their line 1), recombined.
 """
@@ -120,7 +121,7 @@ _LIST = [
 
 
 @pytest.mark.parametrize("bullet", ["- ", "* ", "• ", "2. ", "3) "])
-@pytest.mark.parametrize("outer", ["", "sglang-1  | ", "[pod/sglang-0/server] "])
+@pytest.mark.parametrize("outer", ["", "sglang-1  | ", "[pod/sglang-0/server] ", "2026-01-05T10:00:00.123456789Z "])
 def test_a_list_bullet_before_an_exception_is_never_a_prefix(bullet: str, outer: str) -> None:
     lines = [ln.replace("- ", bullet, 1) if ln.startswith("- ") else ln for ln in _LIST]
     a = analyze_bytes("".join(f"{outer}{ln}\n" for ln in lines).encode(), "sglang")

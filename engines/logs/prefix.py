@@ -202,6 +202,12 @@ def shape_of(prefix: bytes) -> bytes:
     return head + tail
 
 
+def _is_platform(line: bytes) -> bool:
+    """A platform's own line (a stamp and at most two names); one whose last name ends in a colon is a
+    message's heading behind a stamp ("2026-01-05T10:00:00Z GPU Info:"), the engine's text."""
+    return len(line) <= _MAX_PREFIX and _PLATFORM.fullmatch(line) is not None and line.rstrip(b" \r")[-1:] != b":"
+
+
 def _platform_shape(line: bytes) -> bytes:
     return b"".join(b" +" if t[:1] == b" " else _WORD if re.fullmatch(_WORD, t) else re.escape(t) for t in _TOKEN.findall(line.rstrip(b" \r")))
 
@@ -280,7 +286,7 @@ class PrefixNormalizer:
                 text = line[:p].decode("utf-8", "replace")
                 if len(ex) < 4 and text not in ex:
                     ex.append(text)
-        elif len(line) <= _MAX_PREFIX and _PLATFORM.fullmatch(line):
+        elif _is_platform(line):
             self._plats[_platform_shape(line)] += 1
 
     def _learn(self, buf: bytes, start: int, limit: int) -> int:
@@ -345,7 +351,7 @@ class PrefixNormalizer:
         """Too few engine lines: the longest shape of leading fields (with punctuation in them, and
         never past where an engine line begins) that most lines start with."""
         # (a platform line is dropped whole: it neither holds nor refuses a prefix)
-        sample = [ln for ln in self._sample if not (len(ln) <= _MAX_PREFIX and _PLATFORM.fullmatch(ln))]
+        sample = [ln for ln in self._sample if not _is_platform(ln)]
         if len(sample) < 2:
             return []
         best: list[bytes] = []
