@@ -46,6 +46,8 @@ KNOWN_MISSES = {
     "sglang-eagle3-indexselect-device-assert-scheduler-exception-cut-7139.log": "disputed: a crash inside the scheduler's event loop reads as serving (the grammar's serving frames); the reader saw no ready line",
     "vllm-v1-ngram-spec-decode-flashinfer-enginecore-traceback-cut-14765.log": "disputed: V1's engine core fails in run_busy_loop -> step -> execute_model, which runs only once the engine serves (servelab: was ready); the reader saw no ready line",
     "vllm-spec-decode-k8s-log-export-reversed-shutdown-20364.log": "a log exported newest line first, every line in quotes (a log viewer's CSV export): not read",
+    "vllm-084-multiproc-fatal-signal-from-workers-wrapper-only-16777.log": "disputed: the same wrapper said twice ('MulitprocExecutor got fatal signal ...', then the core client's 'Got fatal signal ...'); servelab quotes the record the cut traceback was logged with, the reader the first",
+    "vllm-v0-workerprocess-pynccl-comminitrank-traceback-cut-10626.log": "disputed: a cut traceback; servelab names the last frame's code line (NCCL_CHECK(...ncclCommInitRank...)), the reader the frame above it",
     "gpustack-sglang-ascend-npu-serving-then-scheduler-hang-pyspy-dump-3139.log": "disputed: SGLang's py-spy dump of a serving scheduler with no watchdog-timeout line (a soft watchdog dumps and goes on); the reader took the dump as the hang's kill",
     "vllm-offline-tp2-nccl-watchdog-illegal-memory-access-7161.log": "readiness from a progress bar's tail glued into a C++ record",
     "vllm-sampler-warmup-oom-error-lines-19445.log": "disputed: cause right (the OOM under vLLM's warm-up wrapper); a bare exception line with no level reads as a traceback's end, the reader called it an error line",

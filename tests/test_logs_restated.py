@@ -185,3 +185,23 @@ def test_a_stamped_traceback_record_goes_on_with_its_unprefixed_frames(end: str)
         assert rc.exception == "RuntimeError" and "illegal memory access" in rc.message
     else:
         assert rc.message.endswith("at `wrapper.begin_forward(`)")
+
+
+# -- batch 17's classes -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("blocks", ["# GPU blocks: 11753, # CPU blocks: 4369", "# cuda blocks: 2048"])
+def test_v0s_first_lines_are_its_config_and_kv_cache_stages(blocks: str) -> None:
+    lines = [
+        "INFO 01-04 11:10:36 llm_engine.py:70] Initializing an LLM engine with config: model='/data01/Yi-34b-Chat', tokenizer='/data01/Yi-34b-Chat'",
+        f"INFO 01-04 11:11:00 llm_engine.py:196] {blocks}",
+    ]
+    a = analyze_bytes(("\n".join(lines) + "\n").encode(), "vllm")
+    assert a.state == RunState.LOADING
+    assert {s.name: s.status.value for s in a.stages}["config"] == "done"
+    assert {s.name: s.status.value for s in a.stages}["kv_cache"] in ("running", "done")
+
+
+def test_a_cut_tracebacks_answer_starts_at_the_wrapper_record_it_quotes() -> None:
+    lines = [_CUT[0], *_CUT[1:]]
+    rc = analyze_bytes(("\n".join(["INFO 09-23 01:13:40 [core.py:70] Initializing a V1 LLM engine", *lines]) + "\n").encode(), "vllm").root_cause
+    assert rc is not None and rc.line == 2 and rc.message.startswith("EngineCore failed to start.")

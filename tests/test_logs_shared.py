@@ -92,8 +92,9 @@ CASES: dict[str, Expect] = {
         # the worker failed first; EngineCore's re-raise later is secondary
         "vllm", "crashed", root=(None, "WorkerProc failed to start", "Worker_TP1", 9), stages={"drafter": "failed"}
     ),
+    # (a cut traceback's answer starts at the wrapper record it was logged with, "EngineCore failed to start.")
     "vllm-eagle3-qwen3-30b-a3b-enginecore-failed-25134.log": Expect(
-        "vllm", "crashed", root=(None, CUT, "EngineCore_DP0", 8), stages={"weights": "done", "drafter": "failed"}
+        "vllm", "crashed", root=(None, CUT, "EngineCore_DP0", 7), stages={"weights": "done", "drafter": "failed"}
     ),
     "vllm-eagle3-qwen3-32b-runtime-crash-28919.log": Expect(
         # was_ready: vLLM dumps the scheduler output only when a scheduled batch fails (issue #20: serving evidence)
@@ -106,7 +107,7 @@ CASES: dict[str, Expect] = {
         "vllm", "crashed", root=("ValueError", "Eagle3 is only supported for ['llama', 'qwen', 'minicpm', 'gpt_oss'] models", "", 3), hint="EAGLE-3 whitelist"
     ),
     "vllm-enginecore-failed-v0.9-style-18730.log": Expect(
-        "vllm", "crashed", root=(None, CUT, "", 10), stages={"weights": "done", "compile": "failed"}, where="engine/core.py:71 in init"
+        "vllm", "crashed", root=(None, CUT, "", 9), stages={"weights": "done", "compile": "failed"}, where="engine/core.py:71 in init"
     ),
     "vllm-nccl-allreduce-init-device-25148.log": Expect("vllm", "crashed", root=(None, CUT, "EngineCore_DP0", 5), where="worker/worker_base.py:611 in init_device"),
     "vllm-nccl-unhandled-system-error-7800.log": Expect(

@@ -96,6 +96,8 @@ GRAMMAR = LogGrammar(
         StageRule("Resolved architecture:", ("config",), "start", r"architecture: (?P<a>\S+)", "{a}"),
         StageRule("Using max model len", ("config",), "detail", r"len (?P<n>\d+)", "max model len {n}"),
         StageRule("Initializing a V1 LLM engine", ("config",), "start"),
+        # V0 ("Initializing an LLM engine with config: model=..." or "... (v0.6.3) with config: ...")
+        StageRule("Initializing an LLM engine", ("config",), "start"),
         StageRule("Waiting for init message from front-end", ("config",), "start"),
         StageRule("Starting to load model", _W, "start", r"model (?P<m>.+?)\.\.\.", "{m}"),
         StageRule("Loading model from scratch", _W, "start"),
@@ -124,6 +126,8 @@ GRAMMAR = LogGrammar(
         StageRule("GPU KV cache size:", ("kv_cache",), "start", r"size: (?P<t>[\d,]+) tokens", "KV cache {t} tokens"),
         StageRule("CPU KV cache size:", ("kv_cache",), "start", r"size: (?P<t>[\d,]+) tokens", "KV cache {t} tokens"),
         StageRule("# cuda blocks:", ("kv_cache",), "start"),
+        # V0 before 0.4 ("INFO 01-04 11:11:00 llm_engine.py:196] # GPU blocks: 11753, # CPU blocks: 4369")
+        StageRule("# GPU blocks:", ("kv_cache",), "start", r"# GPU blocks: (?P<b>[\d,]+)", "{b} GPU blocks"),
         StageRule("Capturing cudagraphs for decoding", ("cuda_graphs",), "start"),
         StageRule("Graph capturing finished in", ("cuda_graphs",), "end", r"in (?P<s>\d+) secs?, took (?P<g>[\d.]+) GiB", "captured in {s} s, {g} GiB"),
         StageRule("init engine (profile, create kv cache, warmup model) took", ("warmup",), "start", r"took (?P<s>[\d.]+) s", "engine init {s} s"),

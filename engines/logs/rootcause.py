@@ -581,6 +581,8 @@ class TracebackTracker:
             # a wrapper's record above it ("EngineCore failed to start.") is said too, in its own words:
             # it ranks no higher for it (a wrapper says less than a header that names where)
             words = said or (_RAY_REPEATED.sub("", b.preface).strip() if b.preface else "")
+            if words and not said:
+                start = min(start, b.start_line - 1)  # the answer starts at the wrapper's record
             head = (f"{words} " if words.endswith(".") else f"{words.rstrip(': ')}: ") if words else ""
             cut = "The traceback is cut off" if head.endswith(". ") else "the traceback is cut off"
             cause = RootCause(
