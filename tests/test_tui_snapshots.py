@@ -133,7 +133,16 @@ def ended_replays(folder: TuiFolder, *runs: tuple[str, str, Path, int]) -> None:
     for i, (experiment, run_id, log, code) in enumerate(runs):
         folder.replay(experiment, log, exit_code=code, run_id=run_id, port=free_port(), started_at=f"2026-01-01T00:0{i}:00+00:00")
     for _experiment, run_id, _log, _code in runs:
-        wait_until(lambda: (folder.workdir / "runs" / run_id / "exit_code").exists(), 30)
+        # the supervisor's last write: exit_code, then run.json's status (a test that edits run.json
+        # before that write would see its edit overwritten)
+        wait_until(lambda: _ended(folder.workdir / "runs" / run_id), 30)
+
+
+def _ended(run_dir: Path) -> bool:
+    try:
+        return (run_dir / "exit_code").exists() and json.loads((run_dir / "run.json").read_text()).get("status") in ("exited", "stopped")
+    except (OSError, ValueError):
+        return False  # (read between the supervisor's write and its rename)
 
 
 def probed_runs(folder: TuiFolder) -> None:
@@ -188,7 +197,8 @@ def test_experiments_screen_with_runs(snap_folder: TuiFolder, snap_compare, size
         await settle(pilot)
         screen = pilot.app.screen
         await until(pilot, lambda: all(name in screen.latest and screen.latest[name].load_s is not None for name in ("tiny-cpu-vllm-baseline", "tiny-cpu-vllm-ngram"))
-                    and screen.latest["tiny-cpu-vllm-ngram"].speedup is not None)
+                    and screen.latest["tiny-cpu-vllm-ngram"].speedup is not None
+                    and screen.latest["tiny-cpu-vllm-ngram"].launched_by == "alice")  # its owner read too: it decides the "by" column
 
     assert snap_compare(make_app(snap_folder), terminal_size=size, run_before=steadied(figures))
 
