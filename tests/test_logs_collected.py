@@ -115,8 +115,10 @@ CASES: dict[str, Expect] = {
         # rank 0's KeyError comes first; the other node's workers then run out of memory
         "vllm", "crashed", root=("KeyError", "'model.layers.6.mlp.experts.w2_weight_scale'", "rank0", 8), hint=(KEYERROR_HINT,),
     ),
+    # NCCL's own "... failed" warning is the cause once the run failed (fresh-18's 2101 reader named it over a
+    # wrapper's cut traceback): TP0's "Scheduler hit an exception" cut before its exception line says less
     "sglang-multinode-nccl-socket-warn-tp0-5594.log": Expect(
-        "sglang", "crashed", root=(None, CUT, "TP0", 24), where="managers/scheduler.py:1714 in run_scheduler_process",
+        "sglang", "crashed", root=(None, "socketStartConnect: Connect to 10.0.0.82<38455> failed", "", 5), where="managers/scheduler.py:1714 in run_scheduler_process",
         hint=("NCCL could not connect",),
     ),
     "sglang-multinode-gloo-barrier-rank-tags-tp6-5602.log": Expect(

@@ -205,3 +205,64 @@ def test_a_cut_tracebacks_answer_starts_at_the_wrapper_record_it_quotes() -> Non
     lines = [_CUT[0], *_CUT[1:]]
     rc = analyze_bytes(("\n".join(["INFO 09-23 01:13:40 [core.py:70] Initializing a V1 LLM engine", *lines]) + "\n").encode(), "vllm").root_cause
     assert rc is not None and rc.line == 2 and rc.message.startswith("EngineCore failed to start.")
+
+
+# -- batch 18's classes -------------------------------------------------------------------------------------
+
+_WORKER_CUT = [
+    "(Worker pid=509) ERROR 04-13 19:52:24 [multiproc_executor.py:800] WorkerProc failed to start.",
+    "(Worker pid=509) ERROR 04-13 19:52:24 [multiproc_executor.py:800] Traceback (most recent call last):",
+    '(Worker pid=509) ERROR 04-13 19:52:24 [multiproc_executor.py:800]   File "/usr/lib/python3.12/dist-packages/vllm/v1/executor/multiproc_executor.py", line 771, in worker_main',
+    "(Worker pid=509) ERROR 04-13 19:52:24 [multiproc_executor.py:800]     worker = WorkerProc(*args, **kwargs)",
+]
+
+
+@pytest.mark.parametrize("warn", [
+    "host-8579zt8:508:508 [0] init.cc:426 NCCL WARN Cuda failure 'operation not supported'",
+    "h100-15:139:1092 [7] socket.c:485 NCCL WARN socketStartConnect: Connect to 10.0.0.82<38455> failed : Software caused connection abort",
+    "node1:77:77 [3] NCCL WARN Call to ibv_modify_qp failed with error Connection timed out",
+])
+def test_nccls_own_failure_warning_outranks_a_wrappers_cut_traceback(warn: str) -> None:
+    a = analyze_bytes(("\n".join([warn, "host-8579zt8:508:508 [0] NCCL INFO init.cc:1437 -> 1", *_WORKER_CUT]) + "\n").encode(), "vllm")
+    assert a.state == RunState.CRASHED and a.root_cause is not None
+    assert a.root_cause.message == warn.split("NCCL WARN ", 1)[1] and a.root_cause.exception is None
+
+
+def test_an_ncclwarn_alone_fails_nothing() -> None:
+    a = analyze_bytes(b"h100-15:139:1092 [7] socket.c:485 NCCL WARN socketStartConnect: Connect to 10.0.0.82<38455> failed\n", "sglang")
+    assert a.state != RunState.CRASHED
+
+
+@pytest.mark.parametrize("pipe", ["|", "\\|"])
+def test_a_shard_bar_reads_with_its_pipe_escaped_or_not(pipe: str) -> None:
+    line = f"(LLMActor pid=619) Loading safetensors checkpoint shards:  53% Completed {pipe} 9/17 [01:00<00:56,  7.04s/it]"
+    a = analyze_bytes((line + "\n").encode(), "vllm")
+    assert a.state == RunState.LOADING
+    weights = next(s for s in a.stages if s.name == "weights")
+    assert weights.status.value == "running"
+
+
+def test_v1s_cudagraph_capture_record_is_the_graph_stage() -> None:
+    line = "(Worker_TP1_EP1 pid=43) DEBUG 09-13 16:16:38 [compilation/cuda_graph.py:134] Capturing a cudagraph on (PIECEWISE,BatchDescriptor(num_tokens=2, uniform_decode=False))"
+    a = analyze_bytes((line + "\n").encode(), "vllm")
+    assert a.state == RunState.LOADING and next(s for s in a.stages if s.name == "cuda_graphs").status.value == "running"
+
+
+def test_a_cuda_driver_failure_then_dead_children_is_a_crash_named_by_the_driver() -> None:
+    lines = ["[torch_memory_saver.cpp] CUresult error  result=1 file=csrc/torch_memory_saver.cpp func=resume line=214"] * 2
+    lines += ["Child process unexpectedly failed with an exit code 256. pid=97721"]
+    a = analyze_bytes(("\n".join(lines) + "\n").encode(), "sglang")
+    assert a.state == RunState.CRASHED and a.root_cause is not None
+    assert a.root_cause.message.startswith("CUresult error  result=1")
+    alone = analyze_bytes(b"Child process unexpectedly failed with an exit code 256. pid=97721\n", "sglang")
+    assert alone.state == RunState.CRASHED and alone.root_cause is not None and "exit code 256" in alone.root_cause.message
+
+
+def test_a_cpp_error_record_that_failed_with_something_is_fatal() -> None:
+    lines = [
+        "[rank10]:[E130 18:11:34.707542570 ProcessGroupGloo.cpp:143] Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error",
+        "[2025-01-30 18:11:34 TP10] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 1773, in run_scheduler_process',
+    ]
+    rc = analyze_bytes(("\n".join(lines) + "\n").encode(), "sglang").root_cause
+    assert rc is not None and rc.message.startswith("Gloo connectFullMesh failed with")

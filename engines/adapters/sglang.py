@@ -68,7 +68,7 @@ ALGORITHMS: dict[str, str] = {
 # Needles are message starts (after "[YYYY-MM-DD HH:MM:SS TPn] "), checked against the real logs
 # in ../shared/logs; see ../shared/notes/engine-grammar.md sections 1.2, 2.2 and 5.2.
 _W = ("weights", "drafter")
-_TQDM_BAR = r":\s+\d+%\|[^|]*\| (?P<n>\d+)/(?P<total>\d+) \[[\d:]+<[\d:?]+(?:,\s+(?P<rate>[\d.?]+)(?P<unit>s/it|it/s))?"
+_TQDM_BAR = r":\s+\d+%\\?\|[^|]*\| (?P<n>\d+)/(?P<total>\d+) \[[\d:]+<[\d:?]+(?:,\s+(?P<rate>[\d.?]+)(?P<unit>s/it|it/s))?"
 
 #: Where SGLang's logger header begins ("[2026-12-01 12:00:00 TP0] ").
 _DATED = rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
@@ -107,9 +107,9 @@ GRAMMAR = LogGrammar(
         StageRule("INFO:     Uvicorn running on", ("warmup",), "start", r"running on (?P<u>\S+)", "{u}"),
     ),
     bars=(
-        BarRule("Loading safetensors", _W, r"Loading [^:]*?checkpoint shards[^:]*:\s+\d+% Completed \| (?P<n>\d+)/(?P<total>\d+) \[[\d:]+<[\d:?]+,\s+(?P<rate>[\d.?]+)(?P<unit>s/it|it/s)\]"),
+        BarRule("Loading safetensors", _W, r"Loading [^:]*?checkpoint shards[^:]*:\s+\d+% Completed \\?\| (?P<n>\d+)/(?P<total>\d+) \[[\d:]+<[\d:?]+,\s+(?P<rate>[\d.?]+)(?P<unit>s/it|it/s)\]"),
         # 0.5.23 (real CPU log): "Multi-thread loading shards: 100% Completed | 1/1 [00:00<00:00, 108.08it/s]"
-        BarRule("Multi-thread loading shards", _W, r"Multi-thread loading shards:\s+\d+% Completed \| (?P<n>\d+)/(?P<total>\d+) \[[\d:]+<[\d:?]+,\s+(?P<rate>[\d.?]+)(?P<unit>s/it|it/s)\]"),
+        BarRule("Multi-thread loading shards", _W, r"Multi-thread loading shards:\s+\d+% Completed \\?\| (?P<n>\d+)/(?P<total>\d+) \[[\d:]+<[\d:?]+,\s+(?P<rate>[\d.?]+)(?P<unit>s/it|it/s)\]"),
         BarRule("Capturing batches", ("cuda_graphs",), r"Capturing batches \([^)]*\)" + _TQDM_BAR),
         BarRule("Compiling num tokens", ("compile",), r"Compiling num tokens \([^)]*\)" + _TQDM_BAR),
     ),

@@ -71,11 +71,12 @@ METHODS: dict[str, str] = {
 # Needles are message starts (after "(Proc pid=N) LEVEL MM-DD HH:MM:SS [file.py:N] "), checked
 # against real logs in ../shared/logs and tests/data/logs; see ../shared/notes/engine-grammar.md.
 _W, _D = ("weights", "drafter"), ("drafter",)
+#: (a pipe escaped by a Markdown table, "Completed \\| 9/17", read as the pipe)
 _SHARD_BAR = (
-    r"Loading [^:]*?(?:checkpoint shards|loader)[^:]*:\s+\d+% Completed \| (?P<n>\d+)/(?P<total>\d+) "
+    r"Loading [^:]*?(?:checkpoint shards|loader)[^:]*:\s+\d+% Completed \\?\| (?P<n>\d+)/(?P<total>\d+) "
     r"\[[\d:]+<[\d:?]+,\s+(?P<rate>[\d.?]+)(?P<unit>s/it|it/s)\]"
 )
-_TQDM_BAR = r":\s+\d+%\|[^|]*\| (?P<n>\d+)/(?P<total>\d+) \[[\d:]+<[\d:?]+(?:,\s+(?P<rate>[\d.?]+)(?P<unit>s/it|it/s))?"
+_TQDM_BAR = r":\s+\d+%\\?\|[^|]*\| (?P<n>\d+)/(?P<total>\d+) \[[\d:]+<[\d:?]+(?:,\s+(?P<rate>[\d.?]+)(?P<unit>s/it|it/s))?"
 
 #: vLLM's process names, as a pasted log shows them when its process tag lost the leading "("
 #: (``EngineCore_DP0 pid=7) INFO ...``, seen in real issue logs).
@@ -129,6 +130,8 @@ GRAMMAR = LogGrammar(
         # V0 before 0.4 ("INFO 01-04 11:11:00 llm_engine.py:196] # GPU blocks: 11753, # CPU blocks: 4369")
         StageRule("# GPU blocks:", ("kv_cache",), "start", r"# GPU blocks: (?P<b>[\d,]+)", "{b} GPU blocks"),
         StageRule("Capturing cudagraphs for decoding", ("cuda_graphs",), "start"),
+        # V1's per-shape capture record at DEBUG ("Capturing a cudagraph on (PIECEWISE,BatchDescriptor(...))")
+        StageRule("Capturing a cudagraph on", ("cuda_graphs",), "start"),
         StageRule("Graph capturing finished in", ("cuda_graphs",), "end", r"in (?P<s>\d+) secs?, took (?P<g>[\d.]+) GiB", "captured in {s} s, {g} GiB"),
         StageRule("init engine (profile, create kv cache, warmup model) took", ("warmup",), "start", r"took (?P<s>[\d.]+) s", "engine init {s} s"),
         # the front end asks the engine core what it serves once the core is up, then builds its routes

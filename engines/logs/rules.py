@@ -32,7 +32,7 @@ ERROR_LINE = "error line"
 #: A launcher naming a dead child: "Process ApiServer_0 (PID: 359) died with exit code 1", "worker
 #: exited with exit code 136", "Rank 0 scheduler is dead. Exit code: -6 (SIGABRT)".
 _DEATH = (
-    r"(?P<message>\S+(?: \((?:PID|pid)[:=] ?\d+\))? (?:died|exited|is dead|crashed)\.? (?:with )?[Ee]xit code:? "
+    r"(?P<message>\S+(?: \((?:PID|pid)[:=] ?\d+\))? (?:died|exited|is dead|crashed|(?:unexpectedly )?failed)\.? (?:with )?(?:an )?[Ee]xit code:? "
     r"(?!-?(?:0|2|15)\b)-?\d+(?: \(SIG[A-Z]+\))?)"
 )
 #: An exception's repr: ``TypeName('message')``.
@@ -188,6 +188,9 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     # "Check failed: ..."): its own failure, with no Python exception (a record that only points
     # elsewhere, "received errors ... check rank 0 logs", or retries a socket, is not a cause)
     FatalRule(".cpp:", _CPP_EF + r"(?P<message>.*?\b(?:[Ee]xception|[Ee]rror|[Ff]ailed)\b: .*)$", rank=3, anywhere=True),
+    # ... or says what failed with what ("[rank10]:[E130 18:11:34.707 ProcessGroupGloo.cpp:143] Gloo
+    # connectFullMesh failed with [../gloo/transport/tcp/pair.cc:144] no error")
+    FatalRule(".cpp:", _CPP_EF + r"(?P<message>.*?\b[Ff]ailed with\b.*?)\s*$", rank=3, anywhere=True),
     # a C++ runtime's error- or fatal-level record that a wait ran out ("[E1226 15:44:09.437 socket.cpp:1011]
     # [c10d] The client socket has timed out after 600000ms while trying to connect to (host, 8000)."):
     # the last of its retries (the earlier ones say "failed to connect" and go on)
@@ -196,6 +199,20 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     # ncclCommWatchdog at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1601 (most recent call
     # first):" names where the runtime failed, when its message is above the window or is its record's
     FatalRule("Exception raised from ", r"^(?P<message>Exception raised from \S+ at \S+:\d+)", rank=3, anywhere=True),
+    # a CUDA driver call's failure as a native extension reports it ("[torch_memory_saver.cpp] CUresult error
+    # result=1 file=csrc/torch_memory_saver.cpp func=resume line=214"): its own failure, no Python exception
+    FatalRule("CUresult error", r"(?P<message>CUresult error\b.*?)\s*$", rank=3, anywhere=True),
+    # NCCL's own warning that a call failed ("host:508:508 [0] init.cc:426 NCCL WARN Cuda failure 'operation
+    # not supported'", "NCCL WARN Call to ibv_modify_qp failed", "NCCL WARN NET/Socket : Connect to ... failed"):
+    # NCCL may retry or fall back, so it counts only when the run failed otherwise (as below); then it says
+    # what a wrapper's cut traceback ("WorkerProc failed to start.") does not
+    FatalRule(
+        "NCCL WARN ",
+        r"NCCL WARN (?P<message>(?:Cuda failure\b|.*?\b(?:failed|[Ee]rror)\b).*?)\s*$",
+        rank=7,
+        anywhere=True,
+        weak=True,
+    ),
     # a native communication library's own error record (UCX, UCS, NIXL's UCX backend: "[1754890927.298391]
     # [host:270 :0]  ib_mlx5dv_md.c:1100 UCX  ERROR mlx5_7: ibv_modify_qp(...) failed to modify to RTR: No
     # such device"): the library may recover, so it counts only when the run failed otherwise, and an
