@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from servelab.engines.logs.grammar import FatalRule, LogGrammar
 from servelab.engines.logs.analysis import RootCause
+from servelab.engines.logs.tblines import bare_key, is_caret, last_code, restates
 
 __all__ = ["EVIDENCE_WORDS", "TracebackTracker", "EXCEPTION_LINE"]
 
@@ -76,8 +77,6 @@ ECHO_EXCEPTIONS = ("CancelledError",)
 _REPR_WHOLE = re.compile(r"(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))\((?P<q>['\"]?)(?P<message>.*?)(?P=q)\)")
 #: A record that introduces a traceback without saying why: it ends a sentence or a label, names an
 #: exception, or says only that something failed ("Invocation of collective_rpc method failed").
-#: An exception message that is only a quoted key or name (KeyError's "'gfx1101'").
-_BARE_KEY = re.compile(r"(?P<q>['\"])(?P<key>[^\s'\"]{2,80})(?P=q)")
 _HEADER = re.compile(r"[.:]$|xception|\b(?:failed|errored|crashed|error)$", re.I)
 #: Lines a bare traceback may start after the error record it was logged with (other ranks' between).
 _PREFACE_GAP = 4
@@ -127,23 +126,6 @@ class _Candidate:
     weak: bool = False  # evidence that counts only when something else was fatal
     unnamed: bool = False  # a death that names no child: a child's own traceback, even cut, says more
     engine: bool = False  # a traceback whose frames reach the engine's own package
-
-
-def _last_code(excerpt: list[str]) -> str:
-    """The source line of a cut traceback's last frame ("raise Exception("), "" when the excerpt ends
-    on a frame's ``File`` line."""
-    lines = list(excerpt)
-    while lines and _is_caret(lines[-1]):
-        lines.pop()  # the carets under the last frame's code
-    if len(lines) < 2 or not lines[-2].startswith('File "'):
-        return ""
-    code = lines[-1].strip()
-    return "" if not code or code.startswith('File "') else code[:80]
-
-
-def _is_caret(s: str) -> bool:
-    t = s.strip()
-    return bool(t) and not t.strip("^~ ")
 
 
 def _where(frame: str) -> str | None:
@@ -273,7 +255,7 @@ class TracebackTracker:
             self._continue(b, number, level, ts, msg, tag)
             return True
         tail = self._code_tail.pop(proc, None) if self._code_tail else None
-        if msg[:4] == "    " and stripped or _is_caret(msg):
+        if msg[:4] == "    " and stripped or is_caret(msg):
             # a frame's code line (or its caret line) with no traceback open: the window may start
             # inside one, whose exception line then ends it
             kept = tail[2][-2:] if tail is not None and tail[1] == level else []
@@ -482,7 +464,7 @@ class TracebackTracker:
                 b.state = _EXC
                 b.expect_code = False
                 return True
-            if b.expect_code or msg[:1].isspace() or _is_caret(msg):
+            if b.expect_code or msg[:1].isspace() or is_caret(msg):
                 if stripped:
                     b.frames.append(stripped)
                     if b.expect_code and self.watch_frames:
@@ -564,7 +546,7 @@ class TracebackTracker:
                 exc, text = (named["exception"], named["message"] or said) if named is not None else (None, said)
                 cause = RootCause(exc, text, b.process, b.start_line - 1, [said, *excerpt][-EXCERPT_LINES:], where, evidence=EVIDENCE_WORDS["error line"])
                 return _Candidate(cause, tier, INCOMPLETE, rank=-1), b.start_line - 1, False
-            code = _last_code(excerpt)
+            code = last_code(excerpt)
             last_frame = f" (last frame: {where}{f', at `{code}`' if code else ''})" if where else ""
             warned = self._warning
             start = b.start_line
@@ -641,15 +623,12 @@ class TracebackTracker:
         names that key ("Unknown GPU architecture: gfx1101 ...", "... has model type `qwen3` but
         Transformers does not recognize this architecture") is said by that sentence; a wrapper's
         words never replace it."""
-        key = _BARE_KEY.fullmatch("\n".join(e.lines).strip())
+        key = bare_key("\n".join(e.lines))
         for nxt in later:
-            if key is None:
-                break
             text = "\n".join(nxt.lines)
-            named = re.search(rf"(?<![\w-]){re.escape(key['key'])}(?![\w-])", text)
-            if named is None or text.strip() == key.group(0) or self._wrapper(f"{nxt.type}: {text}") is not None:
+            if key is None or not restates(key, text) or self._wrapper(f"{nxt.type}: {text}") is not None:
                 break
-            e, key = nxt, _BARE_KEY.fullmatch(text.strip())
+            e, key = nxt, bare_key(text)
         return e
 
     def _wrapper(self, text: str) -> str | None:
