@@ -101,7 +101,7 @@ def probed_at(summary: ProbeSummary) -> dt.datetime | None:
         return None
 
 
-def _median(values: list[float]) -> float | None:
+def median(values: list[float]) -> float | None:
     values = sorted(values)
     if not values:
         return None
@@ -110,15 +110,15 @@ def _median(values: list[float]) -> float | None:
 
 
 def load_of(summary: ProbeSummary) -> float | None:
-    return _median([c.load1 for c in summary_conditions(summary) if c.load1 is not None])
+    return median([c.load1 for c in summary_conditions(summary) if c.load1 is not None])
 
 
 def runnable_of(summary: ProbeSummary) -> float | None:
-    return _median([c.runnable for c in summary_conditions(summary) if c.runnable is not None])
+    return median([c.runnable for c in summary_conditions(summary) if c.runnable is not None])
 
 
 def other_cpu_of(summary: ProbeSummary) -> float | None:
-    return _median([c.other_cores for c in summary_conditions(summary) if c.other_cores is not None])
+    return median([c.other_cores for c in summary_conditions(summary) if c.other_cores is not None])
 
 
 def _apart(seconds: float) -> str:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from servelab.engines.errors import ServelabError
-from servelab.engines.probe.conditions import RoundConditions
+from servelab.engines.probe.conditions import RoundConditions, median
 from servelab.engines.probe.runner import Progress, time_round, wait_ready
 from servelab.engines.adapters.exchange import AsDict
 
@@ -136,15 +136,11 @@ class PairedResult(AsDict):
         Pairing cancels a load both sides share; it does not make a starved host's answer a quiet
         host's (speculation spends compute to save steps), so the verdict names the load it ran under."""
         sides = [side for r in self.rounds for side in (r.base, r.cand)]
-        queue = sorted(s.runnable for s in sides if s.runnable is not None)
+        queue = median([s.runnable for s in sides if s.runnable is not None])
         cpus = max((s.cpus for s in sides if s.cpus), default=None)
-        if not queue or cpus is None:
+        if queue is None or cpus is None or queue < BUSY_QUEUE * cpus:
             return ""
-        mid = len(queue) // 2
-        median = queue[mid] if len(queue) % 2 else (queue[mid - 1] + queue[mid]) / 2
-        if median < BUSY_QUEUE * cpus:
-            return ""
-        return f"host busy: a median {median:.1f} tasks wanted its {cpus} CPU{'s' if cpus != 1 else ''}"
+        return f"host busy: a median {queue:.1f} tasks wanted its {cpus} CPU{'s' if cpus != 1 else ''}"
 
     def figure(self) -> str:
         """``1.18x (1.10-1.27, 95% interval of 6 per-pair ratios)``."""
