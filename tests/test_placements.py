@@ -11,6 +11,7 @@ import pytest
 
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.hostsfile import HostConfig
+from servelab.engines.hosts.kinds import KindTable, kind_tables
 from servelab.engines.placements.base import PLACEMENT_MODULES, Placement, placement_for
 from servelab.engines.runs.placed import Placed, placed_of
 from servelab.engines.runs.records import RunRecord
@@ -78,3 +79,23 @@ def test_a_run_record_keeps_its_placements_facts_in_one_field_and_reads_older_re
     written = rec.to_json()
     assert written["placement"] == placed.to_json() and not [k for k in written if k.endswith(("_job", "_node_count"))]
     assert RunRecord.from_json(written).placement == placed  # and it reads back the same
+
+
+def test_only_the_slurm_package_its_placement_and_the_kinds_registry_name_slurm() -> None:
+    """A host kind is a plug-in: the catalog, preflight, campaigns, runs and the CLI ask the kind's
+    placement or its table (``engines/hosts/kinds.py``), so none of them names the scheduler."""
+    done = subprocess.run(["grep", "-rli", "--include=*.py", "slurm", "engines", "tui"], cwd=REPO, capture_output=True, text=True)
+    named = set(done.stdout.split())
+    allowed = {"engines/hosts/kinds.py", "engines/placements/slurm.py"}
+    assert named and not {p for p in named if p not in allowed and not p.startswith("engines/slurm/")}, sorted(named)
+
+
+def test_a_kind_table_answers_what_the_catalog_asks_of_its_kind() -> None:
+    """Each kind's table implements the protocol the catalog reads (one job over the nodes its
+    scheduler picks: a rank's address; the backends it refuses), and a host's table is its kind's."""
+    for kind, model in kind_tables().items():
+        table = _host(kind).table
+        assert isinstance(table, model) and isinstance(table, KindTable)
+        assert table.rank_address(0, False) == table.rank_address(1, True) != table.rank_address(1, False)
+        assert table.backend_problem("native") is None and table.backend_problem("ray")
+    assert _host("plain").table is None

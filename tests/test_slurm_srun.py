@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from servelab.engines.catalog.folder import load_catalog
-from servelab.engines.hosts.hostsfile import SlurmSettings
+from servelab.engines.slurm.settings import SlurmSettings
 from servelab.engines.slurm.script import HEAD_TOKEN, NODE_TOKEN, RankCommand, node_log, render
 from servelab.engines.adapters.exchange import LaunchSpec
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from servelab.engines.catalog.folder import load_catalog
 from servelab.engines.runs.history import display_state
-from servelab.engines.hosts.hostsfile import SlurmSettings
+from servelab.engines.slurm.settings import SlurmSettings
 from servelab.engines.logs.files import analyze_file
 from servelab.engines.runs.state import RunState
 from servelab.engines.slurm.script import render

@@ -3,9 +3,9 @@
 A fleet campaign (``hosts = [...]``) has no supervisor on one host: this process, started by
 ``engines/campaign/fleetctl.py`` on this machine, holds the :class:`~servelab.engines.campaign.fleet.Fleet`
 and dispatches each load as an ordinary run through the caller's ``RunsAPI`` (``start_spec``: a
-plain host's runctl, a Slurm host's ``sbatch``), waits for its server, times each point from the
+plain host's runctl, a scheduler host's batch submission), waits for its server, times each point from the
 server's own host (``probe.timer.HostTimer``, the timed client every probe uses) with ``/metrics``
-around each repeat, and stops the run (``scancel`` for a job). Its files are the host supervisor's
+around each repeat, and stops the run (its placement's stop: a job is cancelled). Its files are the host supervisor's
 (``plan.json``, ``state.json``, ``points/<point>.json``, ``supervisor.pid``), in the local
 campaigns folder, so ``campaign status/stop/report`` read a fleet campaign as they read any other.
 
@@ -33,6 +33,7 @@ from servelab.engines.catalog.folder import Catalog
 from servelab.engines.errors import ServelabError
 from servelab.engines.catalog.experiment import Experiment, SourcedExperiment
 from servelab.engines.hosts.base import HostUnreachable
+from servelab.engines.hosts.kinds import title
 from servelab.engines.preflight.checks import run_preflight
 from servelab.engines.probe.runner import scrape_metrics, wait_ready
 from servelab.engines.probe.timer import HostTimer, TimedBatch
@@ -56,7 +57,7 @@ class HostDropped(Exception):
 
 
 class SchedulerEnded(Exception):
-    """Slurm ended the load's job (time limit, node failure, preemption): its points are requeued."""
+    """The scheduler ended the load's job (time limit, node failure, preemption): its points are requeued."""
 
 
 class LoadFailed(Exception):
@@ -192,8 +193,8 @@ class Coordinator:
         if st.job is not None and st.job.state in REQUEUED_ENDS:
             raise SchedulerEnded(st.job.words)
         if st.job is not None and st.job.is_queued:
-            if served:  # Slurm put the job back in its queue (a node failed, a preemption that requeues)
-                raise SchedulerEnded(f"Slurm requeued its job ({st.job.words})")
+            if served:  # the scheduler put the job back in its queue (a node failed, a preemption that requeues)
+                raise SchedulerEnded(f"{title(st.job.scheduler)} requeued its job ({st.job.words})")
             return
         if not st.alive:
             code = st.exit_code
@@ -296,7 +297,7 @@ class Coordinator:
                 fleet.point_running(name, host)
                 self.save()
                 why = await self._point(name, rec, host, model)
-                if why is not None:  # the load's end first: a job Slurm ended requeues the point rather than failing it
+                if why is not None:  # the load's end first: a job its scheduler ended requeues the point rather than failing it
                     await self._settled(rec.id, host)
                 fleet.point_ended(name, host, error=why, result=f"{POINTS}/{name}.json" if why is None else None)
                 self.save()
@@ -315,7 +316,7 @@ class Coordinator:
                 self.drops.append({"host": host, "why": str(exc), "loads": sorted({i for i, ld in fleet.loads.items() for m in ld.moves if m in moves}),
                                    "silent_s": silent, "moved_in_s": round(time.monotonic() - seen, 3), "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         except SchedulerEnded as exc:
-            if rec is not None:  # what is left of its job (a job Slurm requeued would start again): scancel
+            if rec is not None:  # what is left of its job (a requeued job would start again): cancelled
                 await self._stop(rec.id)
             fleet.scheduler_end(index, str(exc))
         except LoadFailed as exc:

@@ -45,7 +45,7 @@ class CampaignFile(Strict):
     axes: dict[str, Annotated[list[AxisValue], Field(min_length=1)]] = Field(default_factory=dict)
     links: list[Link] = Field(default_factory=list)
     exclude: list[dict[str, AxisValue]] = Field(default_factory=list)
-    #: A fleet: the hosts of hosts.toml the loads are spread over (plain and Slurm hosts alike).
+    #: A fleet: the hosts of hosts.toml the loads are spread over (plain and scheduler hosts alike).
     #: Empty: every load runs on its experiment's own host, one queue there (``campaignctl``).
     hosts: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
     #: A fleet's pins: base experiment -> the host of ``hosts`` its loads must run on.

@@ -13,7 +13,7 @@ reason) and by the local coordinator (``engines/campaign/coordinator.py``), whic
   go to whichever host has room).
 - A host that drops out has every unfinished load moved to another live host that fits: only the
   points not yet done move (a done point is never run again), each recorded as "moved from X: why".
-- A Slurm job the scheduler ended (time limit, node failure, preemption, or put back in its queue)
+- A job the scheduler ended (time limit, node failure, preemption, or put back in its queue)
   has its load requeued the same way (its own host included, when it is least queued), at most
   ``MAX_REQUEUES`` times; after that its unfinished points fail.
 """

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servelab.engines.drafter.findings import CODES
+from servelab.engines.hosts.kinds import node_picking_titles
 
 SpecMethod = Literal["none", "eagle", "eagle3", "mtp", "ngram", "draft_model"]
 ArgValue = str | int | float | bool | list[str | int | float]
@@ -152,8 +153,8 @@ class MultiNode(Strict):
     #: when that is not the head host's ``address`` in hosts.toml and ``port`` (a NAT or a container's
     #: mapped port, another interface of the head). The head itself binds ``port``. Native backend only.
     head_address: str | None = None
-    #: How many nodes Slurm allocates, for an experiment on one Slurm host (``host = "cluster"``):
-    #: Slurm picks them, one ``srun`` task each. Plain hosts are named instead (``hosts = [...]``).
+    #: How many nodes the scheduler allocates, for an experiment on one host whose scheduler picks
+    #: nodes (``host = "cluster"``): one task each. Plain hosts are named instead (``hosts = [...]``).
     nodes: Annotated[int, Field(ge=2, le=1024)] | None = None
 
     @field_validator("head_address")
@@ -229,10 +230,10 @@ class Experiment(Strict):
     def _nodes(self) -> Experiment:
         if not self.hosts:
             if self.multinode is not None and self.multinode.nodes is None:
-                raise ValueError("[multinode] needs hosts = [head, worker, ...] (two or more), or nodes = N on a Slurm host")
+                raise ValueError(f"[multinode] needs hosts = [head, worker, ...] (two or more), or nodes = N on a {node_picking_titles()} host")
             return self
         if self.multinode is not None and self.multinode.nodes is not None:
-            raise ValueError("[multinode] nodes is for one Slurm host (Slurm picks the nodes): leave it out when hosts = [...] names them")
+            raise ValueError(f"[multinode] nodes is for one {node_picking_titles()} host (its scheduler picks the nodes): leave it out when hosts = [...] names them")
         if len(self.hosts) < 2:
             raise ValueError("hosts names one host: use host = \"...\" for a single node")
         if len(set(self.hosts)) != len(self.hosts):
@@ -251,7 +252,7 @@ class Experiment(Strict):
     @property
     def spans_hosts(self) -> bool:
         """A run per host (``hosts = [...]``), launched and stopped together by ``engines/nodes``.
-        A Slurm host's multi-node experiment (``[multinode] nodes``) is one run: one job."""
+        A multi-node experiment on one scheduler's host (``[multinode] nodes``) is one run: one job."""
         return bool(self.hosts)
 
     @property

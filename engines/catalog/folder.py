@@ -17,8 +17,8 @@ from servelab.engines.adapters.exchange import LaunchSpec, NodeAddress, NodePlan
 from servelab.engines.errors import Problem, ServelabError
 from servelab.engines.catalog.experiment import Experiment, SourcedExperiment, split_host_port
 from servelab.engines.hosts.hostsfile import LOCAL, HostConfig, HostsFile
+from servelab.engines.hosts.kinds import node_picking_titles, title
 from servelab.engines.catalog.loader import display_path, load_model, locate, parse_toml
-from servelab.engines.slurm.script import HEAD_TOKEN, NODE_TOKEN, RankCommand
 
 HOSTS_FILE = "hosts.toml"
 #: Where the command line looks when ``--dir`` is not given.
@@ -115,14 +115,14 @@ class Catalog:
     def node_plans(self, exp: SourcedExperiment, *, shared: bool = False) -> list[NodePlan]:
         """Each node's processes for a multi-node experiment (empty for a single host).
 
-        On one Slurm host (``[multinode] nodes = N``) the addresses are the job script's tokens
-        (``engines/slurm/script.py``): the head's for rank 0, each task's own for the others, or
-        the head's for every rank with ``shared`` (nodes at the head's address)."""
+        On one host whose scheduler picks the nodes (``[multinode] nodes = N``) each rank's address
+        is the one its kind's table gives (a job script's token, filled in on the node), the head's
+        for every rank with ``shared`` (nodes at the head's address)."""
         e = exp.experiment
         if e.multinode is None:
             return []
         if not e.spans_hosts:
-            return self._slurm_plans(exp, shared)
+            return self._scheduled_plans(exp, shared)
         targets: list[NodeTarget] = []
         for rank, name in enumerate(e.nodes):
             host = self.host(name)
@@ -130,30 +130,16 @@ class Catalog:
             targets.append(NodeTarget(NodeAddress(rank, name, reach_address(host)), host.python, self.host_path(exp, e.model, host), draft))
         return get_adapter(e.engine).node_plans(e, targets)
 
-    def _slurm_plans(self, exp: SourcedExperiment, shared: bool) -> list[NodePlan]:
+    def _scheduled_plans(self, exp: SourcedExperiment, shared: bool) -> list[NodePlan]:
         e = exp.experiment
         host = self.host(e.host)
+        table = host.table
+        if table is None or not table.picks_nodes:
+            return []  # the check refuses it (its nodes are named, not picked)
         draft = self.host_path(exp, e.speculative.draft_model, host) if e.speculative.draft_model else None
         model = self.host_path(exp, e.model, host)
-        targets = [
-            NodeTarget(NodeAddress(rank, e.host, HEAD_TOKEN if rank == 0 or shared else NODE_TOKEN), host.python, model, draft)
-            for rank in range(e.node_count)
-        ]
+        targets = [NodeTarget(NodeAddress(rank, e.host, table.rank_address(rank, shared)), host.python, model, draft) for rank in range(e.node_count)]
         return get_adapter(e.engine).node_plans(e, targets)
-
-    def slurm_ranks(self, exp: SourcedExperiment) -> list[RankCommand]:
-        """A Slurm multi-node experiment's command per node rank (empty for any other experiment):
-        one engine process per node, from the adapter's node plans."""
-        e = exp.experiment
-        if e.multinode is None or e.spans_hosts:
-            return []
-        own, shared = self.node_plans(exp), self.node_plans(exp, shared=True)
-        out: list[RankCommand] = []
-        for a, b in zip(own, shared):
-            if len(a.processes) != 1 or len(b.processes) != 1:
-                raise ServelabError(f"{exp.name}: node {a.node.rank} runs {len(a.processes)} processes: one srun task per node runs one engine process")
-            out.append(RankCommand(a.node.rank, a.processes[0].spec, b.processes[0].spec))
-        return out
 
     def baseline_of(self, exp: SourcedExperiment) -> SourcedExperiment | None:
         if not exp.experiment.baseline:
@@ -336,7 +322,7 @@ def _node_problems(cat: Catalog, entry: FileEntry, exp: SourcedExperiment) -> li
     """A multi-node experiment's hosts exist, and its parallel sizes fit their GPUs."""
     e = exp.experiment
     if not e.hosts:
-        return _slurm_node_problems(cat, entry, exp)
+        return _scheduled_node_problems(cat, entry, exp)
     out: list[Problem] = []
     line = locate(exp.text, ("hosts",))
     configs = []
@@ -346,8 +332,9 @@ def _node_problems(cat: Catalog, entry: FileEntry, exp: SourcedExperiment) -> li
             out.append(Problem(entry.shown, line, f"hosts[{i}]", f"unknown host {name!r} (hosts.toml has: {', '.join(cat.hosts.names())})"))
         else:
             configs.append(cfg)
-            if cfg.slurm is not None:  # its nodes are Slurm's to choose: one job with srun, not a run per host
-                out.append(Problem(entry.shown, line, f"hosts[{i}]", f'{name} is a Slurm host: Slurm picks its nodes (write host = "{name}" and [multinode] nodes = N); a Slurm host among other hosts is not supported'))
+            if cfg.table is not None and cfg.table.picks_nodes:  # one job over nodes its scheduler picks, not a run per host
+                t = title(cfg.kind)
+                out.append(Problem(entry.shown, line, f"hosts[{i}]", f'{name} is a {t} host: {t} picks its nodes (write host = "{name}" and [multinode] nodes = N); a {t} host among other hosts is not supported'))
     if len(configs) == len(e.hosts) and e.multinode is not None:
         out.extend(_loopback_head(entry, exp, configs, line))
     world, n = e.parallel.gpus, len(e.hosts)
@@ -361,18 +348,19 @@ def _node_problems(cat: Catalog, entry: FileEntry, exp: SourcedExperiment) -> li
     return out
 
 
-def _slurm_node_problems(cat: Catalog, entry: FileEntry, exp: SourcedExperiment) -> list[Problem]:
-    """``[multinode] nodes = N`` on one host: a Slurm host, the native backend, sizes that split."""
+def _scheduled_node_problems(cat: Catalog, entry: FileEntry, exp: SourcedExperiment) -> list[Problem]:
+    """``[multinode] nodes = N`` on one host: a host whose scheduler picks nodes, a backend it runs, sizes that split."""
     e = exp.experiment
     if e.multinode is None or e.multinode.nodes is None:
         return []
     line = locate(exp.text, ("multinode", "nodes"))
     cfg = cat.hosts.get(e.host)
-    if cfg is not None and cfg.slurm is None:
-        return [Problem(entry.shown, line, "multinode.nodes", f'{e.host} is not a Slurm host: name the nodes instead (hosts = ["{e.host}", ...])')]
+    table = cfg.table if cfg is not None else None
+    if cfg is not None and (table is None or not table.picks_nodes):
+        return [Problem(entry.shown, line, "multinode.nodes", f'{e.host} is not a {node_picking_titles()} host: name the nodes instead (hosts = ["{e.host}", ...])')]
     out: list[Problem] = []
-    if e.multinode.backend != "native":
-        out.append(Problem(entry.shown, locate(exp.text, ("multinode", "backend")), "multinode.backend", "on a Slurm host only the native backend is supported (one srun task per node; Ray under srun is not built)"))
+    if table is not None and (why := table.backend_problem(e.multinode.backend)) is not None:
+        out.append(Problem(entry.shown, locate(exp.text, ("multinode", "backend")), "multinode.backend", why))
     if e.parallel.gpus % e.multinode.nodes:
         out.append(Problem(entry.shown, locate(exp.text, ("parallel",)), "parallel", f"tensor x pipeline x data = {e.parallel.gpus} GPUs does not split evenly over {e.multinode.nodes} nodes"))
     return out

@@ -143,7 +143,7 @@ class Host(ABC):
     @abstractmethod
     async def forward_port(self, remote_port: int, remote_host: str = "127.0.0.1") -> int:
         """A port on this machine that reaches ``remote_port`` on the host's loopback, or on
-        ``remote_host`` as the host reaches it (a Slurm job's head node from its login node);
+        ``remote_host`` as the host reaches it (a batch job's head node from its login node);
         local: the same port."""
 
     @abstractmethod

@@ -4,64 +4,31 @@ A host without ``ssh`` is this machine. The host named ``local`` always exists; 
 override its interpreter and work directory. Relative paths of a local host are resolved against
 the folder holding hosts.toml, so a checkout can point at its own engine environment.
 
-A host of ``kind = "slurm"`` is a Slurm cluster reached through its login node (``ssh``, or this
-machine without it): its ``[hosts.NAME.slurm]`` table says where and how jobs are submitted
-(:class:`SlurmSettings`), and its ``workdir`` is the shared filesystem path where run folders live,
-seen at the same path by the login node and every compute node (``engines/slurm``).
+A host's ``kind`` (``engines/hosts/kinds.py``) may bring a table of its own, ``[hosts.NAME.<kind>]``:
+a batch scheduler's host is its cluster reached through a login node (``ssh``, or this machine
+without it), the table says where and how jobs are submitted, and ``workdir`` is the shared
+filesystem path where run folders live, seen at the same path by the login node and every node.
+HostConfig has one optional field per such table, named for its kind and typed by the kind's model;
+:attr:`HostConfig.table` is the one its kind uses.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-import re
-from typing import Annotated, Literal
+from typing import Annotated, cast
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from servelab.engines.hosts.kinds import KindName, KindTable, kind_tables
 
 LOCAL = "local"
-#: Slurm's time formats: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
-SLURM_TIME_RE = re.compile(r"^(\d+-\d{1,2}(:\d{1,2}){0,2}|\d+(:\d{1,2}){0,2})$")
-#: An extra ``#SBATCH`` line: one option, no newline (it becomes one line of the job script).
-SBATCH_OPTION_RE = re.compile(r"^--?[A-Za-z][A-Za-z0-9-]*(=[^\n\r]*)?$")
 
 
 def default_workdir() -> str:
     """Where a local host keeps its runs unless hosts.toml says otherwise."""
     return str(Path(platformdirs.user_data_dir("servelab")))
-
-
-class SlurmSettings(BaseModel):
-    """One ``[hosts.NAME.slurm]`` table: how jobs are submitted to a Slurm cluster."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    partition: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
-    account: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")] | None = None
-    qos: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")] | None = None
-    gpus_per_node: Annotated[int, Field(ge=0, le=64)] = 0
-    #: ``#SBATCH --time``, in one of Slurm's formats ("30", "01:00:00", "1-00:00:00").
-    time_limit: str = "01:00:00"
-    #: More ``#SBATCH`` lines, one option each ("--exclusive", "--constraint=h100").
-    sbatch: list[str] = Field(default_factory=list)
-    #: ``$SLURM_CONF`` for the client commands on the login node (None: the cluster's default).
-    conf: Annotated[str, Field(min_length=1)] | None = None
-
-    @field_validator("time_limit")
-    @classmethod
-    def _time(cls, value: str) -> str:
-        if not SLURM_TIME_RE.match(value):
-            raise ValueError(f"time_limit {value!r} is not a Slurm time (minutes, HH:MM:SS or D-HH:MM:SS)")
-        return value
-
-    @field_validator("sbatch")
-    @classmethod
-    def _lines(cls, value: list[str]) -> list[str]:
-        for line in value:
-            if not SBATCH_OPTION_RE.match(line):
-                raise ValueError(f"sbatch line {line!r} is not one option (write it as '--name=value', without '#SBATCH')")
-        return value
 
 
 class HostConfig(BaseModel):
@@ -78,21 +45,33 @@ class HostConfig(BaseModel):
     #: The address other nodes of a multi-node experiment reach this host at (default: the host
     #: part of ``ssh``, or 127.0.0.1 for this machine).
     address: Annotated[str, Field(min_length=1)] | None = None
-    #: ``plain`` (a machine servelab starts engines on) or ``slurm`` (a cluster it submits jobs to).
-    kind: Literal["plain", "slurm"] = "plain"
-    slurm: SlurmSettings | None = None
+    #: ``plain`` (a machine servelab starts engines on) or a scheduler's kind (a cluster it submits jobs to).
+    kind: KindName = "plain"
     #: Loads a fleet campaign runs here at once (``hosts = [...]`` in a campaign; one queue per host).
     campaign_slots: Annotated[int, Field(ge=1, le=64)] = 1
 
+    # one optional ``[hosts.NAME.<kind>]`` table per kind that has one, typed by the kind's model
+    __annotations__.update({kind: model | None for kind, model in kind_tables().items()})
+    vars().update(dict.fromkeys(kind_tables()))
+
     @model_validator(mode="after")
     def _kind(self) -> HostConfig:
-        if self.kind == "slurm" and self.slurm is None:
-            raise ValueError('kind = "slurm" needs a [hosts.NAME.slurm] table (at least partition = "...")')
-        if self.kind != "slurm" and self.slurm is not None:
-            raise ValueError('a [hosts.NAME.slurm] table needs kind = "slurm"')
-        if self.slurm is not None and self.gpus is not None:
-            raise ValueError("a Slurm host's GPUs are Slurm's to give: set slurm.gpus_per_node, not gpus")
+        for kind, model in kind_tables().items():
+            if kind != self.kind and getattr(self, kind) is not None:
+                raise ValueError(f'a [hosts.NAME.{kind}] table needs kind = "{kind}"')
+            if kind == self.kind and getattr(self, kind) is None:
+                needed = ", ".join(f'{name} = "..."' for name, f in model.model_fields.items() if f.is_required())
+                raise ValueError(f'kind = "{kind}" needs a [hosts.NAME.{kind}] table' + (f" (at least {needed})" if needed else ""))
+        table = self.table
+        problem = table.host_problem(self.gpus) if table is not None else None
+        if problem is not None:
+            raise ValueError(problem)
         return self
+
+    @property
+    def table(self) -> KindTable | None:
+        """Its kind's own table (None for a kind without one)."""
+        return cast("KindTable | None", getattr(self, self.kind, None))
 
     @property
     def is_local(self) -> bool:
@@ -121,9 +100,9 @@ class HostConfig(BaseModel):
         if not self.is_local:
             return self
         updates: dict[str, object] = {}
-        if self.slurm is not None and self.slurm.conf is not None and not self.slurm.conf.startswith("/"):
-            conf = os.path.normpath(os.path.abspath(base / Path(self.slurm.conf).expanduser()))
-            updates["slurm"] = self.slurm.model_copy(update={"conf": conf})
+        table = self.table
+        if table is not None and (own := table.resolved(base)) is not table:
+            updates[self.kind] = own
         for key in ("python", "workdir"):
             value: str = getattr(self, key)
             p = Path(value).expanduser()

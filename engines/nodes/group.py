@@ -78,7 +78,7 @@ def launch_question(catalog: Catalog, name: str) -> tuple[str, str] | None:
     """What to confirm before starting a multi-node experiment (every node it starts), or None
     for a one-host experiment (its launch asks nothing more than its preflight)."""
     exp = catalog.get(name)
-    plans = catalog.node_plans(exp) if exp.experiment.spans_hosts else []  # one Slurm job is one run
+    plans = catalog.node_plans(exp) if exp.experiment.spans_hosts else []  # one scheduler job is one run
     if not plans:
         return None
     lines = [f"n{p.node.rank} {p.node.host} ({p.node.address}): {', '.join(proc.role for proc in p.processes)}" for p in plans]
@@ -99,7 +99,7 @@ async def launch_experiment(runs: RunsAPI, name: str, progress: Callable[[Check]
     """Start ``name`` the way it runs: one host through ``Runs.launch``, several through
     ``MultiNodeRuns.launch`` (each node preflighted first); the id to open (a run's or a group's)."""
     exp = runs.catalog.get(name)
-    if not exp.experiment.spans_hosts:  # one host, or one Slurm job over its nodes
+    if not exp.experiment.spans_hosts:  # one host, or one scheduler job over its nodes
         record = await runs.launch(name, progress=progress, skip_preflight=skip_preflight)
         return record.id
 

@@ -2,8 +2,8 @@
 
 A placement is how a run is started on a kind of host, how it is found alive, stopped and reached,
 and what the scheduler between servelab and the processes says (its view of the run's job). A host
-kind is one class in one module exposing ``PLACEMENT``, plus its line in :data:`PLACEMENT_MODULES`
-(the ``kind`` of ``hosts.toml``). The core never branches on the kind: it asks :func:`placement_for`.
+kind is one class in one module exposing ``PLACEMENT``, plus its line in the kinds' registry,
+``engines/hosts/kinds.py`` (the ``kind`` of ``hosts.toml``). The core never branches on the kind: it asks :func:`placement_for`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from servelab.engines.errors import ServelabError
+from servelab.engines.hosts.kinds import KINDS
 
 if TYPE_CHECKING:
     from servelab.engines.adapters.exchange import LaunchSpec
@@ -23,11 +24,9 @@ if TYPE_CHECKING:
     from servelab.engines.runs.records import RunRecord, RunStatus
     from servelab.engines.runs.placed import JobView
 
-#: The module of each host kind's placement (each defines ``PLACEMENT``, its class). One line a kind.
-PLACEMENT_MODULES: dict[str, str] = {
-    "plain": "servelab.engines.placements.plain",
-    "slurm": "servelab.engines.placements.slurm",
-}
+#: The module of each host kind's placement (each defines ``PLACEMENT``, its class), from the kinds'
+#: registry (``engines/hosts/kinds.py``: one line a kind).
+PLACEMENT_MODULES: dict[str, str] = {name: kind.placement for name, kind in KINDS.items()}
 
 
 @dataclass(frozen=True)

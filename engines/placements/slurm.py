@@ -16,6 +16,7 @@ from servelab.engines.runs.records import RunRecord, RunStatus, runs_root
 from servelab.engines.runs.state import RunState
 from servelab.engines.slurm import jobs
 from servelab.engines.slurm.scontrol import has_ended
+from servelab.engines.slurm.script import RankCommand
 from servelab.engines.runs.placed import JobView
 
 if TYPE_CHECKING:
@@ -23,6 +24,21 @@ if TYPE_CHECKING:
     from servelab.engines.hosts.hostsfile import HostConfig
     from servelab.engines.catalog.experiment import SourcedExperiment
     from servelab.engines.catalog.folder import Catalog
+
+
+def ranks_of(catalog: Catalog, exp: SourcedExperiment) -> list[RankCommand]:
+    """A multi-node experiment's command per node rank (empty for any other experiment): one engine
+    process per node, from the adapter's node plans (each rank's own address, and the head's)."""
+    e = exp.experiment
+    if e.multinode is None or e.spans_hosts:
+        return []
+    own, shared = catalog.node_plans(exp), catalog.node_plans(exp, shared=True)
+    out: list[RankCommand] = []
+    for a, b in zip(own, shared):
+        if len(a.processes) != 1 or len(b.processes) != 1:
+            raise ServelabError(f"{exp.name}: node {a.node.rank} runs {len(a.processes)} processes: one srun task per node runs one engine process")
+        out.append(RankCommand(a.node.rank, a.processes[0].spec, b.processes[0].spec))
+    return out
 
 
 class SlurmPlacement:
@@ -38,7 +54,7 @@ class SlurmPlacement:
         self._plain = PlainPlacement()
 
     async def start(self, h: Host, rec: RunRecord, exp: SourcedExperiment, catalog: Catalog, *, rehearsal: bool) -> RunRecord:
-        ranks = catalog.slurm_ranks(exp)  # a multi-node job: srun, one task per node
+        ranks = ranks_of(catalog, exp)  # a multi-node job: srun, one task per node
         if ranks and rehearsal:
             raise ServelabError(f"{exp.name}: rehearsing a multi-node experiment on Slurm is not supported yet")
         return RunRecord.from_json(await jobs.submit(h, rec.to_json(), ranks))
@@ -106,7 +122,7 @@ class SlurmPlacement:
 
     def preview(self, cfg: HostConfig, catalog: Catalog, exp: SourcedExperiment, spec: LaunchSpec) -> Preview | None:
         run_id = f"{exp.name}-YYYYmmdd-HHMMSS-xxxx"
-        script = jobs.script_for(cfg, run_id, f"{runs_root(cfg)}/{run_id}", spec.argv, spec.env, catalog.slurm_ranks(exp))
+        script = jobs.script_for(cfg, run_id, f"{runs_root(cfg)}/{run_id}", spec.argv, spec.env, ranks_of(catalog, exp))
         return Preview("slurm_script", "job script  (sbatch --parsable on the login node; the run id is chosen at launch)", script)
 
 

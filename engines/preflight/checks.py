@@ -120,8 +120,8 @@ class PreflightReport:
     hostinfo: HostInfo | None = None
     patches: PatchReport | None = None
     drafter: DrafterReport | None = None
-    #: Where the checks ran when that is not where the engine will ("" on a plain host): a Slurm
-    #: host's preflight runs on its login node, with its Python, costing no queue time.
+    #: Where the checks ran when that is not where the engine will ("" on a plain host): a batch
+    #: scheduler host's preflight runs on its login node, with its Python, costing no queue time.
     where: str = ""
 
     @property

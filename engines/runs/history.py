@@ -130,7 +130,7 @@ def headline(status: RunStatus | None, log_state: RunState, *, blamed: bool = Fa
         return Headline(log_state, "connecting…")
     rec = status.record
     state = shown_state(rec.status, status.exit_code, log_state, blamed=blamed)
-    if status.job is not None:  # a Slurm job: Slurm's view in the core's words (queue reason and position)
+    if status.job is not None:  # a scheduler's job: its view in the core's words (queue reason and position)
         return Headline(state, f"{status.job.words} · job {status.job.job_id}" + (f" on {status.job.node_list}" if status.job.node_list else ""))
     if status.alive:
         if state.is_terminal:  # the log says it ended (a stop's shutdown lines) while its process still dies

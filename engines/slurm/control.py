@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import Completed, Host
-from servelab.engines.hosts.hostsfile import SlurmSettings
+from servelab.engines.slurm.settings import SlurmSettings
 from servelab.engines.slurm.scontrol import SlurmJob, parse_pairs
 
 

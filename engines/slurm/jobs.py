@@ -20,7 +20,8 @@ from typing import Any
 
 from servelab.engines.errors import ServelabError
 from servelab.engines.hosts.base import Host
-from servelab.engines.hosts.hostsfile import HostConfig, SlurmSettings
+from servelab.engines.hosts.hostsfile import HostConfig
+from servelab.engines.slurm.settings import SlurmSettings
 from servelab.engines.runs.placed import KEY as PLACED, JobView, Placed, placed_of, without_flat_keys
 from servelab.engines.runs.state import RunState
 from servelab.engines.slurm import control
@@ -33,9 +34,9 @@ RUN_JSON = "run.json"
 
 
 def settings_of(cfg: HostConfig) -> SlurmSettings:
-    if cfg.slurm is None:
+    if not isinstance(cfg.table, SlurmSettings):
         raise ServelabError(f"host {cfg.name} is not a Slurm host")
-    return cfg.slurm
+    return cfg.table
 
 
 def script_for(

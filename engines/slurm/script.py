@@ -6,7 +6,7 @@ its stdout and stderr appended to the run's ``engine.log``, and records the engi
 ``exit_code`` when it ends on its own. Every value is quoted with ``shlex.quote``: nothing from a
 TOML file is ever read by the shell as anything but one word. ``#SBATCH`` lines carry the host's
 partition, account, QOS, GPUs per node, time limit and extra lines (one option each, checked in
-``hostsfile.SlurmSettings``).
+``settings.SlurmSettings``).
 
 A multi-node experiment (``[multinode] nodes = N`` on a Slurm host) is one job of N nodes whose
 script runs ``srun`` with one task per node. Each rank's command is the adapter's own
@@ -26,7 +26,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from servelab.engines.hosts.hostsfile import SlurmSettings
+from servelab.engines.slurm.settings import HEAD_TOKEN as HEAD_TOKEN, NODE_TOKEN as NODE_TOKEN, SlurmSettings
 from servelab.engines.adapters.exchange import LaunchSpec
 
 MARKER = "SERVELAB_RUN_ID"
@@ -34,9 +34,6 @@ SCRIPT_NAME = "job.sbatch"
 #: Slurm's own output of the batch step (the script's stderr before the engine starts, Slurm's notes).
 SLURM_OUT = "slurm-%j.out"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-#: Address tokens the adapters render node plans with; the script puts the real addresses there.
-HEAD_TOKEN = "servelab-slurm-head-address"
-NODE_TOKEN = "servelab-slurm-node-address"
 #: The shell variables holding them (set by the script, never from a TOML value).
 _TOKEN_VARS = {HEAD_TOKEN: "SERVELAB_HEAD_ADDR", NODE_TOKEN: "SERVELAB_NODE_ADDR"}
 _TOKEN_RE = re.compile("|".join(re.escape(t) for t in _TOKEN_VARS))

@@ -74,7 +74,7 @@ def _with_runs(args: argparse.Namespace, body: Callable[[Runs], Awaitable[T]]) -
 
 def cmd_launch(args: argparse.Namespace) -> int:
     async def body(runs: Runs) -> int:
-        multinode = runs.catalog.get(args.experiment).experiment.spans_hosts  # a run per host (one Slurm job is one run)
+        multinode = runs.catalog.get(args.experiment).experiment.spans_hosts  # a run per host (one scheduler job is one run)
         if multinode and args.host:
             raise ServelabError(f"--host: {args.experiment} names its own hosts (hosts = [...]); a multi-node run cannot be moved")
         if not args.skip_preflight:
