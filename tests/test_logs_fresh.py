@@ -61,6 +61,9 @@ KNOWN_MISSES = {
     "sglang-eagle3-indexkernel-device-assert-then-scheduler-exception-cut-8870.log": "disputed: a crash inside the scheduler's event loop reads as serving (the grammar's serving frames); the reader saw no ready line",
     "vllm-caret-ansi-cr-remnants-cudaerrorassert-cut-output-handler-31709.log": "the window starts inside the engine core's CUDA error message: servelab names its advice line (cudaErrorAssert) as a fatal record, the reader as the cut traceback's",
     "vllm-ray-ansi-raylet-worker-died-system-error-then-enginecore-exception-cut-16692.log": "disputed: a crash inside the engine core's busy loop reads as serving (the grammar's serving frames); the reader saw no ready line",
+    "deepseek-ocr-journald-enginecore-busy-loop-traceback-cut-299.log": "disputed: a crash inside the engine core's busy loop reads as serving (the grammar's serving frames); the reader saw no ready line (fresh-2's 2106, the same shape, read it as serving)",
+    "slime-k8s-ray-prefix-sglang-eagle3-scheduler-traceback-cut-1022.log": "disputed: a crash inside the scheduler's event loop reads as serving (the grammar's serving frames); the reader saw no ready line",
+    "mooncake-pd-decode-kvtransfererror-health-200-still-serving-851.log": "disputed: the reader names a cause for a server still serving (requests and health checks answered 200 after the error); servelab names a root cause only for a run that failed",
 }
 #: The expectation's evidence kind -> the words the answer may give.
 KIND_WORDS = {

@@ -30,6 +30,7 @@ from servelab.engines.logs.rules import (
     BAR,
     DEATH,
     KILLED,
+    NATIVE,
     FATAL,
     LATE,
     METRIC,
@@ -162,6 +163,8 @@ class LogAnalyzer:
             groups.setdefault(r.needle, []).append(r)
         self._anywhere_groups = tuple(tuple(rs) for rs in groups.values())
         self._anywhere_needles = Needles(tuple(groups))
+        # native crash reports, by needle: glued into a traceback's line by the thread that crashed, still one
+        self._glued: tuple[tuple[str, list[Rule]], ...] = tuple((n, rs) for n, rs in groups.items() if all(r.kind == FATAL and r.extra.kind == NATIVE for r in rs))
         self._pre.optional_on = any(r.kind in LATE for r in rules)
         self._rescan = True
 
@@ -473,6 +476,10 @@ class LogAnalyzer:
         if not self._engine_output and (taken or level or ts):
             self._engine_output = True
         if taken and TB_START not in msg:
+            for needle, rs in self._glued:
+                if needle in msg:
+                    for r in rs:
+                        self._apply(r, number, process, msg, level)
             return
         if msg[:2] == "^M":
             msg = msg[2:]  # a carriage return pasted as caret notation

@@ -394,6 +394,8 @@ class TracebackTracker:
             if w:
                 wrapped.add(b.process)
         traced = {c.cause.process for c in cands if not c.marker and c.kind in (COMPLETE, HARVESTED, INCOMPLETE)}
+        # a wrapper's own traceback, complete (its exception line printed), in a deeper process
+        wrappers = [(c.cause.line, c.tier, c.cause.process) for c in cands if c.kind == WRAPPER and not c.marker and c.cause.exception]
         fatal = self.fatal or any(c.kind != EVIDENCE or not c.weak for c in cands)
         best: _Candidate | None = None
         for c in cands:
@@ -403,6 +405,10 @@ class TracebackTracker:
                 continue  # multiprocessing's re-print of a wrapper it already reported
             if c.kind == INCOMPLETE and not c.marker and self._wrapper_marks.get(c.cause.process, -9) + 1 == c.cause.line:
                 continue  # the wrapper record's own traceback
+            if c.kind == INCOMPLETE and not c.marker and c.cause.exception is None and any(
+                line < c.cause.line and tier <= c.tier and proc != c.cause.process for line, tier, proc in wrappers
+            ):
+                continue  # a front process's traceback, cut, after a deeper one's wrapper: it re-raises that wrapper
             if best is None or (c.kind, c.rank, c.tier, c.cause.line) < (best.kind, best.rank, best.tier, best.cause.line):
                 best = c
         if best is None:

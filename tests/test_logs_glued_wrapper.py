@@ -1,0 +1,85 @@
+"""Issue #34, batch 19's classes: a native crash report glued into a traceback's line, and a front
+process's cut traceback after a deeper process's wrapper.
+
+- CPython's faulthandler (and any native crash report) is printed by its own thread whenever the crash
+  happens: glued into another thread's frame line ('File "x.pyFatal Python error: Aborted, line 120')
+  it is still the crash, and it outranks the frames it cut;
+- an engine core's complete traceback ending in a wrapper ("WorkerProc initialization failed ... See
+  stack trace for root cause") followed by the API server's own traceback, cut before its exception
+  line, is only a wrapper: the API server's frames re-raise it and name no cause. A deeper process's
+  cut traceback after the same wrapper still says where.
+
+The lines are real (fresh-19's SGLang-10407 and vllm-ascend-2579, sources on their line 1), recombined.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servelab.engines.logs.files import analyze_bytes
+from servelab.engines.runs.state import RunState
+
+_DUMP = [
+    'Thread 0x00007f0159038740 (most recent call first):',
+    '  File "/opt/conda/lib/python3.10/threading.py", line 320 in wait',
+    '  File "/opt/conda/lib/python3.10/queue.py", line 171 in get',
+    '  File "/opt/conda/lib/python3.10/site-packages/sglang/srt/managers/tp_worker_overlap_thread.py", line 211 in resolve_last_batch_result',
+    '  File "/opt/conda/lib/python3.10/site-packages/sglang/srt/managers/scheduler.py", line 860 in event_loop_overlap',
+]
+_REPORTS = [
+    ('Fatal Python error: "Aborted"', 'Fatal Python error: "Aborted'),
+    ("Fatal Python error: Segmentation fault", "Fatal Python error: Segmentation fault"),
+    ("!!!!!!! Segfault encountered !!!!!!!", "Segfault encountered"),
+    ("Segmentation fault (core dumped)", "Segmentation fault (core dumped)"),
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(_REPORTS), st.integers(1, len(_DUMP) - 1), st.data())
+def test_a_native_crash_glued_into_a_frame_line_is_the_crash(report: tuple[str, str], row: int, data: st.DataObject) -> None:
+    text, said = report
+    line = _DUMP[row]
+    at = data.draw(st.integers(line.index('File "') + 6, len(line)))
+    lines = [*_DUMP[:row], line[:at] + text + line[at:], *_DUMP[row + 1 :]]
+    a = analyze_bytes(("\n".join(lines) + "\n").encode(), "sglang")
+    assert a.state == RunState.CRASHED
+    assert a.root_cause is not None and said in a.root_cause.message, a.root_cause
+    assert a.root_cause.line == row + 1
+
+
+def test_without_the_report_the_same_frames_are_a_cut_traceback() -> None:
+    """The control: the frames alone say only where (a cut traceback), so the report above is what named the crash."""
+    a = analyze_bytes(("\n".join(_DUMP) + "\n").encode(), "sglang")
+    assert a.root_cause is not None and a.root_cause.exception is None and "cut off" in a.root_cause.message
+
+
+_CORE = [
+    '(EngineCore_0 pid=2930)   File "/vllm-workspace/vllm/vllm/v1/executor/multiproc_executor.py", line 96, in _init_executor',
+    "(EngineCore_0 pid=2930)     self.workers = WorkerProc.wait_for_ready(unready_workers)",
+    '(EngineCore_0 pid=2930)   File "/vllm-workspace/vllm/vllm/v1/executor/multiproc_executor.py", line 478, in wait_for_ready',
+    "(EngineCore_0 pid=2930)     raise e from None",
+    "(EngineCore_0 pid=2930) Exception: WorkerProc initialization failed due to an exception in a background process. See stack trace for root cause.",
+]
+
+
+def _cut(prefix: str, frames: int) -> list[str]:
+    out = [f"{prefix} Traceback (most recent call last):"]
+    for i in range(frames):
+        out += [f'{prefix}   File "/vllm-workspace/vllm/vllm/entrypoints/cli/main.py", line {54 + i}, in main', f"{prefix}     args.dispatch_function(args)"]
+    return out
+
+
+@given(st.integers(1, 4), st.sampled_from(["(APIServer pid=2660)", "(EngineCore_0 pid=2930)"]))
+def test_a_front_process_cut_traceback_after_a_deeper_wrapper_is_that_wrapper(frames: int, front: str) -> None:
+    a = analyze_bytes(("\n".join([*_CORE, *_cut(front, frames)]) + "\n").encode(), "vllm")
+    assert a.state == RunState.CRASHED
+    assert a.root_cause is None, a.root_cause
+    assert a.hint is not None and "only a wrapper" in a.hint and "WorkerProc initialization failed" in a.hint
+
+
+@given(st.integers(1, 4))
+def test_a_deeper_process_cut_traceback_after_the_wrapper_still_says_where(frames: int) -> None:
+    a = analyze_bytes(("\n".join([*_CORE, *_cut("(VllmWorker rank=0 pid=3001)", frames)]) + "\n").encode(), "vllm")
+    assert a.root_cause is not None and a.root_cause.exception is None and "cut off" in a.root_cause.message
+    assert a.root_cause.line == len(_CORE) + 1
