@@ -32,10 +32,8 @@ DATA = Path(__file__).resolve().parent / "data" / "logs"
 BATCHES = sorted(p.parent for p in DATA.glob("fresh-*/expectations.json"))
 #: Logs still read wrong (the class is in the batch's SCORE.md): strict, so a fix is noticed.
 KNOWN_MISSES = {
-    "vllm-apiserver-started-routes-listed-qwen3coder-pr34495.log": "disputed: vLLM lists its routes before uvicorn binds; 'Application startup complete' is the ready line (notes/engine-grammar.md); the reader took the route list as ready",
     "sglang-timestamped-custom-allreduce-scheduler-traceback-cut-13016.log": "disputed: a crash inside the scheduler's event loop reads as serving (the grammar's serving frames); the reader saw no ready line",
     "vllm-ascend-launcher-apiserver-died-exit-code-1-dp2-9071.log": "disputed: the launcher's RuntimeError that reports a child's exit code is read as that death (fresh-11's and fresh-13's readers named no exception); this reader named the RuntimeError",
-    "aibrix-v0-graph-capture-init-engine-routes-listed-801.log": "disputed: vLLM lists its routes before uvicorn binds (a taken port fails after them); the reader took the route list as ready",
     "runpod-json-error-v0-run-engine-loop-task-finished-unexpectedly-68.log": "the reader's message is V0's wrapper ('Task finished unexpectedly') above a cut traceback; servelab names the cut traceback, and reads V0's engine_step frames as not serving (fresh-9's 6697 read them so)",
     "runpod-worker-exited-exit-code-136-glued-newline-199.log": "readiness from a request line behind a glued launcher tag",
     "dynamo-v0-worker-died-exit-code-minus15-run-mp-engine-cut-1492.log": "disputed: a child ended by SIGTERM against the engine's cut traceback",
@@ -64,6 +62,9 @@ KNOWN_MISSES = {
     "deepseek-ocr-journald-enginecore-busy-loop-traceback-cut-299.log": "disputed: a crash inside the engine core's busy loop reads as serving (the grammar's serving frames); the reader saw no ready line (fresh-2's 2106, the same shape, read it as serving)",
     "slime-k8s-ray-prefix-sglang-eagle3-scheduler-traceback-cut-1022.log": "disputed: a crash inside the scheduler's event loop reads as serving (the grammar's serving frames); the reader saw no ready line",
     "mooncake-pd-decode-kvtransfererror-health-200-still-serving-851.log": "disputed: the reader names a cause for a server still serving (requests and health checks answered 200 after the error); servelab names a root cause only for a run that failed",
+    "awesome-ml-sys-verl-ray-workerdict-sglang-scheduler-traceback-cut-192.log": "disputed: a crash inside the scheduler's event loop reads as serving (the grammar's serving frames); the reader saw no ready line",
+    "sglang-cloud-logging-prefix-committed-kv-cache-already-freed-assertion-28702.log": "disputed: a crash inside the scheduler's event loop reads as serving (the grammar's serving frames); the reader saw no ready line",
+    "vllm-ascend-bracket-tags-executor-sigterm-tbe-main-process-disappeared-12891.log": "disputed: the executor's '[shutdown] ... sending SIGTERM' (an orderly stop prints it too) and Ascend's TBE subprocesses' 'main process disappeared!' with no cause: servelab reads the weights still loading, the reader a death",
 }
 #: The expectation's evidence kind -> the words the answer may give.
 KIND_WORDS = {

@@ -83,3 +83,46 @@ def test_a_deeper_process_cut_traceback_after_the_wrapper_still_says_where(frame
     a = analyze_bytes(("\n".join([*_CORE, *_cut("(VllmWorker rank=0 pid=3001)", frames)]) + "\n").encode(), "vllm")
     assert a.root_cause is not None and a.root_cause.exception is None and "cut off" in a.root_cause.message
     assert a.root_cause.line == len(_CORE) + 1
+
+
+# -- batch 20's classes: a line in Markdown bold, a process tag in brackets, vLLM's front end up ------------------
+_TB = [
+    "Traceback (most recent call last):",
+    '  File "/home/nvidia/projects/sglang/python/sglang/srt/utils.py", line 401, in <listcomp>',
+    "    maybe_offload_to_cpu(layer_fn(idx=idx, prefix=add_prefix(idx, prefix)))",
+]
+
+
+@given(st.sampled_from(["**{}**", "`{}`", "**{}", "``{}``"]), st.sampled_from(["TypeError: f() got an unexpected keyword argument 'idx'", "KeyError: 'lm_head.weight'"]))
+def test_an_exception_line_pasted_in_markdown_emphasis_ends_its_traceback(wrap: str, line: str) -> None:
+    a = analyze_bytes(("\n".join([*_TB, wrap.format(line)]) + "\n").encode(), "sglang")
+    assert a.root_cause is not None and a.root_cause.exception == line.split(":")[0], a.root_cause
+    assert a.root_cause.message.startswith(line.split(": ", 1)[1].strip("'")[:10]) or line.split(": ", 1)[1] in a.root_cause.message
+
+
+@given(st.sampled_from(["Worker_DP0_TP0_EP0", "EngineCore_DP0", "APIServer"]), st.integers(1, 99999))
+def test_a_process_tag_in_brackets_reads_as_the_parenthesised_one(proc: str, pid: int) -> None:
+    lines = [
+        "INFO 07-23 02:43:54 [weight_utils.py:856] Prefetching checkpoint files: 70% (8/11)",
+        "ERROR 07-23 02:43:55 [core.py:700] EngineCore failed to start.",
+        "ERROR 07-23 02:43:55 [core.py:701] Traceback (most recent call last):",
+        'ERROR 07-23 02:43:55 [core.py:701]   File "/vllm/v1/engine/core.py", line 690, in run_engine_core',
+        "ERROR 07-23 02:43:55 [core.py:701]     raise ValueError(\"bad\")",
+        "ERROR 07-23 02:43:55 [core.py:701] ValueError: bad",
+    ]
+    bracket = analyze_bytes(("\n".join(f"[{proc} pid={pid}] {ln}" for ln in lines) + "\n").encode(), "vllm")
+    paren = analyze_bytes(("\n".join(f"({proc} pid={pid}) {ln}" for ln in lines) + "\n").encode(), "vllm")
+    assert bracket.state == paren.state == RunState.CRASHED
+    assert bracket.root_cause is not None and paren.root_cause is not None
+    assert (bracket.root_cause.exception, bracket.root_cause.message, bracket.root_cause.process) == (paren.root_cause.exception, paren.root_cause.message, paren.root_cause.process) == ("ValueError", "bad", proc)
+    assert bracket.prefix is None
+
+
+@given(st.sampled_from(["Starting vLLM API server 0 on http://0.0.0.0:8000", "Starting vLLM server on http://[::]:8001", "Available routes are:"]), st.booleans())
+def test_vllm_is_ready_once_its_front_end_starts_and_a_later_crash_was_after_ready(line: str, crash: bool) -> None:
+    """vLLM binds its port before building the engine, so its front end's start line comes once the engine is up."""
+    lines = ["(EngineCore_DP0 pid=9) INFO 02-03 19:00:01 [core.py:210] init engine (profile, create kv cache, warmup model) took 22.51 seconds", f"(APIServer pid=1) INFO 02-03 19:00:05 [api_server.py:946] {line}"]
+    if crash:
+        lines.append("(EngineCore_DP0 pid=9) ERROR 02-03 19:00:09 [core.py:800] EngineCore encountered a fatal error.")
+    a = analyze_bytes(("\n".join(lines) + "\n").encode(), "vllm")
+    assert a.was_ready and a.state == (RunState.CRASHED if crash else RunState.READY)

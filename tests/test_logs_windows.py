@@ -88,6 +88,8 @@ def _serving_alone(line: bytes, engine: str) -> bool:
 #: order) with a line after their ready line that shows them serving.
 #: Windows still read wrong (strict: a fix shows up as an unexpected pass).
 KNOWN_MISSES = {
+    "fresh-20/dynamo-run-subprocess-debug-prefix-v0-engine-process-failed-wrapper-1422.log":
+        "a window of the last line alone: a capture prefix is learnt from two lines at least",
     "fresh-4/llm-d-kubectl-pod-container-prefix-apiserver-enginedead-wrapper-394.log":
         "a window of the last line alone: a capture prefix is learnt from two lines at least",
     "fresh-10/vllm-ascend-compose-prefix-output-handler-enginedeaderror-wrapper-worker-shutdown-5117.log":

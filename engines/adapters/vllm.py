@@ -103,6 +103,10 @@ GRAMMAR = LogGrammar(
         StageRule("Starting to load model", _W, "start", r"model (?P<m>.+?)\.\.\.", "{m}"),
         StageRule("Loading model from scratch", _W, "start"),
         StageRule("Using model weights format", _W, "start"),
+        # weight_utils' page-cache prefetch of the checkpoint (2026 builds): "Filesystem type for
+        # checkpoints: EXT4 ...", "Prefetching checkpoint files: 70% (8/11)"
+        StageRule("Filesystem type for checkpoints:", _W, "start"),
+        StageRule("Prefetching checkpoint files", _W, "start"),
         StageRule("Loading weights took", _W, "end", r"took (?P<s>[\d.]+) s", "loaded in {s} s"),
         StageRule("Model loading took", _W, "end", r"took (?P<g>[\d.]+) GiB(?: memory)? and (?P<s>[\d.]+) s", "{g} GiB in {s} s"),
         StageRule("Loading drafter model", _D, "start"),
@@ -151,7 +155,10 @@ GRAMMAR = LogGrammar(
         # the Gaudi (HPU) builds' graph warm-up, bucket by bucket: "[Warmup][Decode][204/416] batch_size:224 ..."
         BarRule("[Warmup][", ("cuda_graphs",), r"\[Warmup\]\[\w+\]\[(?P<n>\d+)/(?P<total>\d+)\]"),
     ),
-    ready=("INFO:     Application startup complete",),
+    # vLLM binds its port before it builds the engine (api_server.setup_server, since 0.6: a taken port
+    # fails at start-up), so the front end's start line and its route list come once the engine is up
+    # and the port is its own: uvicorn only starts listening after them
+    ready=("INFO:     Application startup complete", "Starting vLLM API server", "Starting vLLM server on", "Available routes are"),
     shutdown=(
         "[shutdown] API server: shutdown triggered",
         "[shutdown] EngineCore: trigger received signal",

@@ -27,27 +27,8 @@ from servelab.engines.logs.prefilter import LineStarts, Prefilter
 from servelab.engines.logs.prefix import PrefixNormalizer
 from servelab.engines.logs.rootcause import ERROR_LEVELS, TB_START, TracebackTracker
 from servelab.engines.logs.rules import (
-    BAR,
-    DEATH,
-    KILLED,
-    NATIVE,
-    FATAL,
-    LATE,
-    METRIC,
-    READY,
-    SERVED,
-    SERVING_ERROR,
-    FATAL_THEN,
-    SETTING,
-    SHUTDOWN,
-    STAGE,
-    STAGE_CONTEXT,
-    UP,
-    WARN,
-    WARNED,
-    Rule,
-    compile_rules,
-    to_number,
+    BAR, DEATH, KILLED, NATIVE, FATAL, LATE, METRIC, READY, SERVED, SERVING_ERROR, FATAL_THEN, SETTING,
+    SHUTDOWN, STAGE, STAGE_CONTEXT, UP, WARN, WARNED, Rule, compile_rules, to_number,
 )
 from servelab.engines.logs.series import SERIES_POINTS, Read, Series, spec_figures, spec_point, throughput_point
 from servelab.engines.logs.stages import StageTracker
@@ -465,6 +446,8 @@ class LogAnalyzer:
             text = text.strip("`")  # a line pasted inside markdown backticks
         if hdr is None:
             hdr = self._parse(text)
+        if hdr.msg[:2] == "**":
+            hdr = hdr._replace(msg=hdr.msg.strip("*"))  # a message pasted in Markdown bold ("**TypeError: ...**")
         process, level, ts, msg, tag = hdr
         self._hdr = (hdr, text)
         if ts:

@@ -398,6 +398,10 @@ def _parse(bare_procs: tuple[str, ...], text: str) -> Header:
             close = len(text) - 1
         if close > 0:
             inner = text[1:close]
+            pid = inner.find(" pid=")
+            if pid > 0 and inner[:1].isalpha() and inner[pid + 5 : pid + 6].isdigit():
+                # vLLM's process tag in brackets (vllm-ascend 0.23: "[Worker_DP0_TP1_EP1 pid=40968] INFO ...")
+                return _parse(bare_procs, f"({inner}) {text[close + 2 :]}")
             if len(inner) >= 19 and inner[4] == "-" and inner[13] == ":":
                 msg = text[close + 2 :]
                 level = ""

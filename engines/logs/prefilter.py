@@ -124,8 +124,8 @@ _RANK_END = re.compile(rb"rank\d+\]: ?\Z", re.ASCII)
 
 def _anchored(data: bytes, i: int) -> bool:
     """A needle found at ``data[i:]`` starts a message: one of _ANCHORS ends at ``i``, maybe with a
-    ``^M`` or a backtick between (what the ``re`` patterns say, checked backwards)."""
-    for e in (i, i - 1 if i >= 1 and data[i - 1 : i] == b"`" else -1, i - 2 if i >= 2 and data[i - 2 : i] == b"^M" else -1):
+    ``^M``, a backtick or Markdown's bold between (what the ``re`` patterns say, checked backwards)."""
+    for e in (i, i - 1 if i >= 1 and data[i - 1 : i] == b"`" else -1, i - 2 if i >= 2 and data[i - 2 : i] in (b"^M", b"**") else -1):
         if e < 0:
             continue
         if e == 0 or data[e - 1 : e] in (b"\n", b"\r"):
@@ -157,7 +157,7 @@ class Prefilter:
     """
 
     def __init__(self, needles: Iterable[str], anywhere: Iterable[str], optional: Iterable[str] = ()) -> None:
-        prefix = r"(?:\^M|`)?"
+        prefix = r"(?:\^M|`|\*\*)?"
         always = "(?:" + _trie_alternation(needles) + "|" + _EXC + ")"
         opt = tuple(optional)
         # for ``re``: one regex per anchor, each starting with a literal (a line start is the "\n" before

@@ -48,6 +48,7 @@ _LEVEL = rb"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)"
 NEUTRAL_STARTS: tuple[bytes, ...] = (
     _LEVEL + rb":  ",  # uvicorn ("INFO:     127.0.0.1:...")
     rb"\([^()\n]{0,80}?pid=\d+[^()\n]{0,80}?\) ",  # Ray's process tag (vLLM's processes print it too) "(EngineCore pid=7) "
+    rb"\[[A-Za-z_][\w.-]{0,80}? pid=\d+\] ",  # vLLM's process tag in brackets (vllm-ascend 0.23) "[Worker_TP0 pid=7] "
     rb"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? (?:- )?" + _LEVEL + rb"\b",  # Python logging (SGLang 2025 prints it too)
     rb"\[rank\d+\]:",  # torch's per-rank tag
     rb"Traceback \(most recent call last\):",
@@ -56,7 +57,7 @@ NEUTRAL_STARTS: tuple[bytes, ...] = (
 )
 #: Of those, the headers a launcher's Python logger may re-log after its own (beside each engine's
 #: ``relogged_starts``).
-NEUTRAL_RELOGGED: tuple[bytes, ...] = (NEUTRAL_STARTS[1],)
+NEUTRAL_RELOGGED: tuple[bytes, ...] = NEUTRAL_STARTS[1:3]
 #: A Python logger's header at the start of a line (a launcher's, when an engine line follows it) ...
 _OUTER = re.compile(rb"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)? (?:- )?" + _LEVEL + rb"\b")
 
