@@ -126,3 +126,5 @@ def test_vllm_is_ready_once_its_front_end_starts_and_a_later_crash_was_after_rea
         lines.append("(EngineCore_DP0 pid=9) ERROR 02-03 19:00:09 [core.py:800] EngineCore encountered a fatal error.")
     a = analyze_bytes(("\n".join(lines) + "\n").encode(), "vllm")
     assert a.was_ready and a.state == (RunState.CRASHED if crash else RunState.READY)
+    if not crash:  # the ready stage, once done, stays done (its own start rule on the same line does not reopen it)
+        assert [(s.name, s.status.value) for s in a.stages][-1] == ("ready", "done")

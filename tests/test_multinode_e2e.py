@@ -19,6 +19,7 @@ import pytest
 
 from servelab.engines.hosts.registry import close_all
 from servelab.engines.logs.live import LiveAnalyses
+from servelab.engines.probe.client import until_listening
 from servelab.engines.probe.artifacts import load_probe, probe_run
 from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeRuns, MultiNodeStatus, NodeLine, StopReport
 from servelab.engines.nodes.view import NodeChunk, NodesLog, NodesView
@@ -93,6 +94,7 @@ async def complete(m: MultiNodeRuns, rec: MultiNodeRecord) -> dict[str, Any]:
     """A 4-token completion from the head's server, through the port forwarded from here: greedy and
     past the end-of-text token, so a random tiny model cannot end it after one token."""
     url = await m.runs.base_url(rec.head.run_id)
+    assert await until_listening(url)  # the log says ready at the front end's start; it listens a moment later
     body = json.dumps({"model": "tiny-llama", "prompt": "hello", "max_tokens": 4, "temperature": 0, "ignore_eos": True}).encode()
     req = urllib.request.Request(f"{url}/v1/completions", body, {"content-type": "application/json"})
     answer: dict[str, Any] = await asyncio.to_thread(lambda: json.loads(urllib.request.urlopen(req, timeout=120).read()))

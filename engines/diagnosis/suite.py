@@ -20,6 +20,7 @@ from servelab.engines.diagnosis.model import Diagnosis, DrafterIdentity, OtherTa
 from servelab.engines.diagnosis.reference import closest
 from servelab.engines.diagnosis.rules import RunFacts, diagnose
 from servelab.engines.errors import ServelabError
+from servelab.engines.probe.client import until_listening
 from servelab.engines.probe.metrics import latency_between
 from servelab.engines.adapters.exchange import PromptSet, TargetIdentity
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 async def _scrape(base_url: str) -> str | None:
     """``/metrics`` as text, or None when the server has none (the client's chunk gaps are used then)."""
+    await until_listening(base_url)  # the log says ready; its server may listen a moment later
     try:
         async with httpx.AsyncClient(base_url=base_url, timeout=30.0) as http:
             r = await http.get("/metrics")

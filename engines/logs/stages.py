@@ -86,8 +86,9 @@ class StageTracker:
         elif st.status == StageState.PENDING:
             st.status = StageState.DONE  # reported late (another process, out of order): it has happened
             st.started_at = st.ended_at = ts
-        elif st.status == StageState.DONE and i >= self.furthest:
-            st.status = StageState.RUNNING  # a second bar of the same stage (FULL after PIECEWISE, draft graphs)
+        elif st.status == StageState.DONE and i >= self.furthest and i < len(self.stages) - 1:
+            # a second bar of the same stage (FULL after PIECEWISE, draft graphs); ready, once done, stays done
+            st.status = StageState.RUNNING
             st.ended_at = None
         if detail:
             st.detail = detail

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Mapping
@@ -182,3 +183,23 @@ async def stream_chat(
     except httpx.HTTPError as exc:
         return result_from_events(prompt, [], start=start, error=f"{type(exc).__name__}: {exc}")
     return result_from_events(prompt, events, start=start)
+
+
+async def until_listening(base_url: str, timeout_s: float = 30.0, poll_s: float = 0.2) -> bool:
+    """Wait until the server at ``base_url`` accepts a connection (any HTTP answer counts); False when
+    it did not within ``timeout_s`` (the caller's own request then says what is wrong).
+
+    A log may say ready a moment before its server listens: vLLM logs its front end's start and route
+    list once the engine is up, on a port it bound before building the engine, and uvicorn starts
+    listening on it right after. Whatever acts on "ready" with a request of its own waits here first.
+    """
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(base_url=base_url, timeout=httpx.Timeout(5.0), trust_env=False) as http:
+        while True:
+            try:
+                await http.get("/health")
+                return True
+            except httpx.TransportError:  # refused or reset while the listener starts
+                if time.monotonic() >= deadline:
+                    return False
+                await asyncio.sleep(poll_s)

@@ -44,6 +44,7 @@ from servelab.engines.hosts.base import HostUnreachable, place_of
 from servelab.engines.hosts.registry import open_host
 from servelab.engines.hosts.hostsfile import HostConfig
 from servelab.engines.logs.analysis import Analysis, stage_seconds
+from servelab.engines.probe.client import until_listening
 from servelab.engines.nodes.run import MultiNodeRecord, MultiNodeRuns, NodeCheck, NodeFailure, failure_line
 from servelab.engines.catalog.patches import load_patch_set
 from servelab.engines.runs.manager import Runs
@@ -336,6 +337,7 @@ def _root_cause(analysis: Analysis | None) -> str | None:
 
 async def _generate(url: str, model: str) -> Generation:
     t0 = time.monotonic()
+    await until_listening(url)  # the log says ready; its server may listen a moment later
     try:
         async with httpx.AsyncClient(base_url=url, trust_env=False, timeout=120.0) as http:
             r = await http.post("/v1/completions", json={"model": model, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0})
