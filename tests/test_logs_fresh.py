@@ -64,6 +64,8 @@ KNOWN_MISSES = {
     "mooncake-pd-decode-kvtransfererror-health-200-still-serving-851.log": "disputed: the reader names a cause for a server still serving (requests and health checks answered 200 after the error); servelab names a root cause only for a run that failed",
     "awesome-ml-sys-verl-ray-workerdict-sglang-scheduler-traceback-cut-192.log": "disputed: a crash inside the scheduler's event loop reads as serving (the grammar's serving frames); the reader saw no ready line",
     "sglang-cloud-logging-prefix-committed-kv-cache-already-freed-assertion-28702.log": "disputed: a crash inside the scheduler's event loop reads as serving (the grammar's serving frames); the reader saw no ready line",
+    "verl-sglang-scheduler-overlap-synchronize-cut-630.log": "disputed: a crash inside the scheduler's event loop reads as serving (the grammar's serving frames); the reader saw no ready line",
+    "sglang-glm-eagle-tp8-scheduler-sigquit-cut-32893.log": "disputed: a crash inside the scheduler's event loop reads as serving (the grammar's serving frames); the reader saw no ready line",
     "vllm-ascend-bracket-tags-executor-sigterm-tbe-main-process-disappeared-12891.log": "disputed: the executor's '[shutdown] ... sending SIGTERM' (an orderly stop prints it too) and Ascend's TBE subprocesses' 'main process disappeared!' with no cause: servelab reads the weights still loading, the reader a death",
 }
 #: The expectation's evidence kind -> the words the answer may give.

@@ -118,7 +118,7 @@ def test_a_process_tag_in_brackets_reads_as_the_parenthesised_one(proc: str, pid
     assert bracket.prefix is None
 
 
-@given(st.sampled_from(["Starting vLLM API server 0 on http://0.0.0.0:8000", "Starting vLLM server on http://[::]:8001", "Available routes are:"]), st.booleans())
+@given(st.sampled_from(["Starting vLLM API server 0 on http://0.0.0.0:8000", "Starting vLLM server on http://[::]:8001", "Available routes are:", "Route: /version, Methods: GET"]), st.booleans())
 def test_vllm_is_ready_once_its_front_end_starts_and_a_later_crash_was_after_ready(line: str, crash: bool) -> None:
     """vLLM binds its port before building the engine, so its front end's start line comes once the engine is up."""
     lines = ["(EngineCore_DP0 pid=9) INFO 02-03 19:00:01 [core.py:210] init engine (profile, create kv cache, warmup model) took 22.51 seconds", f"(APIServer pid=1) INFO 02-03 19:00:05 [api_server.py:946] {line}"]
@@ -128,3 +128,15 @@ def test_vllm_is_ready_once_its_front_end_starts_and_a_later_crash_was_after_rea
     assert a.was_ready and a.state == (RunState.CRASHED if crash else RunState.READY)
     if not crash:  # the ready stage, once done, stays done (its own start rule on the same line does not reopen it)
         assert [(s.name, s.status.value) for s in a.stages][-1] == ("ready", "done")
+
+
+@given(st.sampled_from(["signum=None, frame=None. ", "signum=3, frame=<frame at 0x7f>. ", ""]), st.integers(1, 4))
+def test_sglangs_2026_sigquit_line_is_a_childs_death(args: str, repeats: int) -> None:
+    """SGLang's launcher says a child failed in its 2026 wording too ("SIGQUIT received. signum=None,
+    frame=None. It usually means one child failed."), as it did in the older one ("Received sigquit
+    from a child process"): a death with no traceback, however often the handler repeats it."""
+    lines = ["[2026-08-23 09:11:09] No live scheduler processes found; skipping py-spy and CUDA coredump."]
+    lines += [f"[2026-08-23 09:11:09] SIGQUIT received. {args}It usually means one child failed.", "[2026-08-23 09:11:09] kill_process_tree called: parent_pid=1, include_parent=True, pid=1"] * repeats
+    a = analyze_bytes(("\n".join(lines) + "\n").encode(), "sglang")
+    assert a.state == RunState.CRASHED and a.root_cause is not None and a.root_cause.exception is None
+    assert "It usually means one child failed" in a.root_cause.message and a.root_cause.line == 2

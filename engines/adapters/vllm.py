@@ -158,7 +158,8 @@ GRAMMAR = LogGrammar(
     # vLLM binds its port before it builds the engine (api_server.setup_server, since 0.6: a taken port
     # fails at start-up), so the front end's start line and its route list come once the engine is up
     # and the port is its own: uvicorn only starts listening after them
-    ready=("INFO:     Application startup complete", "Starting vLLM API server", "Starting vLLM server on", "Available routes are"),
+    ready=("INFO:     Application startup complete", "Starting vLLM API server", "Starting vLLM server on", "Available routes are",
+           "Route: /"),
     shutdown=(
         "[shutdown] API server: shutdown triggered",
         "[shutdown] EngineCore: trigger received signal",
