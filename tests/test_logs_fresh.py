@@ -67,6 +67,8 @@ KNOWN_MISSES = {
     "verl-sglang-scheduler-overlap-synchronize-cut-630.log": "disputed: a crash inside the scheduler's event loop reads as serving (the grammar's serving frames); the reader saw no ready line",
     "sglang-glm-eagle-tp8-scheduler-sigquit-cut-32893.log": "disputed: a crash inside the scheduler's event loop reads as serving (the grammar's serving frames); the reader saw no ready line",
     "vllm-ascend-bracket-tags-executor-sigterm-tbe-main-process-disappeared-12891.log": "disputed: the executor's '[shutdown] ... sending SIGTERM' (an orderly stop prints it too) and Ascend's TBE subprocesses' 'main process disappeared!' with no cause: servelab reads the weights still loading, the reader a death",
+    "mqllmengine-dead-after-500-deepseek-awq-13252.log": "disputed: the launcher's CRITICAL 'MQLLMEngine is already dead, terminating server process' is read as a death its launcher reports (cause and message right); the reader called it a fatal record",
+    "llm-d-pd-prefill-pod-transfer-worker-runtimeerror-2433.log": "the record a bare logger printed right above its traceback ('Unexpected transfer worker error for room ...', no level, no stamp) is not said with the cut traceback (its RuntimeError, named by the raise statement, is)",
 }
 #: The expectation's evidence kind -> the words the answer may give.
 KIND_WORDS = {

@@ -48,9 +48,14 @@ def test_a_native_crash_glued_into_a_frame_line_is_the_crash(report: tuple[str, 
     assert a.root_cause.line == row + 1
 
 
-def test_without_the_report_the_same_frames_are_a_cut_traceback() -> None:
-    """The control: the frames alone say only where (a cut traceback), so the report above is what named the crash."""
+def test_without_the_report_the_thread_stacks_are_a_native_crash_and_the_frames_alone_a_cut_traceback() -> None:
+    """The control: without the report, faulthandler's thread header still says a native crash (batch 22's
+    class: its "Fatal Python error" above the window); without the header too, the frames say only where."""
     a = analyze_bytes(("\n".join(_DUMP) + "\n").encode(), "sglang")
+    assert a.state == RunState.CRASHED and a.root_cause is not None and a.root_cause.exception is None
+    assert a.root_cause.message == "Thread 0x00007f0159038740 (most recent call first)" and a.root_cause.line == 1
+    assert "native crash" in a.root_cause.evidence
+    a = analyze_bytes(("\n".join(_DUMP[1:]) + "\n").encode(), "sglang")
     assert a.root_cause is not None and a.root_cause.exception is None and "cut off" in a.root_cause.message
 
 

@@ -108,6 +108,8 @@ GRAMMAR = LogGrammar(
         StageRule("Filesystem type for checkpoints:", _W, "start"),
         StageRule("Prefetching checkpoint files", _W, "start"),
         StageRule("Loading weights took", _W, "end", r"took (?P<s>[\d.]+) s", "loaded in {s} s"),
+        # V0's model runner (0.5-0.7): "Loading model weights took 12.5708 GB"
+        StageRule("Loading model weights took", _W, "end", r"took (?P<g>[\d.]+) GB", "{g} GB"),
         StageRule("Model loading took", _W, "end", r"took (?P<g>[\d.]+) GiB(?: memory)? and (?P<s>[\d.]+) s", "{g} GiB in {s} s"),
         StageRule("Loading drafter model", _D, "start"),
         StageRule("Assuming the EAGLE head shares", _D, "detail", None, "EAGLE head shares the target's vocab embedding"),

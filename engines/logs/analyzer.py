@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Iterable
 
 from servelab.engines.logs.frames import FrameRuns
-from servelab.engines.logs.glued import GLUED_MIN, MAX_LINE, Unglue, cut_long_lines, has_long_line
+from servelab.engines.logs.glued import GLUED_MIN, MAX_LINE, OTHER_RECORD, Unglue, cut_long_lines, has_long_line
 from servelab.engines.logs.grammar import STAGES, Header, LogGrammar
 from servelab.engines.logs.hints import find_hint
 from servelab.engines.logs.lines import Line, strip_ansi, strip_caret
@@ -389,7 +389,7 @@ class LogAnalyzer:
             return
         if "^" in seg and ("^[" in seg or "^M" in seg):
             seg = strip_caret(seg)  # escapes a paste kept in caret notation
-        if len(seg) >= GLUED_MIN and (records := self._unglue.split(seg)) is not None:
+        if (len(seg) >= GLUED_MIN or OTHER_RECORD.match(seg) is not None) and (records := self._unglue.split(seg)) is not None:
             for record in records:  # records a paste glued into one line: each read as its own
                 self._segment(record)
             return

@@ -18,7 +18,7 @@ import re
 
 from servelab.engines.logs.grammar import LogGrammar
 
-__all__ = ["GLUED_MIN", "MAX_LINE", "Unglue", "cut_long_lines", "has_long_line"]
+__all__ = ["GLUED_MIN", "MAX_LINE", "OTHER_RECORD", "Unglue", "cut_long_lines", "has_long_line"]
 
 #: A physical line longer than this is read as several lines of this size (memory stays bounded
 #: on a log with no newline at all). The cut points depend on the bytes only, not on the chunking.
@@ -47,6 +47,10 @@ def cut_long_lines(buf: bytes) -> bytes:
 
 #: Lines shorter than this are not read as several records (two headers and two short records are longer).
 GLUED_MIN = 240
+#: A record of another formatter (uvicorn's, Python logging's default "LEVEL:name:msg"): one engine header
+#: after its start is a record glued to it, whatever the line's length.
+#: (behind a rank's or a process's tag: "[rank0]:INFO:     ...")
+OTHER_RECORD = re.compile(r"(?:\[rank\d+\]:|\([^()]{0,80}pid=\d+[^()]{0,80}\) )?(?:INFO|WARNING|ERROR|CRITICAL|DEBUG):")
 
 
 #: The time every dated header holds. Its literal start lets ``re`` skip to each colon, where the
@@ -68,11 +72,20 @@ class Unglue:
 
     def split(self, line: str) -> list[str] | None:
         """The records of ``line``, or None when it is one."""
-        if self._heads is None or len(line) < GLUED_MIN or line.count(":") < 4:  # (two stamps hold four)
+        if self._heads is None:
             return None
-        if self._timed and ((first := _TIMES.search(line)) is None or _TIMES.search(line, first.end()) is None):
+        if OTHER_RECORD.match(line) is not None:
+            # another formatter's record (uvicorn's "INFO:     1.2.3.4:5 - ... 500") with the engine's
+            # dated record glued after it: one header is enough (what stands before it is a record)
+            at = [m.start() for m in self._heads.finditer(line, 1)]
+            if at:
+                at.insert(0, 0)
+        elif len(line) < GLUED_MIN or line.count(":") < 4:  # (two stamps hold four)
             return None
-        at = [m.start() for m in self._heads.finditer(line)]
+        elif self._timed and ((first := _TIMES.search(line)) is None or _TIMES.search(line, first.end()) is None):
+            return None
+        else:
+            at = [m.start() for m in self._heads.finditer(line)]
         if len(at) < 2:
             return None
         cuts = [0, *at[1:], len(line)]

@@ -1,32 +1,29 @@
 """Line prefixes added by whatever captured a log, found from the lines themselves and stripped.
 
-``docker compose logs`` writes ``vllm-1  | `` before every line, log viewers ``  | `` or ``│ ``,
-journald ``Dec 01 12:00:00 gpu-3 vllm[2211]: ``, ``kubectl logs --timestamps`` an RFC 3339 stamp;
-some platforms print a timestamp-and-pod line after every engine line. None of these is a list
-here: :class:`PrefixNormalizer` learns the shape.
+``docker compose logs`` writes ``vllm-1 | `` before every line, log viewers `` | `` or ``│ ``, journald ``Dec 01
+12:00:00 gpu-3 vllm[2211]: ``, ``kubectl logs --timestamps`` an RFC 3339 stamp; some platforms print a
+timestamp-and-pod line after every engine line. None of these is a list here: :class:`PrefixNormalizer` learns the
+shape.
 
-How: on the log's first lines, :func:`line_start` finds where an engine's own line begins (a
-registered engine's logger header or rank tag, its grammar's ``line_starts``; a process tag, a
-traceback's first line, an exception line: :data:`NEUTRAL_STARTS`). The bytes in
-front of it, when there are any, are a prefix candidate; its *shape* generalises it (a run of word
-characters is any word, a padding run of spaces any padding, punctuation stays), so ``vllm-1  | ``
-and ``sglang-1 | `` (two interleaved streams) are one shape. The shapes that stand before most
-engine lines are learnt (an engine line only counts when it begins the line or follows a space: a
-colour code's remains before a Ray tag are neither for nor against; a launcher's Python logger header
-before an engine's tag or header is a prefix too; two tools' prefixes stack, the inner one on some
-lines only); so are platform lines (a timestamp and at most a few names, no engine
-text) repeated beside them. With hardly any engine lines, the shape most lines (blank ones behind the
-prefix included) begin with is. Until enough lines have been seen the lines are held (a few dozen of
-a live log's first lines, or all of a short excerpt until :meth:`PrefixNormalizer.finish`); a bare
-log's lines go out at once, up to a line that shows a prefix (a copy whose first line lost it).
+How: on the log's first lines, :func:`line_start` finds where an engine's own line begins (a registered engine's
+logger header or rank tag, its grammar's ``line_starts``; a process tag, a traceback's first line, an exception line:
+:data:`NEUTRAL_STARTS`). The bytes in front of it, when there are any, are a prefix candidate; its *shape* generalises
+it (a run of word characters is any word, a padding run of spaces any padding, punctuation stays), so ``vllm-1 | ``
+and ``sglang-1 | `` (two interleaved streams) are one shape. The shapes that stand before most engine lines are learnt
+(an engine line only counts when it begins the line or follows a space: a colour code's remains before a Ray tag are
+neither for nor against; a launcher's Python logger header before an engine's tag or header is a prefix too; two
+tools' prefixes stack, the inner one on some lines only); so are platform lines (a timestamp and at most a few names,
+no engine text) repeated beside them. With hardly any engine lines, the shape most lines (blank ones behind the prefix
+included) begin with is. Until enough lines have been seen the lines are held (a few dozen of a live log's first
+lines, or all of a short excerpt until :meth:`PrefixNormalizer.finish`); a bare log's lines go out at once, up to a
+line that shows a prefix (a copy whose first line lost it).
 
-Then each chunk is rewritten at C speed: one compiled bytes regex anchored on ``\\n`` removes the
-platform lines, another strips the prefixes; a chunk with many lines left unstripped is learnt
-from again (a stream of a new shape appeared). A log with no prefix costs nothing once decided:
-the analyzer drops the normalizer (:attr:`PrefixNormalizer.bare`).
+Then each chunk is rewritten at C speed: one compiled bytes regex anchored on ``\\n`` removes the platform lines,
+another strips the prefixes; a chunk with many lines left unstripped is learnt from again (a stream of a new shape
+appeared). A log with no prefix costs nothing once decided: the analyzer drops the normalizer
+(:attr:`PrefixNormalizer.bare`).
 
-What was stripped is :meth:`PrefixNormalizer.value`, a :class:`~servelab.engines.logs.analysis.LinePrefix`.
-"""
+What was stripped is :meth:`PrefixNormalizer.value`, a :class:`~servelab.engines.logs.analysis.LinePrefix`."""
 
 from __future__ import annotations
 
@@ -101,6 +98,10 @@ _PERCENT = re.compile(rb"\d%")
 _PERCENT_NEXT = re.compile(rb" *\d+(?:\.\d+)?%")
 #: Indentation and names only, no punctuation: a line's own indented text, never a prefix.
 _INDENTED = re.compile(rb"[ \t]+[\w.-]+(?: +[\w.-]+)* +")
+#: An exception named inside a message ("... with ret = IOError: getaddrinfo() failed"): what stands
+#: before it ends in no prefix's last field (a stamp, a colon, a bracket, a separator), so it is text.
+_PROSE_BEFORE = re.compile(rb"(?s).*[^\s:\]|>)\x80-\xff\d] +")
+_EXCEPTION_AT = re.compile(rb"[A-Za-z_][\w.]*(?:Error|Exception|Interrupt): ")
 #: How a prefix's last field ends: a colon, a bracket, a separator glyph.
 _FIELD_END = re.compile(rb"(?:[:\]|>]|[\x80-\xff])$")
 #: A list item's bullet or number ("- ", "* ", "• ", "2. ", "3) "): a message's own text, never a prefix.
@@ -273,7 +274,9 @@ class PrefixNormalizer:
             if p == 0:
                 self._starts += 1
                 self._at0 += 1
-            elif p <= _MAX_PREFIX and line[p - 1 : p] in (b" ", b"\t") and not _INDENTED.fullmatch(line, 0, p):
+            elif p <= _MAX_PREFIX and line[p - 1 : p] in (b" ", b"\t") and line[:p].strip() and not _INDENTED.fullmatch(line, 0, p) and not (
+                _EXCEPTION_AT.match(line, p) and _PROSE_BEFORE.fullmatch(line, 0, p)  # (spaces alone: a paste's indentation)
+            ):
                 # (indented names before it are the engine's own text: a frame glued to a frame, two
                 # ranks' tracebacks interleaved character by character)
                 # (an engine form after other text, a colour code's remains, is no evidence either way)

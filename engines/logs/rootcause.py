@@ -1,12 +1,10 @@
 """Finding the exception that actually failed a run in interleaved multi-process output.
 
-Engines report one failure several times: the worker's real exception first, then engine-core and
-front-end wrappers ("See root cause above"), and multiprocessing re-prints. Tracebacks are
-segmented per process, chained tracebacks keep their first (innermost-cause) exception, wrappers
-are demoted, and the pick prefers worker processes, then engine core, then the front end, earliest
-first. Memory is bounded: each open traceback keeps a few frames, and only the earliest finished
-one per (kind, tier, process) is kept, at most ``MAX_CANDIDATES``.
-"""
+Engines report one failure several times: the worker's real exception first, then engine-core and front-end wrappers
+("See root cause above"), and multiprocessing re-prints. Tracebacks are segmented per process, chained tracebacks keep
+their first (innermost-cause) exception, wrappers are demoted, and the pick prefers worker processes, then engine
+core, then the front end, earliest first. Memory is bounded: each open traceback keeps a few frames, and only the
+earliest finished one per (kind, tier, process) is kept, at most ``MAX_CANDIDATES``."""
 
 from __future__ import annotations
 
@@ -51,6 +49,8 @@ SERVING_FRAMES = ("run_asgi",)
 _POINTS_ELSEWHERE = re.compile(r"\b(?:[Ss]ee|[Cc]heck)\b[^.\n]{0,40}\broot cause\b|\broot cause (?:is )?above\b")
 #: A native crash report's symbolised C++ frame (PyTorch's signal handler): not a Python traceback's.
 NATIVE_FRAME = 'File "<unknown>", line 0'
+#: A cut traceback's last code line that raises a named exception ("raise RuntimeError(", "raise errors.ConfigError(").
+_RAISE = re.compile(r"raise (?P<exception>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure))\(")
 #: A frame as faulthandler prints it (a native crash's dump: no comma before "in", no code line after it).
 _FAULT_FRAME = re.compile(r'File "[^"]*", line \d+ in \S+')
 CHAIN_MARKERS = (
@@ -114,6 +114,7 @@ class _Block:
     chained: bool = False
     callers: int = 0  # bit i: a frame of the grammar's serving call i's caller was seen
     preface: str = ""  # the error record of the same logger call right before it (logger.exception(e))
+    preface_at: int = 0  # its line (0: the line before the traceback's)
 
 
 @dataclass
@@ -244,6 +245,10 @@ class TracebackTracker:
                 # with the record's own prefix, or bare on the next line of its process: Python's own
                 # formatter, other ranks' lines maybe between)
                 b.preface = last[2]
+            elif not msg.startswith(TB_START) and (said := msg[: msg.find(TB_START)].strip()):
+                # a header glued before it on its own line ("Scheduler hit an exception: Traceback
+                # (most recent call last):"): said as a record right before it would be
+                b.preface, b.preface_at = said, number
             return True
         if level in ERROR_LEVELS and tag:
             self._last_error[proc] = (number, (level, tag, ts), msg.strip())
@@ -550,13 +555,14 @@ class TracebackTracker:
                 # logger.exception(e)) or its repr ("AssertionError()", which names the exception):
                 # it says what the cut traceback does not
                 exc, text = (named["exception"], named["message"] or said) if named is not None else (None, said)
-                cause = RootCause(exc, text, b.process, b.start_line - 1, [said, *excerpt][-EXCERPT_LINES:], where, evidence=EVIDENCE_WORDS["error line"])
-                return _Candidate(cause, tier, INCOMPLETE, rank=-1), b.start_line - 1, False
+                at = b.preface_at or b.start_line - 1
+                cause = RootCause(exc, text, b.process, at, [said, *excerpt][-EXCERPT_LINES:], where, evidence=EVIDENCE_WORDS["error line"])
+                return _Candidate(cause, tier, INCOMPLETE, rank=-1), at, False
             code = last_code(excerpt)
             last_frame = f" (last frame: {where}{f', at `{code}`' if code else ''})" if where else ""
             warned = self._warning
             start = b.start_line
-            if not said and warned is not None and 0 < start - warned[0] <= _PREFACE_GAP:
+            if (not said or b.preface_at) and warned is not None and 0 < start - warned[0] <= _PREFACE_GAP:
                 # what the traceback does not say, a warning just above it may ("... with
                 # ImportError('libcuda.so.1: ...')", "socket ... timed out after 1800000ms"): the
                 # answer starts at that warning
@@ -570,14 +576,15 @@ class TracebackTracker:
             # it ranks no higher for it (a wrapper says less than a header that names where)
             words = said or (_RAY_REPEATED.sub("", b.preface).strip() if b.preface else "")
             if words and not said:
-                start = min(start, b.start_line - 1)  # the answer starts at the wrapper's record
+                start = min(start, b.preface_at or b.start_line - 1)  # the answer starts at the wrapper's record
             head = (f"{words} " if words.endswith(".") else f"{words.rstrip(': ')}: ") if words else ""
             cut = "The traceback is cut off" if head.endswith(". ") else "the traceback is cut off"
+            raised = _RAISE.match(code)  # cut at its raise statement ("raise RuntimeError("): that names it
             cause = RootCause(
-                None, f"{head}{cut} before its exception line{last_frame}", b.process, start, excerpt, where,
+                raised["exception"] if raised is not None else None, f"{head}{cut} before its exception line{last_frame}", b.process, start, excerpt, where,
                 evidence=EVIDENCE_WORDS["traceback cut"],
             )
-            return _Candidate(cause, tier, INCOMPLETE, rank=-1 if said else 0, engine=b.engine_where is not None), b.start_line - bool(said), False
+            return _Candidate(cause, tier, INCOMPLETE, rank=-1 if said else 0, engine=b.engine_where is not None), (b.preface_at or b.start_line - 1) if said else b.start_line, False
         chosen: _Exc | None = None
         harvested: str | None = None
         for i, e in enumerate(b.exceptions):

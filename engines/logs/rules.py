@@ -85,6 +85,18 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
         rank=2,
         anywhere=True,
     ),
+    # the same watchdog in PyTorch 2.6's words, the vague line first, then what it was: "[PG ID 2 PG GUID 3
+    # Rank 3] Exception (either an error or timeout) detected by watchdog at work: 32, last enqueued NCCL
+    # work: 32, ...", "... Timeout at NCCL work: 32, last enqueued NCCL work: 32, last completed NCCL work:
+    # 31.", "[Rank 3] Some NCCL operations have failed or timed out. Due to the asynchronous nature ..."
+    FatalRule("Timeout at NCCL work: ", r"(?P<message>Timeout at NCCL work: \d+)", rank=2, anywhere=True),
+    FatalRule(
+        "detected by watchdog at work: ",
+        r"(?P<message>Exception \(either an error or timeout\) detected by watchdog at work: \d+)",
+        rank=3,
+        anywhere=True,
+    ),
+    FatalRule("Some NCCL operations have failed or timed out", r"(?P<message>Some NCCL operations have failed or timed out)", rank=3, anywhere=True),
     # a C++ exception nobody caught (SIGABRT follows): "terminate called after throwing an instance of 'c10::DistBackendError'"
     # its "  what():  CUDA error: an illegal memory access was encountered" line says what it was
     FatalRule(
@@ -114,6 +126,15 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     # CPython's faulthandler on a native crash: "Fatal Python error: Segmentation fault" (then the
     # thread stacks, "Thread 0x... (most recent call first):", which are not a traceback)
     FatalRule("Fatal Python error: ", r"(?P<message>Fatal Python error: .+)", rank=0, anywhere=True, kind=NATIVE),
+    # faulthandler's thread stacks with their "Fatal Python error" header above the window: "Current thread
+    # 0x00007f80908e0640 (most recent call first):" (its frames read 'File "...", line 122 in f', no comma)
+    FatalRule(
+        " (most recent call first):",
+        r"(?P<message>(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\)):",
+        rank=2,
+        anywhere=True,
+        kind=NATIVE,
+    ),
     # other native crash reports: PyTorch's signal handler ("!!!!!!! Segfault encountered !!!!!!!", then
     # its symbolised frames as File "<unknown>", line 0), abseil's ("*** SIGSEGV received at time=...")
     # and glog/folly's ("*** SIGSEGV (@0x0) received by PID 12 ..."), and the shell's report of a
