@@ -142,3 +142,57 @@ def test_spaces_alone_before_engine_lines_are_no_prefix(indent: int, n: int) -> 
     a = analyze_bytes(_log(lines), "sglang")
     assert a.prefix is None or a.prefix.stripped == 0, a.prefix
     assert a.root_cause is not None and a.root_cause.message == "Timeout at NCCL work: 32"
+
+
+# -- batch 23's classes ----------------------------------------------------------------------------------
+# - UCX's signal handler ("Caught signal 11 (Segmentation fault: ...)") and its backtrace frames
+#   ("14 0x0000000000004493 ???()  /usr/lib/.../libffi.so.8:0"), its header above the window, are a native crash;
+# - c10's native frames ("frame #23: f + 0xd0 (0x5578c75d3f50 in lib)") alone are a C++ exception's report;
+# - C++'s "Exception raised from X at f.cpp:N" says where its record right above failed: said with that record.
+
+_UCX = [
+    " 14 0x0000000000004493 ???()  /usr/lib/x86_64-linux-gnu/libffi.so.8:0",
+    " 15 0x000000000000a3e9 ???()  /usr/lib/python3.10/lib-dynload/_ctypes.cpython-310-x86_64-linux-gnu.so:0",
+    " 17 0x0000000000150a7b _PyObject_MakeTpCall()  ???:0",
+]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from(["", "(RayWorkerWrapper pid=376235, ip=10.10.10.61) "]), st.integers(1, len(_UCX)), st.booleans())
+def test_ucx_backtrace_frames_are_a_native_crash_and_its_caught_signal_line_says_which(tag: str, n: int, header: bool) -> None:
+    caught = "[1714000000.123456] [node-61:376235:0]  debug.c:1349 UCX  ERROR   Caught signal 11 (Segmentation fault: address not mapped to object at address (nil))"
+    lines = [*([caught, "==== backtrace (tid: 376235) ===="] if header else []), *_UCX[:n]]
+    a = analyze_bytes(_log([tag + ln for ln in lines]), "vllm")
+    assert a.state == RunState.CRASHED and a.root_cause is not None and a.root_cause.exception is None
+    assert a.root_cause.evidence == "no traceback: a native crash report"
+    want = "Caught signal 11 (Segmentation fault: address not mapped to object at address (nil))" if header else _UCX[0].strip()
+    assert a.root_cause.message == want
+    # the same numbers and names without the address column are no backtrace
+    plain = analyze_bytes(_log(["INFO 05-01 10:00:00 [core.py:1] step 14 done()  ok:0"]), "vllm")
+    assert plain.state != RunState.CRASHED
+
+
+_C10 = [
+    "frame #23: _PyObject_FastCallDictTstate + 0xd0 (0x5578c75d3f50 in sglang::scheduler_TP0)",
+    "frame #24: _PyObject_Call_Prepend + 0x69 (0x5578c75e5ba9 in sglang::scheduler_TP0)",
+]
+_RECORD = "[rank1]:[W1119 17:59:26.271588084 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=61, addr=[localhost]:33850, remote=[localhost]:30005): Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or crash?"
+_RAISED = "Exception raised from recvBytes at /pytorch/torch/csrc/distributed/c10d/Utils.hpp:682 (most recent call first):"
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from(["", "(WorkerDict pid=559716) "]), st.integers(0, 2), st.integers(1, len(_C10)))
+def test_a_cpp_exceptions_report_says_its_record_then_where_then_its_frames(tag: str, shown: int, frames: int) -> None:
+    """``shown``: 0 the frames alone, 1 from "Exception raised from", 2 from the record above it."""
+    lines = [_RECORD, _RAISED][2 - shown :] + _C10[:frames]
+    a = analyze_bytes(_log([tag + ln for ln in lines]), "sglang")
+    assert a.state == RunState.CRASHED and a.root_cause is not None and a.root_cause.exception is None
+    if shown == 2:
+        assert a.root_cause.message.startswith("recvValue failed on SocketImpl(") and a.root_cause.message.endswith("(Exception raised from recvBytes at /pytorch/torch/csrc/distributed/c10d/Utils.hpp:682)")
+    elif shown == 1:
+        assert a.root_cause.message == "Exception raised from recvBytes at /pytorch/torch/csrc/distributed/c10d/Utils.hpp:682"
+    else:
+        assert a.root_cause.message == _C10[0]
+    # a warning record further up is not this exception's
+    far = analyze_bytes(_log([tag + ln for ln in [_RECORD, "INFO 11-19 17:59:27 other line", _RAISED, *_C10[:frames]]]), "sglang")
+    assert far.root_cause is not None and far.root_cause.message.startswith("Exception raised from")

@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 
 async def _scrape(base_url: str) -> str | None:
     """``/metrics`` as text, or None when the server has none (the client's chunk gaps are used then)."""
-    await until_listening(base_url)  # the log says ready; its server may listen a moment later
     try:
         async with httpx.AsyncClient(base_url=base_url, timeout=30.0) as http:
             r = await http.get("/metrics")
@@ -89,6 +88,7 @@ async def diagnose_server(
         raise ServelabError(f"{run} does not speculate ([speculative] method = \"none\"): nothing to diagnose")
     adapter = get_adapter(exp.engine)
     hist = adapter.latency_histograms
+    await until_listening(base_url)  # the log says ready; its server may listen a moment later (once, before any request)
     before = await _scrape(base_url) if hist is not None else None
     meas = await measure(base_url, adapter, exp, prompts, settings or SuiteSettings(), progress=progress)
     after = await _scrape(base_url) if before is not None else None

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Iterable
 
 from servelab.engines.logs.frames import FrameRuns
-from servelab.engines.logs.glued import GLUED_MIN, MAX_LINE, OTHER_RECORD, Unglue, cut_long_lines, has_long_line
+from servelab.engines.logs.glued import GLUED_MIN, MAX_LINE, OTHER_LEADS, OTHER_RECORD, Unglue, cut_long_lines, has_long_line
 from servelab.engines.logs.grammar import STAGES, Header, LogGrammar
 from servelab.engines.logs.hints import find_hint
 from servelab.engines.logs.lines import Line, strip_ansi, strip_caret
@@ -145,7 +145,8 @@ class LogAnalyzer:
         self._anywhere_groups = tuple(tuple(rs) for rs in groups.values())
         self._anywhere_needles = Needles(tuple(groups))
         # native crash reports, by needle: glued into a traceback's line by the thread that crashed, still one
-        self._glued: tuple[tuple[str, list[Rule]], ...] = tuple((n, rs) for n, rs in groups.items() if all(r.kind == FATAL and r.extra.kind == NATIVE for r in rs))
+        self._glued = tuple(rs for rs in groups.values() if all(r.kind == FATAL and r.extra.kind == NATIVE for r in rs))
+        self._glued_needles = Needles(tuple(rs[0].needle for rs in self._glued))
         self._pre.optional_on = any(r.kind in LATE for r in rules)
         self._rescan = True
 
@@ -389,7 +390,7 @@ class LogAnalyzer:
             return
         if "^" in seg and ("^[" in seg or "^M" in seg):
             seg = strip_caret(seg)  # escapes a paste kept in caret notation
-        if (len(seg) >= GLUED_MIN or OTHER_RECORD.match(seg) is not None) and (records := self._unglue.split(seg)) is not None:
+        if (len(seg) >= GLUED_MIN or seg.startswith(OTHER_LEADS) and OTHER_RECORD.match(seg) is not None) and (records := self._unglue.split(seg)) is not None:
             for record in records:  # records a paste glued into one line: each read as its own
                 self._segment(record)
             return
@@ -459,10 +460,9 @@ class LogAnalyzer:
         if not self._engine_output and (taken or level or ts):
             self._engine_output = True
         if taken and TB_START not in msg:
-            for needle, rs in self._glued:
-                if needle in msg:
-                    for r in rs:
-                        self._apply(r, number, process, msg, level)
+            for i in self._glued_needles.find(msg):
+                for r in self._glued[i]:
+                    self._apply(r, number, process, msg, level)
             return
         if msg[:2] == "^M":
             msg = msg[2:]  # a carriage return pasted as caret notation
@@ -520,8 +520,8 @@ class LogAnalyzer:
                 if f.wrapper:  # a wrapper with a shape of its own: matched, it only marks the failure
                     self._tb.add_marker(number, process, msg.strip(), True)
                 elif f.rank is not None:
-                    message = (gd.get("message") or msg).strip()
-                    self._tb.add_evidence(number, process, gd.get("exception") or f.exception or None, message, msg, f, gd.get("where"))
+                    at, message = self._tb.said_above(number, (gd.get("message") or msg).strip()) if f.above else (number, (gd.get("message") or msg).strip())
+                    self._tb.add_evidence(at, process, gd.get("exception") or f.exception or None, message, msg, f, gd.get("where"))
                 else:
                     self._tb.add_error(number, process, gd.get("exception") or f.exception or "Error", (gd.get("message") or msg).strip(), [msg])
             else:

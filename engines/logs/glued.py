@@ -18,7 +18,7 @@ import re
 
 from servelab.engines.logs.grammar import LogGrammar
 
-__all__ = ["GLUED_MIN", "MAX_LINE", "OTHER_RECORD", "Unglue", "cut_long_lines", "has_long_line"]
+__all__ = ["GLUED_MIN", "MAX_LINE", "OTHER_LEADS", "OTHER_RECORD", "Unglue", "cut_long_lines", "has_long_line"]
 
 #: A physical line longer than this is read as several lines of this size (memory stays bounded
 #: on a log with no newline at all). The cut points depend on the bytes only, not on the chunking.
@@ -50,6 +50,8 @@ GLUED_MIN = 240
 #: A record of another formatter (uvicorn's, Python logging's default "LEVEL:name:msg"): one engine header
 #: after its start is a record glued to it, whatever the line's length.
 #: (behind a rank's or a process's tag: "[rank0]:INFO:     ...")
+#: (``OTHER_LEADS``: what such a line starts with, tested first: a C-speed ``startswith`` on every line read)
+OTHER_LEADS = ("INFO:", "WARNING:", "ERROR:", "CRITICAL:", "DEBUG:", "[rank", "(")
 OTHER_RECORD = re.compile(r"(?:\[rank\d+\]:|\([^()]{0,80}pid=\d+[^()]{0,80}\) )?(?:INFO|WARNING|ERROR|CRITICAL|DEBUG):")
 
 
@@ -74,7 +76,7 @@ class Unglue:
         """The records of ``line``, or None when it is one."""
         if self._heads is None:
             return None
-        if OTHER_RECORD.match(line) is not None:
+        if line.startswith(OTHER_LEADS) and OTHER_RECORD.match(line) is not None:
             # another formatter's record (uvicorn's "INFO:     1.2.3.4:5 - ... 500") with the engine's
             # dated record glued after it: one header is enough (what stands before it is a record)
             at = [m.start() for m in self._heads.finditer(line, 1)]

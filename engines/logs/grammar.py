@@ -156,6 +156,9 @@ class FatalRule:
     warmup: bool = False
     #: What the evidence is, in words, for the answer ("a native crash", "killed by a signal", ...).
     kind: str = ""
+    #: The line only says where its record failed (C++'s "Exception raised from X at f.cpp:N" after a
+    #: c10 record): a warning-level record on the line right above is what failed, said with it.
+    above: bool = False
 
 
 @dataclass(frozen=True)

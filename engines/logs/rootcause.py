@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from servelab.engines.logs.grammar import FatalRule, LogGrammar
 from servelab.engines.logs.analysis import RootCause
-from servelab.engines.logs.tblines import bare_key, is_caret, last_code, restates
+from servelab.engines.logs.tblines import bare_key, cpp_record_text, is_caret, last_code, raised_name, restates
 
 __all__ = ["EVIDENCE_WORDS", "TracebackTracker", "EXCEPTION_LINE"]
 
@@ -49,8 +49,6 @@ SERVING_FRAMES = ("run_asgi",)
 _POINTS_ELSEWHERE = re.compile(r"\b(?:[Ss]ee|[Cc]heck)\b[^.\n]{0,40}\broot cause\b|\broot cause (?:is )?above\b")
 #: A native crash report's symbolised C++ frame (PyTorch's signal handler): not a Python traceback's.
 NATIVE_FRAME = 'File "<unknown>", line 0'
-#: A cut traceback's last code line that raises a named exception ("raise RuntimeError(", "raise errors.ConfigError(").
-_RAISE = re.compile(r"raise (?P<exception>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure))\(")
 #: A frame as faulthandler prints it (a native crash's dump: no comma before "in", no code line after it).
 _FAULT_FRAME = re.compile(r'File "[^"]*", line \d+ in \S+')
 CHAIN_MARKERS = (
@@ -246,9 +244,7 @@ class TracebackTracker:
                 # formatter, other ranks' lines maybe between)
                 b.preface = last[2]
             elif not msg.startswith(TB_START) and (said := msg[: msg.find(TB_START)].strip()):
-                # a header glued before it on its own line ("Scheduler hit an exception: Traceback
-                # (most recent call last):"): said as a record right before it would be
-                b.preface, b.preface_at = said, number
+                b.preface, b.preface_at = said, number  # a header glued before it ("Scheduler hit an exception: Traceback ...")
             return True
         if level in ERROR_LEVELS and tag:
             self._last_error[proc] = (number, (level, tag, ts), msg.strip())
@@ -300,6 +296,11 @@ class TracebackTracker:
     def note_warning(self, number: int, text: str) -> None:
         """A warning-level record that names a failure: a traceback cut right after it is said with it."""
         self._warning = (number, text)
+
+    def said_above(self, number: int, message: str) -> tuple[int, str]:
+        """(line, ``message``) after the warning-level record right above it, if any: (its line, "recvValue failed ... (Exception raised from ...)")."""
+        w = self._warning
+        return (w[0], f"{cpp_record_text(w[1])} ({message})") if w is not None and w[0] == number - 1 else (number, message)
 
     def add_marker(self, number: int, process: str, message: str, is_wrapper: bool) -> None:
         """A fatal line without its own exception ("WorkerProc failed to start.")."""
@@ -579,9 +580,8 @@ class TracebackTracker:
                 start = min(start, b.preface_at or b.start_line - 1)  # the answer starts at the wrapper's record
             head = (f"{words} " if words.endswith(".") else f"{words.rstrip(': ')}: ") if words else ""
             cut = "The traceback is cut off" if head.endswith(". ") else "the traceback is cut off"
-            raised = _RAISE.match(code)  # cut at its raise statement ("raise RuntimeError("): that names it
             cause = RootCause(
-                raised["exception"] if raised is not None else None, f"{head}{cut} before its exception line{last_frame}", b.process, start, excerpt, where,
+                raised_name(code), f"{head}{cut} before its exception line{last_frame}", b.process, start, excerpt, where,
                 evidence=EVIDENCE_WORDS["traceback cut"],
             )
             return _Candidate(cause, tier, INCOMPLETE, rank=-1 if said else 0, engine=b.engine_where is not None), (b.preface_at or b.start_line - 1) if said else b.start_line, False

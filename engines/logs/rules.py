@@ -146,6 +146,14 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     # (Triton, XLA): "LLVM ERROR: Failed to compute parent layout for slice layout."
     FatalRule("LLVM ERROR: ", r"(?P<message>LLVM ERROR: .+?)\s*$", rank=1, anywhere=True, kind=NATIVE),
     FatalRule(" received by PID ", r"(?P<message>SIG[A-Z]+ \(@0x[0-9a-f]+\) received by PID \d+)", rank=1, anywhere=True, kind=NATIVE),
+    # UCX's signal handler (Ray, NIXL, Mooncake, UCC): "... UCX  ERROR   Caught signal 11 (Segmentation fault:
+    # address not mapped to object at address (nil))", then its backtrace, frame by frame as "%3d 0x%016lx
+    # %s()  %s:%u": "14 0x0000000000004493 ???()  /usr/lib/x86_64-linux-gnu/libffi.so.8:0" (its header above the window)
+    FatalRule("Caught signal ", r"(?P<message>Caught signal \d+ \(.*?)\s*$", rank=1, anywhere=True, kind=NATIVE),
+    FatalRule("()  ", r"^\s*(?P<message>\d+ 0x[0-9a-fA-F]{16} \S+\(\)  \S+:\d+)\s*$", rank=2, anywhere=True, kind=NATIVE),
+    # a C++ exception's native frames (c10's backtrace, after "Exception raised from ..." and its record, both
+    # above the window): "frame #23: _PyObject_FastCallDictTstate + 0xd0 (0x5578c75d3f50 in sglang::scheduler_TP0)"
+    FatalRule("frame #", r"^\s*(?P<message>frame #\d+: .+ \(0x[0-9a-fA-F]+ in .+\))\s*$", rank=5, anywhere=True),
     FatalRule(
         "(core dumped)",
         r"(?P<message>(?:Segmentation fault|Aborted|Bus error|Illegal instruction|Floating point exception|Trace/breakpoint trap)\s*\(core dumped\))",
@@ -219,7 +227,7 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     # a C++ exception's own report (c10::Error, before its native frames): "Exception raised from
     # ncclCommWatchdog at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1601 (most recent call
     # first):" names where the runtime failed, when its message is above the window or is its record's
-    FatalRule("Exception raised from ", r"^(?P<message>Exception raised from \S+ at \S+:\d+)", rank=3, anywhere=True),
+    FatalRule("Exception raised from ", r"^(?P<message>Exception raised from \S+ at \S+:\d+)", rank=3, anywhere=True, above=True),
     # a CUDA driver call's failure as a native extension reports it ("[torch_memory_saver.cpp] CUresult error
     # result=1 file=csrc/torch_memory_saver.cpp func=resume line=214"): its own failure, no Python exception
     FatalRule("CUresult error", r"(?P<message>CUresult error\b.*?)\s*$", rank=3, anywhere=True),
