@@ -520,7 +520,8 @@ class LogAnalyzer:
                 if f.wrapper:  # a wrapper with a shape of its own: matched, it only marks the failure
                     self._tb.add_marker(number, process, msg.strip(), True)
                 elif f.rank is not None:
-                    at, message = self._tb.said_above(number, (gd.get("message") or msg).strip()) if f.above else (number, (gd.get("message") or msg).strip())
+                    said = (gd.get("message") or msg).strip()
+                    at, message = self._tb.said_above(number, said) if f.above else (number, said)
                     self._tb.add_evidence(at, process, gd.get("exception") or f.exception or None, message, msg, f, gd.get("where"))
                 else:
                     self._tb.add_error(number, process, gd.get("exception") or f.exception or "Error", (gd.get("message") or msg).strip(), [msg])

@@ -1,6 +1,6 @@
 """Line prefixes added by whatever captured a log, found from the lines themselves and stripped.
 
-``docker compose logs`` writes ``vllm-1 | `` before every line, log viewers `` | `` or ``│ ``, journald ``Dec 01
+``docker compose logs`` writes ``vllm-1  | `` before every line, log viewers ``  | `` or ``│ ``, journald ``Dec 01
 12:00:00 gpu-3 vllm[2211]: ``, ``kubectl logs --timestamps`` an RFC 3339 stamp; some platforms print a
 timestamp-and-pod line after every engine line. None of these is a list here: :class:`PrefixNormalizer` learns the
 shape.
@@ -8,7 +8,7 @@ shape.
 How: on the log's first lines, :func:`line_start` finds where an engine's own line begins (a registered engine's
 logger header or rank tag, its grammar's ``line_starts``; a process tag, a traceback's first line, an exception line:
 :data:`NEUTRAL_STARTS`). The bytes in front of it, when there are any, are a prefix candidate; its *shape* generalises
-it (a run of word characters is any word, a padding run of spaces any padding, punctuation stays), so ``vllm-1 | ``
+it (a run of word characters is any word, a padding run of spaces any padding, punctuation stays), so ``vllm-1  | ``
 and ``sglang-1 | `` (two interleaved streams) are one shape. The shapes that stand before most engine lines are learnt
 (an engine line only counts when it begins the line or follows a space: a colour code's remains before a Ray tag are
 neither for nor against; a launcher's Python logger header before an engine's tag or header is a prefix too; two
@@ -101,7 +101,7 @@ _INDENTED = re.compile(rb"[ \t]+[\w.-]+(?: +[\w.-]+)* +")
 #: An exception named inside a message ("... with ret = IOError: getaddrinfo() failed"): what stands
 #: before it ends in no prefix's last field (a stamp, a colon, a bracket, a separator), so it is text.
 _PROSE_BEFORE = re.compile(rb"(?s).*[^\s:\]|>)\x80-\xff\d] +")
-_EXCEPTION_AT = re.compile(rb"[A-Za-z_][\w.]*(?:Error|Exception|Interrupt): ")
+_EXCEPTION_AT = re.compile(NEUTRAL_STARTS[-1])  # (the neutral exception-line start)
 #: How a prefix's last field ends: a colon, a bracket, a separator glyph.
 _FIELD_END = re.compile(rb"(?:[:\]|>]|[\x80-\xff])$")
 #: A list item's bullet or number ("- ", "* ", "• ", "2. ", "3) "): a message's own text, never a prefix.
