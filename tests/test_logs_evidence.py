@@ -225,20 +225,26 @@ _DIST = DATA / "vllm-terminate-distbackenderror-execute-model-cut-20170.log"
 
 def test_execute_model_called_by_a_workers_busy_loop_was_while_serving() -> None:
     """vllm-project/vllm issue 20170: a V1 worker's busy loop runs execute_model for a scheduled batch.
-    The same frames without the busy loop (V0's profile_run calls execute_model at startup) are not
-    serving evidence, nor is the busy loop alone (its start-up calls: determine_available_memory, ...)."""
+    V1 calls execute_model (files under vllm/v1/) for nothing else, so its frames are serving evidence
+    even where a window cut the busy loop's frame. The same frames in V0's layout (no v1/ folder)
+    without the busy loop are not (V0's profile_run calls execute_model at startup), nor is the busy
+    loop alone (its start-up calls: determine_available_memory, ...)."""
     lines = _DIST.read_text().splitlines()
     a = _analyze(lines)
     assert a.state == RunState.CRASHED and a.was_ready and a.failed_stage is None
+    assert any("/vllm/v1/" in ln and ", in execute_model" in ln for ln in lines)
     busy = [i for i, ln in enumerate(lines) if ", in worker_busy_loop" in ln]
     assert busy
     without_loop = [ln for i, ln in enumerate(lines) if i not in busy and i - 1 not in busy]
-    assert not _analyze(without_loop).was_ready
+    assert _analyze(without_loop).was_ready
+    v0 = [ln.replace("/vllm/v1/", "/vllm/") for ln in lines]
+    assert _analyze(v0).was_ready  # the busy loop's call
+    assert not _analyze([ln.replace("/vllm/v1/", "/vllm/") for ln in without_loop]).was_ready
     without_step = [ln for ln in lines if ", in execute_model" not in ln]
     assert not _analyze(without_step).was_ready
     # the callee before its caller (another traceback's order) does not count either
-    step = next(i for i, ln in enumerate(lines) if ", in execute_model" in ln)
-    swapped = list(lines)
+    step = next(i for i, ln in enumerate(v0) if ", in execute_model" in ln)
+    swapped = list(v0)
     swapped[busy[0]], swapped[step] = swapped[step], swapped[busy[0]]
     assert not _analyze(swapped).was_ready
 

@@ -72,6 +72,10 @@ KNOWN_MISSES = {
     "sglang-glm5-kibana-tcpstore-shut-down-early-22511.log": "disputed: four ranks' warning-level 'Failed to check the \"should dump\" flag on TCPStore, (maybe TCPStore server has shut down too early)' and nothing else: servelab reads no failure of these ranks (a warning), the reader a crash (from the issue's title)",
     "sglang-glm53-mi300-segfault-interleaved-frames-38849.log": "several processes' faulthandler dumps interleaved character by character (no line is a frame, no 'Fatal Python error'): the crash is in the issue's title, not in a line servelab can read",
     "xinference-compose-qwen25-awq-cannot-run-on-sglang-2537.log": "Xinference's logging format ('2024-11-10 10:43:13,566 xinference.api.restful_api 7 ERROR    msg': a logger name and line number between the stamp and the level) is not read as leveled, so its ERROR record is not said with the cut traceback logged after it",
+    "triton-vllm-docker-timestamp-flashattn-metadata-typeerror-6697.log": "disputed: V0's AsyncLLMEngine fails inside engine_step, which runs only while requests are in progress (servelab: was ready; fresh-24's 3971 and 1700 and fresh-13's 68 read it so); this reader saw no ready line",
+    "verl-rollout-validate-raytaskerror-actordied-2995.log": "disputed: Ray's 'RayTaskError(ActorDiedError): ray::TaskRunner.run() ...' is followed by the task's own traceback, cut before its exception line: servelab names ActorDiedError from Ray's line with a cut traceback as the evidence, the reader a complete one",
+    "slime-sglang-rollout-timeout-1562.log": "disputed: readiness from slime's own 'Rollout generation: 62%' progress bar (the trainer's line, not the engine's); cause right (RayTaskError's TimeoutError)",
+    "openrlhf-ray-vllm-actor-died-connection-eof-265.log": "Ray's death record hard-wrapped by a terminal at 150 columns: its 'Worker exit detail: ...' is on a continuation line, so the death is said without its detail (the words the reader quoted)",
     "llm-d-pd-prefill-pod-transfer-worker-runtimeerror-2433.log": "the record a bare logger printed right above its traceback ('Unexpected transfer worker error for room ...', no level, no stamp) is not said with the cut traceback (its RuntimeError, named by the raise statement, is)",
 }
 #: The expectation's evidence kind -> the words the answer may give.
@@ -104,8 +108,8 @@ def test_each_batch_states_twenty_sourced_logs_and_its_cold_score() -> None:
         assert len(cases) == 20 and len({c["file"] for c in cases}) == 20, batch
         assert {c["file"] for c in cases} == {p.name for p in batch.glob("*.log")}, batch
         for c in cases:
-            assert (batch / c["file"]).read_text().splitlines()[0] == (batch / c["file"]).read_text().splitlines()[0]
-            assert (batch / c["file"]).read_text().startswith("# source: ") and f"({c['source']})" in (batch / c["file"]).read_text().splitlines()[0]
+            first = (batch / c["file"]).read_text().splitlines()[0]
+            assert first.startswith("# source: ") and first.endswith(f"({c['source']})"), c["file"]
         assert re.search(r"\*\*Cold score: \d+/20\.?\*\*", (batch / "SCORE.md").read_text()), batch
     assert set(KNOWN_MISSES) <= {c.values[0]["file"] for c in CASES}
 

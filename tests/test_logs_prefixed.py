@@ -97,10 +97,7 @@ CAPTURED_PREFIXED = {c.path for c in load_heldout() if PREFIXED in c.classes} | 
 
 
 #: Bare logs whose own text is still learnt as a prefix (strict: each must still be, until fixed).
-KNOWN_PREFIX_MISSES = {
-    "gpustack-ascend-ray-enginecore-failed-to-start-cut-4194.log": "vLLM's process tag pasted with its colour codes' ESC and '[' both lost ('36m(EngineCore_DP0 pid=820)0m INFO ...'): "
-    "the remnants hide the tag, so the learner takes the tag for a capture prefix (state and cause are read right)",
-}
+KNOWN_PREFIX_MISSES: dict[str, str] = {}
 
 
 def test_bare_logs_learn_no_prefix_from_engine_text() -> None:

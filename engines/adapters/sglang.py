@@ -123,7 +123,7 @@ GRAMMAR = LogGrammar(
     fatal=(
         # "Received sigquit from a child process. It usually means the child failed.": a dead child,
         # evidence of death (its own traceback, when the window holds it, is stronger)
-        FatalRule("Received sigquit from a child proc", r"(?P<message>Received sigquit from a child process)", rank=4, kind="process death", unnamed=True),
+        FatalRule("Received sigquit from a child proc", r"(?P<message>Received sigquit from a child proces\w*)", rank=4, kind="process death", unnamed=True),
         # the same, in 2026 builds (tokenizer_manager's running_phase_sigquit_handler):
         # "SIGQUIT received. signum=None, frame=None. It usually means one child failed."
         FatalRule("SIGQUIT received.", r"(?P<message>SIGQUIT received\..*?It usually means one child failed\.?)", rank=4, kind="process death", unnamed=True),

@@ -261,13 +261,19 @@ GRAMMAR = LogGrammar(
     # AsyncLLM's output_handler (async_llm.py) reads the engine core's outputs once it is up; it
     # raises EngineDeadError when the core dies after that
     # serving_chat.py / serving_completion.py stream a request's answer (only a served request gets there)
+    # V0's AsyncLLMEngine steps (engine_step, step_async) only while requests are in progress
     serving_frames=(
         "run_busy_loop", "step_with_batch_queue", "sample_tokens", "output_handler", "chat_completion_stream_generator", "completion_stream_generator",
+        "engine_step", "step_async",
     ),
     # a V1 worker's busy loop calling execute_model runs a scheduled batch (its start-up calls are
     # determine_available_memory, compile_or_warm_up_model, ...); V0's profile_run calls
-    # execute_model at startup, outside any worker_busy_loop
-    serving_calls=(("worker_busy_loop", "execute_model"),),
+    # execute_model at startup, outside any worker_busy_loop; V0's LLMEngine.step runs its workers
+    # only for scheduled requests (its start-up runs them from _init_cache / _initialize_kv_caches)
+    serving_calls=(("worker_busy_loop", "execute_model"), ("step", "_run_workers")),
+    # V1 calls execute_model (engine core, executor, worker, model runner) only for a scheduled batch:
+    # a frame of it under vllm/v1/ is serving even where the window cut the busy loop's frame above it
+    serving_files=(("/v1/", "execute_model"),),
     # its logger header "INFO 12-01 12:00:00 [core.py:712] " (a launcher may re-log it behind its own)
     line_starts=(_HEADER,),
     relogged_starts=(_HEADER,),

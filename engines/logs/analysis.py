@@ -16,6 +16,7 @@ from typing import Any
 from servelab.engines.runs.state import RunState, StageState
 
 __all__ = [
+    "EVIDENCE_WORDS",
     "Analysis",
     "LinePrefix",
     "Progress",
@@ -32,6 +33,18 @@ __all__ = [
 
 #: Timestamp shapes engines print (vLLM ``11-29 11:08:09``, SGLang ``2026-11-29 11:08:09``...).
 _TS_FORMATS = ("%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%m-%d %H:%M:%S", "%H:%M:%S")
+
+
+#: A root cause's evidence (``RootCause.evidence``), in words, by the kind of a fatal rule (``FatalRule.kind``; "" a fatal record).
+EVIDENCE_WORDS = {
+    "traceback": "the innermost exception of the earliest failing traceback",
+    "traceback cut": "a traceback cut off before its exception line",
+    "": "no traceback: a fatal record",
+    "native crash": "no traceback: a native crash report",
+    "process death": "no traceback: a process died (a launcher or the engine named its exit)",
+    "killed by signal 9": "no traceback: killed by signal 9 (the OOM killer is the usual sender)",
+    "error line": "no traceback: an error-level line naming the error",
+}
 
 
 @dataclass

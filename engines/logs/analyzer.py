@@ -466,6 +466,8 @@ class LogAnalyzer:
             return
         if msg[:2] == "^M":
             msg = msg[2:]  # a carriage return pasted as caret notation
+        elif msg[:9] == "Message: " and len(msg) > 11 and msg[9] in "'\"" and msg.rstrip()[-1] == msg[9]:
+            msg = msg[9:].strip()[1:-1]  # logging's dump of a record it failed to print (its repr): its text
         rules = self._index.get(msg[:_KEY])
         if rules is not None:
             for r in rules:

@@ -237,6 +237,9 @@ class LogGrammar:
     #: serving frame, where the callee alone is not (vLLM's ``execute_model`` runs for scheduled
     #: batches when the worker's busy loop calls it, but V0's memory profiling calls it at startup).
     serving_calls: tuple[tuple[str, str], ...] = ()
+    #: (path fragment, function): a frame of the function in a file whose path holds the fragment is
+    #: a serving frame, where the function elsewhere is not (vLLM V1's ``execute_model`` under ``/v1/``).
+    serving_files: tuple[tuple[str, str], ...] = ()
     #: Function or file names in a traceback's frames -> the stage it failed in, for excerpts that
     #: start inside the traceback (no stage line before it). The innermost frame that matches wins.
     frame_stages: tuple[tuple[str, str], ...] = ()
@@ -344,6 +347,28 @@ def parse_header(text: str) -> Header:
     return _parse((), text)
 
 
+#: A colour code's remains after a process tag's ")": its ESC byte (and maybe its "[") lost in a copy.
+_TAG_REMNANT = re.compile(r"\[?\d{1,3}(?:;\d{1,3})*m ")
+_LEAD_REMNANT = re.compile(r"\[?\d{1,3}(?:;\d{1,3})*m")
+
+
+def _unremnant(text: str) -> str:
+    """``text`` without the colour code before vLLM's tag whose ESC a copy lost ("36m(EngineCore pid=8)...")."""
+    if text[:1] != "(" and (k := text.find("m(", 1, 12)) != -1 and _LEAD_REMNANT.fullmatch(text, 0, k + 1) is not None:
+        return text[k + 1 :]
+    return text
+
+
+def _tag_end(text: str) -> tuple[int, int]:
+    """(where a process tag's ")" is, where its text starts): ``(X pid=1) msg``, or with its colour
+    code's remains after it, the ESC lost in a copy ("(Worker pid=4)[0;0m msg"); (-1, 1) for neither."""
+    close = text.find(") ")
+    first = text.find(")")
+    if first != close and first != -1 and (m := _TAG_REMNANT.match(text, first + 1)) is not None:
+        return first, m.end()
+    return close, close + 2
+
+
 def _parse(bare_procs: tuple[str, ...], text: str) -> Header:
     if text[:2] == "20" or text[-8:] == "cluster]":
         text = _strip_noise_wrappers(text)
@@ -352,25 +377,36 @@ def _parse(bare_procs: tuple[str, ...], text: str) -> Header:
             if dated is not None:
                 return dated
     process = ""
-    rest = text
     c = text[:1]
+    if c != "(" and (c == "[" or "0" <= c <= "9"):
+        text = _unremnant(text)
+        c = text[:1]
+    rest = text
     if c == "(":
-        close = text.find(") ")
+        close = text.find(")")
+        if text[close + 1 : close + 2] == " ":
+            after = close + 2
+        else:
+            close, after = _tag_end(text)
         if close == -1 and text[-1:] == ")":
             close = len(text) - 1
         pid = text.find(" pid=", 1, close) if close != -1 else -1
         if pid != -1:
             process = text[1:pid]
-            rest = text[close + 2 :]
+            rest = text[after:]
             # a process that relays another's output stacks the prefixes ("(APIServer pid=1)
             # (EngineCore_DP0 pid=2) (Worker_TP0 pid=3) msg"): the innermost one wrote the line
-            while rest[:1] == "(":
-                close = rest.find(") ")
+            while True:
+                if rest[:1] != "(" and rest[:1] in "[0123456789":
+                    rest = _unremnant(rest)
+                if rest[:1] != "(":
+                    break
+                close, after = _tag_end(rest)
                 pid = rest.find(" pid=", 1, close) if close != -1 else -1
                 if pid == -1:
                     break
                 process = rest[1:pid]
-                rest = rest[close + 2 :]
+                rest = rest[after:]
             if rest[:1] == "[" and rest[:5] != "[rank" or rest[:2] == "20":
                 # Ray's tag before the engine's own dated header ("(SGLangEngine pid=7) [2026-01-27
                 # 06:50:01 TP4] msg"): the header's stamp, level and message; the writer stays Ray's
@@ -386,6 +422,7 @@ def _parse(bare_procs: tuple[str, ...], text: str) -> Header:
             process = text[1:close]
             if rest[:1] == " ":
                 rest = rest[1:]
+            rest = _unremnant(rest)
             if rest[:5] != "[rank" and rest[:1] in "([2":
                 # the rank's own process prefix or engine header after PyTorch's: both name the
                 # writer ("EngineCore_DP0@rank1"), so two ranks' copies of one process stay apart
@@ -414,6 +451,12 @@ def _parse(bare_procs: tuple[str, ...], text: str) -> Header:
                     level = msg[:sp]
                     colon = msg.find(": ", sp + 1)
                     msg = msg[colon + 2 :] if colon != -1 else msg[sp + 1 :]
+                elif msg[:1] == "(" and not inner[20:]:
+                    # a stamp before Ray's tag ("[2026-03-12 11:50:36] (TaskRunner pid=7)   File ..."):
+                    # the tag names the writer, its text is the message
+                    tagged = _parse(bare_procs, msg)
+                    if tagged.process:
+                        return Header(tagged.process, tagged.level, tagged.ts or inner[:19], tagged.msg, tagged.tag)
                 return Header(inner[20:], level, inner[:19], msg)
             if inner[:2] in ("TP", "DP", "PP", "EP") and inner[2:3].isdigit():
                 return Header(inner, "", "", text[close + 2 :])

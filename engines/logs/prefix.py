@@ -35,18 +35,24 @@ from functools import lru_cache
 
 from servelab.engines.logs.lines import Line, strip_ansi
 from servelab.engines.logs.analysis import LinePrefix
+from servelab.engines.logs.shapes import MAX_PREFIX, fields_of, is_platform, platform_shape, shape_of, strong
 
 __all__ = ["LEARN_LINES", "NEUTRAL_STARTS", "PrefixNormalizer", "line_start", "line_starts", "shape_of"]
 
 _LEVEL = rb"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)"
+#: A Python logger's header after its stamp's time: the fraction, maybe its name (and pid), the level.
+_PY_LOGGER = rb"(?:[.,]\d+)? (?:- )?(?:[\w.]+ (?:\d+ )?(?:- )?)?" + _LEVEL + rb"\b"
 #: Where a line of any engine begins, beside each engine's own forms (its grammar's ``line_starts``):
 #: the forms of the tools every engine's processes share. Engine forms only, so a capture tool's
 #: stamp is never taken for one.
 NEUTRAL_STARTS: tuple[bytes, ...] = (
     _LEVEL + rb":  ",  # uvicorn ("INFO:     127.0.0.1:...")
-    rb"\([^()\n]{0,80}?pid=\d+[^()\n]{0,80}?\) ",  # Ray's process tag (vLLM's processes print it too) "(EngineCore pid=7) "
+    # Ray's process tag (vLLM's processes print it too) "(EngineCore pid=7) ", with the remains of the colour
+    # code vLLM ends it with when a copy lost its ESC byte ("(Worker_TP5 pid=422)[0;0m ", or "[" too: ")0m ")
+    rb"\([^()\n]{0,80}?pid=\d+[^()\n]{0,80}?\)(?:\[?\d{1,3}(?:;\d{1,3})*m)? ",
     rb"\[[A-Za-z_][\w.-]{0,80}? pid=\d+\] ",  # vLLM's process tag in brackets (vllm-ascend 0.23) "[Worker_TP0 pid=7] "
-    rb"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? (?:- )?" + _LEVEL + rb"\b",  # Python logging (SGLang 2025 prints it too)
+    # Python logging (SGLang 2025 prints it too), its logger's name maybe before the level ("- __main__ - WARNING")
+    rb"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d" + _PY_LOGGER,
     rb"\[rank\d+\]:",  # torch's per-rank tag
     rb"Traceback \(most recent call last\):",
     rb'  File "',  # a traceback's frame (its indentation is the engine's)
@@ -56,7 +62,7 @@ NEUTRAL_STARTS: tuple[bytes, ...] = (
 #: ``relogged_starts``).
 NEUTRAL_RELOGGED: tuple[bytes, ...] = NEUTRAL_STARTS[1:3]
 #: A Python logger's header at the start of a line (a launcher's, when an engine line follows it) ...
-_OUTER = re.compile(rb"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)? (?:- )?" + _LEVEL + rb"\b")
+_OUTER = re.compile(rb"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d" + _PY_LOGGER)
 
 
 @lru_cache(maxsize=16)
@@ -83,10 +89,6 @@ def line_start() -> re.Pattern[bytes]:
     return line_starts()[0]
 
 
-#: A platform line: a timestamp and at most two names, nothing else (no engine text).
-_PLATFORM = re.compile(
-    rb"(?:[\w.+:/-]+ +){0,2}[\w.+:/-]*\d\d:\d\d:\d\d[\w.+:/-]*(?: +[\w.+:/@=-]+){0,2} *\r?"
-)
 #: What a capture prefix found without engine lines must hold: a time of day, or a separator glyph
 #: before its last space (``|``, ``>``, a box-drawing character).
 _TIME = re.compile(rb"(?<!\d)\d\d:\d\d:\d\d(?!\d)")
@@ -106,8 +108,6 @@ _EXCEPTION_AT = re.compile(NEUTRAL_STARTS[-1])  # (the neutral exception-line st
 _FIELD_END = re.compile(rb"(?:[:\]|>]|[\x80-\xff])$")
 #: A list item's bullet or number ("- ", "* ", "• ", "2. ", "3) "): a message's own text, never a prefix.
 _BULLET = re.compile(rb"(?:(?<= )|^)(?:[-*+]|\xe2\x80\xa2|\d{1,3}[.)])[ \t]+$")
-_TOKEN = re.compile(rb"[\w.-]+| +|.", re.S)
-_WORD = rb"[\w.-]+"
 
 #: Lines learnt from before the decision is forced (a log with few engine lines).
 LEARN_LINES = 1000
@@ -115,8 +115,6 @@ LEARN_LINES = 1000
 _EVIDENCE = 24
 #: ... or this many, when they all agree (a live log's first lines are held until then).
 _EARLY = 4
-#: A prefix candidate longer than this is text, not a prefix.
-_MAX_PREFIX = 160
 #: A shape is learnt when it stands before this share of the engine lines.
 _SHARE = 0.2
 #: Lines kept to learn from when there are too few engine lines (a short excerpt, an argparse error).
@@ -134,84 +132,6 @@ _RELEARN = 8
 _MAX_FIELDS = 12
 
 
-def _fields(prefix: bytes) -> list[list[bytes]]:
-    """The prefix's tokens grouped in fields, each ending with its run of spaces (the last maybe not)."""
-    toks = _TOKEN.findall(prefix)
-    fields: list[list[bytes]] = [[]]
-    for i, t in enumerate(toks):
-        fields[-1].append(t)
-        # a run of spaces ends a field before a word, or once the field has its punctuation
-        # (padding before a separator, ``vllm-1  | ``, stays inside it)
-        if t[:1] == b" " and i + 1 < len(toks) and (re.fullmatch(_WORD, toks[i + 1]) or _strong(fields[-1])):
-            fields.append([])
-    return fields
-
-
-def _strong(field: list[bytes]) -> bool:
-    """A field with punctuation in it (``| ``, ``]: ``, a timestamp's colons), not only names."""
-    return any(t[:1] != b" " and not re.fullmatch(_WORD, t) for t in field)
-
-
-def _render(field: list[bytes], last: bool) -> bytes:
-    out = []
-    for i, t in enumerate(field):
-        if t[:1] == b" ":
-            end = i == len(field) - 1
-            if not end or (not last and not _strong(field)):
-                out.append(b" +")  # padding, or a space between names (``Dec  1``)
-            else:
-                out.append(re.escape(t))  # the space that ends the prefix: exact (indentation follows)
-        elif re.fullmatch(_WORD, t):
-            out.append(_WORD)
-        else:
-            out.append(re.escape(t))
-    return b"".join(out)
-
-
-def shape_of(prefix: bytes) -> bytes:
-    """The regex a prefix generalises to: its fields up to the first with punctuation are required,
-    the later ones optional, each only after the one before (a stamp some lines lack)."""
-    fields = _fields(prefix)
-    while len(fields) > 1 and not _strong(fields[-1]) and _strong(fields[-2]) and fields[-2][-1][:2] == b"  ":
-        # names after a separator and more than its one space are indented: the engine's text (a
-        # frame glued behind the prefix, "vllm-1  |   File "), never a field of the prefix
-        fields.pop()
-        fields[-1] = [*fields[-1][:-1], b" "]
-    n = len(fields)
-    req = next((i for i, f in enumerate(fields) if _strong(f)), n - 1) + 1
-    # the spaces after a separator the optional fields follow are one exact space, the others the
-    # next field's own (a second tool's ``  | `` behind ``vllm-1  | ``, on some lines only)
-    lone = {i for i in range(req - 1, n - 1) if _strong(fields[i]) and fields[i][-1][:1] == b" "}
-    parts = [b" *" * (i - 1 in lone) + (_render(f[:-1], False) + b"\\ " if i in lone else _render(f, i == n - 1)) for i, f in enumerate(fields)]
-    head = b"".join(parts[:req])
-    # an optional level ends at a field with punctuation: a name alone is never stripped as one (the
-    # first word of a line without the inner prefix, "Loading safetensors ...", looks just like it)
-    levels: list[list[int]] = []
-    run: list[int] = []
-    for i in range(req, n):
-        run.append(i)
-        if _strong(fields[i]):
-            levels.append(run)
-            run = []
-    if run:
-        if levels:
-            levels[-1] += run
-        else:
-            levels.append(run)
-    tail = b""
-    for level in reversed(levels):
-        tail = b"(?:" + b"".join(parts[i] for i in level) + tail + b")?"
-    return head + tail
-
-
-def _is_platform(line: bytes) -> bool:
-    """A platform's own line (a stamp and at most two names); one whose last name ends in a colon is a
-    message's heading behind a stamp ("2026-01-05T10:00:00Z GPU Info:"), the engine's text."""
-    return len(line) <= _MAX_PREFIX and _PLATFORM.fullmatch(line) is not None and line.rstrip(b" \r")[-1:] != b":"
-
-
-def _platform_shape(line: bytes) -> bytes:
-    return b"".join(b" +" if t[:1] == b" " else _WORD if re.fullmatch(_WORD, t) else re.escape(t) for t in _TOKEN.findall(line.rstrip(b" \r")))
 
 
 class PrefixNormalizer:
@@ -267,14 +187,14 @@ class PrefixNormalizer:
             p = m.start()
             if (b := _BULLET.search(line, 0, p)) is not None:
                 p = b.start()  # a list's bullet before it ("- ImportError: ...") is the message's own text
-            if _OUTER.match(line, p) and (inner := self._relogged.search(line, p + 1, _MAX_PREFIX + 80)) is not None:
+            if _OUTER.match(line, p) and (inner := self._relogged.search(line, p + 1, MAX_PREFIX + 80)) is not None:
                 # a launcher's Python logger re-logging the engine's lines, or a capture tool's stamp
                 # before an engine header that starts with its level ("2024-07-23 19:51:51 ERROR 07-23 14:21:51 ...")
                 p = inner.start()
             if p == 0:
                 self._starts += 1
                 self._at0 += 1
-            elif p <= _MAX_PREFIX and line[p - 1 : p] in (b" ", b"\t") and line[:p].strip() and not _INDENTED.fullmatch(line, 0, p) and not (
+            elif p <= MAX_PREFIX and line[p - 1 : p] in (b" ", b"\t") and line[:p].strip() and not _INDENTED.fullmatch(line, 0, p) and not (
                 _EXCEPTION_AT.match(line, p) and _PROSE_BEFORE.fullmatch(line, 0, p)  # (spaces alone: a paste's indentation)
             ):
                 # (indented names before it are the engine's own text: a frame glued to a frame, two
@@ -290,8 +210,8 @@ class PrefixNormalizer:
                 text = line[:p].decode("utf-8", "replace")
                 if len(ex) < 4 and text not in ex:
                     ex.append(text)
-        elif _is_platform(line):
-            self._plats[_platform_shape(line)] += 1
+        elif is_platform(line):
+            self._plats[platform_shape(line)] += 1
 
     def _learn(self, buf: bytes, start: int, limit: int) -> int:
         """Learn from the complete lines of ``buf[start:]`` (at most ``limit``); returns where it stopped."""
@@ -325,7 +245,7 @@ class PrefixNormalizer:
         seg = line.split(b"\r", 1)[0]
         seg = strip_ansi(seg)
         m = self._line_start.search(seg)
-        return not (m is not None and 0 < m.start() <= _MAX_PREFIX and seg[m.start() - 1 : m.start()] in (b" ", b"\t"))
+        return not (m is not None and 0 < m.start() <= MAX_PREFIX and seg[m.start() - 1 : m.start()] in (b" ", b"\t"))
 
     def _settled(self) -> bool:
         """Enough lines seen to decide (by content only, so any chunking decides at the same line):
@@ -355,7 +275,7 @@ class PrefixNormalizer:
         """Too few engine lines: the longest shape of leading fields (with punctuation in them, and
         never past where an engine line begins) that most lines start with."""
         # (a platform line is dropped whole: it neither holds nor refuses a prefix)
-        sample = [ln for ln in self._sample if not _is_platform(ln)]
+        sample = [ln for ln in self._sample if not is_platform(ln)]
         if len(sample) < 2:
             return []
         best: list[bytes] = []
@@ -365,14 +285,14 @@ class PrefixNormalizer:
             lasts: dict[bytes, set[bytes]] = {}
             alone = 0  # lines that are an outer prefix alone (blank lines behind it): neither for nor against
             for line in sample:
-                fields = _fields(line)
+                fields = fields_of(line)
                 if len(fields) < k and line[-1:] == b" ":
                     alone += 1
                     continue
                 if len(fields) < k or (len(fields) == k and line[-1:] != b" "):
                     continue  # (a line that is the prefix alone is a blank line behind it)
                 text = b"".join(b"".join(f) for f in fields[:k]).rstrip(b" ") + b" "  # more spaces are the line's own
-                if text[-1:] != b" " or not _strong(fields[k - 1]) or not (_TIME.search(text) or _SEPARATOR.search(text)):
+                if text[-1:] != b" " or not strong(fields[k - 1]) or not (_TIME.search(text) or _SEPARATOR.search(text)):
                     continue
                 if _PERCENT.search(text) or _PERCENT_NEXT.match(line, len(text)):
                     # a progress bar's title and count are the engine's text
@@ -400,7 +320,7 @@ class PrefixNormalizer:
             if c < max(2.0, _MOST * (len(sample) - alone)) or len(lasts.get(shape, ())) > _STREAMS:
                 continue
             best = [shape]
-            self._raw[shape] = {t for t in (b"".join(b"".join(f) for f in _fields(ln)[:k]).rstrip(b" ") + b" " for ln in sample) if re.fullmatch(shape, t)}
+            self._raw[shape] = {t for t in (b"".join(b"".join(f) for f in fields_of(ln)[:k]).rstrip(b" ") + b" " for ln in sample) if re.fullmatch(shape, t)}
             ex = self._examples.setdefault(shape, [])
             if not ex:
                 ex.append(texts[shape].decode("utf-8", "replace"))

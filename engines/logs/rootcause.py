@@ -13,48 +13,17 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 
 from servelab.engines.logs.grammar import FatalRule, LogGrammar
-from servelab.engines.logs.analysis import RootCause
-from servelab.engines.logs.tblines import bare_key, cpp_record_text, is_caret, last_code, raised_name, restates
+from servelab.engines.logs.analysis import EVIDENCE_WORDS, RootCause
+from servelab.engines.logs.tblines import (
+    BARE_EXCEPTION, CHAIN_MARKERS, DEATH_REPORT, EXC_SUFFIXES, EXCEPTION_LINE, FAULT_FRAME, FRAME_LINE, NATIVE_FRAME, POINTS_ELSEWHERE,
+    REPR_WHOLE, bare_key, cpp_record_text, exception_type, is_caret, last_code, logging_call, other_exception, raised_name, restates,
+)
 
 __all__ = ["EVIDENCE_WORDS", "TracebackTracker", "EXCEPTION_LINE"]
 
-#: The answer's evidence, in words, by the kind of a fatal rule (``FatalRule.kind``; "" a fatal record).
-EVIDENCE_WORDS = {
-    "traceback": "the innermost exception of the earliest failing traceback",
-    "traceback cut": "a traceback cut off before its exception line",
-    "": "no traceback: a fatal record",
-    "native crash": "no traceback: a native crash report",
-    "process death": "no traceback: a process died (a launcher or the engine named its exit)",
-    "killed by signal 9": "no traceback: killed by signal 9 (the OOM killer is the usual sender)",
-    "error line": "no traceback: an error-level line naming the error",
-}
-
-#: ``Type: message`` at the start of a line (dotted module paths allowed).
-EXCEPTION_LINE = re.compile(
-    r"(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning|Failure)|Exception|KeyboardInterrupt|AssertionError))"
-    r"(?::\s?(?P<text>.*))?$"
-)
-_FRAME = re.compile(r'\s*File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>\S+))?')
 TB_START = "Traceback (most recent call last)"
-#: An exception whose message reports that a process died with an exit code: a launcher's word on its
-#: child ("Exception: Server process exited with code -9.", "RuntimeError: Rank 0 scheduler died during
-#: initialization (exit code: -3)"). A stop's own code (0, 2, 15, -2, -15) is not a death.
-_DEATH_REPORT = re.compile(r"\b(?:died|exited|crashed|terminated)\b[^.]{0,60}?\b(?:exit )?code:? ?(?!-?(?:0|2|15)\b)-?\d+")
-#: An exception raised with no message prints its type alone: "asyncio.exceptions.TimeoutError".
-_BARE_EXCEPTION = re.compile(r"(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)")
 #: Frames only a request in flight reaches, whatever the engine: uvicorn handing an HTTP request to the app.
 SERVING_FRAMES = ("run_asgi",)
-#: An exception whose message sends the reader elsewhere for the root cause only wraps it, whatever
-#: the engine: "Engine process failed to start. See stack trace for the root cause.", "See root cause above".
-_POINTS_ELSEWHERE = re.compile(r"\b(?:[Ss]ee|[Cc]heck)\b[^.\n]{0,40}\broot cause\b|\broot cause (?:is )?above\b")
-#: A native crash report's symbolised C++ frame (PyTorch's signal handler): not a Python traceback's.
-NATIVE_FRAME = 'File "<unknown>", line 0'
-#: A frame as faulthandler prints it (a native crash's dump: no comma before "in", no code line after it).
-_FAULT_FRAME = re.compile(r'File "[^"]*", line \d+ in \S+')
-CHAIN_MARKERS = (
-    "During handling of the above exception, another exception occurred",
-    "The above exception was the direct cause of the following exception",
-)
 MAX_CANDIDATES = 64
 #: A traceback whose process printed nothing for this many lines is over (the process died).
 STALE_LINES = 40
@@ -71,8 +40,6 @@ COMPLETE, HARVESTED, EVIDENCE, INCOMPLETE, WRAPPER = range(5)
 ERROR_LEVELS = ("ERROR", "CRITICAL", "FATAL")
 #: Exceptions that are a stop's echo, never a cause: a task cancelled while the server shuts down.
 ECHO_EXCEPTIONS = ("CancelledError",)
-#: An exception's repr as a whole record: ``AssertionError()``, ``ValueError('bad value')``.
-_REPR_WHOLE = re.compile(r"(?P<exception>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))\((?P<q>['\"]?)(?P<message>.*?)(?P=q)\)")
 #: A record that introduces a traceback without saying why: it ends a sentence or a label, names an
 #: exception, or says only that something failed ("Invocation of collective_rpc method failed").
 _HEADER = re.compile(r"[.:]$|xception|\b(?:failed|errored|crashed|error)$", re.I)
@@ -80,8 +47,6 @@ _HEADER = re.compile(r"[.:]$|xception|\b(?:failed|errored|crashed|error)$", re.I
 _PREFACE_GAP = 4
 #: Ray's dedup note at a record's end ("[repeated 3x across cluster]"): Ray's words, not the record's.
 _RAY_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
-#: An ERROR record that is only "Type: message" counts as an exception line when its type looks like one.
-_EXC_SUFFIXES = ("Error", "ption", "rrupt", "ilure")
 #: The state of a traceback that is reading its frames (the analyzer's frame runs apply only then).
 FRAMES_STATE = _FRAMES
 
@@ -113,6 +78,8 @@ class _Block:
     callers: int = 0  # bit i: a frame of the grammar's serving call i's caller was seen
     preface: str = ""  # the error record of the same logger call right before it (logger.exception(e))
     preface_at: int = 0  # its line (0: the line before the traceback's)
+    call_stack: bool = False  # logging's dump of a record it failed to print: the call's stack, no failure
+    relayed: str | None = None  # the cause Ray's wrapper line named, its remote traceback after it
 
 
 @dataclass
@@ -128,7 +95,7 @@ class _Candidate:
 
 
 def _where(frame: str) -> str | None:
-    m = _FRAME.match(frame)
+    m = FRAME_LINE.match(frame)
     if not m:
         return None
     path = m["path"].replace("\\", "/")
@@ -167,7 +134,9 @@ class TracebackTracker:
         #: (", in CALLER", ", in CALLEE") for the grammar's serving calls.
         self.serving_call_needles = tuple((f", in {a}", f", in {b}") for a, b in grammar.serving_calls)
         #: Whether frame lines still need a look for serving evidence.
-        self.watch_frames = bool(self.serving_frame_needles or self.serving_call_needles)
+        #: ('"...FRAGMENT', ", in FUNC") for the grammar's serving files.
+        self.serving_file_needles = tuple((path, f", in {f}") for path, f in grammar.serving_files)
+        self.watch_frames = bool(self.serving_frame_needles or self.serving_call_needles or self.serving_file_needles)
         #: A traceback's frames showed it failed while serving (the line of the first such frame).
         self.serving_line: int | None = None
         #: A fatal traceback or marker was seen.
@@ -267,18 +236,30 @@ class TracebackTracker:
         if (
             (error_record or not ts and not level) and colon > 0 and (msg[:1].isupper() or msg[:1].islower() and "." in msg[:colon])
             or msg in ("AssertionError", "KeyboardInterrupt")
-            or not ts and not level and _BARE_EXCEPTION.fullmatch(msg) is not None
+            or not ts and not level and BARE_EXCEPTION.fullmatch(msg) is not None
         ):
             # an exception line on its own: the end of a traceback the excerpt does not show
             m = EXCEPTION_LINE.match(msg)
-            if m and not m["type"].endswith("Warning") and (not error_record or "." in m["type"] or m["type"][-5:] in _EXC_SUFFIXES):
+            if m and not m["type"].endswith("Warning") and (not error_record or "." in m["type"] or m["type"][-5:] in EXC_SUFFIXES):
                 # read as a traceback whose frames the window does not show: the lines that go on
                 # with its message are read as the whole traceback's would be
                 b = self._start(proc, number, level, "", False)
                 b.tag = tag
                 if tail is not None and tail[1] == level and number - tail[0] <= _PREFACE_GAP:
                     b.frames.extend(tail[2])  # the last frame's code right above: a traceback's end, its top cut
-                b.exceptions.append(_Exc(m["type"], [(m["text"] or "").rstrip()], number))  # (as a traceback's own: stripped)
+                b.exceptions.append(_Exc(exception_type(m), [(m["text"] or "").rstrip()], number))  # (as a traceback's own: stripped)
+                b.state = _EXC
+                if m["cause"]:  # Ray's wrapper line: the task's traceback follows
+                    b.state, b.relayed = _FRAMES, m["cause"]
+                    b.frames.append(msg.strip())
+                return True
+            near = tail is not None and tail[1] == level and number - tail[0] <= _PREFACE_GAP
+            other = other_exception(msg.rstrip(), tail[2][-1] if near and tail is not None else "") if not level and not ts else None
+            if other is not None:  # a class without the usual suffix, dotted or the one raised right above
+                b = self._start(proc, number, level, "", False)
+                if near and tail is not None:
+                    b.frames.extend(tail[2])
+                b.exceptions.append(_Exc(other[0], [other[1]], number))
                 b.state = _EXC
                 return True
         return False
@@ -348,6 +329,10 @@ class TracebackTracker:
             return
         for n in self.serving_frame_needles:
             if n in frame:
+                self._served_at(number)
+                return
+        for path, func in self.serving_file_needles:
+            if func in frame and path in frame[: frame.find('",')]:
                 self._served_at(number)
                 return
         for i, (caller, callee) in enumerate(self.serving_call_needles):
@@ -460,6 +445,8 @@ class TracebackTracker:
         st = b.state
         if st == _FRAMES:
             if stripped.startswith('File "'):
+                if b.relayed is not None and b.exceptions and b.exceptions[-1].type == b.relayed:
+                    b.exceptions.pop()  # Ray's wrapper line: the remote traceback it relays follows, its own line ends it
                 b.frames.append(stripped)
                 b.where = stripped  # parsed only when reported
                 if self.watch_frames:
@@ -468,12 +455,22 @@ class TracebackTracker:
                     b.engine_where = stripped
                 # faulthandler's frames ('File "x.py", line 120 in spawn_main') come without code lines:
                 # what follows one is never its code ("Fatal Python error: Segmentation fault")
-                b.expect_code = _FAULT_FRAME.fullmatch(stripped) is None
+                b.expect_code = FAULT_FRAME.fullmatch(stripped) is None
                 return True
+            if stripped[:9] == "Message: " and b.frames and logging_call(b.frames[-1]):
+                # logging's "--- Logging error ---" dump ends "Call stack:" with the logger call's
+                # frames, then the record it could not print (its repr): that record is the line to read
+                b.call_stack = True
+                return False
             m = EXCEPTION_LINE.match(stripped) if stripped and not msg[:1].isspace() else None
-            if m:
-                b.exceptions.append(_Exc(m["type"], [m["text"] or ""], number, b.engine_where or b.where))
-                b.state = _EXC
+            other = other_exception(stripped, b.frames[-1]) if m is None and stripped and not msg[:1].isspace() and not b.expect_code and b.frames else None
+            if m or other:
+                name, text = (exception_type(m), m["text"] or "") if m else other  # type: ignore[misc]
+                b.exceptions.append(_Exc(name, [text], number, b.engine_where or b.where))
+                b.state = _FRAMES if m and m["cause"] else _EXC
+                if m and m["cause"]:
+                    b.relayed = name  # "RayTaskError(TimeoutError): ray::A.f() (pid=7)": the task's traceback follows
+                    b.frames.append(stripped)
                 b.expect_code = False
                 return True
             if b.expect_code or msg[:1].isspace() or is_caret(msg):
@@ -543,6 +540,8 @@ class TracebackTracker:
 
         Pure: the callers that close a traceback apply the result.
         """
+        if b.call_stack:
+            return None, None, False
         tier = self._tier(b.process)
         excerpt = list(b.frames)[-EXCERPT_LINES:]
         if not b.exceptions:
@@ -550,7 +549,7 @@ class TracebackTracker:
                 return None, None, False
             where = _where(b.engine_where or b.where or "")
             said = _RAY_REPEATED.sub("", b.preface) if self._wrapper(b.preface) is None else ""
-            named = _REPR_WHOLE.fullmatch(said)
+            named = REPR_WHOLE.fullmatch(said)
             if named is not None or said and not _HEADER.search(said):
                 # the record the traceback was logged with is the exception's own text (V0's
                 # logger.exception(e)) or its repr ("AssertionError()", which names the exception):
@@ -581,7 +580,7 @@ class TracebackTracker:
             head = (f"{words} " if words.endswith(".") else f"{words.rstrip(': ')}: ") if words else ""
             cut = "The traceback is cut off" if head.endswith(". ") else "the traceback is cut off"
             cause = RootCause(
-                raised_name(code), f"{head}{cut} before its exception line{last_frame}", b.process, start, excerpt, where,
+                raised_name(code) or b.relayed, f"{head}{cut} before its exception line{last_frame}", b.process, start, excerpt, where,
                 evidence=EVIDENCE_WORDS["traceback cut"],
             )
             return _Candidate(cause, tier, INCOMPLETE, rank=-1 if said else 0, engine=b.engine_where is not None), (b.preface_at or b.start_line - 1) if said else b.start_line, False
@@ -601,7 +600,7 @@ class TracebackTracker:
             return None, None, False
         if b.embeds:
             chosen = None  # only a wrapper of the traceback printed inside its message
-        if chosen is not None and _DEATH_REPORT.search(chosen.lines[0]) is not None:
+        if chosen is not None and DEATH_REPORT.search(chosen.lines[0]) is not None:
             # the launcher's exception only reports its child's death: evidence of that death, ranked
             # with a launcher's other words for one (the child's own traceback, even cut, says more)
             said = chosen.lines[0].strip()
@@ -653,7 +652,7 @@ class TracebackTracker:
                     if m and m["inner"].strip():
                         return m["inner"].strip()
                 return ""
-        return "" if _POINTS_ELSEWHERE.search(text) else None
+        return "" if POINTS_ELSEWHERE.search(text) else None
 
     def _context(self, text: str) -> str | None:
         """Where the wrapper in ``text`` says the failure happened ("during CUDA graph capture")."""
