@@ -123,6 +123,39 @@ async def test_reconnects_after_the_server_side_session_dies(ssh_config: SshServ
         await host.close()
 
 
+async def test_a_host_down_waits_out_one_backoff_then_each_call_tries_once_until_it_answers(downable_sshd: SshServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A link that worked gets the whole backoff when it drops (a blip rides it out); once that
+    failed, every later call tries once (a dashboard lists a down host each second: each listing must
+    not wait the backoff out again), until a connection succeeds, which re-arms the whole backoff."""
+    host = _host(downable_sshd.alias, backoff=(0.0, 0.01, 0.01, 0.01))
+    attempts: list[int] = []
+    real_open = host._open
+
+    async def counted() -> object:
+        attempts.append(1)
+        return await real_open()
+
+    monkeypatch.setattr(host, "_open", counted)
+    try:
+        assert await host.exists("/")
+        assert len(attempts) == 1
+        for _ in range(2):  # down, back, down again: the whole backoff each time it drops after working
+            downable_sshd.go_down()
+            before = len(attempts)
+            with pytest.raises(HostUnreachable):
+                await host.listdir("/")
+            assert len(attempts) - before == 4  # the whole backoff
+            for _ in range(3):
+                with pytest.raises(HostUnreachable):
+                    await host.listdir("/")
+            assert len(attempts) - before == 4 + 3  # then once per call
+            downable_sshd.come_back()
+            assert await host.exists("/")  # one attempt, and it answers
+            assert len(attempts) - before == 4 + 3 + 1
+    finally:
+        await host.close()
+
+
 async def test_a_command_cut_by_the_host_going_down_is_an_unreachable_host_not_an_exit_code(downable_sshd: SshServer, tmp_path: Path) -> None:
     """The server's session dies mid-command (the host went away): the channel closes with no exit
     status. That is the host, unreachable, never a command that 'exited 137' (a Slurm query read so

@@ -98,6 +98,7 @@ class SshHost(Host):
         self._forwards: dict[int | tuple[str, int], asyncssh.SSHListener] = {}
         #: How many connections this host has opened (the first plus reconnects): shown by tests.
         self.connects = 0
+        self._down = False  # the last connection attempt failed its whole backoff
 
     # -- connection -----------------------------------------------------------------------------
     def _lost(self, conn: asyncssh.SSHClientConnection | None = None) -> None:
@@ -151,19 +152,23 @@ class SshHost(Host):
                 return self._conn
             last: HostUnreachable | None = None
             # A host this process never reached gets a short retry (a one-shot command should say
-            # "unreachable" in about a second); a link that worked before gets the whole backoff.
-            backoff = self._backoff if self.connects else self._backoff[:2]
+            # "unreachable" in about a second); a link that worked before gets the whole backoff, once:
+            # after a whole backoff failed, each call tries once until one connects (a down host's
+            # every listing, a dashboard's each second, must not wait the backoff out again).
+            backoff = self._backoff[:1] if self._down else self._backoff if self.connects else self._backoff[:2]
             for delay in backoff:
                 if delay:
                     await asyncio.sleep(delay)
                 try:
                     self._conn = await self._open()
+                    self._down = False
                     return self._conn
                 except _Final:
                     raise
                 except HostUnreachable as exc:
                     last = exc
             assert last is not None
+            self._down = True
             raise last
 
     async def _sftp_client(self) -> asyncssh.SFTPClient:
