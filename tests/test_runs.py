@@ -218,6 +218,16 @@ async def test_artifacts(lab: Lab) -> None:
         with pytest.raises(ServelabError):
             await runs.write_artifact(rec.id, bad, b"x")
     assert (await runs.base_url(rec.id)) == f"http://127.0.0.1:{rec.port}"
+    # a located run reads and writes its own folder, by the same rules, without asking a host where it is
+    at = await runs.locate(rec.id)
+    await at.write("probe-requests.jsonl", b"{}\n")
+    assert await runs.read_artifact(rec.id, "probe-requests.jsonl") == b"{}\n" == await at.read("probe-requests.jsonl")
+    assert await at.read("run.json") is not None and await at.read("diagnosis.json") is None  # the lifecycle's files are readable
+    for bad in ("run.json", "../x", "a/b", ".hidden", "engine.log"):
+        with pytest.raises(ServelabError):
+            await at.write(bad, b"x")
+    with pytest.raises(ServelabError):
+        await at.read("../run.json")
 
 
 async def test_list_find_and_unknown_runs(lab: Lab) -> None:

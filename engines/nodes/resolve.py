@@ -71,7 +71,7 @@ async def _group(runs: RunsAPI, gid: str) -> tuple[MultiNodeRecord | None, Locat
         first = await runs.locate(node_run_id(gid, 0, 0, ""))
     except NoSuchRun:
         return None, None
-    raw = await runs.read_artifact(first, GROUP_JSON)
+    raw = await first.read(GROUP_JSON)
     return (group_from_json(gid, raw) if raw is not None else None), first
 
 

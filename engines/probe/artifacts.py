@@ -22,7 +22,8 @@ from servelab.engines.catalog.experiment import Experiment
 from servelab.engines.logs.analysis import Stage, stage_seconds, start_to_ready_s
 from servelab.engines.probe.prompts import load as load_prompts
 from servelab.engines.verdict.fairness import resolved_settings
-from servelab.engines.runs.records import LOG_NAME
+from servelab.engines.runs.records import LOG_NAME, ResolvedRun
+from servelab.engines.placements.base import placement_for
 from servelab.engines.gpus.sample import GpuSampleError, sample_host
 from servelab.engines.helpers import HelperError
 from servelab.engines.probe.conditions import RoundConditions
@@ -32,7 +33,8 @@ from servelab.engines.probe.timer import HostTimer
 from servelab.engines.runs.state import RunState
 
 if TYPE_CHECKING:
-    from servelab.engines.runs.records import Located, ResolvedRun, RunRecord, RunsAPI
+    from servelab.engines.hosts.base import Host
+    from servelab.engines.runs.records import Located, RunRecord, RunsAPI
 
 PROBE_JSON = "probe.json"
 REQUESTS_JSONL = "probe-requests.jsonl"
@@ -41,7 +43,7 @@ REQUESTS_JSONL = "probe-requests.jsonl"
 async def run_experiment(runs: RunsAPI, rec: RunRecord, at: Located | None = None) -> Experiment:
     """The definition the run was launched with (its ``experiment.toml``), else the catalog's;
     ``at``: the run, located before (its host is not asked where the run is again)."""
-    raw = await runs.read_artifact(at if at is not None else rec.id, "experiment.toml")
+    raw = await (at.read("experiment.toml") if at is not None else runs.read_artifact(rec.id, "experiment.toml"))
     if raw is not None:
         try:
             data = tomllib.loads(raw.decode("utf-8"))
@@ -52,10 +54,10 @@ async def run_experiment(runs: RunsAPI, rec: RunRecord, at: Located | None = Non
     return runs.catalog.get(rec.experiment).experiment
 
 
-async def gpu_names(runs: RunsAPI, host_name: str) -> list[str]:
+async def gpu_names(host: Host) -> list[str]:
     """GPU names from ``nvidia-smi`` on the host; empty when there is none (CPU hosts)."""
     try:
-        done = await runs.host(host_name).run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], timeout=20)
+        done = await host.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], timeout=20)
     except Exception:  # no nvidia-smi, unreachable: the identity just has no GPUs
         return []
     return [line.strip() for line in done.text().splitlines() if line.strip()] if done.ok else []
@@ -113,9 +115,10 @@ async def probe_run(runs: RunsAPI, run: str | ResolvedRun, *, progress: Progress
 
     A multi-node run (its group id or any node's run id) is probed through its head's server, and
     the results are stored in the head's folder, where :func:`load_probe` finds them for any of its ids.
-    The id is resolved once; every later step acts on the located head.
+    The id is resolved once; every later step acts on the located head (its host, its folder), and
+    goes back to ``runs`` only for the run's status and the host's other runs.
     """
-    target = await runs.resolve(run)
+    target = run if isinstance(run, ResolvedRun) else await runs.resolve(run)
     head, group, run_id = target.head, target.group, target.run_id
     st = await runs.status(head)
     if not st.alive:
@@ -124,14 +127,14 @@ async def probe_run(runs: RunsAPI, run: str | ResolvedRun, *, progress: Progress
     exp = await run_experiment(runs, rec, head)
     settings = exp.probe
     prompts = load_prompts(settings.prompts, base=runs.catalog.folder)
-    ident = identity(exp, rec, await gpu_names(runs, rec.host), group.identity() if group is not None else None)
+    ident = identity(exp, rec, await gpu_names(head.host), group.identity() if group is not None else None)
     if group is not None:
         ident["group"] = group.id
-    log = await runs.read_artifact(head, LOG_NAME)
+    log = await head.read(LOG_NAME)
     ident["resolved_settings"] = resolved_settings(get_adapter(exp.engine).settings, log) if log else {}
     if ident["resolved_settings"]:
         ident["settings_source"] = "its log"
-    base_url = await runs.base_url(head)
+    base_url = await placement_for(head.host.config).base_url(head.host, rec)
     # The timed requests are sent from the server's own host, never through the tunnel.
     host = head.host
     timer = HostTimer(host, host.config.python, f"http://127.0.0.1:{rec.port}", watch_sid=rec.pid)
@@ -146,13 +149,18 @@ async def probe_run(runs: RunsAPI, run: str | ResolvedRun, *, progress: Progress
         ready_timeout_s=ready_timeout_s,
         progress=progress,
         timer=timer,
-        conditions=host_conditions(runs, rec, bool(ident.get("gpus"))),
+        conditions=host_conditions(runs, head.host, rec, bool(ident.get("gpus"))),
     )
-    # Stage timings are final once the server is ready, so read them after the probe.
-    after = await runs.status(head)
+    # Stage timings are final once the server is ready, so read them after the probe: the log's
+    # analysis caught up (the run's status would ask its host whether it lives, known a moment ago)
+    try:
+        after = await runs.live.get(rec.id, rec.engine).catch_up(host, rec.log_path, alive=True, exit_code=None)
+    except Exception:  # as a status's: the analyzer never breaks what asked (the timings are left out)
+        runs.live.drop(rec.id)
+        after = None
     summary = result.summary.with_fields(
-        load_stages_s=load_stages_s(after.analysis.to_json() if after.analysis is not None else {}),
-        load_s=start_to_ready_s(after.analysis.stages, rec.started_local or None) if after.analysis is not None else None,
+        load_stages_s=load_stages_s(after.to_json() if after is not None else {}),
+        load_s=start_to_ready_s(after.stages, rec.started_local or None) if after is not None else None,
         run=run_id,
         experiment=rec.experiment,
         baseline_experiment=exp.baseline,
@@ -160,12 +168,12 @@ async def probe_run(runs: RunsAPI, run: str | ResolvedRun, *, progress: Progress
     if exp.speculative.method == "none" and "acceptance_source" not in summary:
         summary = summary.with_fields(acceptance=f"not measured: {rec.experiment} does not speculate")  # absent fields, said so
     result.summary = summary
-    await runs.write_artifact(head, PROBE_JSON, result.summary_json().encode("utf-8"))
-    await runs.write_artifact(head, REQUESTS_JSONL, result.requests_jsonl().encode("utf-8"))
+    await head.write(PROBE_JSON, result.summary_json().encode("utf-8"))
+    await head.write(REQUESTS_JSONL, result.requests_jsonl().encode("utf-8"))
     return result
 
 
-def host_conditions(runs: RunsAPI, rec: RunRecord, gpus: bool) -> ConditionsProbe:
+def host_conditions(runs: RunsAPI, host: Host, rec: RunRecord, gpus: bool) -> ConditionsProbe:
     """Each round's conditions completed on the run's host: the GPU sampler's mean utilisation and
     total memory in use (where the host has GPUs), and the other servelab runs alive there."""
 
@@ -174,7 +182,7 @@ def host_conditions(runs: RunsAPI, rec: RunRecord, gpus: bool) -> ConditionsProb
         util = mem = None
         if gpus:
             try:
-                sample = await sample_host(runs.host(rec.host))
+                sample = await sample_host(host)
             except (HelperError, GpuSampleError):
                 sample = None
             if sample is not None and sample.gpus:
@@ -190,8 +198,8 @@ def host_conditions(runs: RunsAPI, rec: RunRecord, gpus: bool) -> ConditionsProb
 async def load_probe(runs: RunsAPI, run: str | ResolvedRun) -> ProbeSummary | None:
     """A run's stored ``probe.json`` (None when it was never probed); a multi-node run's (its group
     id or any node's id) is the head's, where :func:`probe_run` stores it."""
-    target = await runs.resolve(run)
-    raw = await runs.read_artifact(target.head, PROBE_JSON)
+    target = run if isinstance(run, ResolvedRun) else await runs.resolve(run)
+    raw = await target.head.read(PROBE_JSON)
     if raw is None:
         return None
     try:

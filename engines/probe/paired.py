@@ -184,7 +184,7 @@ async def _side(runs: RunsAPI, target: ResolvedRun, http_timeout: float) -> _Sid
     timer = HostTimer(head.host, head.host.config.python, f"http://127.0.0.1:{rec.port}", watch_sid=rec.pid)
     http = httpx.AsyncClient(base_url=await runs.base_url(head), timeout=httpx.Timeout(http_timeout, connect=10.0), trust_env=False)
     # each round's GPU utilisation and memory where the host has GPUs, as a plain probe records them
-    side = _Side(target, timer, http, conditions=host_conditions(runs, rec, bool(await gpu_names(runs, rec.host))))
+    side = _Side(target, timer, http, conditions=host_conditions(runs, target.host, rec, bool(await gpu_names(target.host))))
     return side
 
 

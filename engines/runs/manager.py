@@ -44,16 +44,15 @@ from servelab.engines.runs.state import RunState
 from servelab.engines.placements.base import Placement, placement_for
 from servelab.engines.placements.plain import runctl
 from servelab.engines.runs.records import (
-    ARTIFACT_RE,
     EXIT_CODE,
     LOG_NAME,
-    RESERVED,
     RUN_ID_RE,
     RUN_JSON,
     RUNS_DIR,
     TAIL_BYTES,
     KnownRun,
     Located,
+    check_artifact,
     LogTail,
     NoSuchRun,
     ResolvedRun,
@@ -562,28 +561,19 @@ class Runs:
 
     # -- artifacts and the server's address ------------------------------------------------------
     async def write_artifact(self, run: RunRef, name: str, data: bytes) -> None:
-        """Store a file (``probe.json``...) in the run's folder on its host, atomically."""
-        _check_artifact(name)
-        h, rec = await self._at(run)
-        await h.write_bytes(f"{rec.run_dir}/{name}", data)
+        """Store a file (``probe.json``...) in the run's folder on its host, atomically (a located
+        run's own :meth:`Located.write` asks no host where the run is)."""
+        check_artifact(name)
+        await Located(*await self._at(run)).write(name, data)
 
     async def read_artifact(self, run: RunRef, name: str) -> bytes | None:
-        _check_artifact(name, reading=True)
-        h, rec = await self._at(run)
-        try:
-            return await h.read_bytes(f"{rec.run_dir}/{name}")
-        except FileNotFoundError:
-            return None
+        check_artifact(name, reading=True)
+        return await Located(*await self._at(run)).read(name)
 
     async def base_url(self, run: RunRef) -> str:
         """``http://127.0.0.1:<port>`` reaching the run's server from here (forwarded over SSH)."""
         h, rec = await self._at(run)
         return await self.placement(h.config).base_url(h, rec)
-
-
-def _check_artifact(name: str, *, reading: bool = False) -> None:
-    if not ARTIFACT_RE.match(name) or (not reading and name in RESERVED):
-        raise ServelabError(f"not an artifact name: {name!r}")
 
 
 def _dump(data: dict[str, Any]) -> bytes:

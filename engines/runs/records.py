@@ -224,6 +224,25 @@ class Located:
     def id(self) -> str:
         return self.record.id
 
+    async def read(self, name: str) -> bytes | None:
+        """A file of the run's folder on its host (``probe.json``, ``engine.log``...); None when absent."""
+        check_artifact(name, reading=True)
+        try:
+            return await self.host.read_bytes(f"{self.record.run_dir}/{name}")
+        except FileNotFoundError:
+            return None
+
+    async def write(self, name: str, data: bytes) -> None:
+        """Store a file (``probe.json``...) in the run's folder on its host, atomically."""
+        check_artifact(name)
+        await self.host.write_bytes(f"{self.record.run_dir}/{name}", data)
+
+
+def check_artifact(name: str, *, reading: bool = False) -> None:
+    """A run folder's file name an artifact may have (and, to write, not one the lifecycle owns)."""
+    if not ARTIFACT_RE.match(name) or (not reading and name in RESERVED):
+        raise ServelabError(f"not an artifact name: {name!r}")
+
 
 #: A run id to look up, or a run located before.
 RunRef = str | Located

@@ -13,6 +13,7 @@ from servelab.engines.catalog.folder import load_catalog
 from servelab.engines.verdict.compare import FORMATS, compare_runs, render, speed_words, wrap_verdict
 from servelab.engines.probe.paired import AB_JSON, measure
 from servelab.engines.probe.artifacts import PROBE_JSON, REQUESTS_JSONL, probe_run, wait_for_ready
+from servelab.engines.nodes.resolve import resolve_run
 from servelab.engines.runs.manager import Runs
 from servelab.tui.commands.hostloop import run_on_hosts
 
@@ -60,7 +61,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         print(f"probe: {msg}", file=sys.stderr, flush=True)
 
     async def body(runs: Runs) -> int:
-        target = await runs.resolve(args.run)  # once: the wait and the probe act on the run it names
+        target = await resolve_run(runs, args.run)  # once: the wait and the probe act on the run it names
         if args.wait:
             say("waiting for the server to be ready")
             await wait_for_ready(runs, target)
