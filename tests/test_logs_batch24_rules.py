@@ -201,3 +201,14 @@ def test_python_logging_with_its_loggers_name_is_a_lines_start_not_a_prefix(name
     lines = [f"2025-03-18 10:24:{attempt - k:02d},134 - {name} - {level} - Attempt {attempt - k}: Please wait for sglang server to become ready..." for k in range(8)]
     a = analyze_bytes(_log([*reversed(lines), "Loading safetensors checkpoint shards:  50% Completed | 2/4 [00:33<00:36, 18.44s/it]"]), "sglang")
     assert a.prefix is None
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from(["EngineCore_DP0", "Worker_TP1", "APIServer"]), _PID, st.sampled_from(["", " ", "[0;0m "]))
+def test_a_process_tag_alone_is_that_processs_blank_line(proc: str, pid: int, after: str) -> None:
+    """A tag with nothing after it (the blank line of a traceback, its trailing space stripped by a
+    paste) is the process's blank line, however the tag ends."""
+    from servelab.engines.logs.grammar import parse_header
+
+    h = parse_header(f"({proc} pid={pid}){after}".rstrip(" ") if after != " " else f"({proc} pid={pid}) ")
+    assert h.process == proc and h.msg.strip() == ""

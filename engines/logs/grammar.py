@@ -348,7 +348,7 @@ def parse_header(text: str) -> Header:
 
 
 #: A colour code's remains after a process tag's ")": its ESC byte (and maybe its "[") lost in a copy.
-_TAG_REMNANT = re.compile(r"\[?\d{1,3}(?:;\d{1,3})*m ")
+_TAG_REMNANT = re.compile(r"\[?\d{1,3}(?:;\d{1,3})*m(?: |$)")
 _LEAD_REMNANT = re.compile(r"\[?\d{1,3}(?:;\d{1,3})*m")
 
 
@@ -389,7 +389,7 @@ def _parse(bare_procs: tuple[str, ...], text: str) -> Header:
         else:
             close, after = _tag_end(text)
         if close == -1 and text[-1:] == ")":
-            close = len(text) - 1
+            close, after = len(text) - 1, len(text)  # the tag alone (a blank line of the process's, its space stripped)
         pid = text.find(" pid=", 1, close) if close != -1 else -1
         if pid != -1:
             process = text[1:pid]
