@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from servelab.engines.diagnosis.artifacts import temperature_arg
 from servelab.engines.diagnosis.identity import settings_of
 from servelab.engines.diagnosis.local import local_match, stated_match
-from servelab.engines.diagnosis.model import Diagnosis, DrafterIdentity, from_dict
+from servelab.engines.diagnosis.model import Arm, Diagnosis, DrafterIdentity, from_dict
 from servelab.engines.diagnosis.rules import FAR_BELOW_REFERENCE, RunFacts, diagnose
 from servelab.engines.catalog.experiment import Experiment
 from tests.fixtures.findings import NO_COST, NO_REF, arm, meas
@@ -151,9 +151,7 @@ def test_settings_are_what_changes_the_computation() -> None:
     assert settings_of(cfg, {"fc.weight"})["d2t"] == "absent"
 
 
-def counted(name: str, accepted: float, tokens: float) -> "Arm":
-    from servelab.engines.diagnosis.model import Arm
-
+def counted(name: str, accepted: float, tokens: float) -> Arm:
     return Arm(name, 2, 2, drafts=tokens / 2, draft_tokens=tokens, accepted=accepted, rate=accepted / tokens,
                per_position=[accepted / tokens], unique_bigrams=0.95)
 
@@ -169,3 +167,17 @@ def test_a_category_far_below_needs_a_share_and_evidence(prose: tuple[int, int],
     o = counted("overall", prose[0] + code[0], prose[1] + code[1])
     f = [x.code for x in diagnose(FACTS, meas(o, cats=[p, c]), NO_COST, NO_REF)]
     assert ("category-gap" in f) == gap, f
+
+
+def test_a_local_reference_keeps_what_its_run_showed_as_trained_and_never_its_notes() -> None:
+    """Read back from diagnosis.json, the best run's own findings (by key) travel with the reference."""
+    cats = [arm("prose", 0.1), arm("code", 0.5)]
+    o = arm("overall", 0.3, [0.5, 0.1])
+    found = diagnose(FACTS, meas(o, cats), NO_COST, NO_REF)
+    diag = Diagnosis("r1", "good", "vllm", "eagle3", 2, "2026-12-01T10:00:00+00:00", meas(o, cats), NO_COST, NO_REF, found, 1.0, None, GOOD)
+    ref = local_match(GOOD, [from_dict(diag.to_dict())])
+    assert ref is not None and "category-gap:prose" in ref.shows
+    assert not {f.key for f in found if f.severity == "info"} & set(ref.shows) and {f.severity for f in found} & {"info"}
+    # the same gap now ranks under this run's own finding (a curve that falls off at a higher K)
+    now = diagnose(RunFacts("eagle3", 5, "/m/target", "/m/drafter"), meas(arm("overall", 0.2, [0.5, 0.1, 0.02, 0.01, 0.0]), cats), NO_COST, ref)
+    assert [f.code for f in now][0] == "k-too-high", [f.key for f in now]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from servelab.engines.diagnosis.model import Diagnosis, ReferenceMatch, StepCost, from_dict
 from servelab.engines.diagnosis.reference import closest
 from servelab.engines.diagnosis.rules import RunFacts, diagnose
@@ -133,3 +135,43 @@ def test_dead_start_with_clean_drafter_checks_is_an_untrained_drafter() -> None:
     f = diagnose(RunFacts("eagle3", 3, "/m/t", "/m/d", warn), meas(o), NO_COST, NO_REF)
     assert "untrained or unrelated drafter" in f[0].message and "warnings to rule out: aux-layers-convention" in f[0].evidence
     assert f[0].next.startswith("[speculative] draft_model = a drafter trained")
+
+
+# A gap in the drafter's training data that its local reference run shows too (the same weights on
+# the same target, served as trained) is how the drafter was trained: this run's own finding leads.
+FALLS = arm("overall", 0.3, [0.75, 0.3, 0.1, 0.05, 0.02])  # steep: k-too-high at K=5 is this run's own
+TRAITS = {
+    "category-gap:translation": dict(cats=[arm("conversation", 0.55), arm("coding", 0.6), arm("math", 0.5), arm("translation", 0.05)]),
+    "template-gap:raw": dict(raw=arm("raw", 0.6)),
+    "template-gap:chat-templated": dict(raw=arm("raw", 0.05)),
+    "thinking-gap:on": dict(on=arm("on", 0.1), off=arm("off", 0.5)),
+    "thinking-gap:off": dict(on=arm("on", 0.5), off=arm("off", 0.1)),
+}
+
+
+def local(shows: list[str], then: list[float] | None = None) -> ReferenceMatch:
+    pp = then or FALLS.per_position
+    return ReferenceMatch(True, "this drafter's run r0", "figure", pp[0], pp[0], "servelab history: run r0", "best", kind="local", run="r0",
+                          per_position=pp, drafts=50.0, shows=shows)
+
+
+@pytest.mark.parametrize("key", sorted(TRAITS))
+def test_a_training_gap_the_local_reference_shows_too_ranks_under_this_runs_own_finding(key: str) -> None:
+    facts = RunFacts("eagle3", 5, "/m/target", "/m/drafter")
+    m = meas(FALLS, **TRAITS[key])  # type: ignore[arg-type]
+    alone = diagnose(facts, m, NO_COST, local([]))
+    trait = next(f for f in alone if f.key == key)
+    assert codes(alone).index(trait.code) < codes(alone).index("k-too-high"), codes(alone)
+    other = "category-gap:coding" if key.startswith("category") else f"{key.split(':')[0]}:elsewhere"
+    for unshared in (local([other]), NO_REF):  # another category or form, or no local reference: unchanged
+        assert [f.key for f in diagnose(facts, m, NO_COST, unshared)][:2] == [f.key for f in alone][:2]
+    shared = diagnose(facts, m, NO_COST, local([key, "k-too-high"]))
+    ks = [f.key for f in shared]
+    assert ks[0] == "k-too-high" and ks.index(key) > ks.index("k-too-high"), ks
+    assert "the reference run r0 shows it too" in next(f for f in shared if f.key == key).evidence
+    # far below the same reference, a shared gap explains nothing: the drafter itself is weaker
+    below = diagnose(facts, m, NO_COST, local([key], then=[0.99, 0.9, 0.8, 0.7, 0.6]))
+    ref = next(f for f in below if f.code == "below-reference")
+    assert trait.code not in ref.message and "the drafter itself is weaker" in ref.message, ref.message
+    assert trait.code in next(f for f in diagnose(facts, m, NO_COST, local([], then=[0.99, 0.9, 0.8, 0.7, 0.6])) if f.code == "below-reference").message
+

@@ -92,6 +92,7 @@ def local_match(identity: DrafterIdentity, earlier: list[Diagnosis]) -> Referenc
         why=f"the best of {len(earlier)} earlier diagnosed run(s) of the same drafter weights on these target weights and engine"
         + (f"; changed since: {'; '.join(changed)}" if changed else ""),
         kind="local", run=best.run, per_position=list(o.per_position), changed=changed, drafts=o.drafts,
+        shows=[f.key for f in best.findings if f.severity != "info"],
     )
 
 

@@ -26,6 +26,13 @@ class Finding(AsDict):
     evidence: str
     next: str
     weight: float = 0.0
+    #: What the finding is about within its code (a category's name, the better prompt form); "" for the run as a whole.
+    about: str = ""
+
+    @property
+    def key(self) -> str:
+        """The same finding in another run's diagnosis has the same key."""
+        return f"{self.code}:{self.about}" if self.about else self.code
 
 
 @dataclass(frozen=True)
@@ -169,6 +176,8 @@ class ReferenceMatch(AsDict):
     changed: list[str] = field(default_factory=list)
     #: A local reference's draft steps (each drafts one token at each position): the fall's significance.
     drafts: float | None = None
+    #: A local reference run's own findings (their keys, notes left out): what the drafter showed as trained.
+    shows: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

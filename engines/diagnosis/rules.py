@@ -184,7 +184,7 @@ def diagnose(facts: RunFacts, m: Measurements, cost: StepCost, ref: ReferenceMat
             f"acceptance differs between chat-templated and raw prompts: the {better} form suits the drafter",
             f"chat {_pct(rate)} vs raw {_pct(m.raw.rate)} on the same texts (gap {abs(m.raw.rate - rate):.0%} >= {TEMPLATE_GAP:.0%})",
             "serve the chat template the drafter was trained with: [engine_args] chat-template = \"<the training template>\"",
-            1.2 + abs(m.raw.rate - rate),
+            1.2 + abs(m.raw.rate - rate), about=better,
         ))
     if trained and m.thinking_on is not None and m.thinking_off is not None and m.thinking_on.rate is not None and m.thinking_off.rate is not None:
         gap = abs(m.thinking_on.rate - m.thinking_off.rate)
@@ -194,7 +194,7 @@ def diagnose(facts: RunFacts, m: Measurements, cost: StepCost, ref: ReferenceMat
                 "thinking-gap", "warning", f"acceptance drops with thinking {worse}: the drafter was trained the other way",
                 f"thinking on {_pct(m.thinking_on.rate)} vs off {_pct(m.thinking_off.rate)}",
                 f"chat_template_kwargs enable_thinking = {'false' if worse == 'on' else 'true'} in the clients, or retrain the drafter with thinking {worse}",
-                1.2 + gap,
+                1.2 + gap, about=worse,
             ))
 
     # -- a category far below ---------------------------------------------------------------------
@@ -209,7 +209,7 @@ def diagnose(facts: RunFacts, m: Measurements, cost: StepCost, ref: ReferenceMat
                     "category-gap", "warning", f"category {a.name} is far below the others: a gap in the drafter's training data",
                     f"{a.name} {_pct(a.rate)} vs median of the others {_pct(mid)} ({_rates(cats)})",
                     f"train the drafter on {a.name} data (or [probe] prompts without {a.name} to compare like with like)",
-                    1.0 + (mid - a.rate),
+                    1.0 + (mid - a.rate), about=a.name,
                 ))
 
     # -- temperature -----------------------------------------------------------------------------
@@ -238,7 +238,8 @@ def diagnose(facts: RunFacts, m: Measurements, cost: StepCost, ref: ReferenceMat
     if paired is not None:
         out.append(paired)
     # -- the reference -----------------------------------------------------------------------------
-    out.extend(_reference_findings(ref, rate, o.per_position, facts, out, o.drafts))
+    own = [f for f in out if not _as_trained(f, ref)]
+    out.extend(_reference_findings(ref, rate, o.per_position, facts, own, o.drafts))
     # -- the step cost -----------------------------------------------------------------------------
     if cost.estimated_speedup is not None:
         meas = f"; measured {cost.measured_speedup:.2f}x" if cost.measured_speedup is not None else ""
@@ -256,6 +257,7 @@ def diagnose(facts: RunFacts, m: Measurements, cost: StepCost, ref: ReferenceMat
     model = cost_model(m, cost, facts.k)
     if model is not None:
         out = _with_cost_model(out, model)
+    out = [_shared(f, ref) if _as_trained(f, ref) else f for f in out]
     if not out or all(f.severity == "info" for f in out):
         if rate >= PRAISE_FROM and not is_degenerate(share):
             out.append(Finding("healthy", "info", f"acceptance {_pct(rate)} with a {shape.shape} curve: no fault found", shape.text,
@@ -307,6 +309,22 @@ def _reference_findings(ref: ReferenceMatch, rate: float, per_position: list[flo
     nxt = (f"servelab drafter {facts.drafter or 'DRAFT'} --target {facts.model} first; then the template and thinking A/B above"
            if ref.kind == "published" else "train the drafter longer or on data like the served prompts, and compare with the reference run")
     return [Finding("below-reference", "warning", message, f"{ref.figure}; {ref.why}; {ref.source}", nxt, 0.9 if named else 1.8)]
+
+
+#: Gaps in the drafter's training data. One its local reference run shows too (the same code about
+#: the same category or prompt form) is how the drafter was trained, not what changed since: it ranks
+#: under every finding of this run's own and explains no fall below that reference.
+AS_TRAINED = frozenset({"template-gap", "thinking-gap", "category-gap"})
+SHARED_WEIGHT = 0.5
+
+
+def _as_trained(f: Finding, ref: ReferenceMatch) -> bool:
+    return ref.kind == "local" and f.severity == "warning" and f.code in AS_TRAINED and f.key in ref.shows
+
+
+def _shared(f: Finding, ref: ReferenceMatch) -> Finding:
+    return replace(f, evidence=f"{f.evidence}; the reference run {ref.run} shows it too: the drafter as trained, not what changed since",
+                   weight=min(f.weight, SHARED_WEIGHT))
 
 
 #: Above every warning but a drafter fault: when speculation loses, the factor that cost the most leads.
