@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from servelab.engines.adapters.base import get_adapter
-from servelab.engines.logs import rootcause
+from servelab.engines.logs import rootcause, tbstate
 from servelab.engines.logs.analyzer import LogAnalyzer
 from servelab.engines.logs.files import analyze_bytes, guess_engine
 from servelab.engines.logs.hints import HINTS, find_hint
@@ -154,7 +154,7 @@ def test_memory_is_bounded_on_a_long_noisy_log() -> None:
     assert len(an._tail) < 10_000
     assert len(an._tb._cands) <= rootcause.MAX_CANDIDATES
     assert len(s.spec_series) <= SERIES_POINTS and len(s.throughput_series) == SERIES_POINTS
-    assert all(len(b.frames) <= rootcause.MAX_FRAMES for b in an._tb._open.values())
+    assert all(len(b.frames) <= tbstate.MAX_FRAMES for b in an._tb._open.values())
     assert s.lines > 40_000
 
 

@@ -9,11 +9,11 @@ earliest finished one per (kind, tier, process) is kept, at most ``MAX_CANDIDATE
 from __future__ import annotations
 
 import re
-from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from servelab.engines.logs.grammar import FatalRule, LogGrammar
 from servelab.engines.logs.analysis import EVIDENCE_WORDS, RootCause
+from servelab.engines.logs.tbstate import AFTER as _AFTER, CHAIN as _CHAIN, EXC as _EXC, FRAMES as _FRAMES, Block as _Block, Exc as _Exc
 from servelab.engines.logs.tblines import (
     BARE_EXCEPTION, CHAIN_MARKERS, DEATH_REPORT, EXC_SUFFIXES, EXCEPTION_LINE, FAULT_FRAME, FRAME_LINE, NATIVE_FRAME, POINTS_ELSEWHERE,
     REPR_WHOLE, bare_key, cpp_record_text, exception_type, is_caret, last_code, logging_call, other_exception, raised_name, restates,
@@ -27,11 +27,9 @@ SERVING_FRAMES = ("run_asgi",)
 MAX_CANDIDATES = 64
 #: A traceback whose process printed nothing for this many lines is over (the process died).
 STALE_LINES = 40
-MAX_FRAMES = 12
 MAX_MESSAGE_LINES = 40
 EXCERPT_LINES = 16
 
-_FRAMES, _EXC, _AFTER, _CHAIN = range(4)
 #: Candidate kinds, best first: a traceback with its exception line, a wrapper's harvested inner
 #: text, fatal evidence without a traceback (a device assertion, NCCL's watchdog...), a traceback
 #: cut before its exception line or a one-line marker, a wrapper alone (never the cause).
@@ -49,37 +47,6 @@ _PREFACE_GAP = 4
 _RAY_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 #: The state of a traceback that is reading its frames (the analyzer's frame runs apply only then).
 FRAMES_STATE = _FRAMES
-
-
-@dataclass
-class _Exc:
-    type: str
-    lines: list[str]
-    line: int
-    where: str | None = None
-
-
-@dataclass
-class _Block:
-    process: str
-    start_line: int
-    level: str  # logger level of a logger-emitted traceback ("" for raw output)
-    raw: bool  # continuation lines come without a prefix (SGLang's rank tracebacks)
-    frames: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_FRAMES))
-    where: str | None = None  # innermost 'File "..."' line so far
-    engine_where: str | None = None  # innermost one inside the engine's own package
-    exceptions: list[_Exc] = field(default_factory=list)
-    state: int = _FRAMES
-    last: int = 0  # line number of its latest line
-    tag: str = ""  # logger call site of a logger-emitted traceback
-    embeds: bool = False  # its exception message carried another traceback
-    expect_code: bool = False
-    chained: bool = False
-    callers: int = 0  # bit i: a frame of the grammar's serving call i's caller was seen
-    preface: str = ""  # the error record of the same logger call right before it (logger.exception(e))
-    preface_at: int = 0  # its line (0: the line before the traceback's)
-    call_stack: bool = False  # logging's dump of a record it failed to print: the call's stack, no failure
-    relayed: str | None = None  # the cause Ray's wrapper line named, its remote traceback after it
 
 
 @dataclass
@@ -123,6 +90,8 @@ class TracebackTracker:
         self._wrapper_marks: dict[str, int] = {}
         #: process -> (line, (level, tag, ts), message) of its last error record outside a traceback
         self._last_error: dict[str, tuple[int, tuple[str, str, str], str]] = {}
+        #: per process, the error record of another call site before its last one (line, text)
+        self._error_before: dict[str, tuple[int, str]] = {}
         #: per process, its last lines when they were a frame's code and caret lines outside any open
         #: traceback (the window starts inside one): (line, level, the lines)
         self._code_tail: dict[str, tuple[int, str, list[str]]] = {}
@@ -212,10 +181,16 @@ class TracebackTracker:
                 # with the record's own prefix, or bare on the next line of its process: Python's own
                 # formatter, other ranks' lines maybe between)
                 b.preface = last[2]
+                before = self._error_before.get(proc)
+                if before is not None and 0 < last[0] - before[0] <= _PREFACE_GAP:
+                    b.error_above = before
             elif not msg.startswith(TB_START) and (said := msg[: msg.find(TB_START)].strip()):
                 b.preface, b.preface_at = said, number  # a header glued before it ("Scheduler hit an exception: Traceback ...")
             return True
         if level in ERROR_LEVELS and tag:
+            prev = self._last_error.get(proc)
+            if prev is not None and prev[1][1] != tag:
+                self._error_before[proc] = (prev[0], prev[2])
             self._last_error[proc] = (number, (level, tag, ts), msg.strip())
         stripped = msg.lstrip()
         if stripped.startswith('File "') and ", line " in stripped and not stripped.startswith(NATIVE_FRAME):
@@ -568,6 +543,11 @@ class TracebackTracker:
                 # answer starts at that warning
                 last_frame += f"; the warning before it: {warned[1]}"
                 start = warned[0]
+            elif b.error_above is not None and not said and self._wrapper(b.error_above[1]) is None:
+                # the same for an error record of another call site right above the wrapper the
+                # traceback was logged with ("NIXL is not available", then "EngineCore failed to start.")
+                last_frame += f"; the error before it: {b.error_above[1]}"
+                start = b.error_above[0]
             # a header it was logged with ("Exception in worker VllmWorkerProcess while processing
             # method determine_num_available_blocks.") says where: kept, and a cut traceback that
             # says something ranks above one that says nothing (its window starts at the header)
