@@ -98,6 +98,11 @@ CAPTURED_PREFIXED = {c.path for c in load_heldout() if PREFIXED in c.classes} | 
 
 #: Bare logs whose own text is still learnt as a prefix (strict: each must still be, until fixed).
 KNOWN_PREFIX_MISSES: dict[str, str] = {}
+#: Logs captured behind a prefix (as their expectations state) whose prefix is still not learnt (strict too).
+KNOWN_UNLEARNT: dict[str, str] = {
+    "sglang-pd-hicache-native-frames-bin-sh-prefix-13912.log":
+        "a launcher's tag after a stamp in SGLang's own form ('[2025-11-25 16:01:47] [/bin/sh@<0,0>]: '): the stamp reads as the engine's line start",
+}
 
 
 def test_bare_logs_learn_no_prefix_from_engine_text() -> None:
@@ -108,6 +113,9 @@ def test_bare_logs_learn_no_prefix_from_engine_text() -> None:
         p = analyze_bytes(path.read_bytes()).prefix
         if path.name in KNOWN_PREFIX_MISSES:
             assert p is not None and p.stripped > 0, f"{_name(path)} is read right now: take it out of KNOWN_PREFIX_MISSES"
+            continue
+        if path.name in KNOWN_UNLEARNT:
+            assert p is None or not p.stripped, f"{_name(path)} is read right now: take it out of KNOWN_UNLEARNT"
             continue
         if path in CAPTURED_PREFIXED and b"^[[" not in path.read_bytes():
             assert p is not None and p.shapes and p.stripped > 0, (_name(path), p)

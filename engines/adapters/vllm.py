@@ -260,11 +260,12 @@ GRAMMAR = LogGrammar(
     # EngineCore's busy loop and the model runner's sampling step run only for scheduled requests
     # AsyncLLM's output_handler (async_llm.py) reads the engine core's outputs once it is up; it
     # raises EngineDeadError when the core dies after that
-    # serving_chat.py / serving_completion.py stream a request's answer (only a served request gets there)
-    # V0's AsyncLLMEngine steps (engine_step, step_async) only while requests are in progress
+    # serving_chat.py / serving_completion.py stream or gather a request's answer (only a served request gets there)
+    # V0's AsyncLLMEngine steps (engine_step, step_async) only while requests are in progress, and runs
+    # one request's stream in _process_request (AsyncLLMEngine.generate's)
     serving_frames=(
         "run_busy_loop", "step_with_batch_queue", "sample_tokens", "output_handler", "chat_completion_stream_generator", "completion_stream_generator",
-        "engine_step", "step_async",
+        "chat_completion_full_generator", "engine_step", "step_async", "_process_request",
     ),
     # a V1 worker's busy loop calling execute_model runs a scheduled batch (its start-up calls are
     # determine_available_memory, compile_or_warm_up_model, ...); V0's profile_run calls

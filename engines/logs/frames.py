@@ -112,6 +112,8 @@ class FrameRuns:
         for k, ln in enumerate(lines):
             st = ln[head:].strip()
             if st.startswith('File "'):
+                if b.where is None:
+                    self._tb.outermost_frame(b, st)
                 b.where = st
                 if pkg in st:
                     b.engine_where = st

@@ -317,6 +317,13 @@ class TracebackTracker:
             if caller in frame:
                 block.callers |= 1 << i
 
+    @staticmethod
+    def outermost_frame(b: _Block, frame: str) -> None:
+        """A traceback's first frame. multiprocessing prints its child's traceback from ``_bootstrap``
+        itself ("Process SpawnProcess-1:" above it): no error record before it is its exception's text."""
+        if b.preface and frame.endswith(", in _bootstrap") and "multiprocessing" in frame:
+            b.preface = ""
+
     def serving_code(self, number: int, code: str) -> None:
         """A frame's code line: a call of one of the grammar's serving frames
         (``scheduler.event_loop_overlap()``) means the frames after it are inside it, even when the
@@ -422,6 +429,8 @@ class TracebackTracker:
             if stripped.startswith('File "'):
                 if b.relayed is not None and b.exceptions and b.exceptions[-1].type == b.relayed:
                     b.exceptions.pop()  # Ray's wrapper line: the remote traceback it relays follows, its own line ends it
+                if b.where is None:
+                    self.outermost_frame(b, stripped)
                 b.frames.append(stripped)
                 b.where = stripped  # parsed only when reported
                 if self.watch_frames:

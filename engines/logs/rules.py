@@ -123,6 +123,10 @@ FATAL_EVIDENCE: tuple[FatalRule, ...] = (
     # a worker killed by a signal: "Worker VllmWorkerProcess pid 214281 died, exit code: -11" (not SIGTERM /
     # SIGINT, -15 / -2: the worker was told to stop, as on Ctrl-C)
     FatalRule("died, exit code", r"(?P<message>\S+(?: pid \d+)? died, exit code:? -(?!15\b|2\b)\d+)", rank=4, anywhere=True, kind=DEATH),
+    # CPython's dump of an exception it could not print (sys.excepthook failed, sys.stderr lost, a fatal
+    # error): "object type name: RecursionError", then "object repr     : RecursionError('maximum recursion
+    # depth exceeded')", then "lost sys.stderr": the repr names the exception that ended the process
+    FatalRule("object repr", r"^object repr\s*: " + _REPR, rank=3),
     # CPython's faulthandler on a native crash: "Fatal Python error: Segmentation fault" (then the
     # thread stacks, "Thread 0x... (most recent call first):", which are not a traceback)
     FatalRule("Fatal Python error: ", r"(?P<message>Fatal Python error: .+)", rank=0, anywhere=True, kind=NATIVE),
