@@ -161,8 +161,11 @@ GRAMMAR = LogGrammar(
     serving=(UVICORN_SERVED, Evidence("Prefill batch")),
     # scheduler.py's crash dump of the requests it was running (the SIGQUIT / exception path)
     serving_errors=(Evidence("Dumping requests before crash"),),
-    # the scheduler's event loops (event_loop_normal, event_loop_overlap, event_loop_pp...) run batches
-    serving_frames=("event_loop_",),
+    # the scheduler's event loops (event_loop_normal, event_loop_overlap, event_loop_pp...) run batches;
+    # before them (2024) the controller's TP worker ran a decode batch in forward_decode_batch
+    serving_frames=("event_loop_", "forward_decode_batch"),
+    # the detokenizer's event loop wakes only for the scheduler's decoded tokens of a running batch
+    serving_files=(("detokenizer_manager", "event_loop"),),
     # the launcher's warm-up request (after uvicorn is up, before "fired up") runs a prefill and a
     # decode batch in the scheduler's event loop
     warmup_work=("Prefill batch", "Decode batch"),

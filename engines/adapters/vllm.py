@@ -231,7 +231,9 @@ GRAMMAR = LogGrammar(
         ("initialize_model_parallel", "config"),
         ("init_device", "config"),
     ),
-    benign_tracebacks=("Exception in ASGI application",),
+    # a failed request's traceback; a tool parser's, logged and answered without tool calls (tool_parsers/*.py
+    # catch whatever extraction raises: "Error in extracting tool call from response.")
+    benign_tracebacks=("Exception in ASGI application", "Error in extracting tool call from response", "Error trying to handle streaming tool call"),
     # readiness from serving evidence (the figures lines count as served too): the API server starts
     # only once the engine is up, so any access line means it was up
     up=(UVICORN_ANSWERED,),

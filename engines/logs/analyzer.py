@@ -388,8 +388,8 @@ class LogAnalyzer:
         """
         if not seg:
             return
-        if "^" in seg and ("^[" in seg or "^M" in seg):
-            seg = strip_caret(seg)  # escapes a paste kept in caret notation
+        if "^" in seg and ("^[" in seg or "^M" in seg) or "#033[" in seg:
+            seg = strip_caret(seg)  # escapes a paste kept in caret notation (or syslog's octal)
         if (len(seg) >= GLUED_MIN or seg.startswith(OTHER_LEADS) and OTHER_RECORD.match(seg) is not None) and (records := self._unglue.split(seg)) is not None:
             for record in records:  # records a paste glued into one line: each read as its own
                 self._segment(record)

@@ -42,8 +42,9 @@ class Line:
 
 #: The same sequences in a terminal's caret notation, as ``cat -v`` or a pager shows them and a paste
 #: keeps them: ESC as the two characters ``^[`` ("^[[1;36m(EngineCore_DP0 pid=7)^[[0;0m"), and a CR
-#: before the line's end as ``^M``. One pattern, for raw bytes and for a decoded line.
-_CARET_PATTERN = r"\^\[\[[0-9;?]*[ -/]*[@-~]|\^M(?=\r?\n|$)"
+#: before the line's end as ``^M``; syslog's octal escape of ESC is ``#033`` ("#033[1;36m(VllmWorker rank=2
+#: pid=7)#033[0;0m", rsyslog's escaping of control characters). One pattern, for raw bytes and for a decoded line.
+_CARET_PATTERN = r"(?:\^\[|#033)\[[0-9;?]*[ -/]*[@-~]|\^M(?=\r?\n|$)"
 _CARET = re.compile(_CARET_PATTERN.encode(), re.M)
 _CARET_TEXT = re.compile(_CARET_PATTERN, re.M)
 
@@ -58,7 +59,7 @@ def strip_ansi(data: bytes) -> bytes:
     """Remove ANSI escape sequences from raw bytes (and their caret notation, a paste of a terminal's)."""
     if b"\x1b" in data:
         data = _ANSI.sub(b"", data)
-    return _CARET.sub(b"", data) if b"^[" in data or b"^M" in data else data
+    return _CARET.sub(b"", data) if b"^[" in data or b"^M" in data or b"#033[" in data else data
 
 
 class LineSplitter:

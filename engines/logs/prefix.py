@@ -134,6 +134,12 @@ _MAX_FIELDS = 12
 
 
 
+
+def _separated(line: bytes, p: int) -> bool:
+    """What stands before ``p`` ends a field: white space, or a CSV export's separator (a CloudWatch
+    export's '1756144012376,"' before the engine's line)."""
+    return line[p - 1 : p] in (b" ", b"\t", b",") or line[p - 2 : p] == b',"'
+
 class PrefixNormalizer:
     """Chunk-wise prefix stripper in front of the analyzer: ``feed(bytes) -> bytes``, ``finish() -> bytes``."""
 
@@ -194,7 +200,7 @@ class PrefixNormalizer:
             if p == 0:
                 self._starts += 1
                 self._at0 += 1
-            elif p <= MAX_PREFIX and line[p - 1 : p] in (b" ", b"\t") and line[:p].strip() and not _INDENTED.fullmatch(line, 0, p) and not (
+            elif p <= MAX_PREFIX and _separated(line, p) and line[:p].strip() and not _INDENTED.fullmatch(line, 0, p) and not (
                 _EXCEPTION_AT.match(line, p) and _PROSE_BEFORE.fullmatch(line, 0, p)  # (spaces alone: a paste's indentation)
             ):
                 # (indented names before it are the engine's own text: a frame glued to a frame, two
@@ -245,7 +251,7 @@ class PrefixNormalizer:
         seg = line.split(b"\r", 1)[0]
         seg = strip_ansi(seg)
         m = self._line_start.search(seg)
-        return not (m is not None and 0 < m.start() <= MAX_PREFIX and seg[m.start() - 1 : m.start()] in (b" ", b"\t"))
+        return not (m is not None and 0 < m.start() <= MAX_PREFIX and _separated(seg, m.start()))
 
     def _settled(self) -> bool:
         """Enough lines seen to decide (by content only, so any chunking decides at the same line):

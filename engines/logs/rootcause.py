@@ -529,7 +529,7 @@ class TracebackTracker:
         tier = self._tier(b.process)
         excerpt = list(b.frames)[-EXCERPT_LINES:]
         if not b.exceptions:
-            if self._benign(excerpt):
+            if self._benign([b.preface, *excerpt]):
                 return None, None, False
             where = _where(b.engine_where or b.where or "")
             said = _RAY_REPEATED.sub("", b.preface) if self._wrapper(b.preface) is None else ""
@@ -585,7 +585,7 @@ class TracebackTracker:
                 harvested = inner
         first = b.exceptions[0]
         all_text = [f"{x.type}: {chr(10).join(x.lines)}" for x in b.exceptions]
-        if self._benign(excerpt + all_text):
+        if self._benign([b.preface, *excerpt, *all_text]):
             return None, None, False
         if b.embeds:
             chosen = None  # only a wrapper of the traceback printed inside its message

@@ -11,11 +11,12 @@ __all__ = ["MAX_PREFIX", "TOKEN", "WORD", "fields_of", "is_platform", "platform_
 
 #: A prefix candidate longer than this is text, not a prefix.
 MAX_PREFIX = 160
-#: A platform line: a timestamp and at most two names, nothing else (no engine text). The names follow
+#: A platform line: a timestamp and one or two names, nothing else (no engine text; a stamp alone is a
+#: blank line of the engine's behind a capture stamp, read as blank, never dropped). The names follow
 #: the stamp after at most three spaces: further in, they are an indented line of the engine's text behind
 #: a capture stamp (an exception's "        pid: 122894", a config dump's "    dtype: bf16").
 _PLATFORM = re.compile(
-    rb"(?:[\w.+:/-]+ +){0,2}[\w.+:/-]*\d\d:\d\d:\d\d[\w.+:/-]*(?: {1,3}[.+:/@=-]*\w[\w.+:/@=-]*(?: +[.+:/@=-]*\w[\w.+:/@=-]*)?)? *\r?"
+    rb"(?:[\w.+:/-]+ +){0,2}[\w.+:/-]*\d\d:\d\d:\d\d[\w.+:/-]*(?: {1,3}[.+:/@=-]*\w[\w.+:/@=-]*(?: +[.+:/@=-]*\w[\w.+:/@=-]*)?) *\r?"
 )
 #: A name a platform never prints after its stamp: an exception's (a bare ``raise X`` prints "X").
 _EXCEPTION_NAME = rb"[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)"
