@@ -132,13 +132,11 @@ _RELEARN = 8
 _MAX_FIELDS = 12
 
 
-
-
-
 def _separated(line: bytes, p: int) -> bool:
     """What stands before ``p`` ends a field: white space, or a CSV export's separator (a CloudWatch
     export's '1756144012376,"' before the engine's line)."""
     return line[p - 1 : p] in (b" ", b"\t", b",") or line[p - 2 : p] == b',"'
+
 
 class PrefixNormalizer:
     """Chunk-wise prefix stripper in front of the analyzer: ``feed(bytes) -> bytes``, ``finish() -> bytes``."""

@@ -15,8 +15,9 @@ MAX_PREFIX = 160
 #: blank line of the engine's behind a capture stamp, read as blank, never dropped). The names follow
 #: the stamp after at most three spaces: further in, they are an indented line of the engine's text behind
 #: a capture stamp (an exception's "        pid: 122894", a config dump's "    dtype: bf16").
+_PLATFORM_NAME = rb"[.+:/@=-]*\w[\w.+:/@=-]*"
 _PLATFORM = re.compile(
-    rb"(?:[\w.+:/-]+ +){0,2}[\w.+:/-]*\d\d:\d\d:\d\d[\w.+:/-]*(?: {1,3}[.+:/@=-]*\w[\w.+:/@=-]*(?: +[.+:/@=-]*\w[\w.+:/@=-]*)?) *\r?"
+    rb"(?:[\w.+:/-]+ +){0,2}[\w.+:/-]*\d\d:\d\d:\d\d[\w.+:/-]*(?: {1,3}" + _PLATFORM_NAME + rb"(?: +" + _PLATFORM_NAME + rb")?) *\r?"
 )
 #: A name a platform never prints after its stamp: an exception's (a bare ``raise X`` prints "X").
 _EXCEPTION_NAME = rb"[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)"
